@@ -1,0 +1,90 @@
+//! How rules are counted. The arithmetic lives here, apart from storage: the memory
+//! backend runs these functions, and each `scripts/<algorithm>.lua` is the same arithmetic
+//! for Redis. Both answer a [`RawDecision`] in microseconds, so they can be compared exactly.
+
+mod fixed_window;
+mod sliding_log;
+mod sliding_window;
+mod token_bucket;
+
+use crate::decision::RawDecision;
+use crate::Rule;
+
+/// How a set of rules is counted.
+///
+/// Every algorithm keeps all rules of a key in that one key, checks all rules before
+/// updating any (so a denial consumes nothing), and takes time from the backend's clock.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    /// Exact: one log entry per admitted call; never more than `count` in any window.
+    #[default]
+    SlidingLog,
+    /// One counter per rule per aligned window.
+    FixedWindow,
+    /// The previous aligned window's count weighted by its overlap, plus the current count.
+    SlidingWindow,
+    /// GCRA: bursts of up to `count`, refilled at one every `window / count`.
+    TokenBucket,
+}
+
+impl Algorithm {
+    /// The attribute's spelling: `SLIDING_LOG`, `FIXED_WINDOW`, `SLIDING_WINDOW`, `TOKEN_BUCKET`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Algorithm::SlidingLog => "SLIDING_LOG",
+            Algorithm::FixedWindow => "FIXED_WINDOW",
+            Algorithm::SlidingWindow => "SLIDING_WINDOW",
+            Algorithm::TokenBucket => "TOKEN_BUCKET",
+        }
+    }
+}
+
+/// What one check did to a key's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Outcome {
+    pub decision: RawDecision,
+    /// `Some(ttl)` when the state was written: the key now expires `ttl` µs from `now`
+    /// (what the script's `PEXPIRE` does). `None` leaves the expiry as it was.
+    pub ttl_us: Option<u64>,
+}
+
+/// The state one key holds, for whichever algorithm counts it.
+#[derive(Debug)]
+pub(crate) enum KeyState {
+    SlidingLog(sliding_log::State),
+    FixedWindow(fixed_window::State),
+    SlidingWindow(sliding_window::State),
+    TokenBucket(token_bucket::State),
+}
+
+impl KeyState {
+    /// The empty state of a key that does not exist yet.
+    pub fn new(algorithm: Algorithm) -> Self {
+        match algorithm {
+            Algorithm::SlidingLog => KeyState::SlidingLog(Default::default()),
+            Algorithm::FixedWindow => KeyState::FixedWindow(Default::default()),
+            Algorithm::SlidingWindow => KeyState::SlidingWindow(Default::default()),
+            Algorithm::TokenBucket => KeyState::TokenBucket(Default::default()),
+        }
+    }
+
+    /// The algorithm whose state this is.
+    pub fn algorithm(&self) -> Algorithm {
+        match self {
+            KeyState::SlidingLog(_) => Algorithm::SlidingLog,
+            KeyState::FixedWindow(_) => Algorithm::FixedWindow,
+            KeyState::SlidingWindow(_) => Algorithm::SlidingWindow,
+            KeyState::TokenBucket(_) => Algorithm::TokenBucket,
+        }
+    }
+
+    /// Checks `rules` at `now_us`; records the call when `consume` and every rule admits it.
+    pub fn check(&mut self, rules: &[Rule], now_us: u64, consume: bool) -> Outcome {
+        match self {
+            KeyState::SlidingLog(s) => sliding_log::check(s, rules, now_us, consume),
+            KeyState::FixedWindow(s) => fixed_window::check(s, rules, now_us, consume),
+            KeyState::SlidingWindow(s) => sliding_window::check(s, rules, now_us, consume),
+            KeyState::TokenBucket(s) => token_bucket::check(s, rules, now_us, consume),
+        }
+    }
+}

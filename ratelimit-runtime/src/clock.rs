@@ -1,0 +1,67 @@
+//! Time for the memory backend. Redis checks always use the server's `TIME`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A source of wall-clock time (since the UNIX epoch, in microseconds), so that tests can
+/// drive the memory backend's windows without sleeping.
+pub trait Clock: Send + Sync + 'static {
+    /// Microseconds since the UNIX epoch.
+    fn now_us(&self) -> u64;
+}
+
+/// The system clock.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_us(&self) -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64)
+    }
+}
+
+/// A clock that moves only when told to; clones share the same time.
+///
+/// ```
+/// use std::time::Duration;
+/// use redis_ratelimit::{clock::ManualClock, Limiter, Rule};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
+/// let limiter = Limiter::memory_with_clock(clock.clone());
+/// let rules = [Rule::new(1, Duration::from_secs(60))];
+/// assert!(limiter.check("k", &rules).await.unwrap().allowed);
+/// assert!(!limiter.check("k", &rules).await.unwrap().allowed);
+/// clock.advance(Duration::from_secs(60));
+/// assert!(limiter.check("k", &rules).await.unwrap().allowed);
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct ManualClock(Arc<AtomicU64>);
+
+impl ManualClock {
+    /// A clock reading `since_epoch`.
+    pub fn new(since_epoch: Duration) -> Self {
+        ManualClock(Arc::new(AtomicU64::new(since_epoch.as_micros() as u64)))
+    }
+
+    /// Moves the clock forward by `by`.
+    pub fn advance(&self, by: Duration) {
+        self.0.fetch_add(by.as_micros() as u64, Ordering::SeqCst);
+    }
+
+    /// Sets the clock to `since_epoch`.
+    pub fn set(&self, since_epoch: Duration) {
+        self.0
+            .store(since_epoch.as_micros() as u64, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_us(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}

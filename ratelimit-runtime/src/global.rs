@@ -1,0 +1,53 @@
+//! The process-wide limiter that guarded functions use unless given `limiter = ...`.
+
+use once_cell::sync::OnceCell;
+
+use crate::{InitError, Limiter};
+
+/// The environment variable naming the Redis server of the default global limiter.
+pub const REDIS_URL_ENV: &str = "RATELIMIT_REDIS_URL";
+
+static GLOBAL: OnceCell<Limiter> = OnceCell::new();
+
+/// Sets the global limiter. Call it once, at startup, before any guarded call.
+///
+/// ```
+/// use std::time::Duration;
+/// use redis_ratelimit::Limiter;
+///
+/// let limiter = Limiter::memory().fail_open(false).timeout(Duration::from_millis(50));
+/// redis_ratelimit::init(limiter).unwrap();
+/// assert!(redis_ratelimit::init(Limiter::memory()).is_err()); // only once
+/// ```
+pub fn init(limiter: Limiter) -> Result<(), InitError> {
+    GLOBAL.set(limiter).map_err(|_| InitError(()))
+}
+
+/// The global limiter; built on first use when [`init`] was not called: Redis at
+/// `$RATELIMIT_REDIS_URL` when set, else the embedded memory backend (with a warning that
+/// limits are then counted per process).
+pub fn global() -> &'static Limiter {
+    GLOBAL.get_or_init(from_env)
+}
+
+fn from_env() -> Limiter {
+    match std::env::var(REDIS_URL_ENV) {
+        Ok(url) => Limiter::redis(&url).unwrap_or_else(|err| {
+            tracing::error!(
+                target: "redis_ratelimit",
+                "{REDIS_URL_ENV} is invalid ({err}); every guarded call will fail until it is \
+                 fixed or unset"
+            );
+            let why = format!("{REDIS_URL_ENV} is invalid ({err}); fix it, or unset it to use the embedded backend");
+            Limiter::misconfigured(crate::ConfigError::new(why)).fail_open(false)
+        }),
+        Err(_) => {
+            tracing::warn!(
+                target: "redis_ratelimit",
+                "no limiter set with redis_ratelimit::init and {REDIS_URL_ENV} is unset: using the \
+                 embedded memory backend, so limits are counted per process"
+            );
+            Limiter::memory()
+        }
+    }
+}

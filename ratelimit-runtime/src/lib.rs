@@ -1,0 +1,28 @@
+//! The runtime of [`redis-ratelimit`](https://docs.rs/redis-ratelimit): rules, keys,
+//! request context, the Redis and in-memory backends, and errors.
+//!
+//! Depend on the `redis-ratelimit` facade crate; it re-exports everything here together
+//! with the `#[rate_limiter]` attribute.
+
+mod algorithm;
+mod backend;
+pub mod clock;
+pub mod context;
+mod decision;
+mod error;
+mod global;
+pub mod key;
+mod limit_type;
+mod limiter;
+mod rule;
+#[doc(hidden)]
+pub mod site;
+
+pub use algorithm::Algorithm;
+pub use context::RequestContext;
+pub use decision::Decision;
+pub use error::{BackendError, BackendErrorKind, ConfigError, InitError, RateLimitError};
+pub use global::{global, init, REDIS_URL_ENV};
+pub use limit_type::LimitType;
+pub use limiter::Limiter;
+pub use rule::Rule;

@@ -1,0 +1,299 @@
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::backend::memory::MemoryBackend;
+use crate::backend::redis::RedisBackend;
+use crate::backend::{Backend, Request};
+use crate::clock::Clock;
+use crate::{Algorithm, BackendError, BackendErrorKind, ConfigError, Decision, Rule};
+
+/// Checks rules against a backend: Redis (shared by every process) or the embedded
+/// in-process memory backend.
+///
+/// `Limiter` is `Send + Sync`; share one per process (a `static`, an `Arc`, or the global
+/// one set with [`init`](crate::init)).
+///
+/// ```
+/// use std::time::Duration;
+/// use redis_ratelimit::{Limiter, Rule};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// const REPLY: [Rule; 1] = [Rule::new(5, Duration::from_secs(60))];
+/// let limiter = Limiter::memory();
+/// let d = limiter.check("hist:tom:reply", &REPLY).await?;
+/// assert!(d.allowed);
+/// assert_eq!((d.limit, d.remaining), (5, 4));
+/// # Ok(()) }
+/// ```
+pub struct Limiter {
+    store: Store,
+    fail_open: bool,
+    timeout: Duration,
+    warnings: WarnThrottle,
+}
+
+enum Store {
+    Redis(RedisBackend),
+    Memory(MemoryBackend),
+    /// Built from an invalid environment; every check fails with this error.
+    Misconfigured(ConfigError),
+}
+
+impl Limiter {
+    /// The default per-check timeout.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
+
+    /// A limiter on the Redis server at `url` (`redis://[:password@]host[:port][/db]`,
+    /// `rediss://...` or `unix:///path`).
+    ///
+    /// Only validates the URL; the connection is made on first use and re-made
+    /// automatically whenever it breaks.
+    ///
+    /// ```
+    /// use redis_ratelimit::Limiter;
+    ///
+    /// assert!(Limiter::redis("redis://127.0.0.1:6379").is_ok());
+    /// let err = Limiter::redis("http://127.0.0.1").err().unwrap();
+    /// assert!(err.to_string().contains("redis://"));
+    /// ```
+    pub fn redis(url: &str) -> Result<Limiter, ConfigError> {
+        Ok(Limiter::with_store(Store::Redis(RedisBackend::new(url)?)))
+    }
+
+    /// A limiter on the embedded in-process backend: no server, limits count per process.
+    pub fn memory() -> Limiter {
+        Limiter::with_store(Store::Memory(MemoryBackend::system()))
+    }
+
+    /// The embedded backend reading time from `clock` (see [`ManualClock`](crate::clock::ManualClock)).
+    pub fn memory_with_clock(clock: impl Clock) -> Limiter {
+        Limiter::with_store(Store::Memory(MemoryBackend::new(Arc::new(clock))))
+    }
+
+    pub(crate) fn misconfigured(err: ConfigError) -> Limiter {
+        Limiter::with_store(Store::Misconfigured(err))
+    }
+
+    fn with_store(store: Store) -> Limiter {
+        Limiter {
+            store,
+            fail_open: true,
+            timeout: Self::DEFAULT_TIMEOUT,
+            warnings: WarnThrottle::default(),
+        }
+    }
+
+    /// Whether a guarded call proceeds when the backend fails (`true`, the default, with a
+    /// rate-limited warning log) or returns [`RateLimitError::Backend`](crate::RateLimitError::Backend).
+    pub fn fail_open(mut self, fail_open: bool) -> Self {
+        self.fail_open = fail_open;
+        self
+    }
+
+    /// How long one check may take before it counts as a backend failure (default 100 ms).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Whether this limiter lets guarded calls through when the backend fails.
+    pub fn is_fail_open(&self) -> bool {
+        self.fail_open
+    }
+
+    /// Checks `rules` for `key` with the sliding log and, if every rule admits it, counts
+    /// one call.
+    ///
+    /// # Panics
+    ///
+    /// When `rules` is empty.
+    pub async fn check(&self, key: &str, rules: &[Rule]) -> Result<Decision, BackendError> {
+        self.check_with(Algorithm::SlidingLog, key, rules).await
+    }
+
+    /// [`check`](Self::check) with another counting algorithm.
+    ///
+    /// Use one algorithm per key: each keeps its own kind of state.
+    pub async fn check_with(
+        &self,
+        algorithm: Algorithm,
+        key: &str,
+        rules: &[Rule],
+    ) -> Result<Decision, BackendError> {
+        self.run(request(key, rules, algorithm, true, None)).await
+    }
+
+    /// What [`check`](Self::check) would decide now, counting nothing.
+    pub async fn peek(&self, key: &str, rules: &[Rule]) -> Result<Decision, BackendError> {
+        self.peek_with(Algorithm::SlidingLog, key, rules).await
+    }
+
+    /// [`peek`](Self::peek) with another counting algorithm.
+    pub async fn peek_with(
+        &self,
+        algorithm: Algorithm,
+        key: &str,
+        rules: &[Rule],
+    ) -> Result<Decision, BackendError> {
+        self.run(request(key, rules, algorithm, false, None)).await
+    }
+
+    /// Forgets everything counted for `key`.
+    pub async fn reset(&self, key: &str) -> Result<(), BackendError> {
+        match &self.store {
+            Store::Redis(redis) => self.within_timeout(redis.reset(key)).await,
+            Store::Memory(memory) => memory.reset(key).await,
+            Store::Misconfigured(err) => Err(misconfigured(err)),
+        }
+    }
+
+    /// [`check_with`](Self::check_with) (or a peek, when `consume` is false) at an explicit
+    /// time instead of the backend's clock. For differential tests only.
+    #[cfg(feature = "test-clock")]
+    #[doc(hidden)]
+    pub async fn check_at(
+        &self,
+        algorithm: Algorithm,
+        key: &str,
+        rules: &[Rule],
+        consume: bool,
+        now: Duration,
+    ) -> Result<Decision, BackendError> {
+        let now_us = Some(now.as_micros() as u64);
+        self.run(request(key, rules, algorithm, consume, now_us))
+            .await
+    }
+
+    pub(crate) async fn run(&self, request: Request<'_>) -> Result<Decision, BackendError> {
+        let raw = match &self.store {
+            Store::Redis(redis) => self.within_timeout(redis.check(&request)).await?,
+            // In-process and lock-protected only across synchronous code: nothing to time out.
+            Store::Memory(memory) => memory.check(&request).await?,
+            Store::Misconfigured(err) => return Err(misconfigured(err)),
+        };
+        Ok(raw.into_decision(request.rules))
+    }
+
+    async fn within_timeout<T>(
+        &self,
+        fut: impl std::future::Future<Output = Result<T, BackendError>>,
+    ) -> Result<T, BackendError> {
+        tokio::time::timeout(self.timeout, fut)
+            .await
+            .unwrap_or_else(|_| Err(BackendError::timeout(self.timeout)))
+    }
+
+    /// Logs a backend failure that a fail-open limiter let through, at most once per
+    /// [`WarnThrottle::INTERVAL`], with the number of failures since the last warning.
+    pub(crate) fn warn_fail_open(&self, key: &str, err: &BackendError) {
+        if let Some(suppressed) = self.warnings.admit() {
+            tracing::warn!(
+                target: "redis_ratelimit",
+                %key,
+                error = %err,
+                suppressed,
+                "rate limiter backend failed; letting the call through (fail-open)"
+            );
+        }
+    }
+}
+
+fn request<'a>(
+    key: &'a str,
+    rules: &'a [Rule],
+    algorithm: Algorithm,
+    consume: bool,
+    now_us: Option<u64>,
+) -> Request<'a> {
+    assert!(
+        !rules.is_empty(),
+        "a rate-limit check needs at least one rule"
+    );
+    Request {
+        key,
+        rules,
+        algorithm,
+        consume,
+        now_us,
+    }
+}
+
+fn misconfigured(err: &ConfigError) -> BackendError {
+    BackendError::new(BackendErrorKind::Misconfigured, err.to_string())
+}
+
+impl std::fmt::Debug for Limiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let backend = match &self.store {
+            Store::Redis(_) => "redis",
+            Store::Memory(_) => "memory",
+            Store::Misconfigured(_) => "misconfigured",
+        };
+        f.debug_struct("Limiter")
+            .field("backend", &backend)
+            .field("fail_open", &self.fail_open)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+/// Lets one warning through per interval and counts the ones it holds back.
+#[derive(Default)]
+struct WarnThrottle {
+    /// Milliseconds since `epoch()` of the last warning, plus one (0: never warned).
+    last_ms: AtomicU64,
+    suppressed: AtomicU64,
+}
+
+impl WarnThrottle {
+    const INTERVAL: Duration = Duration::from_secs(10);
+
+    /// `Some(held back since the last warning)` when a warning may be logged now.
+    fn admit(&self) -> Option<u64> {
+        self.admit_at(epoch().elapsed().as_millis() as u64 + 1)
+    }
+
+    fn admit_at(&self, now: u64) -> Option<u64> {
+        let last = self.last_ms.load(Ordering::Relaxed);
+        let due = last == 0 || now.saturating_sub(last) >= Self::INTERVAL.as_millis() as u64;
+        if due
+            && self
+                .last_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            Some(self.suppressed.swap(0, Ordering::Relaxed))
+        } else {
+            self.suppressed.fetch_add(1, Ordering::Relaxed);
+            None
+        }
+    }
+}
+
+fn epoch() -> Instant {
+    static EPOCH: once_cell::sync::Lazy<Instant> = once_cell::sync::Lazy::new(Instant::now);
+    *EPOCH
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limiter_is_send_and_sync() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<Limiter>();
+    }
+
+    #[test]
+    fn warnings_are_throttled_and_count_what_they_hold_back() {
+        let throttle = WarnThrottle::default();
+        let interval = WarnThrottle::INTERVAL.as_millis() as u64;
+        assert_eq!(throttle.admit_at(5), Some(0));
+        assert_eq!(throttle.admit_at(6), None);
+        assert_eq!(throttle.admit_at(4 + interval), None);
+        assert_eq!(throttle.admit_at(5 + interval), Some(2));
+        assert_eq!(throttle.admit_at(6 + interval), None);
+    }
+}

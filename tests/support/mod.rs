@@ -1,0 +1,109 @@
+//! Test support: a real `redis-server` on a free loopback port, started and stopped by
+//! the test itself.
+#![allow(dead_code)] // each test binary uses a different part of this module
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A `redis-server` child process bound to 127.0.0.1 on a port of its own; killed on drop.
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl RedisServer {
+    /// Starts a fresh, empty server. Panics (failing the test) when `redis-server` is not
+    /// installed: these tests never pass without a real Redis.
+    pub fn start() -> RedisServer {
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("redis-ratelimit-test-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("create the redis-server working directory");
+        let mut server = RedisServer { child: None, port, dir };
+        server.spawn();
+        server
+    }
+
+    /// `redis://127.0.0.1:<port>/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// A plain synchronous connection, for inspecting and disturbing the server.
+    pub fn connection(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
+            .expect("connect to the test redis-server")
+    }
+
+    /// Kills the server (as a crash would) and waits until it is gone.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port, empty.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot start redis-server ({e}). These tests need a real Redis: install it \
+                     (Debian: apt-get install -y redis-server) or run scripts/test, which does."
+                )
+            });
+        self.child = Some(child);
+        self.wait_until_ready();
+    }
+
+    fn wait_until_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let ping = redis::Client::open(self.url())
+                .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(200)))
+                .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
+            if ping.is_ok() {
+                return;
+            }
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                panic!("redis-server on port {} exited at start: {status}", self.port);
+            }
+            assert!(Instant::now() < deadline, "redis-server on port {} did not become ready within 10s", self.port);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("find a free loopback port")
+        .port()
+}
