@@ -2,7 +2,9 @@
 //! the test itself.
 #![allow(dead_code)] // each test binary uses a different part of this module
 
+use std::future::Future;
 use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -19,9 +21,16 @@ impl RedisServer {
     /// installed: these tests never pass without a real Redis.
     pub fn start() -> RedisServer {
         let port = free_port();
-        let dir = std::env::temp_dir().join(format!("redis-ratelimit-test-{}-{port}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!(
+            "redis-ratelimit-test-{}-{port}",
+            std::process::id()
+        ));
         std::fs::create_dir_all(&dir).expect("create the redis-server working directory");
-        let mut server = RedisServer { child: None, port, dir };
+        let mut server = RedisServer {
+            child: None,
+            port,
+            dir,
+        };
         server.spawn();
         server
     }
@@ -57,20 +66,29 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) {
-        let child = Command::new("redis-server")
+        let mut command = Command::new("redis-server");
+        command
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .arg("--dir")
             .arg(&self.dir)
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "cannot start redis-server ({e}). These tests need a real Redis: install it \
-                     (Debian: apt-get install -y redis-server) or run scripts/test, which does."
-                )
+            .stderr(Stdio::inherit());
+        // If the test process dies without dropping us (abort, timeout kill), take the
+        // server down with it instead of leaking it.
+        // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            command.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
             });
+        }
+        let child = command.spawn().unwrap_or_else(|e| {
+            panic!(
+                "cannot start redis-server ({e}). These tests need a real Redis: install it \
+                     (Debian: apt-get install -y redis-server) or run scripts/test, which does."
+            )
+        });
         self.child = Some(child);
         self.wait_until_ready();
     }
@@ -84,10 +102,21 @@ impl RedisServer {
             if ping.is_ok() {
                 return;
             }
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                panic!("redis-server on port {} exited at start: {status}", self.port);
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "redis-server on port {} exited at start: {status}",
+                    self.port
+                );
             }
-            assert!(Instant::now() < deadline, "redis-server on port {} did not become ready within 10s", self.port);
+            assert!(
+                Instant::now() < deadline,
+                "redis-server on port {} did not become ready within 10s",
+                self.port
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -106,4 +135,62 @@ pub fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .expect("find a free loopback port")
         .port()
+}
+
+tokio::task_local! {
+    static LIMITER: &'static Limiter;
+}
+
+use redis_ratelimit::Limiter;
+
+/// The limiter of the running scenario (see [`backend_tests!`]); guarded functions in
+/// scenarios use it with `limiter = support::limiter()`.
+pub fn limiter() -> &'static Limiter {
+    LIMITER.with(|l| *l)
+}
+
+/// Runs `scenario` with `limiter` as [`limiter()`]. The limiter is leaked: a test's
+/// guarded functions need it for `'static`.
+pub async fn with_limiter<F: Future>(limiter: Limiter, scenario: F) -> F::Output {
+    LIMITER.scope(Box::leak(Box::new(limiter)), scenario).await
+}
+
+/// Writes each scenario once and runs it against both backends:
+/// `redis_backend::<name>` on a fresh `redis-server`, `memory_backend::<name>` in process.
+///
+/// ```ignore
+/// backend_tests! {
+///     async fn denied_calls_consume_nothing() { let l = support::limiter(); ... }
+/// }
+/// ```
+#[macro_export]
+macro_rules! backend_tests {
+    ($( $(#[$meta:meta])* async fn $name:ident() $body:block )*) => {
+        mod redis_backend {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                $(#[$meta])*
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let server = $crate::support::RedisServer::start();
+                    let limiter = ::redis_ratelimit::Limiter::redis(&server.url()).unwrap();
+                    $crate::support::with_limiter(limiter, async move $body).await;
+                    drop(server);
+                }
+            )*
+        }
+        mod memory_backend {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                $(#[$meta])*
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let limiter = ::redis_ratelimit::Limiter::memory();
+                    $crate::support::with_limiter(limiter, async move $body).await;
+                }
+            )*
+        }
+    };
 }
