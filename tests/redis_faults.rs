@@ -193,6 +193,11 @@ async fn checks_work_again_after_a_restart_without_rebuilding_the_limiter() {
     assert_eq!(failures, 0, "the first check after the restart failed");
     // The restarted server is empty: the key counts from zero.
     assert!(limiter.check("k", &ONE_PER_MINUTE).await.unwrap().allowed);
+
+    // Restarted while idle: the first call finds the old connection broken and uses a new one.
+    server.restart();
+    let d = limiter.check("k", &ONE_PER_MINUTE).await.unwrap();
+    assert!(d.allowed);
 }
 
 #[tokio::test]
@@ -244,4 +249,22 @@ fn a_bad_url_is_a_clear_config_error() {
             .starts_with("invalid Redis URL; expected redis://"),
         "{err}"
     );
+}
+
+/// A `static` or global limiter outlives the runtime that first used it (each
+/// `#[tokio::test]` has its own): the connection made there dies with it.
+#[test]
+fn a_limiter_keeps_working_after_the_runtime_that_connected_it_is_gone() {
+    let server = RedisServer::start();
+    let limiter = limiter(&server, false);
+    for round in 0..3u64 {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let d = runtime
+            .block_on(limiter.check("k", &TEN_PER_MINUTE))
+            .unwrap_or_else(|err| panic!("round {round}: {err}"));
+        assert_eq!(d.remaining, 9 - round);
+    }
 }

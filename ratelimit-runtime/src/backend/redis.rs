@@ -4,10 +4,13 @@
 //! fails calls fast instead of holding them:
 //! - one [`ConnectionManager`] per backend, made on first use (it needs a Tokio runtime,
 //!   which `Limiter::redis` may be called without), multiplexing every call;
-//! - a broken connection is re-made by the manager on the next call, in one attempt and
-//!   without backoff: while Redis is down each call costs one refused connect and fails as
-//!   [`Unavailable`](BackendErrorKind::Unavailable), and the first call after Redis is back
-//!   succeeds, because a call whose connect was refused (so nothing was sent) is retried once;
+//! - a broken connection is re-made by the manager in one attempt, without backoff, when a
+//!   call finds it broken; a call that found it broken (or refused) is retried once on the
+//!   new one. So while Redis is down each call costs a refused connect or two and fails as
+//!   [`Unavailable`](BackendErrorKind::Unavailable), and the first call after Redis is back,
+//!   or from a new runtime after the one that connected has gone, succeeds. A check whose
+//!   reply was lost with its connection may so be counted twice: that errs towards limiting,
+//!   and only when a connection breaks mid-call;
 //! - connects time out after [`CONNECT_TIMEOUT`] so a black-holed host cannot stall the
 //!   shared reconnect; answers are not timed here, the limiter times every call.
 
@@ -164,11 +167,7 @@ impl RedisBackend {
         let mut connection = self.connection().await;
         let reply: (u8, usize, u64, u64, u64) = match invocation.invoke_async(&mut connection).await
         {
-            // Refused means nothing was sent, so counting twice is impossible; the manager has
-            // started a new connect, which this retry waits for.
-            Err(err) if err.is_connection_refusal() => {
-                invocation.invoke_async(&mut connection).await?
-            }
+            Err(err) if worth_one_retry(&err) => invocation.invoke_async(&mut connection).await?,
             reply => reply?,
         };
         let (allowed, rule_index, remaining, reset_after_us, retry_after_us) = reply;
@@ -206,12 +205,20 @@ impl Backend for RedisBackend {
 
     async fn reset(&self, key: &str) -> Result<(), BackendError> {
         let mut connection = self.connection().await;
-        redis::cmd("DEL")
-            .arg(key)
-            .query_async::<()>(&mut connection)
-            .await
-            .map_err(|err| self.error(key, err))
+        let mut del = redis::cmd("DEL");
+        del.arg(key);
+        let result = match del.query_async::<()>(&mut connection).await {
+            Err(err) if worth_one_retry(&err) => del.query_async(&mut connection).await,
+            result => result,
+        };
+        result.map_err(|err| self.error(key, err))
     }
+}
+
+/// Whether the connection was refused or found broken: the manager has then started a new
+/// connect, which a retry waits for.
+fn worth_one_retry(err: &RedisError) -> bool {
+    err.is_connection_dropped()
 }
 
 #[cfg(test)]
