@@ -141,7 +141,12 @@ struct Client {
 }
 
 impl Client {
-    #[rate_limiter(rules("10/minute"), limiter = &self.limiter, limit_type = CUSTOM, by = self.name)]
+    #[rate_limiter(
+        rules("10/minute"),
+        limiter = &self.limiter,
+        limit_type = CUSTOM,
+        by = self.name
+    )]
     async fn call(&self) -> Result<(), RateLimitError> {
         Ok(())
     }
