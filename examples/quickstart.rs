@@ -55,6 +55,12 @@ async fn as_request<F: std::future::Future>(ip: &str, user: Option<&str>, f: F) 
 
 #[tokio::main]
 async fn main() {
+    // Shows the limiter's own warnings, such as which backend the global limiter chose.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .init();
     let backend = std::env::var(redis_ratelimit::REDIS_URL_ENV)
         .map(|url| format!("Redis at {url}"))
         .unwrap_or_else(|_| "the embedded memory backend".into());
@@ -74,9 +80,11 @@ async fn main() {
         "search from 198.51.100.7",
         as_request("198.51.100.7", None, search("rust")).await,
     );
-    println!("  ... one second later, the per-second window has slid:");
+    println!(
+        "  ... one second later the per-second window has slid, but 6 per minute still holds:"
+    );
     tokio::time::sleep(Duration::from_millis(1_050)).await;
-    for i in 6..=7 {
+    for i in 6..=8 {
         let call = format!("search #{i} from 203.0.113.9");
         show(&call, as_request("203.0.113.9", None, search("rust")).await);
     }
