@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! cargo run --release --example loadgen -- --redis-url redis://127.0.0.1:6379 \
-//!     --keys 10000 --total 200000 --concurrency 64 --limit 100 --window-s 60 [--algorithm token_bucket]
+//!     --keys 10000 --total 200000 --concurrency 64 --limit 100 --window-s 60 \
+//!     [--algorithm token_bucket] [--threads 1]
 //! cargo run --release --example loadgen -- --memory ...
 //! ```
 //! prints `RESULT name=redis-ratelimit ops=<checks/s> p50_us=<..> p99_us=<..> allowed=<..> denied=<..>`.
@@ -24,10 +25,12 @@ struct Options {
     limit: u64,
     window_s: u64,
     algorithm: Algorithm,
+    threads: usize,
 }
 
 const USAGE: &str = "usage: loadgen [--redis-url URL | --memory] [--keys N] [--total N] \
-[--concurrency N] [--limit N] [--window-s N] [--algorithm sliding_log|fixed_window|sliding_window|token_bucket]";
+[--concurrency N] [--limit N] [--window-s N] [--threads N] \
+[--algorithm sliding_log|fixed_window|sliding_window|token_bucket]";
 
 fn parse_options() -> Result<Options, String> {
     let mut o = Options {
@@ -39,6 +42,7 @@ fn parse_options() -> Result<Options, String> {
         limit: 100,
         window_s: 60,
         algorithm: Algorithm::SlidingLog,
+        threads: 1,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -61,6 +65,7 @@ fn parse_options() -> Result<Options, String> {
             "--concurrency" => o.concurrency = number()?.max(1),
             "--limit" => o.limit = number()?.max(1),
             "--window-s" => o.window_s = number()?.max(1),
+            "--threads" => o.threads = number()?.max(1) as usize,
             "--algorithm" => {
                 o.algorithm = match value.to_ascii_lowercase().as_str() {
                     "sliding_log" => Algorithm::SlidingLog,
@@ -84,8 +89,7 @@ fn next_random(state: &mut u64) -> u64 {
     state.wrapping_mul(0x2545_F491_4F6C_DD1D)
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let o = match parse_options() {
         Ok(o) => o,
         Err(e) => {
@@ -93,6 +97,22 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // One client thread by default, like redis-benchmark: on a small machine a second
+    // worker would only compete with the server it is measuring.
+    let runtime = if o.threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(o.threads)
+            .enable_all()
+            .build()
+    };
+    runtime.expect("a Tokio runtime").block_on(run(o))
+}
+
+async fn run(o: Options) -> ExitCode {
     let limiter = if o.memory {
         Limiter::memory()
     } else {
