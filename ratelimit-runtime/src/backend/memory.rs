@@ -260,7 +260,7 @@ mod tests {
 
     #[test]
     fn a_key_holding_another_algorithms_state_is_an_error() {
-        let (backend, _) = backend();
+        let (backend, clock) = backend();
         check(&backend, "k");
         let err = backend
             .check_now(&request("k", Algorithm::FixedWindow, true))
@@ -271,6 +271,12 @@ mod tests {
             "key `k` holds SLIDING_LOG state; it cannot be checked with FIXED_WINDOW (use one \
              algorithm per key)"
         );
+        // Once expired, the key is absent, and any algorithm may take it.
+        clock.advance(Duration::from_secs(11));
+        let d = backend
+            .check_now(&request("k", Algorithm::FixedWindow, true))
+            .unwrap();
+        assert_eq!((d.allowed, d.remaining), (true, 2));
     }
 
     #[tokio::test]
