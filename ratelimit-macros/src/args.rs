@@ -83,8 +83,11 @@ impl Rule {
         window_ms: 5_000,
     };
 
-    /// The longest window the runtime can count: it keeps windows in `u64` microseconds.
-    const MAX_WINDOW_MS: u64 = u64::MAX / 1_000;
+    /// The runtime's `Rule::MAX_WINDOW` (2^52 µs) in whole milliseconds.
+    const MAX_WINDOW_MS: u64 = (1 << 52) / 1_000;
+
+    /// The runtime's `Rule::MAX_COUNT`: figures stay exact in the Lua scripts' doubles.
+    const MAX_COUNT: u64 = 1 << 52;
 }
 
 /// `limit_type = ...`; expands to the runtime's variant name.
@@ -590,8 +593,16 @@ fn parse_count(lit: &LitInt) -> syn::Result<u64> {
             lit.span(),
             "count must be at least 1: a rule admitting no calls would refuse every call",
         )),
+        count if count > Rule::MAX_COUNT => Err(syn::Error::new(lit.span(), too_large(count))),
         count => Ok(count),
     }
+}
+
+fn too_large(count: u64) -> String {
+    format!(
+        "a count of {count} is too large: the most is {} (2^52)",
+        Rule::MAX_COUNT
+    )
 }
 
 fn parse_time(lit: &LitInt) -> syn::Result<u64> {
@@ -612,7 +623,7 @@ fn window(time: u64, unit_ms: u64) -> Option<u64> {
 
 fn too_long(time: u64, unit_ms: u64) -> String {
     format!(
-        "a window of {time} x {unit_ms} ms is too long: the longest is {} ms (about 584,000 years)",
+        "a window of {time} x {unit_ms} ms is too long: the longest is {} ms (about 142 years)",
         Rule::MAX_WINDOW_MS
     )
 }
@@ -647,6 +658,7 @@ fn parse_rule_text(lit: &LitStr) -> syn::Result<Rule> {
         Some(RuleText { time: 0, .. }) => Err(error(format!(
             "rule \"{text}\" has an empty window: the time must be at least 1"
         ))),
+        Some(RuleText { count, .. }) if count > Rule::MAX_COUNT => Err(error(too_large(count))),
         Some(RuleText {
             count,
             time,
@@ -884,6 +896,13 @@ mod tests {
         assert!(errors[0].contains("too large"), "{errors:?}");
         let errors = messages(quote!(rules("1/18446744073709551615d")));
         assert!(errors[0].contains("too long"), "{errors:?}");
+        let max_count = Rule::MAX_COUNT;
+        assert!(args(quote!(rules(rule(count = #max_count, time = 1)))).is_ok());
+        let over = max_count + 1;
+        let errors = messages(quote!(rules(rule(count = #over, time = 1))));
+        assert!(errors[0].contains("too large"), "{errors:?}");
+        let errors = messages(quote!(rules("4503599627370497/second")));
+        assert!(errors[0].contains("too large"), "{errors:?}");
     }
 
     #[test]

@@ -45,7 +45,7 @@ impl Limiter {
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
 
     /// A limiter on the Redis server at `url` (`redis://[:password@]host[:port][/db]`,
-    /// `rediss://...` or `unix:///path`).
+    /// or `unix:///path`; TLS `rediss://` is not supported).
     ///
     /// Only validates the URL; the connection is made on first use and re-made
     /// automatically whenever it breaks.

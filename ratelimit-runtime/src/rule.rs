@@ -22,22 +22,36 @@ pub struct Rule {
 }
 
 impl Rule {
+    /// The largest count: 2^52, so that every figure stays exact in the Lua scripts' doubles.
+    pub const MAX_COUNT: u64 = 1 << 52;
+
+    /// The longest window: 2^52 µs (about 142 years), for the same reason.
+    pub const MAX_WINDOW: Duration = Duration::from_micros(1 << 52);
+
     /// A rule admitting `count` calls in any `window`.
     ///
     /// Windows are counted in whole microseconds.
     ///
     /// # Panics
     ///
-    /// When `count` is 0 or `window` is shorter than one microsecond (at compile time when
-    /// used in a `const`).
+    /// When `count` is 0 or above [`MAX_COUNT`](Self::MAX_COUNT), or `window` is shorter
+    /// than one microsecond or longer than [`MAX_WINDOW`](Self::MAX_WINDOW) (at compile time
+    /// when used in a `const`).
     pub const fn new(count: u64, window: Duration) -> Rule {
         assert!(count > 0, "a rule's count must be at least 1");
+        assert!(
+            count <= Self::MAX_COUNT,
+            "a rule's count must be at most 2^52"
+        );
         let window_us = window.as_micros();
         assert!(
             window_us > 0,
             "a rule's window must be at least 1 microsecond"
         );
-        assert!(window_us <= u64::MAX as u128, "a rule's window is too long");
+        assert!(
+            window_us <= Self::MAX_WINDOW.as_micros(),
+            "a rule's window must be at most 2^52 microseconds (about 142 years)"
+        );
         Rule {
             count,
             window_us: window_us as u64,
@@ -114,6 +128,27 @@ mod tests {
     #[should_panic(expected = "count must be at least 1")]
     fn zero_count_is_rejected() {
         let _ = Rule::new(0, Duration::from_secs(1));
+    }
+
+    #[test]
+    fn the_limits_are_inclusive() {
+        let rule = Rule::new(Rule::MAX_COUNT, Rule::MAX_WINDOW);
+        assert_eq!(
+            (rule.count(), rule.window()),
+            (Rule::MAX_COUNT, Rule::MAX_WINDOW)
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "at most 2^52 microseconds")]
+    fn windows_beyond_the_exact_range_are_rejected() {
+        let _ = Rule::new(1, Rule::MAX_WINDOW + Duration::from_micros(1));
+    }
+
+    #[test]
+    #[should_panic(expected = "count must be at most 2^52")]
+    fn counts_beyond_the_exact_range_are_rejected() {
+        let _ = Rule::new(Rule::MAX_COUNT + 1, Duration::from_secs(1));
     }
 
     #[test]

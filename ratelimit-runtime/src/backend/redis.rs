@@ -28,14 +28,9 @@ use crate::{Algorithm, BackendError, BackendErrorKind, ConfigError};
 /// How long one connection attempt may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// The largest count or window sent to a script. Scripts compute in Lua doubles, exact
-/// below 2^53; with `now` (below 2^52 until the year 2112) plus a window kept below 2^52,
-/// every sum stays exact. A larger value means "practically unlimited" either way.
-const MAX_SCRIPT_ARG: u64 = 1 << 52;
-
 /// The URL forms `RedisBackend::new` accepts, for error messages.
-const ACCEPTED_URLS: &str = "redis://[[user]:password@]host[:port][/db], \
-                             rediss://... (TLS), or unix:///path/to/redis.sock[?db=N]";
+const ACCEPTED_URLS: &str =
+    "redis://[[user]:password@]host[:port][/db] or unix:///path/to/redis.sock[?db=N]";
 
 static SLIDING_LOG: Lazy<Script> =
     Lazy::new(|| Script::new(include_str!("../scripts/sliding_log.lua")));
@@ -69,9 +64,14 @@ impl RedisBackend {
         // Only the scheme is ever quoted back: the rest may carry a password.
         let scheme = url.split_once("://").map(|(scheme, _)| scheme);
         match scheme {
-            Some(
-                "redis" | "rediss" | "unix" | "redis+unix" | "valkey" | "valkeys" | "valkey+unix",
-            ) => {}
+            Some("redis" | "unix" | "redis+unix" | "valkey" | "valkey+unix") => {}
+            // Failing here beats failing at the first check, deep in a request.
+            Some(tls @ ("rediss" | "valkeys")) => {
+                return Err(ConfigError::new(format!(
+                    "`{tls}://` (TLS) is not supported by this build; use a TLS-terminating \
+                     proxy such as stunnel, or one of {ACCEPTED_URLS}"
+                )))
+            }
             Some(other) if is_scheme(other) => {
                 return Err(ConfigError::new(format!(
                     "unsupported Redis URL scheme `{other}://`; expected {ACCEPTED_URLS}"
@@ -160,9 +160,7 @@ impl RedisBackend {
             .arg(if request.consume { "1" } else { "0" })
             .arg(request.now_us.unwrap_or(0));
         for rule in request.rules {
-            invocation
-                .arg(rule.count().min(MAX_SCRIPT_ARG))
-                .arg(rule.window_us().min(MAX_SCRIPT_ARG));
+            invocation.arg(rule.count()).arg(rule.window_us());
         }
         let mut connection = self.connection().await;
         let reply: (u8, usize, u64, u64, u64) = match invocation.invoke_async(&mut connection).await
@@ -240,6 +238,13 @@ mod tests {
         ] {
             assert!(RedisBackend::new(url).is_ok(), "{url}");
         }
+    }
+
+    #[test]
+    fn tls_urls_are_rejected_up_front() {
+        let message = config_error("rediss://:hunter2@127.0.0.1:6380");
+        assert!(message.contains("TLS"), "{message}");
+        assert!(!message.contains("hunter2"), "{message}");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 use redis_ratelimit::{rate_limiter, RateLimitError};
 
-#[rate_limiter(rules(rule(count = 18446744073709551616, time = 1)))]
+#[rate_limiter(rules(rule(count = 18446744073709551616, time = 1), rule(count = 4503599627370497, time = 1), "4503599627370497/second"))]
 async fn send_code() -> Result<(), RateLimitError> {
     Ok(())
 }
