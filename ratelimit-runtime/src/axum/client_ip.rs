@@ -576,6 +576,42 @@ mod tests {
     }
 
     #[test]
+    fn no_header_value_makes_the_walk_panic() {
+        // Every string up to 4 characters over the characters the parsers treat specially.
+        const ALPHABET: &[u8] = b"\"\\,;=[]:.1f_ ";
+        let configs = [
+            ProxyHeader::XForwardedFor,
+            ProxyHeader::Forwarded,
+            ProxyHeader::XRealIp,
+        ]
+        .map(|header| config(&["0.0.0.0/0", "::/0"], header));
+        let peer = Some(ip("10.0.0.1"));
+        let mut value = Vec::new();
+        let mut odometer = [0usize; 4];
+        for len in 0..=4 {
+            for _ in 0..ALPHABET.len().pow(len as u32) {
+                value.clear();
+                value.extend(odometer[..len].iter().map(|&i| ALPHABET[i]));
+                let line = std::str::from_utf8(&value).unwrap();
+                for cfg in &configs {
+                    let mut map = HeaderMap::new();
+                    let value = HeaderValue::from_str(line).unwrap();
+                    map.append(cfg.header.name(), value.clone());
+                    map.append(cfg.header.name(), value);
+                    assert!(cfg.client_ip(peer, &map).is_some(), "{line:?}");
+                }
+                for digit in odometer[..len].iter_mut() {
+                    *digit += 1;
+                    if *digit < ALPHABET.len() {
+                        break;
+                    }
+                    *digit = 0;
+                }
+            }
+        }
+    }
+
+    #[test]
     fn network_masks_cover_every_prefix_length() {
         assert_eq!(network_of(ip("255.255.255.255"), 0), ip("0.0.0.0"));
         assert_eq!(network_of(ip("255.255.255.255"), 1), ip("128.0.0.0"));

@@ -35,7 +35,7 @@ impl IntoResponse for RateLimitError {
             }
             RateLimitError::MissingIdentity { limit_type } => {
                 let detail = missing_identity(limit_type, RequestContext::current());
-                tracing::error!(target: "redis_ratelimit", %limit_type, "{detail}");
+                tracing::error!(target: "redis_ratelimit", "{detail}");
                 problem(StatusCode::INTERNAL_SERVER_ERROR, &detail)
             }
             RateLimitError::Backend(err) => {
