@@ -39,6 +39,27 @@ impl Algorithm {
     }
 }
 
+/// How long a key must live after a write, as the scripts' `PEXPIRE` sets it: `needed_us`
+/// rounded up to whole milliseconds, plus a one-second margin, in µs.
+///
+/// `needed_us` is how long the state just written stays meaningful (for the sliding log,
+/// the longest window). The margin only keeps a key a little longer than it matters, never
+/// shorter: every algorithm ignores expired data by itself, so expiry frees memory and never
+/// decides. Every script computes the same as `ttl_ms(needed_us)`:
+/// `floor((needed_us + 999) / 1000) + 1000`.
+pub(crate) fn ttl_us(needed_us: u64) -> u64 {
+    const MARGIN_MS: u64 = 1000;
+    needed_us
+        .div_ceil(1000)
+        .saturating_add(MARGIN_MS)
+        .saturating_mul(1000)
+}
+
+/// The longest window among `rules`, in µs: how long a check's writes stay meaningful.
+pub(crate) fn longest_window_us(rules: &[Rule]) -> u64 {
+    rules.iter().map(Rule::window_us).max().unwrap_or(0)
+}
+
 /// What one check did to a key's state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Outcome {
@@ -86,5 +107,19 @@ impl KeyState {
             KeyState::SlidingWindow(s) => sliding_window::check(s, rules, now_us, consume),
             KeyState::TokenBucket(s) => token_bucket::check(s, rules, now_us, consume),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ttl_us;
+
+    #[test]
+    fn ttl_is_whole_milliseconds_rounded_up_plus_one_second() {
+        assert_eq!(ttl_us(0), 1_000_000);
+        assert_eq!(ttl_us(1), 1_001_000);
+        assert_eq!(ttl_us(1_000), 1_001_000);
+        assert_eq!(ttl_us(1_001), 1_002_000);
+        assert_eq!(ttl_us(60_000_000), 61_000_000);
     }
 }

@@ -1,9 +1,391 @@
+//! Sliding window: the weighted two-window counter (O(1) memory per rule, approximate).
+//!
+//! A rule of `count` per `window` (µs) counts calls in windows aligned to the epoch, like
+//! the fixed window, and estimates the calls in the sliding window ending now as the
+//! current window's count plus the previous window's count weighted by how much of it the
+//! sliding window still overlaps. Per rule, with `w` the window, `e = now mod w` the time
+//! elapsed in the current window, `curr` and `prev` the counts of the current and previous
+//! aligned windows (0 for any window not stored, so stale state decides exactly like absent
+//! state), and the weighted previous count rounded up,
+//! `W = ceil(prev * (w - e) / w)`:
+//!
+//! - the rule admits the call when the estimate including it stays within the rule:
+//!   `curr + 1 + W <= count` (so never more than `count` in one aligned window);
+//! - admitted: `remaining = count - curr - 1 - W` (calls that would still pass at this
+//!   instant), `reset_after = 2w - e` (the end of the next window, when the estimate
+//!   reaches 0 with nothing more admitted);
+//! - denied: `remaining = 0`, `reset_after` = until the estimate reaches 0 (`2w - e` when
+//!   `curr > 0`, else `w - e`), and `retry_after` = the exact time until the rule would
+//!   admit a call: with `k = count - curr - 1 >= 0`, when the previous window's weight has
+//!   shrunk to `k`, at `e' = w - floor(w * k / prev)` in this window (`e' = w`, the next
+//!   window's start, when that is 0); with `curr >= count`, in the next window at
+//!   `e' = w - floor(w * (count - 1) / curr)`.
+//!
+//! The call is admitted when every rule admits it, and then counted in every rule's
+//! current window; a denial or a peek writes nothing. The decision's binding rule is, when
+//! admitted, the one with the least `remaining` (ties: lowest index) and, when denied, the
+//! denying rule with the largest `retry_after` (ties: lowest index). A peek answers exactly
+//! what a consuming check would.
+//!
+//! All arithmetic is on integers, exact. `scripts/sliding_window.lua` computes the same
+//! products-then-quotients with a long multiplication that never leaves 2^53, so the two
+//! agree bit for bit while times, windows and counts stay below 2^52. A write keeps the
+//! state until the end of the next window (plus the TTL margin), after which the current
+//! count no longer weighs on anything.
+
 use super::Outcome;
+use crate::decision::RawDecision;
 use crate::Rule;
 
+/// The counts of one key: per rule, the last window it counted in and the one before.
 #[derive(Debug, Default)]
-pub(crate) struct State {}
+pub(crate) struct State {
+    /// Looked up by rule, like the Redis hash fields `"<count>:<window_us>"`; counts of
+    /// rules no longer checked stay until the key expires, as they do in Redis.
+    windows: Vec<(Rule, Windows)>,
+}
 
-pub(crate) fn check(_state: &mut State, _rules: &[Rule], _now_us: u64, _consume: bool) -> Outcome {
-    todo!()
+#[derive(Clone, Copy, Debug)]
+struct Windows {
+    /// Start of the window `curr` counts.
+    start_us: u64,
+    curr: u64,
+    /// The count of the window before `start_us`.
+    prev: u64,
+}
+
+impl State {
+    fn windows(&self, rule: &Rule) -> Option<Windows> {
+        self.windows
+            .iter()
+            .find(|(r, _)| r == rule)
+            .map(|&(_, w)| w)
+    }
+
+    fn set(&mut self, rule: Rule, windows: Windows) {
+        match self.windows.iter_mut().find(|(r, _)| *r == rule) {
+            Some((_, w)) => *w = windows,
+            None => self.windows.push((rule, windows)),
+        }
+    }
+}
+
+/// One rule's view of the call.
+struct Verdict {
+    count: u64,
+    window_us: u64,
+    start_us: u64,
+    elapsed_us: u64,
+    curr: u64,
+    prev: u64,
+    /// `W`, the previous window's weighted count, rounded up.
+    weighted_prev: u64,
+}
+
+impl Verdict {
+    fn admits(&self) -> bool {
+        self.curr + 1 + self.weighted_prev <= self.count
+    }
+
+    fn retry_after_us(&self) -> u64 {
+        let (w, e) = (self.window_us, self.elapsed_us);
+        if self.curr < self.count {
+            let k = self.count - self.curr - 1;
+            // Denied with room in this window: `W > k`, so `prev > k >= 0`.
+            w - mul_div(w, k, self.prev) - e
+        } else {
+            (w - e) + w - mul_div(w, self.count - 1, self.curr)
+        }
+    }
+}
+
+/// `floor(a * b / d)`, exact.
+fn mul_div(a: u64, b: u64, d: u64) -> u64 {
+    (u128::from(a) * u128::from(b) / u128::from(d)) as u64
+}
+
+fn verdict(state: &State, rule: &Rule, now_us: u64) -> Verdict {
+    let window_us = rule.window_us();
+    let elapsed_us = now_us % window_us;
+    let start_us = now_us - elapsed_us;
+    let (curr, prev) = match state.windows(rule) {
+        Some(w) if w.start_us == start_us => (w.curr, w.prev),
+        Some(w) if w.start_us.checked_add(window_us) == Some(start_us) => (0, w.curr),
+        _ => (0, 0),
+    };
+    let overlap = u128::from(prev) * u128::from(window_us - elapsed_us);
+    Verdict {
+        count: rule.count(),
+        window_us,
+        start_us,
+        elapsed_us,
+        curr,
+        prev,
+        weighted_prev: overlap.div_ceil(u128::from(window_us)) as u64,
+    }
+}
+
+/// Checks `rules` at `now_us`, counting the call when `consume` and every rule admits it.
+pub(crate) fn check(state: &mut State, rules: &[Rule], now_us: u64, consume: bool) -> Outcome {
+    let verdicts: Vec<Verdict> = rules.iter().map(|r| verdict(state, r, now_us)).collect();
+    let denied = verdicts
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| !v.admits())
+        .map(|(i, v)| (i, v, v.retry_after_us()))
+        // Largest retry wins; `max_by_key` keeps the last of equals, so compare reversed
+        // indices to keep the lowest.
+        .max_by_key(|&(i, _, retry)| (retry, std::cmp::Reverse(i)));
+    if let Some((i, v, retry_after_us)) = denied {
+        let reset_after_us = if v.curr > 0 {
+            2 * v.window_us - v.elapsed_us
+        } else {
+            v.window_us - v.elapsed_us
+        };
+        return Outcome {
+            decision: RawDecision {
+                allowed: false,
+                rule_index: i,
+                remaining: 0,
+                reset_after_us,
+                retry_after_us,
+            },
+            ttl_us: None,
+        };
+    }
+    let (i, remaining) = verdicts
+        .iter()
+        .map(|v| v.count - v.curr - 1 - v.weighted_prev)
+        .enumerate()
+        .min_by_key(|&(i, remaining)| (remaining, i))
+        .expect("at least one rule");
+    let decision = RawDecision {
+        allowed: true,
+        rule_index: i,
+        remaining,
+        reset_after_us: 2 * verdicts[i].window_us - verdicts[i].elapsed_us,
+        retry_after_us: 0,
+    };
+    if !consume {
+        return Outcome {
+            decision,
+            ttl_us: None,
+        };
+    }
+    for (rule, v) in rules.iter().zip(&verdicts) {
+        state.set(
+            *rule,
+            Windows {
+                start_us: v.start_us,
+                curr: v.curr + 1,
+                prev: v.prev,
+            },
+        );
+    }
+    let needed_us = verdicts
+        .iter()
+        .map(|v| 2 * v.window_us - v.elapsed_us)
+        .max()
+        .expect("at least one rule");
+    Outcome {
+        decision,
+        ttl_us: Some(ttl_us(needed_us)),
+    }
+}
+
+/// The script's `PEXPIRE`: whole milliseconds covering `needed_us`, plus one second.
+fn ttl_us(needed_us: u64) -> u64 {
+    (needed_us.div_ceil(1000) + 1000) * 1000
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn rule(count: u64, window_us: u64) -> Rule {
+        Rule::new(count, Duration::from_micros(window_us))
+    }
+
+    fn raw(
+        allowed: bool,
+        rule_index: usize,
+        remaining: u64,
+        reset: u64,
+        retry: u64,
+    ) -> RawDecision {
+        RawDecision {
+            allowed,
+            rule_index,
+            remaining,
+            reset_after_us: reset,
+            retry_after_us: retry,
+        }
+    }
+
+    #[test]
+    fn the_previous_window_weighs_by_its_overlap() {
+        let rules = [rule(4, 1_000)];
+        let mut s = State::default();
+        for (i, now) in [100, 200, 300, 400].into_iter().enumerate() {
+            let d = check(&mut s, &rules, now, true);
+            assert_eq!(d.decision, raw(true, 0, 3 - i as u64, 2_000 - now, 0));
+            assert_eq!(d.ttl_us, Some((2 + 1_000) * 1_000));
+        }
+        // The window is full: it frees when 4 * (1000 - e') / 1000 rounds up to 3, e' = 250.
+        assert_eq!(
+            check(&mut s, &rules, 500, true).decision,
+            raw(false, 0, 0, 1_500, 750)
+        );
+        assert_eq!(
+            check(&mut s, &rules, 1_249, true).decision,
+            raw(false, 0, 0, 751, 1)
+        );
+        assert_eq!(
+            check(&mut s, &rules, 1_250, true).decision,
+            raw(true, 0, 0, 1_750, 0)
+        );
+        // 1 + ceil(4 * 0.7) = 4: full until the weight drops to 2, at e' = 500.
+        assert_eq!(
+            check(&mut s, &rules, 1_300, true).decision,
+            raw(false, 0, 0, 1_700, 200)
+        );
+        assert_eq!(
+            check(&mut s, &rules, 1_500, true).decision,
+            raw(true, 0, 0, 1_500, 0)
+        );
+        // Two windows later nothing of the first remains.
+        assert_eq!(
+            check(&mut s, &rules, 3_000, true).decision,
+            raw(true, 0, 3, 2_000, 0)
+        );
+    }
+
+    #[test]
+    fn never_more_than_count_in_one_aligned_window() {
+        let rules = [rule(3, 1_000)];
+        let mut s = State::default();
+        // An empty previous window: the current one alone holds the budget.
+        for now in [10_000, 10_001, 10_002] {
+            assert!(check(&mut s, &rules, now, true).decision.allowed);
+        }
+        let d = check(&mut s, &rules, 10_999, true).decision;
+        assert_eq!(d, raw(false, 0, 0, 1_001, 1 + 1_000 - 666));
+    }
+
+    #[test]
+    fn an_idle_previous_window_denies_on_weight_alone() {
+        let rules = [rule(2, 1_000)];
+        let mut s = State::default();
+        check(&mut s, &rules, 900, true);
+        check(&mut s, &rules, 901, true);
+        // At 1_100 the current window is empty but 2 * 0.9 rounds up to 2.
+        let d = check(&mut s, &rules, 1_100, false).decision;
+        // k = 1: the weight must fall to 1, at e' = 1000 - floor(1000 / 2) = 500.
+        assert_eq!(d, raw(false, 0, 0, 900, 400));
+    }
+
+    #[test]
+    fn sub_second_windows_are_counted_in_microseconds() {
+        let rules = [rule(2, 250_000)];
+        let mut s = State::default();
+        let start = 1_700_000_000_000_000;
+        assert!(check(&mut s, &rules, start + 1, true).decision.allowed);
+        assert!(check(&mut s, &rules, start + 2, true).decision.allowed);
+        let d = check(&mut s, &rules, start + 3, true).decision;
+        assert_eq!(d, raw(false, 0, 0, 499_997, 249_997 + 125_000));
+        assert!(
+            check(&mut s, &rules, start + 375_000, true)
+                .decision
+                .allowed
+        );
+    }
+
+    #[test]
+    fn denied_calls_consume_nothing() {
+        let rules = [rule(10, 1_000), rule(1, 100)];
+        let mut s = State::default();
+        assert!(check(&mut s, &rules, 0, true).decision.allowed);
+        for _ in 0..5 {
+            let d = check(&mut s, &rules, 40, true);
+            assert!(!d.decision.allowed);
+            assert_eq!(d.decision.rule_index, 1);
+            assert_eq!(d.ttl_us, None);
+        }
+        // Rule 0 counted only the admitted call, and will count this one.
+        assert!(check(&mut s, &rules, 200, true).decision.allowed);
+        assert_eq!(s.windows(&rules[0]).map(|w| w.curr), Some(2));
+    }
+
+    #[test]
+    fn retry_after_is_exactly_when_the_binding_rule_passes() {
+        let rules = [rule(3, 700), rule(7, 5_000), rule(2, 333)];
+        let mut s = State::default();
+        let mut now = 1_234;
+        let mut denials = 0;
+        while denials < 12 {
+            let d = check(&mut s, &rules, now, true).decision;
+            if d.allowed {
+                now += 23;
+                continue;
+            }
+            denials += 1;
+            let binding = [rules[d.rule_index]];
+            let early = check(&mut s, &binding, now + d.retry_after_us - 1, false).decision;
+            assert!(!early.allowed);
+            now += d.retry_after_us;
+            assert!(check(&mut s, &binding, now, false).decision.allowed);
+        }
+    }
+
+    #[test]
+    fn binding_rule_is_least_remaining_when_allowed_and_last_to_free_when_denied() {
+        let rules = [rule(2, 1_000), rule(2, 10_000), rule(5, 10_000)];
+        let mut s = State::default();
+        assert_eq!(
+            check(&mut s, &rules, 0, true).decision,
+            raw(true, 0, 1, 2_000, 0)
+        );
+        assert_eq!(
+            check(&mut s, &rules, 0, true).decision,
+            raw(true, 0, 0, 2_000, 0)
+        );
+        // Rules 0 and 1 deny; rule 1's window ends last.
+        let d = check(&mut s, &rules, 0, true).decision;
+        assert_eq!(d, raw(false, 1, 0, 20_000, 10_000 + 5_000));
+        let both = [rule(1, 1_000), rule(1, 1_000), rule(2, 1_000)];
+        let mut s = State::default();
+        check(&mut s, &both, 0, true);
+        assert_eq!(
+            check(&mut s, &both, 10, true).decision,
+            raw(false, 0, 0, 1_990, 1_990)
+        );
+    }
+
+    #[test]
+    fn peek_answers_like_a_check_and_writes_nothing() {
+        let rules = [rule(2, 1_000)];
+        let mut s = State::default();
+        for now in [0, 1, 2] {
+            let peek = check(&mut s, &rules, now, false);
+            assert_eq!(peek.ttl_us, None);
+            assert_eq!(peek.decision, check(&mut s, &rules, now, true).decision);
+        }
+    }
+
+    #[test]
+    fn stale_state_decides_like_absent_state() {
+        let rules = [rule(2, 1_000)];
+        let mut s = State::default();
+        check(&mut s, &rules, 500, true);
+        check(&mut s, &rules, 501, true);
+        let mut fresh = State::default();
+        for now in [2_000, 7_000] {
+            assert_eq!(
+                check(&mut s, &rules, now, false).decision,
+                check(&mut fresh, &rules, now, false).decision
+            );
+        }
+    }
 }

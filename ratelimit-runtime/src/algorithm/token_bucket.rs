@@ -1,9 +1,346 @@
+//! Token bucket as GCRA (the redis-cell / redis_rate design): one theoretical arrival time
+//! (`tat`) per rule.
+//!
+//! A rule of `count` per `window` (µs) allows a burst of `count` and refills one call every
+//! emission interval `T = ceil(window / count)` µs. Rounding `T` up keeps the steady rate
+//! at or below the promised one; the burst span `count * T` (at least `window`, by less
+//! than `count` µs more) lets exactly `count` calls through at once. In any interval of
+//! length `t` a rule admits at most `count + floor(t / T)` calls.
+//!
+//! Per rule, with `tat' = max(tat, now)` (a missing or past `tat` is `now`, so stale state
+//! decides exactly like absent state) and `d = tat' + T - now` (how far ahead the call
+//! would push the rule):
+//!
+//! - the rule admits the call when `d <= count * T`;
+//! - admitted: `remaining = floor((count * T - d) / T)` (calls that would still pass at this
+//!   instant), `reset_after = d` (until the new `tat`, when the bucket is full again);
+//! - denied: `remaining = 0`, `reset_after = tat' - now`, `retry_after = d - count * T`
+//!   (at `now + retry_after` the call fits exactly).
+//!
+//! The call is admitted when every rule admits it, and then every rule's `tat` becomes
+//! `now + d`; a denial or a peek writes nothing. The decision's binding rule is, when
+//! admitted, the one with the least `remaining` (ties: lowest index) and, when denied, the
+//! denying rule with the largest `retry_after` (ties: lowest index). A peek answers exactly
+//! what a consuming check would.
+//!
+//! A write keeps the state until the latest `tat` (plus the TTL margin).
+//! `scripts/token_bucket.lua` is the same arithmetic for Redis; both are exact while times,
+//! windows and counts stay below 2^53.
+
 use super::Outcome;
+use crate::decision::RawDecision;
 use crate::Rule;
 
+/// The theoretical arrival time of each rule of one key.
 #[derive(Debug, Default)]
-pub(crate) struct State {}
+pub(crate) struct State {
+    /// Looked up by rule, like the Redis hash fields `"<count>:<window_us>"`; entries of
+    /// rules no longer checked stay until the key expires, as they do in Redis.
+    tats: Vec<(Rule, u64)>,
+}
 
-pub(crate) fn check(_state: &mut State, _rules: &[Rule], _now_us: u64, _consume: bool) -> Outcome {
-    todo!()
+impl State {
+    fn tat(&self, rule: &Rule) -> Option<u64> {
+        self.tats.iter().find(|(r, _)| r == rule).map(|&(_, t)| t)
+    }
+
+    fn set(&mut self, rule: Rule, tat_us: u64) {
+        match self.tats.iter_mut().find(|(r, _)| *r == rule) {
+            Some((_, t)) => *t = tat_us,
+            None => self.tats.push((rule, tat_us)),
+        }
+    }
+}
+
+/// One rule's view of the call.
+struct Verdict {
+    /// The emission interval `T`.
+    interval_us: u64,
+    /// `count * T`.
+    burst_us: u64,
+    /// `tat' - now`.
+    ahead_us: u64,
+    /// `d = tat' + T - now`.
+    after_us: u64,
+}
+
+impl Verdict {
+    fn admits(&self) -> bool {
+        self.after_us <= self.burst_us
+    }
+}
+
+fn verdict(state: &State, rule: &Rule, now_us: u64) -> Verdict {
+    let interval_us = rule.window_us().div_ceil(rule.count());
+    let ahead_us = state.tat(rule).map_or(0, |tat| tat.saturating_sub(now_us));
+    Verdict {
+        interval_us,
+        burst_us: rule.count() * interval_us,
+        ahead_us,
+        after_us: ahead_us + interval_us,
+    }
+}
+
+/// Checks `rules` at `now_us`, recording the call when `consume` and every rule admits it.
+pub(crate) fn check(state: &mut State, rules: &[Rule], now_us: u64, consume: bool) -> Outcome {
+    let verdicts: Vec<Verdict> = rules.iter().map(|r| verdict(state, r, now_us)).collect();
+    let denied = verdicts
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| !v.admits())
+        // Largest retry wins; `max_by_key` keeps the last of equals, so compare reversed
+        // indices to keep the lowest.
+        .max_by_key(|&(i, v)| (v.after_us - v.burst_us, std::cmp::Reverse(i)));
+    if let Some((i, v)) = denied {
+        return Outcome {
+            decision: RawDecision {
+                allowed: false,
+                rule_index: i,
+                remaining: 0,
+                reset_after_us: v.ahead_us,
+                retry_after_us: v.after_us - v.burst_us,
+            },
+            ttl_us: None,
+        };
+    }
+    let (i, remaining) = verdicts
+        .iter()
+        .map(|v| (v.burst_us - v.after_us) / v.interval_us)
+        .enumerate()
+        .min_by_key(|&(i, remaining)| (remaining, i))
+        .expect("at least one rule");
+    let decision = RawDecision {
+        allowed: true,
+        rule_index: i,
+        remaining,
+        reset_after_us: verdicts[i].after_us,
+        retry_after_us: 0,
+    };
+    if !consume {
+        return Outcome {
+            decision,
+            ttl_us: None,
+        };
+    }
+    for (rule, v) in rules.iter().zip(&verdicts) {
+        state.set(*rule, now_us + v.after_us);
+    }
+    let needed_us = verdicts
+        .iter()
+        .map(|v| v.after_us)
+        .max()
+        .expect("at least one rule");
+    Outcome {
+        decision,
+        ttl_us: Some(ttl_us(needed_us)),
+    }
+}
+
+/// The script's `PEXPIRE`: whole milliseconds covering `needed_us`, plus one second.
+fn ttl_us(needed_us: u64) -> u64 {
+    (needed_us.div_ceil(1000) + 1000) * 1000
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn rule(count: u64, window_us: u64) -> Rule {
+        Rule::new(count, Duration::from_micros(window_us))
+    }
+
+    fn raw(
+        allowed: bool,
+        rule_index: usize,
+        remaining: u64,
+        reset: u64,
+        retry: u64,
+    ) -> RawDecision {
+        RawDecision {
+            allowed,
+            rule_index,
+            remaining,
+            reset_after_us: reset,
+            retry_after_us: retry,
+        }
+    }
+
+    #[test]
+    fn a_burst_of_count_passes_then_one_per_interval() {
+        // T = 250 µs, burst span 1000 µs.
+        let rules = [rule(4, 1_000)];
+        let mut s = State::default();
+        let now = 1_700_000_000_000_000;
+        assert_eq!(
+            check(&mut s, &rules, now, true).decision,
+            raw(true, 0, 3, 250, 0)
+        );
+        assert_eq!(
+            check(&mut s, &rules, now, true).decision,
+            raw(true, 0, 2, 500, 0)
+        );
+        assert_eq!(
+            check(&mut s, &rules, now, true).decision,
+            raw(true, 0, 1, 750, 0)
+        );
+        let last = check(&mut s, &rules, now, true);
+        assert_eq!(last.decision, raw(true, 0, 0, 1_000, 0));
+        assert_eq!(last.ttl_us, Some((1 + 1_000) * 1_000));
+        assert_eq!(
+            check(&mut s, &rules, now, true).decision,
+            raw(false, 0, 0, 1_000, 250)
+        );
+        assert_eq!(
+            check(&mut s, &rules, now + 100, true).decision,
+            raw(false, 0, 0, 900, 150)
+        );
+        assert_eq!(
+            check(&mut s, &rules, now + 250, true).decision,
+            raw(true, 0, 0, 1_000, 0)
+        );
+        // Half an interval later, nothing has refilled in whole calls yet.
+        assert_eq!(
+            check(&mut s, &rules, now + 375, true).decision,
+            raw(false, 0, 0, 875, 125)
+        );
+    }
+
+    #[test]
+    fn the_interval_rounds_up_so_the_rate_is_never_exceeded() {
+        // 3 per 1000 µs: T = 334, burst span 1002 µs.
+        let rules = [rule(3, 1_000)];
+        let mut s = State::default();
+        for _ in 0..3 {
+            assert!(check(&mut s, &rules, 0, true).decision.allowed);
+        }
+        assert_eq!(
+            check(&mut s, &rules, 333, true).decision,
+            raw(false, 0, 0, 669, 1)
+        );
+        assert_eq!(
+            check(&mut s, &rules, 334, true).decision,
+            raw(true, 0, 0, 1_002, 0)
+        );
+    }
+
+    #[test]
+    fn sub_second_windows_are_counted_in_microseconds() {
+        let rules = [rule(2, 300_000)];
+        let mut s = State::default();
+        let now = 1_700_000_000_123_456;
+        assert_eq!(
+            check(&mut s, &rules, now, true).decision,
+            raw(true, 0, 1, 150_000, 0)
+        );
+        assert_eq!(
+            check(&mut s, &rules, now + 1, true).decision,
+            raw(true, 0, 0, 299_999, 0)
+        );
+        let denied = check(&mut s, &rules, now + 2, true).decision;
+        assert_eq!(denied, raw(false, 0, 0, 299_998, 149_998));
+        assert!(check(&mut s, &rules, now + 150_000, true).decision.allowed);
+    }
+
+    #[test]
+    fn stale_state_decides_like_absent_state() {
+        let rules = [rule(2, 1_000)];
+        let mut s = State::default();
+        check(&mut s, &rules, 0, true);
+        check(&mut s, &rules, 0, true);
+        let mut fresh = State::default();
+        for now in [1_000, 5_000] {
+            assert_eq!(
+                check(&mut s, &rules, now, false).decision,
+                check(&mut fresh, &rules, now, false).decision
+            );
+        }
+    }
+
+    #[test]
+    fn denied_calls_consume_nothing() {
+        let rules = [rule(10, 1_000), rule(1, 100)];
+        let mut s = State::default();
+        assert!(check(&mut s, &rules, 0, true).decision.allowed);
+        for _ in 0..5 {
+            let d = check(&mut s, &rules, 40, true);
+            assert_eq!(d.decision, raw(false, 1, 0, 60, 60));
+            assert_eq!(d.ttl_us, None);
+        }
+        // Rule 0 counted only the admitted call: 8 left after this one.
+        assert_eq!(
+            check(&mut s, &rules, 100, true).decision,
+            raw(true, 1, 0, 100, 0)
+        );
+        assert_eq!(
+            check(&mut s, &rules, 200, false).decision,
+            raw(true, 1, 0, 100, 0)
+        );
+        assert_eq!(s.tat(&rules[0]), Some(200));
+    }
+
+    #[test]
+    fn retry_after_is_exactly_when_the_binding_rule_passes() {
+        let rules = [rule(3, 700), rule(7, 5_000)];
+        let mut s = State::default();
+        let mut now = 1_234;
+        let mut denials = 0;
+        while denials < 8 {
+            let d = check(&mut s, &rules, now, true).decision;
+            if d.allowed {
+                now += 29;
+                continue;
+            }
+            denials += 1;
+            let binding = [rules[d.rule_index]];
+            let early = check(&mut s, &binding, now + d.retry_after_us - 1, false).decision;
+            assert!(!early.allowed);
+            now += d.retry_after_us;
+            assert!(check(&mut s, &binding, now, false).decision.allowed);
+        }
+    }
+
+    #[test]
+    fn binding_rule_is_least_remaining_when_allowed_and_last_to_free_when_denied() {
+        let rules = [rule(2, 1_000), rule(2, 10_000), rule(5, 10_000)];
+        let mut s = State::default();
+        // Remaining 1, 1, 4: the tie goes to rule 0.
+        assert_eq!(
+            check(&mut s, &rules, 0, true).decision,
+            raw(true, 0, 1, 500, 0)
+        );
+        assert_eq!(
+            check(&mut s, &rules, 0, true).decision,
+            raw(true, 0, 0, 1_000, 0)
+        );
+        // Rules 0 and 1 deny: retry 500 and 5000; rule 1 frees last.
+        assert_eq!(
+            check(&mut s, &rules, 0, true).decision,
+            raw(false, 1, 0, 10_000, 5_000)
+        );
+        // Equal retries bind the lowest index.
+        let both = [rule(1, 1_000), rule(1, 1_000), rule(2, 1_000)];
+        let mut s = State::default();
+        check(&mut s, &both, 0, true);
+        assert_eq!(
+            check(&mut s, &both, 10, true).decision,
+            raw(false, 0, 0, 990, 990)
+        );
+    }
+
+    #[test]
+    fn peek_answers_like_a_check_and_writes_nothing() {
+        let rules = [rule(2, 1_000)];
+        let mut s = State::default();
+        for now in [0, 1, 2] {
+            let peek = check(&mut s, &rules, now, false);
+            assert_eq!(peek.ttl_us, None);
+            assert_eq!(peek.decision, check(&mut s, &rules, now, true).decision);
+        }
+        assert_eq!(
+            check(&mut s, &rules, 3, false).decision,
+            raw(false, 0, 0, 997, 497)
+        );
+    }
 }

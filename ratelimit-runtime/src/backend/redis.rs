@@ -1,29 +1,274 @@
 //! The Redis backend: one EVALSHA per check over one shared, self-reconnecting connection.
+//!
+//! Connection policy, tuned so that a restarted Redis is used again at once and a dead one
+//! fails calls fast instead of holding them:
+//! - one [`ConnectionManager`] per backend, made on first use (it needs a Tokio runtime,
+//!   which `Limiter::redis` may be called without), multiplexing every call;
+//! - a broken connection is re-made by the manager in one attempt, without backoff, when a
+//!   call finds it broken; a call that found it broken (or refused) is retried once on the
+//!   new one. So while Redis is down each call costs a refused connect or two and fails as
+//!   [`Unavailable`](BackendErrorKind::Unavailable), and the first call after Redis is back,
+//!   or from a new runtime after the one that connected has gone, succeeds. A check whose
+//!   reply was lost with its connection may so be counted twice: that errs towards limiting,
+//!   and only when a connection breaks mid-call;
+//! - connects time out after [`CONNECT_TIMEOUT`] so a black-holed host cannot stall the
+//!   shared reconnect; answers are not timed here, the limiter times every call.
+
+use std::time::Duration;
+
+use once_cell::sync::Lazy;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{ErrorKind, RedisError, Script, ServerErrorKind};
+use tokio::sync::OnceCell;
 
 use super::{Backend, Request};
 use crate::decision::RawDecision;
-use crate::{BackendError, ConfigError};
+use crate::{Algorithm, BackendError, BackendErrorKind, ConfigError};
+
+/// How long one connection attempt may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The largest count or window sent to a script. Scripts compute in Lua doubles, exact
+/// below 2^53; with `now` (below 2^52 until the year 2112) plus a window kept below 2^52,
+/// every sum stays exact. A larger value means "practically unlimited" either way.
+const MAX_SCRIPT_ARG: u64 = 1 << 52;
+
+/// The URL forms `RedisBackend::new` accepts, for error messages.
+const ACCEPTED_URLS: &str = "redis://[[user]:password@]host[:port][/db], \
+                             rediss://... (TLS), or unix:///path/to/redis.sock[?db=N]";
+
+static SLIDING_LOG: Lazy<Script> =
+    Lazy::new(|| Script::new(include_str!("../scripts/sliding_log.lua")));
+static FIXED_WINDOW: Lazy<Script> =
+    Lazy::new(|| Script::new(include_str!("../scripts/fixed_window.lua")));
+static SLIDING_WINDOW: Lazy<Script> =
+    Lazy::new(|| Script::new(include_str!("../scripts/sliding_window.lua")));
+static TOKEN_BUCKET: Lazy<Script> =
+    Lazy::new(|| Script::new(include_str!("../scripts/token_bucket.lua")));
+
+/// The script that runs `algorithm`, hashed once per process.
+fn script(algorithm: Algorithm) -> &'static Script {
+    match algorithm {
+        Algorithm::SlidingLog => &SLIDING_LOG,
+        Algorithm::FixedWindow => &FIXED_WINDOW,
+        Algorithm::SlidingWindow => &SLIDING_WINDOW,
+        Algorithm::TokenBucket => &TOKEN_BUCKET,
+    }
+}
 
 pub(crate) struct RedisBackend {
     client: redis::Client,
+    /// `host:port` or the socket path: what messages name, since the URL may hold a password.
+    address: Box<str>,
+    connection: OnceCell<ConnectionManager>,
 }
 
 impl RedisBackend {
     /// Validates `url`; connects on first use.
     pub fn new(url: &str) -> Result<Self, ConfigError> {
-        let client = redis::Client::open(url)
-            .map_err(|e| ConfigError::new(format!("invalid Redis URL: {e}")))?;
-        Ok(RedisBackend { client })
+        // Only the scheme is ever quoted back: the rest may carry a password.
+        let scheme = url.split_once("://").map(|(scheme, _)| scheme);
+        match scheme {
+            Some(
+                "redis" | "rediss" | "unix" | "redis+unix" | "valkey" | "valkeys" | "valkey+unix",
+            ) => {}
+            Some(other) if is_scheme(other) => {
+                return Err(ConfigError::new(format!(
+                    "unsupported Redis URL scheme `{other}://`; expected {ACCEPTED_URLS}"
+                )))
+            }
+            _ => {
+                return Err(ConfigError::new(format!(
+                    "invalid Redis URL; expected {ACCEPTED_URLS}"
+                )))
+            }
+        }
+        // redis-rs's messages name the part that is wrong, never the URL itself.
+        let client = redis::Client::open(url).map_err(|e| {
+            ConfigError::new(format!("invalid Redis URL ({e}); expected {ACCEPTED_URLS}"))
+        })?;
+        let address = client.get_connection_info().addr().to_string().into();
+        Ok(RedisBackend {
+            client,
+            address,
+            connection: OnceCell::new(),
+        })
+    }
+
+    async fn connection(&self) -> ConnectionManager {
+        self.connection
+            .get_or_init(|| async {
+                let config = ConnectionManagerConfig::new()
+                    .set_number_of_retries(0)
+                    .set_connection_timeout(Some(CONNECT_TIMEOUT))
+                    .set_response_timeout(None);
+                ConnectionManager::new_lazy_with_config(self.client.clone(), config)
+                    .expect("a valid connection manager configuration")
+            })
+            .await
+            .clone()
+    }
+
+    /// Maps a Redis failure to what the limiter reports, naming the server, never the URL;
+    /// the Redis error is the source, and its text ends the message.
+    fn error(&self, key: &str, err: RedisError) -> BackendError {
+        let address = &self.address;
+        let (kind, detail) = match err.kind() {
+            ErrorKind::Io if err.is_timeout() => (
+                BackendErrorKind::Timeout,
+                format!("Redis at {address} did not answer in time"),
+            ),
+            ErrorKind::Io => (
+                BackendErrorKind::Unavailable,
+                format!("cannot reach Redis at {address}; is it running?"),
+            ),
+            ErrorKind::Server(
+                ServerErrorKind::BusyLoading
+                | ServerErrorKind::TryAgain
+                | ServerErrorKind::MasterDown
+                | ServerErrorKind::ClusterDown
+                | ServerErrorKind::ReadOnly,
+            ) => (
+                BackendErrorKind::Unavailable,
+                format!("Redis at {address} cannot serve writes right now"),
+            ),
+            ErrorKind::AuthenticationFailed | ErrorKind::Server(ServerErrorKind::NoPerm) => (
+                BackendErrorKind::Misconfigured,
+                format!(
+                    "Redis at {address} refused the limiter; check the user and password in the \
+                     URL and the user's ACL (it needs EVALSHA, SCRIPT LOAD and DEL)"
+                ),
+            ),
+            _ if err.code() == Some("WRONGTYPE") => (
+                BackendErrorKind::Command,
+                format!(
+                    "key `{key}` holds a value of another type (another algorithm's state, or data \
+                     the limiter did not write); use one algorithm per key"
+                ),
+            ),
+            _ => (
+                BackendErrorKind::Command,
+                format!("Redis at {address} failed the rate-limit check of `{key}`"),
+            ),
+        };
+        BackendError::new(kind, detail).with_source(err)
+    }
+
+    async fn run(&self, request: &Request<'_>) -> Result<RawDecision, RedisError> {
+        let mut invocation = script(request.algorithm).key(request.key);
+        invocation
+            .arg(if request.consume { "1" } else { "0" })
+            .arg(request.now_us.unwrap_or(0));
+        for rule in request.rules {
+            invocation
+                .arg(rule.count().min(MAX_SCRIPT_ARG))
+                .arg(rule.window_us().min(MAX_SCRIPT_ARG));
+        }
+        let mut connection = self.connection().await;
+        let reply: (u8, usize, u64, u64, u64) = match invocation.invoke_async(&mut connection).await
+        {
+            Err(err) if worth_one_retry(&err) => invocation.invoke_async(&mut connection).await?,
+            reply => reply?,
+        };
+        let (allowed, rule_index, remaining, reset_after_us, retry_after_us) = reply;
+        if allowed > 1 || rule_index >= request.rules.len() {
+            return Err(RedisError::from((
+                ErrorKind::UnexpectedReturnType,
+                "the rate-limit script answered out of range",
+                format!("{reply:?}"),
+            )));
+        }
+        Ok(RawDecision {
+            allowed: allowed == 1,
+            rule_index,
+            remaining,
+            reset_after_us,
+            retry_after_us,
+        })
     }
 }
 
+/// Whether `s` looks like a URL scheme, and so is safe to quote back (it holds no password).
+fn is_scheme(s: &str) -> bool {
+    s.len() <= 16
+        && s.starts_with(|c: char| c.is_ascii_alphabetic())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'))
+}
+
 impl Backend for RedisBackend {
-    async fn check(&self, _request: &Request<'_>) -> Result<RawDecision, BackendError> {
-        let _ = &self.client;
-        todo!()
+    async fn check(&self, request: &Request<'_>) -> Result<RawDecision, BackendError> {
+        self.run(request)
+            .await
+            .map_err(|err| self.error(request.key, err))
     }
 
-    async fn reset(&self, _key: &str) -> Result<(), BackendError> {
-        todo!()
+    async fn reset(&self, key: &str) -> Result<(), BackendError> {
+        let mut connection = self.connection().await;
+        let mut del = redis::cmd("DEL");
+        del.arg(key);
+        let result = match del.query_async::<()>(&mut connection).await {
+            Err(err) if worth_one_retry(&err) => del.query_async(&mut connection).await,
+            result => result,
+        };
+        result.map_err(|err| self.error(key, err))
+    }
+}
+
+/// Whether the connection was refused or found broken: the manager has then started a new
+/// connect, which a retry waits for.
+fn worth_one_retry(err: &RedisError) -> bool {
+    err.is_connection_dropped()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config_error(url: &str) -> String {
+        RedisBackend::new(url).err().expect("rejected").to_string()
+    }
+
+    #[test]
+    fn accepts_the_documented_url_forms() {
+        for url in [
+            "redis://127.0.0.1",
+            "redis://127.0.0.1:6380/2",
+            "redis://:secret@localhost:6379",
+            "redis://user:secret@localhost:6379/0",
+            "unix:///run/redis/redis.sock",
+        ] {
+            assert!(RedisBackend::new(url).is_ok(), "{url}");
+        }
+    }
+
+    #[test]
+    fn other_schemes_are_rejected_with_the_accepted_forms() {
+        let message = config_error("http://user:hunter2@127.0.0.1:6379");
+        assert!(message.contains("`http://`"), "{message}");
+        assert!(message.contains("redis://"), "{message}");
+        assert!(message.contains("unix://"), "{message}");
+        assert!(!message.contains("hunter2"), "{message}");
+    }
+
+    #[test]
+    fn malformed_urls_never_print_the_password() {
+        for url in [
+            "127.0.0.1:6379",
+            "hunter2",
+            "redis://:hunter2@127.0.0.1:6379/notadb",
+            "redis://:hunter2@0.0.0.0:6379",
+            ":hunter2@host://x",
+        ] {
+            let message = config_error(url);
+            assert!(message.contains("redis://"), "{message}");
+            assert!(!message.contains("hunter2"), "{message}");
+        }
+    }
+
+    #[test]
+    fn messages_name_the_server_without_its_password() {
+        let backend = RedisBackend::new("redis://:hunter2@127.0.0.1:6390/").unwrap();
+        assert_eq!(&*backend.address, "127.0.0.1:6390");
     }
 }

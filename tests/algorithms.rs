@@ -1,0 +1,649 @@
+//! The counting algorithms against a real redis-server.
+//!
+//! `scripts::*` run each Lua script with `EVAL` on hand-worked sequences and on what only
+//! Redis can show (writes, TTLs, the server clock, a key of another algorithm).
+//! `differential::*` drive the Redis and the memory backend through the same random calls
+//! at the same explicit times and require identical decisions, and check on those calls
+//! the bound each algorithm promises and that `retry_after` is exact.
+
+mod support;
+
+/// `EVAL`s the algorithms' scripts directly, with the shared protocol:
+/// `KEYS[1]`, `ARGV = consume, now_us (0: server TIME), count, window_us, ...`.
+mod scripts {
+    use crate::support::RedisServer;
+
+    const FIXED_WINDOW: &str = include_str!("../ratelimit-runtime/src/scripts/fixed_window.lua");
+    const SLIDING_WINDOW: &str =
+        include_str!("../ratelimit-runtime/src/scripts/sliding_window.lua");
+    const TOKEN_BUCKET: &str = include_str!("../ratelimit-runtime/src/scripts/token_bucket.lua");
+    const ALL: [(&str, &str); 3] = [
+        ("fixed_window", FIXED_WINDOW),
+        ("sliding_window", SLIDING_WINDOW),
+        ("token_bucket", TOKEN_BUCKET),
+    ];
+
+    /// A realistic "now" (µs since the epoch), a whole minute.
+    const NOW: u64 = 1_700_000_040_000_000;
+
+    fn eval(
+        conn: &mut redis::Connection,
+        script: &str,
+        key: &str,
+        consume: bool,
+        now_us: u64,
+        rules: &[(u64, u64)],
+    ) -> redis::RedisResult<[u64; 5]> {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(script)
+            .arg(1)
+            .arg(key)
+            .arg(if consume { "1" } else { "0" })
+            .arg(now_us);
+        for (count, window_us) in rules {
+            cmd.arg(count).arg(window_us);
+        }
+        let reply: Vec<u64> = cmd.query(conn)?;
+        Ok(reply.try_into().expect("five numbers"))
+    }
+
+    /// Runs `(offset from NOW, consume, expected reply)` steps on one key.
+    fn replay(script: &str, rules: &[(u64, u64)], steps: &[(u64, bool, [u64; 5])]) {
+        let server = RedisServer::start();
+        let mut conn = server.connection();
+        for (n, &(at, consume, expected)) in steps.iter().enumerate() {
+            let got = eval(&mut conn, script, "k", consume, NOW + at, rules).unwrap();
+            assert_eq!(got, expected, "step {n} at NOW + {at}");
+        }
+    }
+
+    #[test]
+    fn fixed_window_follows_the_hand_worked_sequence() {
+        // Windows of 1 ms and 250 µs, both starting at NOW.
+        replay(
+            FIXED_WINDOW,
+            &[(3, 1_000), (2, 250)],
+            &[
+                (400, true, [1, 1, 1, 100, 0]),
+                (499, false, [1, 1, 0, 1, 0]),
+                (499, true, [1, 1, 0, 1, 0]),
+                (499, true, [0, 1, 0, 1, 1]),
+                (500, true, [1, 0, 0, 500, 0]),
+                (501, true, [0, 0, 0, 499, 499]),
+                (1_000, true, [1, 1, 1, 250, 0]),
+            ],
+        );
+    }
+
+    #[test]
+    fn sliding_window_follows_the_hand_worked_sequence() {
+        replay(
+            SLIDING_WINDOW,
+            &[(4, 1_000)],
+            &[
+                (100, true, [1, 0, 3, 1_900, 0]),
+                (200, true, [1, 0, 2, 1_800, 0]),
+                (300, true, [1, 0, 1, 1_700, 0]),
+                (400, true, [1, 0, 0, 1_600, 0]),
+                (500, true, [0, 0, 0, 1_500, 750]),
+                (1_249, true, [0, 0, 0, 751, 1]),
+                (1_250, true, [1, 0, 0, 1_750, 0]),
+                (1_300, true, [0, 0, 0, 1_700, 200]),
+                (1_500, false, [1, 0, 0, 1_500, 0]),
+                (1_500, true, [1, 0, 0, 1_500, 0]),
+                (3_000, true, [1, 0, 3, 2_000, 0]),
+            ],
+        );
+    }
+
+    #[test]
+    fn token_bucket_follows_the_hand_worked_sequence() {
+        // 4 per 1000 µs: T = 250 µs. 3 per 1000 µs: T rounds up to 334 µs.
+        replay(
+            TOKEN_BUCKET,
+            &[(4, 1_000)],
+            &[
+                (0, true, [1, 0, 3, 250, 0]),
+                (0, true, [1, 0, 2, 500, 0]),
+                (0, true, [1, 0, 1, 750, 0]),
+                (0, true, [1, 0, 0, 1_000, 0]),
+                (0, true, [0, 0, 0, 1_000, 250]),
+                (100, true, [0, 0, 0, 900, 150]),
+                (250, true, [1, 0, 0, 1_000, 0]),
+                (375, true, [0, 0, 0, 875, 125]),
+            ],
+        );
+        replay(
+            TOKEN_BUCKET,
+            &[(3, 1_000)],
+            &[
+                (0, true, [1, 0, 2, 334, 0]),
+                (0, true, [1, 0, 1, 668, 0]),
+                (0, true, [1, 0, 0, 1_002, 0]),
+                (333, true, [0, 0, 0, 669, 1]),
+                (334, true, [1, 0, 0, 1_002, 0]),
+            ],
+        );
+    }
+
+    #[test]
+    fn equal_figures_bind_the_lowest_index() {
+        let server = RedisServer::start();
+        let mut conn = server.connection();
+        let mut run = |script, key, at, rules: &[(u64, u64)]| {
+            eval(&mut conn, script, key, true, NOW + at, rules).unwrap()
+        };
+        // Fixed window: both rules' windows end at NOW + 1000.
+        let rules = [(1, 1_000), (1, 500)];
+        assert_eq!(run(FIXED_WINDOW, "fw", 600, &rules), [1, 0, 0, 400, 0]);
+        assert_eq!(run(FIXED_WINDOW, "fw", 700, &rules), [0, 0, 0, 300, 300]);
+        // Token bucket: different rules, the same interval (500 µs) and burst span.
+        let rules = [(2, 1_000), (2, 999)];
+        assert_eq!(run(TOKEN_BUCKET, "tb", 0, &rules), [1, 0, 1, 500, 0]);
+        assert_eq!(run(TOKEN_BUCKET, "tb", 0, &rules), [1, 0, 0, 1_000, 0]);
+        assert_eq!(run(TOKEN_BUCKET, "tb", 0, &rules), [0, 0, 0, 1_000, 500]);
+        // Sliding window: a full current window and a full previous one free together.
+        let rules = [(1, 1_000), (1, 2_000)];
+        let _: () = redis::cmd("HSET")
+            .arg("sw")
+            .arg("alg")
+            .arg("sliding_window")
+            .arg("1:1000")
+            .arg(format!("{NOW}:1:0"))
+            .arg("1:2000")
+            .arg(format!("{NOW}:0:1"))
+            .query(&mut conn)
+            .unwrap();
+        let mut run = |script, key, at, rules: &[(u64, u64)]| {
+            eval(&mut conn, script, key, true, NOW + at, rules).unwrap()
+        };
+        assert_eq!(
+            run(SLIDING_WINDOW, "sw", 100, &rules),
+            [0, 0, 0, 1_900, 1_900]
+        );
+        let rules = [(2, 1_000), (2, 2_000)];
+        assert_eq!(
+            run(SLIDING_WINDOW, "fresh", 100, &rules),
+            [1, 0, 1, 1_900, 0]
+        );
+    }
+
+    #[test]
+    fn peeks_and_denials_write_nothing() {
+        let server = RedisServer::start();
+        let mut conn = server.connection();
+        for (name, script) in ALL {
+            let rules = [(1, 60_000_000)];
+            let peek = eval(&mut conn, script, name, false, NOW, &rules).unwrap();
+            assert_eq!(peek[0], 1, "{name}: a peek at an empty key is allowed");
+            let exists: bool = redis::cmd("EXISTS").arg(name).query(&mut conn).unwrap();
+            assert!(!exists, "{name}: a peek created the key");
+
+            assert_eq!(
+                eval(&mut conn, script, name, true, NOW, &rules).unwrap()[0],
+                1
+            );
+            let before: Vec<(String, String)> =
+                redis::cmd("HGETALL").arg(name).query(&mut conn).unwrap();
+            let ttl_before: i64 = redis::cmd("PTTL").arg(name).query(&mut conn).unwrap();
+            for consume in [true, false] {
+                let denied = eval(&mut conn, script, name, consume, NOW + 1, &rules).unwrap();
+                assert_eq!(denied[0], 0, "{name}");
+            }
+            let after: Vec<(String, String)> =
+                redis::cmd("HGETALL").arg(name).query(&mut conn).unwrap();
+            let ttl_after: i64 = redis::cmd("PTTL").arg(name).query(&mut conn).unwrap();
+            assert_eq!(before, after, "{name}: a denial changed the state");
+            assert!(ttl_after <= ttl_before, "{name}: a denial extended the TTL");
+            assert!(
+                before.contains(&("alg".to_owned(), name.to_owned())),
+                "{name}: {before:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_write_sets_the_ttl_the_state_needs() {
+        let server = RedisServer::start();
+        let mut conn = server.connection();
+        // 0.5 s before a minute boundary (NOW is one), with a 1 ms rule beside it.
+        let now = NOW + 59_500_000;
+        let rules = [(5, 1_000), (5, 60_000_000)];
+        // ceil(needed_us / 1000) + 1000 ms: fixed window until the minute's end, sliding
+        // window until the end of the next minute, token bucket until tat = now + T (12 s).
+        for (name, script, expected_ms) in [
+            ("fixed_window", FIXED_WINDOW, 500 + 1_000),
+            ("sliding_window", SLIDING_WINDOW, 60_500 + 1_000),
+            ("token_bucket", TOKEN_BUCKET, 12_000 + 1_000),
+        ] {
+            eval(&mut conn, script, name, true, now, &rules).unwrap();
+            let ttl: i64 = redis::cmd("PTTL").arg(name).query(&mut conn).unwrap();
+            assert!(
+                (expected_ms - 200..=expected_ms).contains(&ttl),
+                "{name}: PTTL {ttl}, expected about {expected_ms}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_key_holding_another_algorithms_state_is_an_error() {
+        let server = RedisServer::start();
+        let mut conn = server.connection();
+        let rules = [(3, 1_000_000)];
+        for (owner, owner_script) in ALL {
+            eval(&mut conn, owner_script, owner, true, NOW, &rules).unwrap();
+            for (other, script) in ALL.into_iter().filter(|(n, _)| *n != owner) {
+                for consume in [true, false] {
+                    let err = eval(&mut conn, script, owner, consume, NOW, &rules).unwrap_err();
+                    let text = err.to_string();
+                    assert!(
+                        text.contains(&format!("holds {owner} state, not {other}")),
+                        "{text}"
+                    );
+                }
+            }
+        }
+        // A sliding log's sorted set is refused by Redis itself.
+        let _: () = redis::cmd("ZADD")
+            .arg("log")
+            .arg(1)
+            .arg("a")
+            .query(&mut conn)
+            .unwrap();
+        for (name, script) in ALL {
+            let err = eval(&mut conn, script, "log", true, NOW, &rules).unwrap_err();
+            assert!(err.to_string().contains("WRONGTYPE"), "{name}: {err}");
+        }
+    }
+
+    #[test]
+    fn now_zero_reads_the_server_clock() {
+        let server = RedisServer::start();
+        let mut conn = server.connection();
+        let server_now = |conn: &mut redis::Connection| -> u64 {
+            let (s, us): (u64, u64) = redis::cmd("TIME").query(conn).unwrap();
+            s * 1_000_000 + us
+        };
+        // 250 ms windows: the reply places the server's time within the window.
+        let window = 250_000;
+        for (name, script) in ALL {
+            let before = server_now(&mut conn);
+            let reply = eval(&mut conn, script, name, true, 0, &[(2, window)]).unwrap();
+            let after = server_now(&mut conn);
+            assert_eq!(reply[0], 1, "{name}");
+            let end = |now: u64| now - now % window + window;
+            match name {
+                // Time to the end of the window holding the script's `now`.
+                "fixed_window" => {
+                    assert!(reply[3] > 0 && reply[3] <= window);
+                    if end(before) == end(after) {
+                        let range = (end(after) - after)..=(end(before) - before);
+                        assert!(range.contains(&reply[3]), "{} not in {range:?}", reply[3]);
+                    }
+                }
+                "sliding_window" => assert!(reply[3] > window && reply[3] <= 2 * window),
+                // Independent of `now` when fresh; written as an absolute tat.
+                _ => {
+                    assert_eq!(reply[3], window / 2);
+                    let tat: u64 = redis::cmd("HGET")
+                        .arg(name)
+                        .arg(format!("2:{window}"))
+                        .query(&mut conn)
+                        .unwrap();
+                    assert!((before + window / 2..=after + window / 2).contains(&tat));
+                }
+            }
+        }
+    }
+
+    /// The weighted count `ceil(prev * (w - e) / w)` and the retry times, as documented in
+    /// `algorithm/sliding_window.rs`, in u128.
+    fn sliding_window_reference(count: u64, w: u64, e: u64, curr: u64, prev: u64) -> [u64; 5] {
+        let mul_div = |a: u64, b: u64, d: u64| (a as u128 * b as u128 / d as u128) as u64;
+        let weighted = (prev as u128 * (w - e) as u128).div_ceil(w as u128) as u64;
+        if curr + 1 + weighted <= count {
+            return [1, 0, count - curr - 1 - weighted, 2 * w - e, 0];
+        }
+        let retry = if curr < count {
+            w - mul_div(w, count - curr - 1, prev) - e
+        } else {
+            (w - e) + w - mul_div(w, count - 1, curr)
+        };
+        let reset = if curr > 0 { 2 * w - e } else { w - e };
+        [0, 0, 0, reset, retry]
+    }
+
+    /// `a^-1 mod m`, for `a` coprime to `m`.
+    fn inverse(a: u64, m: u64) -> u64 {
+        let (mut r0, mut r1) = (a as i128, m as i128);
+        let (mut s0, mut s1) = (1i128, 0i128);
+        while r1 != 0 {
+            let q = r0 / r1;
+            (r0, r1) = (r1, r0 - q * r1);
+            (s0, s1) = (s1, s0 - q * s1);
+        }
+        assert_eq!(r0, 1, "{a} and {m} are not coprime");
+        s0.rem_euclid(m as i128) as u64
+    }
+
+    fn gcd(a: u64, b: u64) -> u64 {
+        if b == 0 {
+            a
+        } else {
+            gcd(b, a % b)
+        }
+    }
+
+    #[test]
+    fn sliding_window_stays_exact_where_products_pass_2_pow_53() {
+        let server = RedisServer::start();
+        let mut conn = server.connection();
+        // count * window far beyond 2^53 (~9.007e15).
+        let cases = [
+            (1_000_000u64, 86_400_000_000u64),
+            (3_000_000_007, 3_600_000_000),
+        ];
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |bound: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % bound
+        };
+        let mut checked = 0;
+        for (count, w) in cases {
+            // (elapsed, curr, prev)
+            let mut samples = Vec::new();
+            // Around where the weight crosses a whole call.
+            for _ in 0..50 {
+                let prev = count - next(count / 10 + 1);
+                let curr = if next(4) == 0 {
+                    count
+                } else {
+                    next(count / 10 + 1)
+                };
+                let k = count.saturating_sub(curr + 1).min(prev);
+                let boundary = w - (w as u128 * k as u128 / prev as u128) as u64;
+                samples.push((
+                    (boundary + next(3)).saturating_sub(1).min(w - 1),
+                    curr,
+                    prev,
+                ));
+            }
+            // Products one off a multiple of the divisor, which doubles cannot hold: the
+            // weight `prev * (w - e) = k * w + 1` (ceil is k + 1), and for the retry
+            // `w * k = q * prev - 1` (floor is q - 1).
+            let coprime = (1..count).map(|j| count - j).filter(|p| gcd(*p, w) == 1);
+            for prev in coprime.take(10) {
+                samples.push((w - inverse(prev, w), 0, prev));
+                let k = prev - inverse(w % prev, prev);
+                samples.push((0, count - 1 - k, prev));
+            }
+            let field = format!("{count}:{w}");
+            let start = NOW / w * w;
+            for (e, curr, prev) in samples {
+                let state = format!("{start}:{curr}:{prev}");
+                let _: () = redis::cmd("HSET")
+                    .arg("sw")
+                    .arg("alg")
+                    .arg("sliding_window")
+                    .arg(&field)
+                    .arg(&state)
+                    .query(&mut conn)
+                    .unwrap();
+                let rules = [(count, w)];
+                let got = eval(&mut conn, SLIDING_WINDOW, "sw", false, start + e, &rules).unwrap();
+                let expected = sliding_window_reference(count, w, e, curr, prev);
+                assert_eq!(got, expected, "count {count}, w {w}, e {e}, state {state}");
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 2 * (50 + 20));
+    }
+}
+
+/// Redis and memory, lock-step, on proptest-generated calls at explicit times.
+mod differential {
+    use std::cell::Cell;
+    use std::time::Duration;
+
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    use redis_ratelimit::{Algorithm, Decision, Limiter, Rule};
+
+    use crate::support::RedisServer;
+
+    const ALGORITHMS: [Algorithm; 4] = [
+        Algorithm::SlidingLog,
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::TokenBucket,
+    ];
+
+    #[derive(Clone, Debug)]
+    struct Call {
+        /// µs after the previous call.
+        gap_us: u64,
+        consume: bool,
+    }
+
+    #[derive(Clone, Debug)]
+    struct Case {
+        rules: Vec<Rule>,
+        start_us: u64,
+        calls: Vec<Call>,
+    }
+
+    fn rule() -> impl Strategy<Value = Rule> {
+        let us =
+            |(count, window_us): (u64, u64)| Rule::new(count, Duration::from_micros(window_us));
+        prop_oneof![
+            // Microsecond windows.
+            (1u64..=4, 1u64..=2_000).prop_map(us),
+            // Whole units, sub-second to a minute.
+            (
+                1u64..=6,
+                prop::sample::select(vec![1_000u64, 100_000, 250_000, 1_000_000, 60_000_000])
+            )
+                .prop_map(us),
+            // Anything in between, including counts that never fill.
+            (1u64..=200, 1u64..=5_000_000).prop_map(us),
+            // count * window beyond 2^53: a day at a million.
+            Just(Rule::new(1_000_000, Duration::from_secs(86_400))),
+        ]
+    }
+
+    fn call() -> impl Strategy<Value = Call> {
+        let gap = prop_oneof![
+            4 => Just(0u64),
+            6 => 0u64..200,
+            6 => 0u64..300_000,
+            3 => 0u64..10_000_000,
+            1 => 0u64..200_000_000_000,
+        ];
+        (gap, prop::bool::weighted(0.8)).prop_map(|(gap_us, consume)| Call { gap_us, consume })
+    }
+
+    fn case() -> impl Strategy<Value = Case> {
+        (
+            prop::collection::vec(rule(), 1..=3),
+            1_600_000_000_000_000u64..1_700_000_000_000_000,
+            prop::collection::vec(call(), 1..=60),
+        )
+            .prop_map(|(rules, start_us, calls)| Case {
+                rules,
+                start_us,
+                calls,
+            })
+    }
+
+    struct Backends {
+        redis: Limiter,
+        memory: Limiter,
+    }
+
+    impl Backends {
+        /// Both backends' answer, required to be the same.
+        async fn check(
+            &self,
+            algorithm: Algorithm,
+            key: &str,
+            rules: &[Rule],
+            consume: bool,
+            now_us: u64,
+        ) -> Result<Decision, TestCaseError> {
+            let now = Duration::from_micros(now_us);
+            let redis = self
+                .redis
+                .check_at(algorithm, key, rules, consume, now)
+                .await;
+            let memory = self
+                .memory
+                .check_at(algorithm, key, rules, consume, now)
+                .await;
+            let (redis, memory) = match (redis, memory) {
+                (Ok(r), Ok(m)) => (r, m),
+                (r, m) => return Err(TestCaseError::fail(format!("redis {r:?}, memory {m:?}"))),
+            };
+            prop_assert_eq!(
+                redis,
+                memory,
+                "{:?} {} at {} (consume {})",
+                algorithm,
+                key,
+                now_us,
+                consume
+            );
+            prop_assert_eq!(redis.allowed, redis.retry_after.is_none());
+            prop_assert_eq!(redis.rule, rules[redis.rule_index]);
+            Ok(redis)
+        }
+    }
+
+    /// Runs one case's calls for `algorithm` on both backends and checks, on the way, that
+    /// `retry_after` is exact for the binding rule; returns the times of admitted calls.
+    async fn run(
+        backends: &Backends,
+        algorithm: Algorithm,
+        key: &str,
+        case: &Case,
+    ) -> Result<Vec<u64>, TestCaseError> {
+        let mut now = case.start_us;
+        let mut admitted = Vec::new();
+        for call in &case.calls {
+            now += call.gap_us;
+            let d = backends
+                .check(algorithm, key, &case.rules, call.consume, now)
+                .await?;
+            if d.allowed {
+                if call.consume {
+                    admitted.push(now);
+                }
+                continue;
+            }
+            prop_assert_eq!(d.remaining, 0);
+            let retry = d.retry_after.expect("denied").as_micros() as u64;
+            prop_assert!(retry > 0, "denied with retry_after 0");
+            // The binding rule alone, on the same key: still denied a µs early, admitted on time.
+            let binding = [d.rule];
+            let early = backends
+                .check(algorithm, key, &binding, false, now + retry - 1)
+                .await?;
+            prop_assert!(
+                !early.allowed,
+                "{:?}: admitted before retry_after",
+                algorithm
+            );
+            let on_time = backends
+                .check(algorithm, key, &binding, false, now + retry)
+                .await?;
+            prop_assert!(on_time.allowed, "{:?}: denied at retry_after", algorithm);
+        }
+        Ok(admitted)
+    }
+
+    /// The bound `algorithm` promises for `rule`, over the admitted calls' times.
+    fn within_bound(algorithm: Algorithm, rule: Rule, admitted: &[u64]) -> Result<(), String> {
+        let (count, w) = (rule.count(), rule.window().as_micros() as u64);
+        match algorithm {
+            // At most `count` in any window [t, t + w).
+            Algorithm::SlidingLog => {
+                for (i, t) in admitted.iter().enumerate() {
+                    if let Some(later) = admitted.get(i + count as usize) {
+                        if later - t < w {
+                            return Err(format!("{} calls within {} µs", count + 1, later - t));
+                        }
+                    }
+                }
+            }
+            // At most `count` per aligned window.
+            Algorithm::FixedWindow | Algorithm::SlidingWindow => {
+                for (i, t) in admitted.iter().enumerate() {
+                    let same = admitted[i..].iter().filter(|u| *u / w == t / w).count() as u64;
+                    if same > count {
+                        return Err(format!("{same} calls in the window starting {}", t / w * w));
+                    }
+                }
+            }
+            // At most count + floor(t / T) in any interval of length t.
+            Algorithm::TokenBucket => {
+                let interval = w.div_ceil(count);
+                for (i, a) in admitted.iter().enumerate() {
+                    for (j, b) in admitted.iter().enumerate().skip(i) {
+                        let calls = (j - i + 1) as u64;
+                        if calls > count + (b - a) / interval {
+                            return Err(format!("{calls} calls within {} µs", b - a));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn backends_agree_and_every_algorithm_keeps_its_bound() {
+        let server = RedisServer::start();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let backends = Backends {
+            // Generous: a loaded machine must not turn a slow reply into a failure.
+            redis: Limiter::redis(&server.url())
+                .unwrap()
+                .timeout(Duration::from_secs(10)),
+            memory: Limiter::memory(),
+        };
+        let mut runner = TestRunner::new(Config {
+            cases: 64,
+            failure_persistence: None,
+            ..Config::default()
+        });
+        let case_no = Cell::new(0u64);
+        let denials = Cell::new(0usize);
+        runner
+            .run(&case(), |case| {
+                case_no.set(case_no.get() + 1);
+                runtime.block_on(async {
+                    for algorithm in ALGORITHMS {
+                        let key = format!("differential:{}:{}", case_no.get(), algorithm.name());
+                        let admitted = run(&backends, algorithm, &key, &case).await?;
+                        let consumed = case.calls.iter().filter(|c| c.consume).count();
+                        denials.set(denials.get() + consumed - admitted.len());
+                        for rule in &case.rules {
+                            if let Err(violation) = within_bound(algorithm, *rule, &admitted) {
+                                return Err(TestCaseError::fail(format!(
+                                    "{algorithm:?} broke {rule}: {violation}"
+                                )));
+                            }
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .unwrap();
+        // The generated calls must reach denials, or the retry checks prove nothing.
+        assert!(denials.get() > 300, "only {} denials", denials.get());
+    }
+}

@@ -1,0 +1,102 @@
+//! Separate OS processes sharing one Redis key share one budget: the limit holds across
+//! processes, not per process.
+//!
+//! The parent test re-runs this test binary as child processes, each running only the
+//! ignored `child_checks_the_shared_key` with its orders in environment variables, and adds
+//! up what the children report on stdout.
+
+mod support;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use redis_ratelimit::{Limiter, Rule};
+
+const URL_ENV: &str = "RATELIMIT_CHILD_REDIS_URL";
+const KEY_ENV: &str = "RATELIMIT_CHILD_KEY";
+/// Milliseconds since the epoch at which every child starts checking, so they overlap.
+const START_ENV: &str = "RATELIMIT_CHILD_START_MS";
+
+const LIMIT: u64 = 100;
+const RULES: [Rule; 1] = [Rule::new(LIMIT, Duration::from_secs(60))];
+const CHECKS_PER_CHILD: usize = 150;
+const CHILDREN: usize = 2;
+const CHILD_TEST: &str = "child_checks_the_shared_key";
+
+fn epoch_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+#[test]
+fn processes_sharing_a_key_admit_exactly_the_limit_together() {
+    let server = support::RedisServer::start();
+    let start_at = epoch_ms() + 500;
+    let children: Vec<_> = (0..CHILDREN)
+        .map(|_| {
+            Command::new(std::env::current_exe().unwrap())
+                .args([CHILD_TEST, "--exact", "--ignored", "--nocapture"])
+                .args(["--test-threads", "1"])
+                .env(URL_ENV, server.url())
+                .env(KEY_ENV, "rate_limit:global:shared")
+                .env(START_ENV, start_at.to_string())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("start a child process")
+        })
+        .collect();
+
+    let mut admitted = Vec::new();
+    for child in children {
+        let output = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "child failed: {stdout}");
+        let count = stdout
+            .lines()
+            // libtest may print the test's name on the same line first.
+            .find_map(|line| line.split_once("admitted=").map(|(_, count)| count))
+            .unwrap_or_else(|| panic!("no count in the child's output: {stdout}"));
+        admitted.push(count.trim().parse::<u64>().unwrap());
+    }
+    assert_eq!(
+        admitted.iter().sum::<u64>(),
+        LIMIT,
+        "admitted per process: {admitted:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "child of processes_sharing_a_key_admit_exactly_the_limit_together"]
+async fn child_checks_the_shared_key() {
+    let (Ok(url), Ok(key), Ok(start)) = (
+        std::env::var(URL_ENV),
+        std::env::var(KEY_ENV),
+        std::env::var(START_ENV),
+    ) else {
+        eprintln!("{CHILD_TEST} only runs as a child of the test that starts it");
+        return;
+    };
+    // Generous: the point is counting across processes, on a machine busy starting them.
+    let limiter = Limiter::redis(&url)
+        .unwrap()
+        .timeout(Duration::from_secs(2));
+    limiter.check("warm-up", &RULES).await.unwrap();
+    let start: u64 = start.parse().unwrap();
+    tokio::time::sleep(Duration::from_millis(start.saturating_sub(epoch_ms()))).await;
+
+    let limiter: &'static Limiter = Box::leak(Box::new(limiter));
+    let key: &'static str = Box::leak(key.into_boxed_str());
+    let checks: Vec<_> = (0..CHECKS_PER_CHILD)
+        .map(|_| tokio::spawn(async move { limiter.check(key, &RULES).await }))
+        .collect();
+    let mut admitted = 0;
+    for check in checks {
+        if check.await.unwrap().expect("check").allowed {
+            admitted += 1;
+        }
+    }
+    println!("admitted={admitted}");
+}

@@ -1,0 +1,270 @@
+//! How the Redis backend behaves when Redis misbehaves: a flushed script cache, a killed,
+//! stalled or restarted server, a server that is not there yet, and a bad URL.
+
+mod support;
+
+use std::borrow::Cow;
+use std::time::{Duration, Instant};
+
+use redis_ratelimit::__private::{CallSite, SiteConfig};
+use redis_ratelimit::{
+    Algorithm, BackendError, BackendErrorKind, LimitType, Limiter, RateLimitError, Rule,
+};
+use support::RedisServer;
+
+const TIMEOUT: Duration = Duration::from_millis(100);
+/// What a loaded test machine may add to a timeout before a call counts as hung.
+const SLACK: Duration = Duration::from_millis(150);
+
+static ONE_PER_MINUTE: [Rule; 1] = [Rule::new(1, Duration::from_secs(60))];
+static TEN_PER_MINUTE: [Rule; 1] = [Rule::new(10, Duration::from_secs(60))];
+
+/// A guarded call site, as `#[rate_limiter(rules(rule(count = 1, time = 60)), limit_type = CUSTOM, ..)]`
+/// expands to.
+static SITE: CallSite = CallSite::new(SiteConfig {
+    rules: &ONE_PER_MINUTE,
+    duplicate_rule: false,
+    algorithm: Algorithm::SlidingLog,
+    limit_type: LimitType::Custom,
+    prefix: "rate_limit:",
+    message: "too many requests",
+});
+
+fn limiter(server: &RedisServer, fail_open: bool) -> Limiter {
+    Limiter::redis(&server.url())
+        .unwrap()
+        .fail_open(fail_open)
+        .timeout(TIMEOUT)
+}
+
+/// One guarded call, timed.
+async fn guarded(limiter: &Limiter, key: &'static str) -> (Result<(), RateLimitError>, Duration) {
+    let start = Instant::now();
+    let result = SITE.check(limiter, Cow::Borrowed(key)).await;
+    (result, start.elapsed())
+}
+
+/// Checks until one succeeds, for at most `within`; returns how many failed first.
+async fn until_checks_work(limiter: &Limiter, within: Duration) -> usize {
+    let deadline = Instant::now() + within;
+    let mut failures = 0;
+    loop {
+        let start = Instant::now();
+        let result = limiter.check("probe", &TEN_PER_MINUTE).await;
+        assert!(start.elapsed() < TIMEOUT + SLACK, "a check hung");
+        match result {
+            Ok(_) => return failures,
+            Err(err) if Instant::now() < deadline => {
+                failures += 1;
+                eprintln!("not yet: {err}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(err) => panic!("checks still fail after {within:?}: {err}"),
+        }
+    }
+}
+
+fn assert_unavailable(err: &BackendError, server: &RedisServer) {
+    assert_eq!(err.kind(), BackendErrorKind::Unavailable, "{err}");
+    let message = err.to_string();
+    let address = format!("127.0.0.1:{}", server.port());
+    assert!(
+        message.starts_with(&format!("cannot reach Redis at {address}")),
+        "{message}"
+    );
+    assert!(message.contains("is it running?"), "{message}");
+}
+
+#[tokio::test]
+async fn a_flushed_script_cache_is_reloaded_transparently() {
+    let server = RedisServer::start();
+    let limiter = limiter(&server, false);
+    let mut conn = server.connection();
+    for remaining in (0..10).rev() {
+        if remaining % 3 == 0 {
+            let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut conn).unwrap();
+        }
+        let d = limiter.check("k", &TEN_PER_MINUTE).await.unwrap();
+        assert_eq!((d.allowed, d.remaining), (true, remaining));
+    }
+    assert!(!limiter.check("k", &TEN_PER_MINUTE).await.unwrap().allowed);
+}
+
+#[tokio::test]
+async fn fail_open_lets_guarded_calls_through_while_redis_is_down() {
+    let mut server = RedisServer::start();
+    let limiter = limiter(&server, true);
+    assert!(guarded(&limiter, "open").await.0.is_ok());
+    assert!(matches!(
+        guarded(&limiter, "open").await.0,
+        Err(RateLimitError::Limited { .. })
+    ));
+
+    server.kill();
+    for _ in 0..20 {
+        let (result, elapsed) = guarded(&limiter, "open").await;
+        assert!(result.is_ok(), "{result:?}");
+        assert!(elapsed < TIMEOUT + SLACK, "{elapsed:?}");
+    }
+    // The programmatic API still reports the failure.
+    let err = limiter.check("open", &ONE_PER_MINUTE).await.unwrap_err();
+    assert_unavailable(&err, &server);
+}
+
+#[tokio::test]
+async fn fail_closed_refuses_guarded_calls_quickly_while_redis_is_down() {
+    let mut server = RedisServer::start();
+    let limiter = limiter(&server, false);
+    assert!(guarded(&limiter, "closed").await.0.is_ok());
+
+    server.kill();
+    for _ in 0..20 {
+        let (result, elapsed) = guarded(&limiter, "closed").await;
+        match result {
+            Err(RateLimitError::Backend(err)) => assert_unavailable(&err, &server),
+            other => panic!("expected a backend error, got {other:?}"),
+        }
+        assert!(elapsed < TIMEOUT + SLACK, "{elapsed:?}");
+    }
+}
+
+#[tokio::test]
+async fn concurrent_calls_to_a_dead_redis_all_fail_within_the_timeout() {
+    let mut server = RedisServer::start();
+    let limiter: &'static Limiter = Box::leak(Box::new(limiter(&server, false)));
+    limiter.check("k", &TEN_PER_MINUTE).await.unwrap();
+    server.kill();
+    let calls: Vec<_> = (0..200)
+        .map(|_| tokio::spawn(async move { guarded(limiter, "k").await }))
+        .collect();
+    for call in calls {
+        let (result, elapsed) = call.await.unwrap();
+        assert!(
+            matches!(result, Err(RateLimitError::Backend(_))),
+            "{result:?}"
+        );
+        assert!(elapsed < TIMEOUT + SLACK, "{elapsed:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_stalled_redis_times_out_and_later_answers_stay_in_order() {
+    let server = RedisServer::start();
+    let limiter = limiter(&server, false);
+    let first = limiter.check("k", &TEN_PER_MINUTE).await.unwrap();
+    assert_eq!(first.remaining, 9);
+
+    let mut conn = server.connection();
+    let pause = Duration::from_millis(400);
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(pause.as_millis() as u64)
+        .arg("ALL")
+        .query(&mut conn)
+        .unwrap();
+    let start = Instant::now();
+    let err = limiter.check("k", &TEN_PER_MINUTE).await.unwrap_err();
+    let elapsed = start.elapsed();
+    assert_eq!(err.kind(), BackendErrorKind::Timeout, "{err}");
+    assert!(
+        elapsed >= TIMEOUT && elapsed < TIMEOUT + SLACK,
+        "{elapsed:?}"
+    );
+
+    tokio::time::sleep(pause).await;
+    // The timed-out call ran once Redis resumed, so it counted; the next answer is this
+    // call's own, not the late answer to the one that timed out.
+    let d = limiter.check("k", &TEN_PER_MINUTE).await.unwrap();
+    assert_eq!(d.remaining, 7);
+}
+
+#[tokio::test]
+async fn checks_work_again_after_a_restart_without_rebuilding_the_limiter() {
+    let mut server = RedisServer::start();
+    let limiter = limiter(&server, false);
+    assert!(limiter.check("k", &ONE_PER_MINUTE).await.unwrap().allowed);
+
+    server.kill();
+    let err = limiter.check("k", &ONE_PER_MINUTE).await.unwrap_err();
+    assert_unavailable(&err, &server);
+
+    server.restart();
+    let failures = until_checks_work(&limiter, Duration::from_secs(2)).await;
+    assert_eq!(failures, 0, "the first check after the restart failed");
+    // The restarted server is empty: the key counts from zero.
+    assert!(limiter.check("k", &ONE_PER_MINUTE).await.unwrap().allowed);
+
+    // Restarted while idle: the first call finds the old connection broken and uses a new one.
+    server.restart();
+    let d = limiter.check("k", &ONE_PER_MINUTE).await.unwrap();
+    assert!(d.allowed);
+}
+
+#[tokio::test]
+async fn redis_down_at_first_use_fails_then_works_once_it_is_up() {
+    let mut server = RedisServer::start();
+    server.kill();
+    let limiter = limiter(&server, false);
+    for _ in 0..3 {
+        let start = Instant::now();
+        let err = limiter.check("k", &ONE_PER_MINUTE).await.unwrap_err();
+        assert_unavailable(&err, &server);
+        assert!(start.elapsed() < TIMEOUT + SLACK);
+    }
+    let (result, _) = guarded(&limiter, "k").await;
+    assert!(
+        matches!(result, Err(RateLimitError::Backend(_))),
+        "{result:?}"
+    );
+
+    server.restart();
+    let failures = until_checks_work(&limiter, Duration::from_secs(2)).await;
+    assert_eq!(failures, 0, "the first check after Redis came up failed");
+    assert!(guarded(&limiter, "k").await.0.is_ok());
+}
+
+#[test]
+fn a_bad_url_is_a_clear_config_error() {
+    let err = Limiter::redis("http://:hunter2@127.0.0.1:6379").unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.contains("unsupported Redis URL scheme `http://`"),
+        "{message}"
+    );
+    assert!(
+        message.contains("redis://[[user]:password@]host[:port][/db]"),
+        "{message}"
+    );
+    assert!(!message.contains("hunter2"), "{message}");
+
+    let err = Limiter::redis("redis://:hunter2@127.0.0.1:6379/not-a-db").unwrap_err();
+    let message = err.to_string();
+    assert!(message.starts_with("invalid Redis URL"), "{message}");
+    assert!(message.contains("database"), "{message}");
+    assert!(!message.contains("hunter2"), "{message}");
+
+    let err = Limiter::redis("localhost:6379").unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("invalid Redis URL; expected redis://"),
+        "{err}"
+    );
+}
+
+/// A `static` or global limiter outlives the runtime that first used it (each
+/// `#[tokio::test]` has its own): the connection made there dies with it.
+#[test]
+fn a_limiter_keeps_working_after_the_runtime_that_connected_it_is_gone() {
+    let server = RedisServer::start();
+    let limiter = limiter(&server, false);
+    for round in 0..3u64 {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let d = runtime
+            .block_on(limiter.check("k", &TEN_PER_MINUTE))
+            .unwrap_or_else(|err| panic!("round {round}: {err}"));
+        assert_eq!(d.remaining, 9 - round);
+    }
+}
