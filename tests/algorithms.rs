@@ -8,6 +8,67 @@
 
 mod support;
 
+/// The public programmatic API, on each backend's own clock (Redis `TIME`, system time).
+mod api {
+    use std::time::Duration;
+
+    use redis_ratelimit::{Algorithm, Rule};
+
+    use crate::support;
+
+    /// Windows of an hour: a run of calls never straddles a boundary that would reset a
+    /// fixed window (or shift a sliding one) in a way these assertions do not expect.
+    const RULES: [Rule; 2] = [Rule::per_hour(2), Rule::per_day(100)];
+    const COUNTING: [Algorithm; 3] = [
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::TokenBucket,
+    ];
+
+    crate::backend_tests! {
+        async fn every_algorithm_limits_through_check_with_and_peek_with() {
+            let l = support::limiter();
+            for algorithm in COUNTING {
+                let key = format!("api:{}", algorithm.name());
+                let first = l.check_with(algorithm, &key, &RULES).await.unwrap();
+                assert!(first.allowed, "{algorithm:?}");
+                assert_eq!((first.limit, first.remaining, first.rule_index), (2, 1, 0));
+                let peek = l.peek_with(algorithm, &key, &RULES).await.unwrap();
+                assert_eq!((peek.allowed, peek.remaining), (true, 0), "{algorithm:?}");
+                assert!(l.check_with(algorithm, &key, &RULES).await.unwrap().allowed);
+
+                let denied = l.check_with(algorithm, &key, &RULES).await.unwrap();
+                assert!(!denied.allowed, "{algorithm:?}");
+                assert_eq!((denied.rule, denied.remaining), (RULES[0], 0));
+                let retry = denied.retry_after.expect("denied");
+                assert!(retry > Duration::ZERO && retry <= Duration::from_secs(2 * 3600));
+                assert!(!l.peek_with(algorithm, &key, &RULES).await.unwrap().allowed);
+
+                l.reset(&key).await.unwrap();
+                let fresh = l.check_with(algorithm, &key, &RULES).await.unwrap();
+                assert_eq!((fresh.allowed, fresh.remaining), (true, 1), "{algorithm:?}");
+            }
+        }
+
+        async fn a_key_counted_by_one_algorithm_refuses_another() {
+            let l = support::limiter();
+            let all = [Algorithm::SlidingLog, COUNTING[0], COUNTING[1], COUNTING[2]];
+            for owner in all {
+                let key = format!("owned:{}", owner.name());
+                assert!(l.check_with(owner, &key, &RULES).await.unwrap().allowed);
+                for other in all.into_iter().filter(|a| *a != owner) {
+                    let err = l.check_with(other, &key, &RULES).await.unwrap_err();
+                    assert!(err.to_string().contains(&key), "{owner:?} then {other:?}: {err}");
+                    assert!(l.peek_with(other, &key, &RULES).await.is_err());
+                }
+                // The owner's state is untouched by the refused calls.
+                let again = l.check_with(owner, &key, &RULES).await.unwrap();
+                assert_eq!((again.allowed, again.remaining), (true, 0), "{owner:?}");
+            }
+        }
+    }
+}
+
 /// `EVAL`s the algorithms' scripts directly, with the shared protocol:
 /// `KEYS[1]`, `ARGV = consume, now_us (0: server TIME), count, window_us, ...`.
 mod scripts {

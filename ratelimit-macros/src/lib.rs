@@ -1,9 +1,136 @@
-//! The `#[rate_limiter]` attribute of `redis-ratelimit`. Use it through that crate.
+//! The `#[rate_limiter]` attribute of [`redis-ratelimit`](https://docs.rs/redis-ratelimit).
+//! Use it through that crate, which re-exports it together with the runtime it expands to.
+
+mod args;
+mod expand;
+mod item;
 
 use proc_macro::TokenStream;
 
-/// Rate-limits an `async fn`. See the `redis-ratelimit` crate for the arguments.
+use crate::args::{Errors, RawArgs};
+use crate::item::ItemFn;
+
+/// Rate-limits an `async fn`: before the body runs, every rule of this call site is checked
+/// for the caller, atomically, in one round trip to the limiter's backend. When a rule is
+/// exceeded the body does not run and the function returns the error.
+///
+/// ```
+/// use redis_ratelimit::{rate_limiter, RateLimitError};
+///
+/// /// At most 3 codes a minute and 1 every 5 seconds per phone number.
+/// #[rate_limiter(rules("3/minute"), prevent_duplicate = true, limit_type = CUSTOM, by = phone)]
+/// async fn send_code(phone: &str) -> Result<String, RateLimitError> {
+///     Ok(format!("code sent to {phone}"))
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// assert!(send_code("+1 555 0100").await.is_ok());
+/// let err = send_code("+1 555 0100").await.unwrap_err();
+/// assert!(matches!(err, RateLimitError::Limited { .. }));
+/// # }
+/// ```
+///
+/// It goes on an `async fn`: a free function or a method (`&self`, `&mut self`, `self`), with
+/// generics, lifetimes, `impl Trait` arguments and where-clauses. The signature, doc comments,
+/// other attributes and visibility are kept as written, and the returned future is `Send`
+/// whenever the body's is.
+///
+/// # Arguments
+///
+/// All are optional, but at least one rule or `prevent_duplicate = true` is required.
+///
+/// | argument | meaning | default |
+/// |---|---|---|
+/// | `rules(...)` | one or more rules, each `rule(count = N, time = T, unit = U)` or a string: `"10/minute"`, `"10/60s"`, `"20 per 2 minutes"`, `"5/second"`, `"1000/day"` | none |
+/// | `unit` in `rule` | `MILLISECONDS`, `SECONDS`, `MINUTES`, `HOURS`, `DAYS` (any case) | `SECONDS` |
+/// | `prevent_duplicate = bool` | add the duplicate-submission rule | `false` |
+/// | `prevent_duplicate_rule = rule(...)` | that rule (only with `prevent_duplicate = true`) | `rule(count = 1, time = 5)` |
+/// | `limit_type = IP / USER_ID / GLOBAL / CUSTOM` | whose budget is counted (any case) | `IP` |
+/// | `by = <expr>` | the identity: any expression in the function's scope whose value is `Display`, e.g. `by = phone`, `by = self.tenant`, `by = addr.ip()`. Required for `CUSTOM`; for `IP` and `USER_ID` it overrides the request context; not allowed with `GLOBAL` | the request context |
+/// | `key = "prefix:"` | key prefix | `"rate_limit:"` |
+/// | `message = "..."` | text carried by [`RateLimitError::Limited`] | `"too many requests"` |
+/// | `algorithm = SLIDING_LOG / FIXED_WINDOW / SLIDING_WINDOW / TOKEN_BUCKET` | how rules are counted (any case) | `SLIDING_LOG` |
+/// | `on_limit = path` | a `fn(RateLimitError) -> R`, `R` the function's return type, called for a refused call; required when the return type is not a `Result` | none |
+/// | `limiter = <expr>` | the limiter to use instead of the global one: an expression giving a `&Limiter` (or anything that derefs to a `Limiter`, such as an `Arc<Limiter>` or a `LazyLock<Limiter>`) | the global limiter |
+/// | `crate = path` | path to `redis-ratelimit`, when it is re-exported under another name | `::redis_ratelimit` |
+///
+/// Rule strings take the forms `N/unit`, `N/<k><unit>`, `N per unit` and `N per k units`,
+/// with units `ms`/`millisecond(s)`, `s`/`sec(s)`/`second(s)`, `m`/`min(s)`/`minute(s)`,
+/// `h`/`hour(s)`, `d`/`day(s)` in any case. Rules are turned into constant data at compile
+/// time: nothing is parsed per call.
+///
+/// # What a refused call returns
+///
+/// When the identity is missing ([`RateLimitError::MissingIdentity`]), a rule is exceeded
+/// ([`RateLimitError::Limited`]) or a fail-closed limiter's backend fails
+/// ([`RateLimitError::Backend`]), the function returns `Err(From::from(err))`, so any error
+/// type with `From<RateLimitError>` works: `RateLimitError` itself,
+/// `Box<dyn Error + Send + Sync>`, `anyhow::Error`, or your own. The return type counts as a
+/// `Result` when its last path segment is `Result` or ends in `Result` (`Result<T, E>`,
+/// `io::Result<T>`, `ApiResult<T>`); any other return type needs `on_limit`, whose result is
+/// returned instead:
+///
+/// ```
+/// use redis_ratelimit::{rate_limiter, RateLimitError};
+///
+/// fn busy(err: RateLimitError) -> String {
+///     format!("try again later ({err})")
+/// }
+///
+/// #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, on_limit = busy)]
+/// async fn greet() -> String {
+///     "hello".to_owned()
+/// }
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// assert_eq!(greet().await, "hello");
+/// assert!(greet().await.starts_with("try again later"));
+/// # }
+/// ```
+///
+/// # Keys
+///
+/// Each call is counted under `{prefix}{type}:{identity}:{path}` (`{prefix}global:{path}` for
+/// `GLOBAL`), where `path` is the function's full path: module path, impl type for methods
+/// (generic arguments dropped), function name. For example
+/// `rate_limit:ip:203.0.113.9:my_app::handlers::send_code`.
+///
+/// # Errors at compile time
+///
+/// Misuse is a compile error on the offending token, saying what is allowed, and all errors
+/// of one attribute are reported together: a function that is not `async` (or is `const` or
+/// `extern`), an unknown or repeated argument, a count or time of 0, a window too long to
+/// count, an unknown unit, limit type or algorithm, an unparsable rule string, `by` with
+/// `GLOBAL`, `CUSTOM` without `by`, `prevent_duplicate_rule` without
+/// `prevent_duplicate = true`, no rule at all, and a non-`Result` return type without
+/// `on_limit`. An error type without `From<RateLimitError>` is reported at that type.
+///
+/// [`RateLimitError::Limited`]: https://docs.rs/redis-ratelimit/*/redis_ratelimit/enum.RateLimitError.html#variant.Limited
+/// [`RateLimitError::MissingIdentity`]: https://docs.rs/redis-ratelimit/*/redis_ratelimit/enum.RateLimitError.html#variant.MissingIdentity
+/// [`RateLimitError::Backend`]: https://docs.rs/redis-ratelimit/*/redis_ratelimit/enum.RateLimitError.html#variant.Backend
 #[proc_macro_attribute]
-pub fn rate_limiter(_args: TokenStream, item: TokenStream) -> TokenStream {
-    item
+pub fn rate_limiter(args: TokenStream, item: TokenStream) -> TokenStream {
+    let item = proc_macro2::TokenStream::from(item);
+    match rate_limit(args.into(), item.clone()) {
+        Ok(expanded) => expanded.into(),
+        // The function is kept as written, so that only the real error shows and IDEs still
+        // see it.
+        Err(err) => {
+            let mut unchanged = item;
+            unchanged.extend(err.into_compile_error());
+            unchanged.into()
+        }
+    }
+}
+
+fn rate_limit(
+    args: proc_macro2::TokenStream,
+    item: proc_macro2::TokenStream,
+) -> syn::Result<proc_macro2::TokenStream> {
+    let item: ItemFn = syn::parse2(item)?;
+    let mut errors = Errors::default();
+    item.check(&mut errors);
+    let args = errors.ok(syn::parse2::<RawArgs>(args).and_then(|raw| raw.validate(&item)));
+    errors.into_result()?;
+    let args = args.expect("no errors, so arguments");
+    Ok(expand::expand(&args, &item))
 }

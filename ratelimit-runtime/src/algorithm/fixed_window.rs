@@ -20,7 +20,7 @@
 //! `scripts/fixed_window.lua` is the same arithmetic for Redis; both are exact for times
 //! and windows below 2^53 µs.
 
-use super::Outcome;
+use super::{ttl_us, Outcome};
 use crate::decision::RawDecision;
 use crate::Rule;
 
@@ -137,11 +137,6 @@ pub(crate) fn check(state: &mut State, rules: &[Rule], now_us: u64, consume: boo
         decision,
         ttl_us: Some(ttl_us(last_end_us - now_us)),
     }
-}
-
-/// The script's `PEXPIRE`: whole milliseconds covering `needed_us`, plus one second.
-fn ttl_us(needed_us: u64) -> u64 {
-    (needed_us.div_ceil(1000) + 1000) * 1000
 }
 
 #[cfg(test)]

@@ -33,7 +33,7 @@
 //! state until the end of the next window (plus the TTL margin), after which the current
 //! count no longer weighs on anything.
 
-use super::Outcome;
+use super::{ttl_us, Outcome};
 use crate::decision::RawDecision;
 use crate::Rule;
 
@@ -191,11 +191,6 @@ pub(crate) fn check(state: &mut State, rules: &[Rule], now_us: u64, consume: boo
         decision,
         ttl_us: Some(ttl_us(needed_us)),
     }
-}
-
-/// The script's `PEXPIRE`: whole milliseconds covering `needed_us`, plus one second.
-fn ttl_us(needed_us: u64) -> u64 {
-    (needed_us.div_ceil(1000) + 1000) * 1000
 }
 
 #[cfg(test)]

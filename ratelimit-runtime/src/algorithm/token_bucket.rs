@@ -27,7 +27,7 @@
 //! `scripts/token_bucket.lua` is the same arithmetic for Redis; both are exact while times,
 //! windows and counts stay below 2^53.
 
-use super::Outcome;
+use super::{ttl_us, Outcome};
 use crate::decision::RawDecision;
 use crate::Rule;
 
@@ -134,11 +134,6 @@ pub(crate) fn check(state: &mut State, rules: &[Rule], now_us: u64, consume: boo
         decision,
         ttl_us: Some(ttl_us(needed_us)),
     }
-}
-
-/// The script's `PEXPIRE`: whole milliseconds covering `needed_us`, plus one second.
-fn ttl_us(needed_us: u64) -> u64 {
-    (needed_us.div_ceil(1000) + 1000) * 1000
 }
 
 #[cfg(test)]

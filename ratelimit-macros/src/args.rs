@@ -1,0 +1,978 @@
+//! The attribute's arguments: parsed and validated into a typed [`Args`].
+//!
+//! Every misuse becomes a `syn::Error` on the offending token. Errors are collected in
+//! [`Errors`] and parsing goes on past them, so one compile reports all of them.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{quote, ToTokens};
+use syn::parse::{Parse, ParseStream};
+use syn::{parenthesized, Expr, ExprPath, Ident, LitBool, LitInt, LitStr, Path, Token};
+
+use crate::item::{ItemFn, Returns};
+
+mod kw {
+    syn::custom_keyword!(rules);
+    syn::custom_keyword!(rule);
+    syn::custom_keyword!(count);
+    syn::custom_keyword!(time);
+    syn::custom_keyword!(unit);
+    syn::custom_keyword!(prevent_duplicate);
+    syn::custom_keyword!(prevent_duplicate_rule);
+    syn::custom_keyword!(limit_type);
+    syn::custom_keyword!(by);
+    syn::custom_keyword!(key);
+    syn::custom_keyword!(message);
+    syn::custom_keyword!(algorithm);
+    syn::custom_keyword!(on_limit);
+    syn::custom_keyword!(limiter);
+}
+
+const ARGUMENTS: &str = "rules, prevent_duplicate, prevent_duplicate_rule, limit_type, by, key, \
+                         message, algorithm, on_limit, limiter, crate";
+
+const RULE_FORMS: &str =
+    "expected \"N/unit\", \"N/<k><unit>\", \"N per unit\" or \"N per k units\" \
+     (e.g. \"10/minute\", \"10/60s\", \"20 per 2 minutes\"), with units ms, s, m, h, d or \
+     millisecond(s), sec(s), second(s), min(s), minute(s), hour(s), day(s)";
+
+/// The validated arguments of one `#[rate_limiter(...)]`.
+pub struct Args {
+    /// The rules of `rules(...)`, in the order written.
+    pub rules: Vec<Rule>,
+    /// The duplicate-submission rule, when `prevent_duplicate = true`.
+    pub duplicate_rule: Option<Rule>,
+    pub limit_type: LimitType,
+    /// `by = <expr>`.
+    pub by: Option<Expr>,
+    /// `key = "..."`; `None` for the default prefix.
+    pub prefix: Option<LitStr>,
+    /// `message = "..."`; `None` for the default message.
+    pub message: Option<LitStr>,
+    pub algorithm: Algorithm,
+    /// What a limited call returns.
+    pub limited: Limited,
+    /// `limiter = <expr>`; `None` for the global limiter.
+    pub limiter: Option<Expr>,
+    /// `crate = path`.
+    pub krate: Path,
+}
+
+impl Args {
+    pub const DEFAULT_PREFIX: &'static str = "rate_limit:";
+    pub const DEFAULT_MESSAGE: &'static str = "too many requests";
+}
+
+/// What a limited call returns: `on_limit(err)`, or `Err(From::from(err))` spanned at the
+/// function's error type.
+pub enum Limited {
+    OnLimit(ExprPath),
+    Err { error_span: Span },
+}
+
+/// One rule, its window already in milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rule {
+    pub count: u64,
+    pub window_ms: u64,
+}
+
+impl Rule {
+    /// `prevent_duplicate_rule`'s default: once per 5 seconds.
+    const DEFAULT_DUPLICATE: Rule = Rule {
+        count: 1,
+        window_ms: 5_000,
+    };
+
+    /// The longest window the runtime can count: it keeps windows in `u64` microseconds.
+    const MAX_WINDOW_MS: u64 = u64::MAX / 1_000;
+}
+
+/// `limit_type = ...`; expands to the runtime's variant name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LimitType {
+    Ip,
+    UserId,
+    Global,
+    Custom,
+}
+
+impl LimitType {
+    const CHOICES: &'static [(&'static str, LimitType)] = &[
+        ("IP", LimitType::Ip),
+        ("USER_ID", LimitType::UserId),
+        ("GLOBAL", LimitType::Global),
+        ("CUSTOM", LimitType::Custom),
+    ];
+}
+
+impl ToTokens for LimitType {
+    fn to_tokens(&self, tokens: &mut TokenStream) {
+        tokens.extend(match self {
+            LimitType::Ip => quote!(Ip),
+            LimitType::UserId => quote!(UserId),
+            LimitType::Global => quote!(Global),
+            LimitType::Custom => quote!(Custom),
+        });
+    }
+}
+
+/// `algorithm = ...`; expands to the runtime's variant name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Algorithm {
+    SlidingLog,
+    FixedWindow,
+    SlidingWindow,
+    TokenBucket,
+}
+
+impl Algorithm {
+    const CHOICES: &'static [(&'static str, Algorithm)] = &[
+        ("SLIDING_LOG", Algorithm::SlidingLog),
+        ("FIXED_WINDOW", Algorithm::FixedWindow),
+        ("SLIDING_WINDOW", Algorithm::SlidingWindow),
+        ("TOKEN_BUCKET", Algorithm::TokenBucket),
+    ];
+}
+
+impl ToTokens for Algorithm {
+    fn to_tokens(&self, tokens: &mut TokenStream) {
+        tokens.extend(match self {
+            Algorithm::SlidingLog => quote!(SlidingLog),
+            Algorithm::FixedWindow => quote!(FixedWindow),
+            Algorithm::SlidingWindow => quote!(SlidingWindow),
+            Algorithm::TokenBucket => quote!(TokenBucket),
+        });
+    }
+}
+
+/// `unit = ...` of a `rule(...)`.
+const UNITS: &[(&str, u64)] = &[
+    ("MILLISECONDS", 1),
+    ("SECONDS", 1_000),
+    ("MINUTES", 60_000),
+    ("HOURS", 3_600_000),
+    ("DAYS", 86_400_000),
+];
+
+/// Every error found so far, reported together.
+#[derive(Default)]
+pub struct Errors(Option<syn::Error>);
+
+impl Errors {
+    pub fn push(&mut self, error: syn::Error) {
+        match &mut self.0 {
+            Some(errors) => errors.combine(error),
+            None => self.0 = Some(error),
+        }
+    }
+
+    /// Records the error of `result`, if any, and passes its value on.
+    pub fn ok<T>(&mut self, result: syn::Result<T>) -> Option<T> {
+        result.map_err(|e| self.push(e)).ok()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_none()
+    }
+
+    pub fn into_result(self) -> syn::Result<()> {
+        self.0.map_or(Ok(()), Err)
+    }
+}
+
+/// One argument's value and the span of its name, set at most once.
+struct Slot<T> {
+    name: &'static str,
+    value: Option<(Span, T)>,
+}
+
+impl<T> Slot<T> {
+    fn new(name: &'static str) -> Self {
+        Slot { name, value: None }
+    }
+
+    /// The one place repeated arguments are detected.
+    fn set(&mut self, errors: &mut Errors, name: Span, value: T) {
+        if self.value.is_some() {
+            errors.push(syn::Error::new(
+                name,
+                format!("duplicate argument `{}`", self.name),
+            ));
+        } else {
+            self.value = Some((name, value));
+        }
+    }
+
+    fn span(&self) -> Option<Span> {
+        self.value.as_ref().map(|(span, _)| *span)
+    }
+
+    fn get(&self) -> Option<&T> {
+        self.value.as_ref().map(|(_, value)| value)
+    }
+
+    fn into_inner(self) -> Option<T> {
+        self.value.map(|(_, value)| value)
+    }
+}
+
+/// Arguments as written, before the checks that involve several of them (or the function).
+pub struct RawArgs {
+    errors: Errors,
+    rules: Slot<Vec<Rule>>,
+    prevent_duplicate: Slot<bool>,
+    prevent_duplicate_rule: Slot<Rule>,
+    limit_type: Slot<(LimitType, Span)>,
+    by: Slot<Expr>,
+    key: Slot<LitStr>,
+    message: Slot<LitStr>,
+    algorithm: Slot<Algorithm>,
+    on_limit: Slot<ExprPath>,
+    limiter: Slot<Expr>,
+    krate: Slot<Path>,
+}
+
+impl RawArgs {
+    fn new() -> Self {
+        RawArgs {
+            errors: Errors::default(),
+            rules: Slot::new("rules"),
+            prevent_duplicate: Slot::new("prevent_duplicate"),
+            prevent_duplicate_rule: Slot::new("prevent_duplicate_rule"),
+            limit_type: Slot::new("limit_type"),
+            by: Slot::new("by"),
+            key: Slot::new("key"),
+            message: Slot::new("message"),
+            algorithm: Slot::new("algorithm"),
+            on_limit: Slot::new("on_limit"),
+            limiter: Slot::new("limiter"),
+            krate: Slot::new("crate"),
+        }
+    }
+
+    /// Parses one `name = value` (or `rules(...)`). A malformed value is an `Err`; a
+    /// well-formed but invalid one is recorded in `errors` and parsing goes on.
+    fn parse_argument(&mut self, input: ParseStream, errors: &mut Errors) -> syn::Result<()> {
+        let lookahead = input.lookahead1();
+        if lookahead.peek(kw::rules) {
+            let name = input.parse::<kw::rules>()?.span;
+            let rules = parse_rules(input, errors)?;
+            self.rules.set(errors, name, rules);
+        } else if lookahead.peek(kw::prevent_duplicate) {
+            let name = input.parse::<kw::prevent_duplicate>()?.span;
+            input.parse::<Token![=]>()?;
+            let value = input.parse::<LitBool>()?.value;
+            self.prevent_duplicate.set(errors, name, value);
+        } else if lookahead.peek(kw::prevent_duplicate_rule) {
+            let name = input.parse::<kw::prevent_duplicate_rule>()?.span;
+            input.parse::<Token![=]>()?;
+            if let Some(rule) = parse_rule_call(input, errors)? {
+                self.prevent_duplicate_rule.set(errors, name, rule);
+            }
+        } else if lookahead.peek(kw::limit_type) {
+            let name = input.parse::<kw::limit_type>()?.span;
+            input.parse::<Token![=]>()?;
+            let ident = input.parse::<Ident>()?;
+            if let Some(value) = errors.ok(choose(&ident, "limit_type", LimitType::CHOICES)) {
+                self.limit_type.set(errors, name, (value, ident.span()));
+            }
+        } else if lookahead.peek(kw::by) {
+            let name = input.parse::<kw::by>()?.span;
+            input.parse::<Token![=]>()?;
+            let expr = input.parse::<Expr>()?;
+            self.by.set(errors, name, expr);
+        } else if lookahead.peek(kw::key) {
+            let name = input.parse::<kw::key>()?.span;
+            input.parse::<Token![=]>()?;
+            let prefix = input.parse::<LitStr>()?;
+            self.key.set(errors, name, prefix);
+        } else if lookahead.peek(kw::message) {
+            let name = input.parse::<kw::message>()?.span;
+            input.parse::<Token![=]>()?;
+            let message = input.parse::<LitStr>()?;
+            self.message.set(errors, name, message);
+        } else if lookahead.peek(kw::algorithm) {
+            let name = input.parse::<kw::algorithm>()?.span;
+            input.parse::<Token![=]>()?;
+            let ident = input.parse::<Ident>()?;
+            if let Some(value) = errors.ok(choose(&ident, "algorithm", Algorithm::CHOICES)) {
+                self.algorithm.set(errors, name, value);
+            }
+        } else if lookahead.peek(kw::on_limit) {
+            let name = input.parse::<kw::on_limit>()?.span;
+            input.parse::<Token![=]>()?;
+            let path = input.parse::<ExprPath>()?;
+            self.on_limit.set(errors, name, path);
+        } else if lookahead.peek(kw::limiter) {
+            let name = input.parse::<kw::limiter>()?.span;
+            input.parse::<Token![=]>()?;
+            let expr = input.parse::<Expr>()?;
+            self.limiter.set(errors, name, expr);
+        } else if lookahead.peek(Token![crate]) {
+            let name = input.parse::<Token![crate]>()?.span;
+            input.parse::<Token![=]>()?;
+            let path = input.call(Path::parse_mod_style)?;
+            self.krate.set(errors, name, path);
+        } else if input.peek(Ident) {
+            let ident = input.parse::<Ident>()?;
+            return Err(syn::Error::new(
+                ident.span(),
+                format!("unknown argument `{ident}`; expected one of {ARGUMENTS}"),
+            ));
+        } else {
+            return Err(lookahead.error());
+        }
+        Ok(())
+    }
+
+    /// The checks that involve several arguments or the function; then the typed
+    /// [`Args`], or every error found.
+    pub fn validate(mut self, item: &ItemFn) -> syn::Result<Args> {
+        let limit_type = self.limit_type.get().copied();
+        let prevent_duplicate = self.prevent_duplicate.get().copied().unwrap_or(false);
+
+        if let (Some((LimitType::Global, _)), Some(by)) = (limit_type, self.by.span()) {
+            self.errors.push(syn::Error::new(
+                by,
+                "`by` cannot be used with limit_type = GLOBAL: a global limit counts every \
+                 caller in one budget, so it has no identity; remove `by`, or choose \
+                 limit_type = IP, USER_ID or CUSTOM",
+            ));
+        }
+        if let (Some((LimitType::Custom, ident)), None) = (limit_type, self.by.get()) {
+            self.errors.push(syn::Error::new(
+                ident,
+                "limit_type = CUSTOM needs `by = <expr>`, the value whose budget is counted \
+                 (e.g. `by = phone`)",
+            ));
+        }
+        if let (Some(span), false) = (self.prevent_duplicate_rule.span(), prevent_duplicate) {
+            self.errors.push(syn::Error::new(
+                span,
+                "prevent_duplicate_rule has no effect without `prevent_duplicate = true`",
+            ));
+        }
+        if self.rules.get().is_none() && !prevent_duplicate {
+            self.errors.push(syn::Error::new(
+                Span::call_site(),
+                "#[rate_limiter] needs at least one rule: add `rules(...)`, e.g. \
+                 `rules(\"10/minute\")`, or `prevent_duplicate = true`",
+            ));
+        }
+        let limited = match (self.on_limit.into_inner(), item.returns()) {
+            (Some(on_limit), _) => Some(Limited::OnLimit(on_limit)),
+            (None, Returns::Result { error_span }) => Some(Limited::Err { error_span }),
+            (None, Returns::Other) => {
+                self.errors.push(syn::Error::new(
+                    item.return_type_span(),
+                    "#[rate_limiter] on a function that does not return a `Result` needs \
+                     `on_limit = path`, a `fn(RateLimitError) -> T` giving what a limited call \
+                     returns; or return a `Result` whose error type implements \
+                     `From<RateLimitError>` (the return type's last path segment must be, or \
+                     end with, `Result`)",
+                ));
+                None
+            }
+        };
+        self.errors.into_result()?;
+
+        Ok(Args {
+            rules: self.rules.into_inner().unwrap_or_default(),
+            duplicate_rule: prevent_duplicate.then(|| {
+                self.prevent_duplicate_rule
+                    .into_inner()
+                    .unwrap_or(Rule::DEFAULT_DUPLICATE)
+            }),
+            limit_type: limit_type.map_or(LimitType::Ip, |(value, _)| value),
+            by: self.by.into_inner(),
+            prefix: self.key.into_inner(),
+            message: self.message.into_inner(),
+            algorithm: self.algorithm.into_inner().unwrap_or(Algorithm::SlidingLog),
+            limited: limited.expect("no errors, so a way to return"),
+            limiter: self.limiter.into_inner(),
+            krate: self
+                .krate
+                .into_inner()
+                .unwrap_or_else(|| syn::parse_quote!(::redis_ratelimit)),
+        })
+    }
+}
+
+impl Parse for RawArgs {
+    /// Never fails: errors are kept for [`RawArgs::validate`] to report with the others.
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let mut args = RawArgs::new();
+        let mut errors = Errors::default();
+        parse_list(input, &mut errors, |input, errors| {
+            args.parse_argument(input, errors)
+        });
+        args.errors = errors;
+        Ok(args)
+    }
+}
+
+/// Parses the comma-separated list that fills `input`, one `item` at a time.
+///
+/// A malformed item is recorded in `errors` and skipped up to the next top-level comma, so
+/// that the items after it are still checked. The whole input is always consumed: syn
+/// would report leftover tokens as an "unexpected token" in place of the real errors.
+fn parse_list(
+    input: ParseStream,
+    errors: &mut Errors,
+    mut item: impl FnMut(ParseStream, &mut Errors) -> syn::Result<()>,
+) {
+    while !input.is_empty() {
+        if let Err(err) = item(input, errors) {
+            errors.push(err);
+            skip_to_comma(input);
+        }
+        if input.is_empty() {
+            break;
+        }
+        if let Err(err) = input.parse::<Token![,]>() {
+            errors.push(err);
+            skip_to_comma(input);
+            let _ = input.parse::<Option<Token![,]>>();
+        }
+    }
+}
+
+fn skip_to_comma(input: ParseStream) {
+    let _ = input.step(|cursor| {
+        let mut rest = *cursor;
+        while let Some((tt, next)) = rest.token_tree() {
+            if matches!(&tt, proc_macro2::TokenTree::Punct(p) if p.as_char() == ',') {
+                break;
+            }
+            rest = next;
+        }
+        Ok(((), rest))
+    });
+}
+
+/// `(rule(...) | "N/unit", ...)` after `rules`. Invalid rules (and an empty list) are
+/// recorded in `errors`; the valid ones are returned.
+fn parse_rules(input: ParseStream, errors: &mut Errors) -> syn::Result<Vec<Rule>> {
+    let content;
+    let parens = parenthesized!(content in input);
+    if content.is_empty() {
+        errors.push(syn::Error::new(
+            parens.span.join(),
+            "rules(...) needs at least one rule: `rule(count = N, time = T)` or a string \
+             such as \"10/minute\"",
+        ));
+    }
+    let mut rules = Vec::new();
+    parse_list(&content, errors, |input, errors| {
+        let lookahead = input.lookahead1();
+        let rule = if lookahead.peek(kw::rule) {
+            parse_rule_call(input, errors)?
+        } else if lookahead.peek(LitStr) {
+            errors.ok(parse_rule_text(&input.parse()?))
+        } else {
+            return Err(lookahead.error());
+        };
+        rules.extend(rule);
+        Ok(())
+    });
+    Ok(rules)
+}
+
+/// `rule(count = N, time = T, unit = U)`, its arguments in any order. `Ok(None)` when it is
+/// invalid; the reasons are in `errors`.
+fn parse_rule_call(input: ParseStream, errors: &mut Errors) -> syn::Result<Option<Rule>> {
+    let rule_kw = input.parse::<kw::rule>()?;
+    let content;
+    parenthesized!(content in input);
+    let mut rule_errors = Errors::default();
+    let mut fields = RuleFields::default();
+    parse_list(&content, &mut rule_errors, |input, errors| {
+        fields.parse_field(input, errors)
+    });
+    // A missing field is worth reporting only when the fields were all understood.
+    let understood = rule_errors.is_empty();
+    let complain = |errors: &mut Errors, what: &str| {
+        if understood {
+            errors.push(syn::Error::new(
+                rule_kw.span,
+                format!(
+                    "rule(...) needs `{what} = ...`: write rule(count = N, time = T, unit = U)"
+                ),
+            ));
+        }
+    };
+
+    let count = match fields.count.into_inner() {
+        Some(lit) => rule_errors.ok(parse_count(&lit)),
+        None => {
+            complain(&mut rule_errors, "count");
+            None
+        }
+    };
+    let (unit_ms, unit_ident) = match fields.unit.into_inner() {
+        Some((ms, ident)) => (ms, Some(ident)),
+        None => (1_000, None),
+    };
+    let window_ms = match fields.time.into_inner() {
+        Some(lit) => rule_errors.ok(parse_time(&lit).and_then(|time| {
+            window(time, unit_ms).ok_or_else(|| {
+                syn::Error::new_spanned(quote!(#lit #unit_ident), too_long(time, unit_ms))
+            })
+        })),
+        None => {
+            complain(&mut rule_errors, "time");
+            None
+        }
+    };
+    Ok(match rule_errors.into_result() {
+        Ok(()) => count
+            .zip(window_ms)
+            .map(|(count, window_ms)| Rule { count, window_ms }),
+        Err(err) => {
+            errors.push(err);
+            None
+        }
+    })
+}
+
+/// The `name = value` list inside `rule(...)`, as written.
+struct RuleFields {
+    count: Slot<LitInt>,
+    time: Slot<LitInt>,
+    /// The unit in milliseconds, and its name.
+    unit: Slot<(u64, Ident)>,
+}
+
+impl Default for RuleFields {
+    fn default() -> Self {
+        RuleFields {
+            count: Slot::new("count"),
+            time: Slot::new("time"),
+            unit: Slot::new("unit"),
+        }
+    }
+}
+
+impl RuleFields {
+    fn parse_field(&mut self, input: ParseStream, errors: &mut Errors) -> syn::Result<()> {
+        let lookahead = input.lookahead1();
+        if lookahead.peek(kw::count) {
+            let name = input.parse::<kw::count>()?.span;
+            input.parse::<Token![=]>()?;
+            self.count.set(errors, name, input.parse()?);
+        } else if lookahead.peek(kw::time) {
+            let name = input.parse::<kw::time>()?.span;
+            input.parse::<Token![=]>()?;
+            self.time.set(errors, name, input.parse()?);
+        } else if lookahead.peek(kw::unit) {
+            let name = input.parse::<kw::unit>()?.span;
+            input.parse::<Token![=]>()?;
+            let ident = input.parse::<Ident>()?;
+            if let Some(ms) = errors.ok(choose(&ident, "unit", UNITS)) {
+                self.unit.set(errors, name, (ms, ident));
+            }
+        } else if input.peek(Ident) {
+            let ident = input.parse::<Ident>()?;
+            return Err(syn::Error::new(
+                ident.span(),
+                format!("unknown rule argument `{ident}`; expected count, time, unit"),
+            ));
+        } else {
+            return Err(lookahead.error());
+        }
+        Ok(())
+    }
+}
+
+fn parse_count(lit: &LitInt) -> syn::Result<u64> {
+    match lit.base10_parse::<u64>()? {
+        0 => Err(syn::Error::new(
+            lit.span(),
+            "count must be at least 1: a rule admitting no calls would refuse every call",
+        )),
+        count => Ok(count),
+    }
+}
+
+fn parse_time(lit: &LitInt) -> syn::Result<u64> {
+    match lit.base10_parse::<u64>()? {
+        0 => Err(syn::Error::new(
+            lit.span(),
+            "time must be at least 1: a rule's window cannot be empty",
+        )),
+        time => Ok(time),
+    }
+}
+
+/// `time` units of `unit_ms` in milliseconds, if the runtime can count such a window.
+fn window(time: u64, unit_ms: u64) -> Option<u64> {
+    time.checked_mul(unit_ms)
+        .filter(|ms| *ms <= Rule::MAX_WINDOW_MS)
+}
+
+fn too_long(time: u64, unit_ms: u64) -> String {
+    format!(
+        "a window of {time} x {unit_ms} ms is too long: the longest is {} ms (about 584,000 years)",
+        Rule::MAX_WINDOW_MS
+    )
+}
+
+/// The value named by `ident` (case-insensitively), or an error on it listing the choices.
+fn choose<T: Copy>(ident: &Ident, what: &str, choices: &[(&str, T)]) -> syn::Result<T> {
+    let name = ident.to_string();
+    choices
+        .iter()
+        .find(|(choice, _)| choice.eq_ignore_ascii_case(&name))
+        .map(|(_, value)| *value)
+        .ok_or_else(|| {
+            let names: Vec<&str> = choices.iter().map(|(choice, _)| *choice).collect();
+            syn::Error::new(
+                ident.span(),
+                format!(
+                    "unknown {what} `{name}`; expected one of {}",
+                    names.join(", ")
+                ),
+            )
+        })
+}
+
+/// A rule written as a string, with errors on the literal.
+fn parse_rule_text(lit: &LitStr) -> syn::Result<Rule> {
+    let text = lit.value();
+    let error = |what: String| syn::Error::new(lit.span(), what);
+    match RuleText::parse(&text) {
+        Some(RuleText { count: 0, .. }) => Err(error(format!(
+            "rule \"{text}\" admits no calls: the count must be at least 1"
+        ))),
+        Some(RuleText { time: 0, .. }) => Err(error(format!(
+            "rule \"{text}\" has an empty window: the time must be at least 1"
+        ))),
+        Some(RuleText {
+            count,
+            time,
+            unit_ms,
+        }) => match window(time, unit_ms) {
+            Some(window_ms) => Ok(Rule { count, window_ms }),
+            None => Err(error(too_long(time, unit_ms))),
+        },
+        None => Err(error(format!("cannot parse rule \"{text}\": {RULE_FORMS}"))),
+    }
+}
+
+/// The parts of a rule string; numbers that overflow `u64` make the string unparsable.
+#[derive(Debug, PartialEq, Eq)]
+struct RuleText {
+    count: u64,
+    time: u64,
+    unit_ms: u64,
+}
+
+impl RuleText {
+    fn parse(text: &str) -> Option<RuleText> {
+        let text = text.trim();
+        let (count, period) = match text.split_once('/') {
+            Some((count, period)) => (count, period),
+            None => {
+                let mut words = text.splitn(2, char::is_whitespace);
+                let count = words.next()?;
+                let rest = words.next()?.trim_start();
+                let (per, period) = rest.split_at(rest.find(char::is_whitespace)?);
+                if !per.eq_ignore_ascii_case("per") {
+                    return None;
+                }
+                (count, period)
+            }
+        };
+        let count = parse_digits(count.trim())?;
+        let period = period.trim();
+        let digits = period.find(|c: char| !c.is_ascii_digit())?;
+        let time = match digits {
+            0 => 1,
+            _ => parse_digits(&period[..digits])?,
+        };
+        let unit_ms = unit_ms(period[digits..].trim_start())?;
+        Some(RuleText {
+            count,
+            time,
+            unit_ms,
+        })
+    }
+}
+
+/// Plain decimal digits (no sign, no underscores) that fit in `u64`.
+fn parse_digits(text: &str) -> Option<u64> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
+}
+
+fn unit_ms(unit: &str) -> Option<u64> {
+    let unit = unit.to_ascii_lowercase();
+    let ms = match unit.as_str() {
+        "ms" | "msec" | "msecs" | "millisecond" | "milliseconds" => 1,
+        "s" | "sec" | "secs" | "second" | "seconds" => 1_000,
+        "m" | "min" | "mins" | "minute" | "minutes" => 60_000,
+        "h" | "hr" | "hrs" | "hour" | "hours" => 3_600_000,
+        "d" | "day" | "days" => 86_400_000,
+        _ => return None,
+    };
+    Some(ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use syn::parse_quote;
+
+    fn text(count: u64, time: u64, unit_ms: u64) -> Option<RuleText> {
+        Some(RuleText {
+            count,
+            time,
+            unit_ms,
+        })
+    }
+
+    #[test]
+    fn rule_strings_of_the_documented_forms_parse() {
+        assert_eq!(RuleText::parse("10/minute"), text(10, 1, 60_000));
+        assert_eq!(RuleText::parse("10/60s"), text(10, 60, 1_000));
+        assert_eq!(RuleText::parse("20 per 2 minutes"), text(20, 2, 60_000));
+        assert_eq!(RuleText::parse("5/second"), text(5, 1, 1_000));
+        assert_eq!(RuleText::parse("1000/day"), text(1000, 1, 86_400_000));
+    }
+
+    #[test]
+    fn rule_strings_accept_every_unit_spelling_in_any_case() {
+        let spellings: &[(&[&str], u64)] = &[
+            (&["ms", "msec", "millisecond", "milliseconds"], 1),
+            (&["s", "sec", "secs", "second", "seconds"], 1_000),
+            (&["m", "min", "mins", "minute", "minutes"], 60_000),
+            (&["h", "hr", "hour", "hours"], 3_600_000),
+            (&["d", "day", "days"], 86_400_000),
+        ];
+        for (names, ms) in spellings {
+            for name in *names {
+                for name in [name.to_string(), name.to_uppercase()] {
+                    assert_eq!(RuleText::parse(&format!("3/{name}")), text(3, 1, *ms));
+                    assert_eq!(RuleText::parse(&format!("3/7{name}")), text(3, 7, *ms));
+                    assert_eq!(RuleText::parse(&format!("3 / 7 {name}")), text(3, 7, *ms));
+                    assert_eq!(RuleText::parse(&format!("3 per {name}")), text(3, 1, *ms));
+                    assert_eq!(
+                        RuleText::parse(&format!(" 3  PER 7 {name} ")),
+                        text(3, 7, *ms)
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn malformed_rule_strings_are_rejected() {
+        for bad in [
+            "",
+            "10",
+            "/minute",
+            "10/",
+            "10/fortnight",
+            "10 minute",
+            "10 per",
+            "ten/minute",
+            "-1/minute",
+            "+1/minute",
+            "1_000/minute",
+            "10/-5s",
+            "10/5.5s",
+            "10 per 2 per minutes",
+            "10/2/minutes",
+            "99999999999999999999/s",
+            "1/99999999999999999999s",
+        ] {
+            assert_eq!(RuleText::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    fn args(tokens: TokenStream) -> syn::Result<Args> {
+        let item: ItemFn = parse_quote!(
+            async fn f() -> Result<(), E> {}
+        );
+        syn::parse2::<RawArgs>(tokens)?.validate(&item)
+    }
+
+    fn messages(tokens: TokenStream) -> Vec<String> {
+        match args(tokens) {
+            Ok(_) => Vec::new(),
+            Err(err) => err.into_iter().map(|e| e.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn rules_and_units_become_milliseconds() {
+        let args = args(quote!(rules(
+            rule(count = 10, time = 60),
+            rule(time = 3, unit = minutes, count = 20),
+            rule(count = 1, time = 250, unit = MILLISECONDS),
+            "1000/day"
+        )))
+        .unwrap();
+        let windows: Vec<(u64, u64)> = args.rules.iter().map(|r| (r.count, r.window_ms)).collect();
+        assert_eq!(
+            windows,
+            [(10, 60_000), (20, 180_000), (1, 250), (1000, 86_400_000)]
+        );
+        assert_eq!(args.duplicate_rule, None);
+        assert_eq!(args.limit_type, LimitType::Ip);
+        assert_eq!(args.algorithm, Algorithm::SlidingLog);
+    }
+
+    #[test]
+    fn prevent_duplicate_adds_its_rule_after_the_others() {
+        let only = args(quote!(prevent_duplicate = true)).unwrap();
+        assert!(only.rules.is_empty());
+        assert_eq!(only.duplicate_rule, Some(Rule::DEFAULT_DUPLICATE));
+        let custom = args(quote!(
+            rules("1/s"),
+            prevent_duplicate = true,
+            prevent_duplicate_rule = rule(count = 2, time = 10)
+        ))
+        .unwrap();
+        assert_eq!(custom.rules.len(), 1);
+        let two_per_ten_seconds = Rule {
+            count: 2,
+            window_ms: 10_000,
+        };
+        assert_eq!(custom.duplicate_rule, Some(two_per_ten_seconds));
+    }
+
+    #[test]
+    fn every_other_argument_is_kept() {
+        let args = args(quote!(
+            rules("1/s"),
+            limit_type = custom,
+            by = user.id(),
+            key = "p:",
+            message = "slow down",
+            algorithm = token_bucket,
+            on_limit = limited::<u8>,
+            limiter = &LIMITER,
+            crate = ::facade,
+        ))
+        .unwrap();
+        assert_eq!(args.limit_type, LimitType::Custom);
+        assert_eq!(args.algorithm, Algorithm::TokenBucket);
+        assert_eq!(args.by, Some(parse_quote!(user.id())));
+        assert_eq!(args.prefix.unwrap().value(), "p:");
+        assert_eq!(args.message.unwrap().value(), "slow down");
+        assert!(
+            matches!(args.limited, Limited::OnLimit(path) if path == parse_quote!(limited::<u8>))
+        );
+        assert_eq!(args.limiter, Some(parse_quote!(&LIMITER)));
+        assert_eq!(args.krate, parse_quote!(::facade));
+    }
+
+    #[test]
+    fn windows_the_runtime_cannot_count_are_rejected() {
+        let max_days = Rule::MAX_WINDOW_MS / 86_400_000;
+        assert!(args(quote!(rules(rule(count = 1, time = #max_days, unit = DAYS)))).is_ok());
+        let over = max_days + 1;
+        let errors = messages(quote!(rules(rule(count = 1, time = #over, unit = DAYS))));
+        assert_eq!(errors.len(), 1);
+        assert!(errors[0].contains("too long"), "{errors:?}");
+        let errors = messages(quote!(rules(rule(count = 1, time = 18446744073709551615))));
+        assert!(errors[0].contains("too long"), "{errors:?}");
+        let errors = messages(quote!(rules(rule(count = 18446744073709551616, time = 1))));
+        assert!(errors[0].contains("too large"), "{errors:?}");
+        let errors = messages(quote!(rules("1/18446744073709551615d")));
+        assert!(errors[0].contains("too long"), "{errors:?}");
+    }
+
+    #[test]
+    fn all_errors_are_reported_and_later_arguments_still_checked() {
+        let errors = messages(quote!(
+            rules(rule(count = 0, time = 0), "often"),
+            limit_type = PER_IP,
+            algorithm = LEAKY,
+            bogus = 1,
+            by = ,
+            message = "m",
+            message = "again",
+        ));
+        assert_eq!(errors.len(), 8, "{errors:#?}");
+        let expected = [
+            "count must be at least 1",
+            "time must be at least 1",
+            "cannot parse rule \"often\"",
+            "unknown limit_type `PER_IP`; expected one of IP, USER_ID, GLOBAL, CUSTOM",
+            "unknown algorithm `LEAKY`",
+            "unknown argument `bogus`",
+            "expected an expression",
+            "duplicate argument `message`",
+        ];
+        for (error, expected) in errors.iter().zip(expected) {
+            assert!(error.contains(expected), "{error:?} lacks {expected:?}");
+        }
+    }
+
+    #[test]
+    fn a_malformed_rule_keeps_its_own_error_and_the_others() {
+        let errors = messages(quote!(
+            rules(rule(unit = WEEKS, period = 60), "1/s", rule(count = 1 time = 1)),
+            limit_type = NOPE
+        ));
+        assert_eq!(errors.len(), 4, "{errors:#?}");
+        assert!(errors[0].starts_with("unknown unit `WEEKS`"), "{errors:?}");
+        assert!(
+            errors[1].starts_with("unknown rule argument `period`"),
+            "{errors:?}"
+        );
+        assert_eq!(errors[2], "expected `,`");
+        assert!(
+            errors[3].starts_with("unknown limit_type `NOPE`"),
+            "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn cross_argument_misuse_is_rejected() {
+        let errors = messages(quote!(rules("1/s"), limit_type = GLOBAL, by = x));
+        assert!(errors[0].starts_with("`by` cannot be used"), "{errors:?}");
+        let errors = messages(quote!(rules("1/s"), limit_type = CUSTOM));
+        assert!(
+            errors[0].starts_with("limit_type = CUSTOM needs `by"),
+            "{errors:?}"
+        );
+        let errors = messages(quote!(
+            rules("1/s"),
+            prevent_duplicate_rule = rule(count = 1, time = 1)
+        ));
+        assert!(
+            errors[0].starts_with("prevent_duplicate_rule has no effect"),
+            "{errors:?}"
+        );
+        let errors = messages(quote!(prevent_duplicate = false));
+        assert!(errors[0].contains("needs at least one rule"), "{errors:?}");
+        let errors = messages(quote!());
+        assert!(errors[0].contains("needs at least one rule"), "{errors:?}");
+    }
+
+    #[test]
+    fn rule_calls_need_count_and_time_once_each() {
+        let errors = messages(quote!(rules(rule(
+            count = 1,
+            count = 2,
+            time = 1,
+            unit = WEEKS
+        ))));
+        assert_eq!(
+            errors,
+            [
+                "duplicate argument `count`",
+                "unknown unit `WEEKS`; expected one of MILLISECONDS, SECONDS, MINUTES, HOURS, DAYS"
+            ]
+        );
+        let errors = messages(quote!(rules(rule(time = 1))));
+        assert!(errors[0].contains("needs `count = ...`"), "{errors:?}");
+        let errors = messages(quote!(rules()));
+        assert!(errors[0].contains("needs at least one rule"), "{errors:?}");
+    }
+}

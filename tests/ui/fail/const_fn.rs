@@ -1,0 +1,8 @@
+use redis_ratelimit::{rate_limiter, RateLimitError};
+
+#[rate_limiter(rules("10/minute"))]
+const fn answer() -> Result<u8, RateLimitError> {
+    Ok(42)
+}
+
+fn main() {}

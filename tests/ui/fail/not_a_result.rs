@@ -1,0 +1,8 @@
+use redis_ratelimit::rate_limiter;
+
+#[rate_limiter(rules("10/minute"))]
+async fn greet(name: &str) -> String {
+    format!("hello {name}")
+}
+
+fn main() {}

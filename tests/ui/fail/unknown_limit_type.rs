@@ -1,0 +1,8 @@
+use redis_ratelimit::{rate_limiter, RateLimitError};
+
+#[rate_limiter(rules("10/minute"), limit_type = PER_IP)]
+async fn send_code() -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+fn main() {}

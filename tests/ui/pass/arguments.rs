@@ -1,0 +1,199 @@
+//! Every argument, in every accepted spelling.
+#![deny(warnings)]
+
+use std::net::IpAddr;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use redis_ratelimit::{rate_limiter, Limiter, RateLimitError};
+
+fn assert_send<T: Send>(_: T) {}
+
+#[rate_limiter(rules(
+    rule(count = 10, time = 60),
+    rule(count = 20, time = 2, unit = MINUTES),
+    rule(count = 1, time = 250, unit = MILLISECONDS),
+    rule(unit = hours, time = 1, count = 1000),
+    rule(count = 5000, time = 1, unit = Days),
+    rule(count = 1, time = 1, unit = SECONDS),
+))]
+async fn rule_calls() -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+#[rate_limiter(rules(
+    "10/minute",
+    "10/60s",
+    "20 per 2 minutes",
+    "5/second",
+    "1000/day",
+    "3 / 500 ms",
+    "7 PER 3 HOURS",
+    "1/d",
+))]
+async fn rule_strings() -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+#[rate_limiter(prevent_duplicate = true)]
+async fn duplicates_only() -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+#[rate_limiter(
+    rules("10/minute"),
+    prevent_duplicate = true,
+    prevent_duplicate_rule = rule(count = 2, time = 10, unit = SECONDS)
+)]
+async fn duplicates_and_rules() -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+#[rate_limiter(rules("10/minute"), prevent_duplicate = false)]
+async fn no_duplicates() -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+#[rate_limiter(rules("10/minute"), limit_type = IP)]
+async fn per_ip() -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+#[rate_limiter(rules("10/minute"), limit_type = IP, by = addr.ip())]
+async fn per_ip_by(addr: std::net::SocketAddr) -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+#[rate_limiter(rules("10/minute"), limit_type = USER_ID)]
+async fn per_user() -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+#[rate_limiter(rules("10/minute"), limit_type = user_id, by = format!("{}-{}", org, user))]
+async fn per_user_by(org: &str, user: u64) -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+#[rate_limiter(rules("10/minute"), limit_type = Global)]
+async fn global() -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+#[rate_limiter(rules("10/minute"), limit_type = CUSTOM, by = "constant")]
+async fn custom() -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+#[rate_limiter(rules("10/minute"), key = "myapp:", message = "slow down")]
+async fn key_and_message() -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+#[rate_limiter(rules("10/minute"), key = "", message = r#"a "raw" message"#)]
+async fn empty_key_and_raw_message() -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+#[rate_limiter(rules("10/minute"), algorithm = SLIDING_LOG)]
+async fn sliding_log() -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+#[rate_limiter(rules("10/minute"), algorithm = FIXED_WINDOW)]
+async fn fixed_window() -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+#[rate_limiter(rules("10/minute"), algorithm = sliding_window)]
+async fn sliding_window() -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+#[rate_limiter(rules("10/minute"), algorithm = TOKEN_BUCKET)]
+async fn token_bucket() -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+static LAZY: LazyLock<Limiter> = LazyLock::new(Limiter::memory);
+
+fn leaked() -> &'static Limiter {
+    Box::leak(Box::new(Limiter::memory().timeout(Duration::from_millis(5))))
+}
+
+#[rate_limiter(rules("10/minute"), limiter = LAZY)]
+async fn limiter_static() -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+#[rate_limiter(rules("10/minute"), limiter = leaked())]
+async fn limiter_ref() -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+#[rate_limiter(rules("10/minute"), limiter = shared)]
+async fn limiter_arc(shared: Arc<Limiter>) -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+struct Client {
+    name: &'static str,
+    limiter: Limiter,
+}
+
+impl Client {
+    #[rate_limiter(
+        rules("10/minute"),
+        limiter = &self.limiter,
+        limit_type = CUSTOM,
+        by = self.name
+    )]
+    async fn call(&self) -> Result<(), RateLimitError> {
+        Ok(())
+    }
+}
+
+#[rate_limiter(
+    crate = ::redis_ratelimit,
+    limiter = redis_ratelimit::global(),
+    on_limit = Err,
+    message = "everything at once",
+    key = "all:",
+    algorithm = FIXED_WINDOW,
+    by = who,
+    limit_type = CUSTOM,
+    prevent_duplicate_rule = rule(count = 1, time = 1),
+    prevent_duplicate = true,
+    rules("1/s", rule(count = 2, time = 2)),
+)]
+async fn all_arguments_in_any_order(who: IpAddr) -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+fn main() {
+    assert_send(rule_calls());
+    assert_send(rule_strings());
+    assert_send(duplicates_only());
+    assert_send(duplicates_and_rules());
+    assert_send(no_duplicates());
+    assert_send(per_ip());
+    assert_send(per_ip_by("127.0.0.1:80".parse().unwrap()));
+    assert_send(per_user());
+    assert_send(per_user_by("org", 1));
+    assert_send(global());
+    assert_send(custom());
+    assert_send(key_and_message());
+    assert_send(empty_key_and_raw_message());
+    assert_send(sliding_log());
+    assert_send(fixed_window());
+    assert_send(sliding_window());
+    assert_send(token_bucket());
+    assert_send(limiter_static());
+    assert_send(limiter_ref());
+    assert_send(limiter_arc(Arc::new(Limiter::memory())));
+    let client = Client {
+        name: "c",
+        limiter: Limiter::memory(),
+    };
+    assert_send(client.call());
+    assert_send(all_arguments_in_any_order([127, 0, 0, 1].into()));
+}
