@@ -28,6 +28,9 @@ pub use ratelimit_runtime::{
     Decision, InitError, LimitType, Limiter, RateLimitError, RequestContext, Rule, REDIS_URL_ENV,
 };
 
+#[cfg(feature = "axum")]
+pub use ratelimit_runtime::axum;
+
 /// What `#[rate_limiter]` expands to refers to. Not public API.
 #[doc(hidden)]
 pub mod __private {

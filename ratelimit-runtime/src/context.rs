@@ -5,10 +5,15 @@
 
 use std::future::Future;
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::{Decision, Rule};
 
 tokio::task_local! {
     static CURRENT: RequestContext;
+    /// Set by a framework layer for the request it serves, so that guarded calls can leave
+    /// their decision for the response headers. Unset (and never touched) otherwise.
+    static DECISIONS: Arc<DecisionSlot>;
 }
 
 /// Who is calling: the client IP and user id of the request being served.
@@ -71,4 +76,72 @@ impl RequestContext {
 /// Runs `fut` with `ctx` as its [`RequestContext`].
 pub async fn scope<F: Future>(ctx: RequestContext, fut: F) -> F::Output {
     CURRENT.scope(ctx, fut).await
+}
+
+/// [`scope`] as a nameable future, for a layer's own future type.
+#[cfg(feature = "axum")]
+pub(crate) fn scope_future<F: Future>(
+    ctx: RequestContext,
+    fut: F,
+) -> tokio::task::futures::TaskLocalFuture<RequestContext, F> {
+    CURRENT.scope(ctx, fut)
+}
+
+/// A guarded call's decision together with the rules it was checked against: what a
+/// framework layer needs to describe the limits in response headers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SiteDecision {
+    pub decision: Decision,
+    /// The call site's rules, the duplicate-submission rule last when `duplicate_rule`.
+    pub rules: &'static [Rule],
+    pub duplicate_rule: bool,
+}
+
+impl SiteDecision {
+    /// Whether this decision tells the client more urgently to slow down than `other`:
+    /// a denial over an allowance, then the longer wait, then the smaller remainder.
+    fn binds_harder_than(&self, other: &SiteDecision) -> bool {
+        let (this, that) = (&self.decision, &other.decision);
+        match (this.allowed, that.allowed) {
+            (false, true) => true,
+            (true, false) => false,
+            (false, false) => this.retry_after > that.retry_after,
+            (true, true) => this.remaining < that.remaining,
+        }
+    }
+}
+
+/// The decision of the guarded calls made while serving one request. When a request makes
+/// several, the one that binds hardest is kept.
+#[derive(Debug, Default)]
+pub(crate) struct DecisionSlot(Mutex<Option<SiteDecision>>);
+
+impl DecisionSlot {
+    fn offer(&self, decision: SiteDecision) {
+        // Held only for this comparison, never across an await.
+        let mut kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if kept.map_or(true, |kept| decision.binds_harder_than(&kept)) {
+            *kept = Some(decision);
+        }
+    }
+
+    /// The kept decision, if any guarded call decided.
+    #[cfg(feature = "axum")]
+    pub(crate) fn take(&self) -> Option<SiteDecision> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
+}
+
+/// Leaves `decision` for the layer serving the current request; does nothing outside one.
+pub(crate) fn record(decision: SiteDecision) {
+    let _ = DECISIONS.try_with(|slot| slot.offer(decision));
+}
+
+/// Runs `fut` so that the decisions of its guarded calls land in `slot`.
+#[cfg(feature = "axum")]
+pub(crate) fn recording<F: Future>(
+    slot: Arc<DecisionSlot>,
+    fut: F,
+) -> tokio::task::futures::TaskLocalFuture<Arc<DecisionSlot>, F> {
+    DECISIONS.scope(slot, fut)
 }

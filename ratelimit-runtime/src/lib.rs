@@ -5,6 +5,8 @@
 //! with the `#[rate_limiter]` attribute.
 
 mod algorithm;
+#[cfg(feature = "axum")]
+pub mod axum;
 mod backend;
 pub mod clock;
 pub mod context;

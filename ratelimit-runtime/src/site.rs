@@ -99,7 +99,15 @@ impl CallSite {
             consume: true,
             now_us: None,
         };
-        match limiter.run(request).await {
+        let result = limiter.run(request).await;
+        if let Ok(decision) = &result {
+            crate::context::record(crate::context::SiteDecision {
+                decision: *decision,
+                rules: config.rules,
+                duplicate_rule: config.duplicate_rule,
+            });
+        }
+        match result {
             Ok(decision) if decision.allowed => Ok(()),
             Ok(decision) => Err(RateLimitError::Limited {
                 retry_after: decision.retry_after.unwrap_or_default(),

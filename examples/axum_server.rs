@@ -1,0 +1,119 @@
+//! A small HTTP API rate-limited per client IP and per user, with axum.
+//!
+//! ```text
+//! cargo run --example axum_server --features axum                    # embedded backend
+//! RATELIMIT_REDIS_URL=redis://127.0.0.1:6379 \
+//!     cargo run --example axum_server --features axum                # shared Redis
+//!
+//! curl -i -X POST localhost:3000/sms/code -d '+1 555 0100'           # 200, then 429
+//! curl -i 'localhost:3000/search?q=rust' -H 'x-user-id: 42'          # 3 per 10 s per user
+//! curl -i localhost:3000/health                                      # never limited
+//! ```
+//!
+//! `LISTEN` sets the address (default `127.0.0.1:3000`); `TRUSTED_PROXIES`
+//! (`10.0.0.0/8,192.168.0.0/16`) lists the proxies whose `X-Forwarded-For` is believed.
+
+use std::net::SocketAddr;
+
+use axum::extract::{RawQuery, Request, State};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+use redis_ratelimit::axum::RateLimitLayer;
+use redis_ratelimit::{rate_limiter, Limiter, RateLimitError};
+
+/// Per client IP: 5 codes a minute and 10 an hour, and never two within 5 seconds.
+#[rate_limiter(
+    rules(rule(count = 5, time = 60), rule(count = 10, time = 1, unit = HOURS)),
+    prevent_duplicate = true,
+    limit_type = IP,
+    message = "too many verification codes; wait before asking for another",
+    limiter = limiter,
+)]
+async fn send_code(
+    State(limiter): State<&'static Limiter>,
+    phone: String,
+) -> Result<String, RateLimitError> {
+    Ok(format!("code sent to {}\n", phone.trim()))
+}
+
+/// Per user: 3 searches per 10 seconds.
+#[rate_limiter(rules(rule(count = 3, time = 10)), limit_type = USER_ID, limiter = limiter)]
+async fn search(
+    State(limiter): State<&'static Limiter>,
+    RawQuery(query): RawQuery,
+) -> Result<String, RateLimitError> {
+    Ok(format!("results for {:?}\n", query.unwrap_or_default()))
+}
+
+async fn health() -> &'static str {
+    "ok\n"
+}
+
+/// The caller, as the authentication middleware found it.
+#[derive(Clone, Debug)]
+pub struct UserId(pub String);
+
+/// A stand-in for real authentication (a session cookie, a verified token): it believes the
+/// `x-user-id` header, which any client can send. It lets anonymous requests through so
+/// that the example shows what a `USER_ID` route does with them (500: no user id); a real
+/// app answers 401 before they reach such a route.
+async fn toy_auth(mut req: Request, next: Next) -> Response {
+    let user = req
+        .headers()
+        .get("x-user-id")
+        .and_then(|v| v.to_str().ok())
+        .map(|id| UserId(id.to_owned()));
+    if let Some(user) = user {
+        req.extensions_mut().insert(user);
+    }
+    next.run(req).await
+}
+
+/// The rate-limit layer of this app: the user id is the one the authentication set.
+pub fn rate_limit_layer() -> RateLimitLayer {
+    RateLimitLayer::new()
+        .user_id(|req: &Request| req.extensions().get::<UserId>().map(|u| u.0.clone()))
+}
+
+/// The routes alone, without the layers.
+pub fn routes(limiter: &'static Limiter) -> Router {
+    Router::new()
+        .route("/sms/code", post(send_code))
+        .route("/search", get(search))
+        .route("/health", get(health))
+        .with_state(limiter)
+}
+
+/// The whole app: the routes behind `rate_limit`, behind the authentication.
+pub fn app(limiter: &'static Limiter, rate_limit: RateLimitLayer) -> Router {
+    routes(limiter)
+        .layer(rate_limit)
+        // Added last, so it runs first: the rate-limit layer reads the user it finds.
+        .layer(middleware::from_fn(toy_auth))
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt()
+        .with_env_filter(std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
+        .init();
+
+    let mut rate_limit = rate_limit_layer();
+    if let Ok(networks) = std::env::var("TRUSTED_PROXIES") {
+        rate_limit = rate_limit.try_trust_proxies(networks.split(','))?;
+    }
+    let listen = std::env::var("LISTEN").unwrap_or_else(|_| "127.0.0.1:3000".into());
+    let listener = tokio::net::TcpListener::bind(&listen).await?;
+    println!("listening on http://{}", listener.local_addr()?);
+
+    // The global limiter: Redis at RATELIMIT_REDIS_URL, else the embedded backend.
+    let app = app(redis_ratelimit::global(), rate_limit);
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .await?;
+    Ok(())
+}

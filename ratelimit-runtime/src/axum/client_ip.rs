@@ -1,0 +1,623 @@
+//! Who the client is: the peer address, or, behind trusted proxies, the address they
+//! forwarded; IPv6 clients grouped by network.
+
+use std::error::Error;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use ::axum::http::header::{HeaderMap, HeaderName, FORWARDED};
+
+/// The header in which the trusted proxies in front of the app pass on the client address.
+///
+/// Only one header is read, because a proxy usually passes the headers it does not write
+/// through unchanged: reading a second one would let any client choose its own address.
+/// Pick the header your proxies write, and only that one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ProxyHeader {
+    /// `X-Forwarded-For: <client>, <proxy1>, <proxy2>` (nginx
+    /// `$proxy_add_x_forwarded_for`, HAProxy `option forwardfor`, most load balancers).
+    #[default]
+    XForwardedFor,
+    /// `Forwarded: for=<client>, for=<proxy1>` (RFC 7239); `for=` nodes may be quoted,
+    /// bracketed IPv6 and carry ports.
+    Forwarded,
+    /// `X-Real-IP: <client>` (nginx `proxy_set_header X-Real-IP $remote_addr`), read as a
+    /// one-entry `X-Forwarded-For`.
+    XRealIp,
+}
+
+impl ProxyHeader {
+    fn name(self) -> HeaderName {
+        match self {
+            ProxyHeader::XForwardedFor => HeaderName::from_static("x-forwarded-for"),
+            ProxyHeader::Forwarded => FORWARDED,
+            ProxyHeader::XRealIp => HeaderName::from_static("x-real-ip"),
+        }
+    }
+}
+
+/// A trusted proxy network that does not parse, from
+/// [`RateLimitLayer::try_trust_proxies`](super::RateLimitLayer::try_trust_proxies).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidProxyNet {
+    input: String,
+    reason: &'static str,
+}
+
+impl fmt::Display for InvalidProxyNet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "`{}` is not a trusted proxy network: {}; write an address with an optional \
+             prefix length, like 10.0.0.0/8, 192.0.2.7 or 2001:db8::/32",
+            self.input, self.reason
+        )
+    }
+}
+
+impl Error for InvalidProxyNet {}
+
+/// An IP network: an address with its host bits cleared, and a prefix length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct IpNet {
+    network: IpAddr,
+    prefix: u8,
+}
+
+impl IpNet {
+    /// Parses `10.0.0.0/8`, `2001:db8::/32`, or a bare address (a network of one).
+    /// Host bits are allowed and cleared (`10.1.2.3/8` is `10.0.0.0/8`).
+    pub(crate) fn parse(input: &str) -> Result<IpNet, InvalidProxyNet> {
+        let invalid = |reason| InvalidProxyNet {
+            input: input.to_owned(),
+            reason,
+        };
+        let (addr, prefix) = match input.trim().split_once('/') {
+            Some((addr, prefix)) => (addr, Some(prefix)),
+            None => (input.trim(), None),
+        };
+        let addr: IpAddr = addr
+            .parse()
+            .map_err(|_| invalid("the address does not parse"))?;
+        let bits = max_prefix(addr);
+        let prefix = match prefix {
+            None => bits,
+            Some(prefix) => match prefix.parse::<u8>() {
+                Ok(prefix) if prefix <= bits => prefix,
+                Ok(_) => return Err(invalid("the prefix length is longer than the address")),
+                Err(_) => return Err(invalid("the prefix length is not a number")),
+            },
+        };
+        // Addresses are matched in canonical form, so an IPv4-mapped network (within
+        // ::ffff:0:0/96) is the IPv4 network it maps.
+        let (addr, prefix) = match addr.to_canonical() {
+            IpAddr::V4(v4) if addr.is_ipv6() && prefix >= 96 => (IpAddr::V4(v4), prefix - 96),
+            _ => (addr, prefix),
+        };
+        Ok(IpNet {
+            network: network_of(addr, prefix),
+            prefix,
+        })
+    }
+
+    /// Whether `ip` (in canonical form) is inside the network.
+    pub(crate) fn contains(&self, ip: IpAddr) -> bool {
+        ip.is_ipv4() == self.network.is_ipv4() && network_of(ip, self.prefix) == self.network
+    }
+}
+
+fn max_prefix(ip: IpAddr) -> u8 {
+    match ip {
+        IpAddr::V4(_) => 32,
+        IpAddr::V6(_) => 128,
+    }
+}
+
+/// `ip` with every bit after the first `prefix` cleared.
+pub(crate) fn network_of(ip: IpAddr, prefix: u8) -> IpAddr {
+    match ip {
+        IpAddr::V4(v4) => {
+            let mask = u32::MAX
+                .checked_shl(32 - u32::from(prefix.min(32)))
+                .unwrap_or(0);
+            IpAddr::V4(Ipv4Addr::from(u32::from(v4) & mask))
+        }
+        IpAddr::V6(v6) => {
+            let mask = u128::MAX
+                .checked_shl(128 - u32::from(prefix.min(128)))
+                .unwrap_or(0);
+            IpAddr::V6(Ipv6Addr::from(u128::from(v6) & mask))
+        }
+    }
+}
+
+/// How the layer finds the client address of a request.
+#[derive(Clone, Debug)]
+pub(crate) struct ClientIpConfig {
+    pub trusted: Vec<IpNet>,
+    pub header: ProxyHeader,
+    pub ipv6_prefix: u8,
+}
+
+impl Default for ClientIpConfig {
+    fn default() -> Self {
+        ClientIpConfig {
+            trusted: Vec::new(),
+            header: ProxyHeader::default(),
+            ipv6_prefix: 64,
+        }
+    }
+}
+
+impl ClientIpConfig {
+    /// The address the request is counted under, from the peer that connected and the
+    /// request headers; `None` when the peer is unknown.
+    pub(crate) fn client_ip(&self, peer: Option<IpAddr>, headers: &HeaderMap) -> Option<IpAddr> {
+        let peer = peer?.to_canonical();
+        let client = if self.is_trusted(peer) {
+            self.forwarded_client(peer, headers)
+        } else {
+            peer
+        };
+        Some(match client {
+            IpAddr::V6(_) => network_of(client, self.ipv6_prefix),
+            IpAddr::V4(_) => client,
+        })
+    }
+
+    fn is_trusted(&self, ip: IpAddr) -> bool {
+        self.trusted.iter().any(|net| net.contains(ip))
+    }
+
+    /// Walks the proxy header from the right (the hop nearest to us) past trusted hops.
+    ///
+    /// Each hop was written by the trusted proxy after it, so the first untrusted address
+    /// is the client. When every hop is trusted the leftmost is the client (an internal
+    /// caller). An entry that is not an address (`unknown`, an obfuscated name, garbage)
+    /// ends the walk: nothing beyond it can be known, so the last trusted hop stands in.
+    fn forwarded_client(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+        let mut client = peer;
+        for hop in hops(self.header, headers).into_iter().rev() {
+            let Some(ip) = hop else { break };
+            client = ip.to_canonical();
+            if !self.is_trusted(client) {
+                break;
+            }
+        }
+        client
+    }
+}
+
+/// The hops a proxy header lists, leftmost (furthest from us) first; `None` for an entry
+/// that is not an address. Several header lines form one list, in order.
+fn hops(header: ProxyHeader, headers: &HeaderMap) -> Vec<Option<IpAddr>> {
+    let mut hops = Vec::new();
+    for value in headers.get_all(header.name()) {
+        let Ok(value) = value.to_str() else {
+            hops.push(None);
+            continue;
+        };
+        match header {
+            ProxyHeader::Forwarded => forwarded_for(value, &mut hops),
+            ProxyHeader::XForwardedFor | ProxyHeader::XRealIp => {
+                // Empty list elements are ignored (RFC 9110, section 5.6.1).
+                let entries = value.split(',').map(str::trim).filter(|e| !e.is_empty());
+                hops.extend(entries.map(parse_node));
+            }
+        }
+    }
+    hops
+}
+
+/// An address as proxies write it: `192.0.2.7`, `192.0.2.7:4711`, `2001:db8::1`,
+/// `[2001:db8::1]` or `[2001:db8::1]:4711`.
+fn parse_node(node: &str) -> Option<IpAddr> {
+    if let Ok(ip) = node.parse::<IpAddr>() {
+        return Some(ip);
+    }
+    if let Ok(addr) = node.parse::<SocketAddr>() {
+        return Some(addr.ip());
+    }
+    node.strip_prefix('[')?
+        .strip_suffix(']')?
+        .parse::<Ipv6Addr>()
+        .ok()
+        .map(IpAddr::V6)
+}
+
+/// Appends the `for=` node of each element of one `Forwarded` line (RFC 7239, section 4):
+/// `for=192.0.2.60;proto=http;by=203.0.113.43, for="[2001:db8:cafe::17]:4711"`.
+///
+/// An element without a readable `for=` is an unknown hop, and so is an element whose
+/// quoted string never ends: no address is taken from broken syntax.
+fn forwarded_for(line: &str, hops: &mut Vec<Option<IpAddr>>) {
+    let mut element_for: Option<Option<IpAddr>> = None;
+    let mut element_empty = true;
+    let mut pair = String::new();
+    let mut in_quotes = false;
+    let mut chars = line.chars();
+    loop {
+        let c = chars.next();
+        match c {
+            Some('"') => in_quotes = !in_quotes,
+            Some('\\') if in_quotes => {
+                if let Some(escaped) = chars.next() {
+                    pair.push('\\');
+                    pair.push(escaped);
+                    continue;
+                }
+            }
+            _ => {}
+        }
+        match c {
+            None if in_quotes => {
+                hops.push(None);
+                return;
+            }
+            Some(c) if in_quotes || (c != ';' && c != ',') => {
+                element_empty &= c.is_whitespace();
+                pair.push(c);
+            }
+            // `;`, `,` or the end, outside quotes: the pair is complete.
+            _ => {
+                if let Some((name, value)) = pair.split_once('=') {
+                    if name.trim().eq_ignore_ascii_case("for") && element_for.is_none() {
+                        element_for = Some(unquote(value.trim()).and_then(|v| parse_node(&v)));
+                    }
+                }
+                pair.clear();
+                if c != Some(';') {
+                    if !element_empty {
+                        hops.push(element_for.flatten());
+                    }
+                    element_for = None;
+                    element_empty = true;
+                }
+                if c.is_none() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The text of a token or of a quoted-string (`"..."` with `\` escapes).
+fn unquote(value: &str) -> Option<String> {
+    let Some(inner) = value.strip_prefix('"') else {
+        return Some(value.to_owned());
+    };
+    let inner = inner.strip_suffix('"')?;
+    let mut text = String::with_capacity(inner.len());
+    let mut chars = inner.chars();
+    while let Some(c) = chars.next() {
+        text.push(if c == '\\' { chars.next()? } else { c });
+    }
+    Some(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ::axum::http::HeaderValue;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn config(trusted: &[&str], header: ProxyHeader) -> ClientIpConfig {
+        ClientIpConfig {
+            trusted: trusted.iter().map(|n| IpNet::parse(n).unwrap()).collect(),
+            header,
+            ..ClientIpConfig::default()
+        }
+    }
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        map
+    }
+
+    fn forwarded(line: &str) -> Vec<Option<IpAddr>> {
+        let mut hops = Vec::new();
+        forwarded_for(line, &mut hops);
+        hops
+    }
+
+    #[test]
+    fn networks_parse_with_or_without_prefix_and_clear_host_bits() {
+        let net = IpNet::parse("10.1.2.3/8").unwrap();
+        assert_eq!(net, IpNet::parse("10.0.0.0/8").unwrap());
+        assert!(net.contains(ip("10.255.0.1")));
+        assert!(!net.contains(ip("11.0.0.1")));
+        let host = IpNet::parse(" 127.0.0.2 ").unwrap();
+        assert!(host.contains(ip("127.0.0.2")));
+        assert!(!host.contains(ip("127.0.0.1")));
+        let v6 = IpNet::parse("2001:db8::/32").unwrap();
+        assert!(v6.contains(ip("2001:db8:ffff::1")));
+        assert!(!v6.contains(ip("2001:db9::1")));
+        assert!(IpNet::parse("0.0.0.0/0")
+            .unwrap()
+            .contains(ip("203.0.113.9")));
+        assert!(!IpNet::parse("0.0.0.0/0").unwrap().contains(ip("::1")));
+        // An IPv4-mapped network is the IPv4 network.
+        assert_eq!(
+            IpNet::parse("::ffff:10.0.0.0/104"),
+            IpNet::parse("10.0.0.0/8")
+        );
+        assert!(IpNet::parse("::ffff:10.0.0.1")
+            .unwrap()
+            .contains(ip("10.0.0.1")));
+        assert!(!IpNet::parse("::ffff:0:0/95")
+            .unwrap()
+            .contains(ip("10.0.0.1")));
+    }
+
+    #[test]
+    fn invalid_networks_say_what_is_wrong() {
+        let err = IpNet::parse("10.0.0.0/33").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "`10.0.0.0/33` is not a trusted proxy network: the prefix length is longer than \
+             the address; write an address with an optional prefix length, like 10.0.0.0/8, \
+             192.0.2.7 or 2001:db8::/32"
+        );
+        assert!(IpNet::parse("10.0.0/8").is_err_and(|e| e.reason.contains("address")));
+        assert!(IpNet::parse("10.0.0.0/x").is_err_and(|e| e.reason.contains("number")));
+        assert!(IpNet::parse("").is_err());
+        assert!(IpNet::parse("/8").is_err());
+    }
+
+    #[test]
+    fn nodes_parse_with_ports_and_brackets() {
+        assert_eq!(parse_node("192.0.2.7"), Some(ip("192.0.2.7")));
+        assert_eq!(parse_node("192.0.2.7:4711"), Some(ip("192.0.2.7")));
+        assert_eq!(parse_node("2001:db8::1"), Some(ip("2001:db8::1")));
+        assert_eq!(parse_node("[2001:db8::1]"), Some(ip("2001:db8::1")));
+        assert_eq!(parse_node("[2001:db8::1]:4711"), Some(ip("2001:db8::1")));
+        for garbage in [
+            "unknown",
+            "_hidden",
+            "",
+            "[",
+            "]",
+            "[1.2.3.4]",
+            "1.2.3.4:x",
+            "::g",
+        ] {
+            assert_eq!(parse_node(garbage), None, "{garbage:?}");
+        }
+    }
+
+    #[test]
+    fn forwarded_reads_for_of_every_element() {
+        assert_eq!(
+            forwarded(
+                "for=192.0.2.60;proto=http;by=203.0.113.43, For=\"[2001:db8:cafe::17]:4711\""
+            ),
+            vec![Some(ip("192.0.2.60")), Some(ip("2001:db8:cafe::17"))]
+        );
+        assert_eq!(
+            forwarded("proto=https;for=\"198.51.100.17:80\""),
+            vec![Some(ip("198.51.100.17"))]
+        );
+        assert_eq!(
+            forwarded("for=unknown, for=_hidden, by=10.0.0.1, for=10.0.0.2"),
+            vec![None, None, None, Some(ip("10.0.0.2"))]
+        );
+        // A quoted value may hold `,` and `;` and escapes; empty elements are ignored.
+        assert_eq!(
+            forwarded(" , for=\"x,y;z\\\"\";by=a , ,for=192.0.2.1,"),
+            vec![None, Some(ip("192.0.2.1"))]
+        );
+    }
+
+    #[test]
+    fn broken_forwarded_lines_give_no_address() {
+        assert_eq!(forwarded("for=\"192.0.2.1"), vec![None]);
+        assert_eq!(
+            forwarded("for=192.0.2.1, for=\"[::1]"),
+            vec![Some(ip("192.0.2.1")), None]
+        );
+        assert_eq!(forwarded("for=\"\\"), vec![None]);
+        assert_eq!(forwarded("for"), vec![None]);
+        assert_eq!(forwarded("for=\"1.2.3.4\"junk"), vec![None]);
+        assert_eq!(forwarded(""), vec![]);
+    }
+
+    #[test]
+    fn an_untrusted_peer_is_the_client_whatever_it_sends() {
+        let cfg = config(&["10.0.0.0/8"], ProxyHeader::XForwardedFor);
+        let spoofed = headers(&[("x-forwarded-for", "1.2.3.4"), ("x-real-ip", "5.6.7.8")]);
+        assert_eq!(
+            cfg.client_ip(Some(ip("203.0.113.9")), &spoofed),
+            Some(ip("203.0.113.9"))
+        );
+        // With no trusted proxies at all, nothing is ever read from headers.
+        let none = config(&[], ProxyHeader::XForwardedFor);
+        assert_eq!(
+            none.client_ip(Some(ip("10.0.0.1")), &spoofed),
+            Some(ip("10.0.0.1"))
+        );
+        assert_eq!(none.client_ip(None, &spoofed), None);
+    }
+
+    #[test]
+    fn behind_trusted_proxies_the_first_untrusted_hop_from_the_right_is_the_client() {
+        let cfg = config(&["10.0.0.0/8"], ProxyHeader::XForwardedFor);
+        let peer = Some(ip("10.0.0.1"));
+        // The client prepended a fake address; our proxies appended the real one.
+        let h = headers(&[("x-forwarded-for", "1.2.3.4, 203.0.113.9, 10.0.0.7")]);
+        assert_eq!(cfg.client_ip(peer, &h), Some(ip("203.0.113.9")));
+        // Several lines are one list.
+        let h = headers(&[
+            ("x-forwarded-for", "1.2.3.4"),
+            ("x-forwarded-for", "203.0.113.9 ,10.0.0.7,"),
+        ]);
+        assert_eq!(cfg.client_ip(peer, &h), Some(ip("203.0.113.9")));
+        // All hops trusted: an internal caller, the leftmost.
+        let h = headers(&[("x-forwarded-for", "10.9.9.9, 10.0.0.7")]);
+        assert_eq!(cfg.client_ip(peer, &h), Some(ip("10.9.9.9")));
+        // No header: the proxy itself.
+        assert_eq!(cfg.client_ip(peer, &HeaderMap::new()), peer);
+        // Ports and IPv4-mapped forms are accepted.
+        let h = headers(&[("x-forwarded-for", "[::ffff:203.0.113.9]:5000, 10.0.0.7:80")]);
+        assert_eq!(cfg.client_ip(peer, &h), Some(ip("203.0.113.9")));
+    }
+
+    #[test]
+    fn garbage_in_the_chain_stops_the_walk_at_the_last_trusted_hop() {
+        let cfg = config(&["10.0.0.0/8"], ProxyHeader::XForwardedFor);
+        let peer = Some(ip("10.0.0.1"));
+        let h = headers(&[("x-forwarded-for", "203.0.113.9, unknown, 10.0.0.7")]);
+        assert_eq!(cfg.client_ip(peer, &h), Some(ip("10.0.0.7")));
+        let h = headers(&[("x-forwarded-for", "203.0.113.9, 1.2.3.4.5")]);
+        assert_eq!(cfg.client_ip(peer, &h), peer);
+        let mut h = HeaderMap::new();
+        h.append(
+            "x-forwarded-for",
+            HeaderValue::from_bytes(b"203.0.113.9, \xff").unwrap(),
+        );
+        assert_eq!(cfg.client_ip(peer, &h), peer);
+        let h = headers(&[("x-forwarded-for", ", ,")]);
+        assert_eq!(cfg.client_ip(peer, &h), peer);
+    }
+
+    #[test]
+    fn only_the_configured_header_is_read() {
+        let peer = Some(ip("10.0.0.1"));
+        let h = headers(&[
+            ("x-forwarded-for", "198.51.100.1"),
+            ("forwarded", "for=198.51.100.2"),
+            ("x-real-ip", "198.51.100.3"),
+        ]);
+        let read = |header| config(&["10.0.0.0/8"], header).client_ip(peer, &h);
+        assert_eq!(read(ProxyHeader::XForwardedFor), Some(ip("198.51.100.1")));
+        assert_eq!(read(ProxyHeader::Forwarded), Some(ip("198.51.100.2")));
+        assert_eq!(read(ProxyHeader::XRealIp), Some(ip("198.51.100.3")));
+    }
+
+    #[test]
+    fn forwarded_chains_are_walked_like_x_forwarded_for() {
+        let cfg = config(
+            &["10.0.0.0/8", "2001:db8:ffff::/48"],
+            ProxyHeader::Forwarded,
+        );
+        let h = headers(&[
+            ("forwarded", "for=1.2.3.4"),
+            (
+                "forwarded",
+                "for=\"[2001:db8:cafe::17]:4711\";proto=https, for=\"[2001:db8:ffff::5]\"",
+            ),
+        ]);
+        assert_eq!(
+            cfg.client_ip(Some(ip("10.0.0.1")), &h),
+            Some(ip("2001:db8:cafe::"))
+        );
+        let h = headers(&[("forwarded", "for=1.2.3.4, for=unknown;proto=http")]);
+        assert_eq!(
+            cfg.client_ip(Some(ip("10.0.0.1")), &h),
+            Some(ip("10.0.0.1"))
+        );
+    }
+
+    #[test]
+    fn ipv6_clients_are_grouped_by_their_network() {
+        let cfg = config(&[], ProxyHeader::XForwardedFor);
+        let none = HeaderMap::new();
+        let a = cfg.client_ip(Some(ip("2001:db8:1:2:aaaa::1")), &none);
+        let b = cfg.client_ip(Some(ip("2001:db8:1:2:ffff:ffff:ffff:ffff")), &none);
+        assert_eq!(a, Some(ip("2001:db8:1:2::")));
+        assert_eq!(a, b);
+        assert_ne!(a, cfg.client_ip(Some(ip("2001:db8:1:3::1")), &none));
+        assert_eq!(cfg.client_ip(Some(ip("::1")), &none), Some(ip("::")));
+
+        let per_48 = ClientIpConfig {
+            ipv6_prefix: 48,
+            ..cfg.clone()
+        };
+        assert_eq!(
+            per_48.client_ip(Some(ip("2001:db8:1:3::1")), &none),
+            Some(ip("2001:db8:1::"))
+        );
+        let per_host = ClientIpConfig {
+            ipv6_prefix: 128,
+            ..cfg.clone()
+        };
+        assert_eq!(
+            per_host.client_ip(Some(ip("2001:db8::1")), &none),
+            Some(ip("2001:db8::1"))
+        );
+        // IPv4 clients are never grouped.
+        assert_eq!(
+            per_48.client_ip(Some(ip("203.0.113.9")), &none),
+            Some(ip("203.0.113.9"))
+        );
+    }
+
+    #[test]
+    fn ipv4_mapped_ipv6_is_ipv4() {
+        let cfg = config(&["10.0.0.0/8"], ProxyHeader::XForwardedFor);
+        // A dual-stack listener reports IPv4 peers as ::ffff:a.b.c.d.
+        assert_eq!(
+            cfg.client_ip(Some(ip("::ffff:203.0.113.9")), &HeaderMap::new()),
+            Some(ip("203.0.113.9"))
+        );
+        let h = headers(&[("x-forwarded-for", "203.0.113.9")]);
+        assert_eq!(
+            cfg.client_ip(Some(ip("::ffff:10.0.0.1")), &h),
+            Some(ip("203.0.113.9"))
+        );
+    }
+
+    #[test]
+    fn no_header_value_makes_the_walk_panic() {
+        // Every string up to 4 characters over the characters the parsers treat specially.
+        const ALPHABET: &[u8] = b"\"\\,;=[]:.1f_ ";
+        let configs = [
+            ProxyHeader::XForwardedFor,
+            ProxyHeader::Forwarded,
+            ProxyHeader::XRealIp,
+        ]
+        .map(|header| config(&["0.0.0.0/0", "::/0"], header));
+        let peer = Some(ip("10.0.0.1"));
+        let mut value = Vec::new();
+        let mut odometer = [0usize; 4];
+        for len in 0..=4 {
+            for _ in 0..ALPHABET.len().pow(len as u32) {
+                value.clear();
+                value.extend(odometer[..len].iter().map(|&i| ALPHABET[i]));
+                let line = std::str::from_utf8(&value).unwrap();
+                for cfg in &configs {
+                    let mut map = HeaderMap::new();
+                    let value = HeaderValue::from_str(line).unwrap();
+                    map.append(cfg.header.name(), value.clone());
+                    map.append(cfg.header.name(), value);
+                    assert!(cfg.client_ip(peer, &map).is_some(), "{line:?}");
+                }
+                for digit in odometer[..len].iter_mut() {
+                    *digit += 1;
+                    if *digit < ALPHABET.len() {
+                        break;
+                    }
+                    *digit = 0;
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn network_masks_cover_every_prefix_length() {
+        assert_eq!(network_of(ip("255.255.255.255"), 0), ip("0.0.0.0"));
+        assert_eq!(network_of(ip("255.255.255.255"), 1), ip("128.0.0.0"));
+        assert_eq!(network_of(ip("255.255.255.255"), 32), ip("255.255.255.255"));
+        assert_eq!(network_of(ip("ffff::ffff"), 0), ip("::"));
+        assert_eq!(network_of(ip("ffff::ffff"), 127), ip("ffff::fffe"));
+        assert_eq!(network_of(ip("ffff::ffff"), 128), ip("ffff::ffff"));
+    }
+}
