@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use once_cell::sync::Lazy;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{ErrorKind, RedisError, Script, ServerErrorKind};
+use redis::{Cmd, ErrorKind, FromRedisValue, RedisError, RedisResult, Script, ServerErrorKind};
 use tokio::sync::OnceCell;
 
 use super::{Backend, Request};
@@ -109,6 +109,34 @@ impl RedisBackend {
             .clone()
     }
 
+    /// Runs `command`, which calls `script` by its hash if any. The script is loaded when the
+    /// server does not know it (first use, `SCRIPT FLUSH`, a restarted server), and the
+    /// command is sent once more when its connection was refused or found broken: the
+    /// manager has then started a new connect, which the retry waits for.
+    async fn query<T: FromRedisValue>(
+        &self,
+        command: &Cmd,
+        script: Option<&Script>,
+    ) -> RedisResult<T> {
+        let mut connection = self.connection().await;
+        let (mut reconnected, mut loaded) = (false, false);
+        loop {
+            match command.query_async(&mut connection).await {
+                Err(err) if err.is_connection_dropped() && !reconnected => reconnected = true,
+                Err(err)
+                    if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) && !loaded =>
+                {
+                    let Some(script) = script else {
+                        return Err(err);
+                    };
+                    script.load_async(&mut connection).await?;
+                    loaded = true;
+                }
+                reply => return reply,
+            }
+        }
+    }
+
     /// Maps a Redis failure to what the limiter reports, naming the server, never the URL;
     /// the Redis error is the source, and its text ends the message.
     fn error(&self, key: &str, err: RedisError) -> BackendError {
@@ -155,19 +183,20 @@ impl RedisBackend {
     }
 
     async fn run(&self, request: &Request<'_>) -> Result<RawDecision, RedisError> {
-        let mut invocation = script(request.algorithm).key(request.key);
-        invocation
+        let script = script(request.algorithm);
+        // The EVALSHA command is built directly, once: a `ScriptInvocation` would collect
+        // every argument in a Vec of its own and then copy them all into a command.
+        let mut evalsha = redis::cmd("EVALSHA");
+        evalsha
+            .arg(script.get_hash())
+            .arg(1)
+            .arg(request.key)
             .arg(if request.consume { "1" } else { "0" })
             .arg(request.now_us.unwrap_or(0));
         for rule in request.rules {
-            invocation.arg(rule.count()).arg(rule.window_us());
+            evalsha.arg(rule.count()).arg(rule.window_us());
         }
-        let mut connection = self.connection().await;
-        let reply: (u8, usize, u64, u64, u64) = match invocation.invoke_async(&mut connection).await
-        {
-            Err(err) if worth_one_retry(&err) => invocation.invoke_async(&mut connection).await?,
-            reply => reply?,
-        };
+        let reply: (u8, usize, u64, u64, u64) = self.query(&evalsha, Some(script)).await?;
         let (allowed, rule_index, remaining, reset_after_us, retry_after_us) = reply;
         if allowed > 1 || rule_index >= request.rules.len() {
             return Err(RedisError::from((
@@ -202,21 +231,12 @@ impl Backend for RedisBackend {
     }
 
     async fn reset(&self, key: &str) -> Result<(), BackendError> {
-        let mut connection = self.connection().await;
         let mut del = redis::cmd("DEL");
         del.arg(key);
-        let result = match del.query_async::<()>(&mut connection).await {
-            Err(err) if worth_one_retry(&err) => del.query_async(&mut connection).await,
-            result => result,
-        };
-        result.map_err(|err| self.error(key, err))
+        self.query::<()>(&del, None)
+            .await
+            .map_err(|err| self.error(key, err))
     }
-}
-
-/// Whether the connection was refused or found broken: the manager has then started a new
-/// connect, which a retry waits for.
-fn worth_one_retry(err: &RedisError) -> bool {
-    err.is_connection_dropped()
 }
 
 #[cfg(test)]
