@@ -18,12 +18,14 @@ use std::time::Duration;
 
 use once_cell::sync::Lazy;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Cmd, ErrorKind, FromRedisValue, RedisError, RedisResult, Script, ServerErrorKind};
+use redis::{
+    Cmd, ErrorKind, FromRedisValue, RedisError, RedisResult, Script, ServerErrorKind, Value,
+};
 use tokio::sync::OnceCell;
 
 use super::{Backend, Request};
 use crate::decision::RawDecision;
-use crate::{Algorithm, BackendError, BackendErrorKind, ConfigError};
+use crate::{Algorithm, BackendError, BackendErrorKind, ConfigError, Rule};
 
 /// How long one connection attempt may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -196,23 +198,55 @@ impl RedisBackend {
         for rule in request.rules {
             evalsha.arg(rule.count()).arg(rule.window_us());
         }
-        let reply: (u8, usize, u64, u64, u64) = self.query(&evalsha, Some(script)).await?;
-        let (allowed, rule_index, remaining, reset_after_us, retry_after_us) = reply;
-        if allowed > 1 || rule_index >= request.rules.len() {
-            return Err(RedisError::from((
+        let reply: Value = self.query(&evalsha, Some(script)).await?;
+        decode(&reply, request.rules).ok_or_else(|| {
+            RedisError::from((
                 ErrorKind::UnexpectedReturnType,
                 "the rate-limit script answered out of range",
                 format!("{reply:?}"),
-            )));
-        }
-        Ok(RawDecision {
-            allowed: allowed == 1,
-            rule_index,
-            remaining,
-            reset_after_us,
-            retry_after_us,
+            ))
         })
     }
+}
+
+/// A script's answer: `{allowed, rule_index, remaining, reset_after_us, retry_after_us}`,
+/// or the short form `remaining * 64 + rule_index` of an admitted call whose reset_after
+/// is the binding rule's whole window (sending an array costs Redis more than the rest of
+/// the sliding log's own work). `None` when the answer is not one of these.
+fn decode(reply: &Value, rules: &[Rule]) -> Option<RawDecision> {
+    let int = |value: &Value| match value {
+        Value::Int(n) => u64::try_from(*n).ok(),
+        _ => None,
+    };
+    let raw = match reply {
+        Value::Int(_) => {
+            let short = int(reply)?;
+            let rule_index = (short % 64) as usize;
+            RawDecision {
+                allowed: true,
+                rule_index,
+                remaining: short / 64,
+                reset_after_us: rules.get(rule_index)?.window_us(),
+                retry_after_us: 0,
+            }
+        }
+        Value::Array(items) => match items.as_slice() {
+            [allowed, rule_index, remaining, reset_after_us, retry_after_us] => RawDecision {
+                allowed: match int(allowed)? {
+                    0 => false,
+                    1 => true,
+                    _ => return None,
+                },
+                rule_index: int(rule_index)? as usize,
+                remaining: int(remaining)?,
+                reset_after_us: int(reset_after_us)?,
+                retry_after_us: int(retry_after_us)?,
+            },
+            _ => return None,
+        },
+        _ => return None,
+    };
+    (raw.rule_index < rules.len()).then_some(raw)
 }
 
 /// Whether `s` looks like a URL scheme, and so is safe to quote back (it holds no password).
@@ -258,6 +292,44 @@ mod tests {
         ] {
             assert!(RedisBackend::new(url).is_ok(), "{url}");
         }
+    }
+
+    #[test]
+    fn both_reply_forms_decode() {
+        let rules = [Rule::per_second(10), Rule::per_minute(100)];
+        let short = decode(&Value::Int(57 * 64 + 1), &rules).unwrap();
+        assert_eq!(
+            short,
+            RawDecision {
+                allowed: true,
+                rule_index: 1,
+                remaining: 57,
+                reset_after_us: 60_000_000,
+                retry_after_us: 0
+            }
+        );
+        let long = Value::Array([0, 0, 0, 900, 400].map(Value::Int).to_vec());
+        let denied = decode(&long, &rules).unwrap();
+        assert_eq!(
+            (denied.allowed, denied.reset_after_us, denied.retry_after_us),
+            (false, 900, 400)
+        );
+    }
+
+    #[test]
+    fn replies_out_of_range_are_rejected() {
+        let rules = [Rule::per_second(10)];
+        assert_eq!(decode(&Value::Int(64 + 1), &rules), None); // rule 1 of 1
+        assert_eq!(decode(&Value::Int(-1), &rules), None);
+        assert_eq!(
+            decode(
+                &Value::Array([2, 0, 0, 0, 0].map(Value::Int).to_vec()),
+                &rules
+            ),
+            None
+        );
+        assert_eq!(decode(&Value::Array(vec![Value::Int(1)]), &rules), None);
+        assert_eq!(decode(&Value::Nil, &rules), None);
     }
 
     #[test]
