@@ -1,9 +1,8 @@
 //! A small HTTP API rate-limited per client IP and per user, with axum.
 //!
 //! ```text
-//! cargo run --example axum_server --features axum                    # embedded backend
-//! RATELIMIT_REDIS_URL=redis://127.0.0.1:6379 \
-//!     cargo run --example axum_server --features axum                # shared Redis
+//! cargo run --example axum_server                                    # embedded backend
+//! RATELIMIT_REDIS_URL=redis://127.0.0.1:6379 cargo run --example axum_server   # shared Redis
 //!
 //! curl -i -X POST localhost:3000/sms/code -d '+1 555 0100'           # 200, then 429
 //! curl -i 'localhost:3000/search?q=rust' -H 'x-user-id: 42'          # 3 per 10 s per user
