@@ -55,6 +55,24 @@ pub(crate) fn ttl_us(needed_us: u64) -> u64 {
         .saturating_mul(1000)
 }
 
+/// The expiry a write of the fixed window, sliding window or token bucket leaves: their
+/// scripts move a key's expiry only when the state written would outlive it, and then to
+/// [`ttl_us`]`(needed_us)` from now; otherwise `SET ... KEEPTTL` keeps it, which costs Redis
+/// less than setting it again.
+///
+/// `expires_at_us` is the key's expiry as the state records it (0 for a new key), moved
+/// when the expiry moves. Returns the new TTL, or `None` when the expiry already covers
+/// `needed_us` from `now_us`. Either way the key lives at least as long as the state just
+/// written matters, which is all expiry is for.
+pub(crate) fn extend_expiry(expires_at_us: &mut u64, now_us: u64, needed_us: u64) -> Option<u64> {
+    if *expires_at_us >= now_us.saturating_add(needed_us) {
+        return None;
+    }
+    let ttl = ttl_us(needed_us);
+    *expires_at_us = now_us.saturating_add(ttl);
+    Some(ttl)
+}
+
 /// The longest window among `rules`, in µs: how long a check's writes stay meaningful.
 pub(crate) fn longest_window_us(rules: &[Rule]) -> u64 {
     rules.iter().map(Rule::window_us).max().unwrap_or(0)
@@ -64,8 +82,10 @@ pub(crate) fn longest_window_us(rules: &[Rule]) -> u64 {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Outcome {
     pub decision: RawDecision,
-    /// `Some(ttl)` when the state was written: the key now expires `ttl` µs from `now`
-    /// (what the script's `PEXPIRE` does). `None` leaves the expiry as it was.
+    /// `Some(ttl)` when the check moved the key's expiry: the key now expires `ttl` µs from
+    /// `now` (what the script's `PEXPIRE` or `SET ... PX` does). `None` leaves the expiry
+    /// as it was: a peek or a denial, which write nothing, or a write the expiry already
+    /// covers (see [`extend_expiry`]). A check of an absent key that writes always moves it.
     pub ttl_us: Option<u64>,
 }
 
@@ -112,7 +132,25 @@ impl KeyState {
 
 #[cfg(test)]
 mod tests {
-    use super::ttl_us;
+    use super::{extend_expiry, ttl_us};
+
+    #[test]
+    fn expiry_moves_only_when_the_state_would_outlive_it() {
+        let mut expires = 0;
+        assert_eq!(
+            extend_expiry(&mut expires, 5_000_000, 1_500),
+            Some(1_002_000)
+        );
+        assert_eq!(expires, 6_002_000);
+        // Covered, up to the last µs.
+        assert_eq!(extend_expiry(&mut expires, 5_500_000, 502_000), None);
+        assert_eq!(expires, 6_002_000);
+        assert_eq!(
+            extend_expiry(&mut expires, 5_500_000, 502_001),
+            Some(1_503_000)
+        );
+        assert_eq!(expires, 7_003_000);
+    }
 
     #[test]
     fn ttl_is_whole_milliseconds_rounded_up_plus_one_second() {

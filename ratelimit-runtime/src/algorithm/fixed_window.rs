@@ -16,19 +16,25 @@
 //! denying rule with the largest `retry_after` (ties: lowest index). A peek answers exactly
 //! what a consuming check would.
 //!
-//! A write keeps the state until the last rule's current window ends (plus the TTL margin).
+//! A write stores the counters of the rules it checked, and only those: when a call site's
+//! rules change, the rules it keeps keep their counts, new ones start empty and the others
+//! are forgotten at the next write. (So one key checked in turn with two sets of rules
+//! forgets, at each write, the rules only the other set has: give each set its own key.)
+//! The key lives at least until the last rule's current window ends: a write that would
+//! outlive its expiry moves it there plus the TTL margin (see [`super::extend_expiry`]).
 //! `scripts/fixed_window.lua` is the same arithmetic for Redis; both are exact for times
 //! and windows below 2^53 µs.
 
-use super::{ttl_us, Outcome};
+use super::{extend_expiry, Outcome};
 use crate::decision::RawDecision;
 use crate::Rule;
 
-/// The counters of one key: per rule, the window it last counted in.
+/// The counters of one key: per rule of the last write, the window it counted in.
 #[derive(Debug, Default)]
 pub(crate) struct State {
-    /// Looked up by rule, like the Redis hash fields `"<count>:<window_us>"`; counters of
-    /// rules no longer checked stay until the key expires, as they do in Redis.
+    /// When the key expires, as the Redis value records it (0: never written).
+    expires_at_us: u64,
+    /// Looked up by rule, like the script's records of `count` and `window_us`.
     windows: Vec<(Rule, Window)>,
 }
 
@@ -44,13 +50,6 @@ impl State {
             .iter()
             .find(|(r, _)| r == rule)
             .map(|&(_, w)| w)
-    }
-
-    fn set(&mut self, rule: Rule, window: Window) {
-        match self.windows.iter_mut().find(|(r, _)| *r == rule) {
-            Some((_, w)) => *w = window,
-            None => self.windows.push((rule, window)),
-        }
     }
 }
 
@@ -119,15 +118,17 @@ pub(crate) fn check(state: &mut State, rules: &[Rule], now_us: u64, consume: boo
             ttl_us: None,
         };
     }
-    for (rule, v) in rules.iter().zip(&verdicts) {
-        state.set(
-            *rule,
-            Window {
+    state.windows = rules
+        .iter()
+        .zip(&verdicts)
+        .map(|(rule, v)| {
+            let window = Window {
                 start_us: v.start_us,
                 calls: v.calls + 1,
-            },
-        );
-    }
+            };
+            (*rule, window)
+        })
+        .collect();
     let last_end_us = verdicts
         .iter()
         .map(|v| v.end_us)
@@ -135,7 +136,7 @@ pub(crate) fn check(state: &mut State, rules: &[Rule], now_us: u64, consume: boo
         .expect("at least one rule");
     Outcome {
         decision,
-        ttl_us: Some(ttl_us(last_end_us - now_us)),
+        ttl_us: extend_expiry(&mut state.expires_at_us, now_us, last_end_us - now_us),
     }
 }
 
@@ -300,7 +301,32 @@ mod tests {
         let d = check(&mut s, &rules, 59_000_000, true);
         // 1 s of the minute left, rounded up to whole ms, plus the one-second margin.
         assert_eq!(d.ttl_us, Some((1_000 + 1_000) * 1_000));
-        let d = check(&mut s, &rules, 59_000_001, true);
-        assert_eq!(d.ttl_us, Some((1_000 + 1_000) * 1_000));
+        // Counted in the same windows: the expiry already covers them.
+        assert_eq!(check(&mut s, &rules, 59_000_001, true).ttl_us, None);
+        // The next minute outlives it.
+        let d = check(&mut s, &rules, 60_000_000, true);
+        assert_eq!(d.ttl_us, Some((60_000 + 1_000) * 1_000));
+    }
+
+    #[test]
+    fn a_write_keeps_only_the_rules_it_checked() {
+        let (short, long) = (rule(3, 1_000), rule(5, 10_000));
+        let mut s = State::default();
+        check(&mut s, &[short, long], 0, true);
+        check(&mut s, &[short, long], 1, true);
+        // The long rule keeps its count when checked alone, in any position.
+        assert_eq!(
+            check(&mut s, &[long], 2, true).decision,
+            raw(true, 0, 2, 9_998, 0)
+        );
+        // The short rule was not in that write: it starts empty again.
+        assert_eq!(
+            check(&mut s, &[long, short], 3, false).decision,
+            raw(true, 0, 1, 9_997, 0)
+        );
+        assert_eq!(
+            check(&mut s, &[short], 3, true).decision,
+            raw(true, 0, 2, 997, 0)
+        );
     }
 }

@@ -28,20 +28,26 @@
 //! what a consuming check would.
 //!
 //! All arithmetic is on integers, exact. `scripts/sliding_window.lua` computes the same
-//! products-then-quotients with a long multiplication that never leaves 2^53, so the two
-//! agree bit for bit while times, windows and counts stay below 2^52. A write keeps the
-//! state until the end of the next window (plus the TTL margin), after which the current
-//! count no longer weighs on anything.
+//! products-then-quotients in doubles directly while a product stays below 2^52, and by a
+//! long multiplication that never leaves 2^53 beyond, so the two agree bit for bit while
+//! times, windows and counts stay below 2^52.
+//!
+//! A write stores the counts of the rules it checked, and only those, as the fixed window
+//! does (which explains why). The key lives at least until the end of the next window,
+//! after which the current count no longer weighs on anything: a write that would outlive
+//! its expiry moves it there plus the TTL margin (see [`super::extend_expiry`]).
 
-use super::{ttl_us, Outcome};
+use super::{extend_expiry, Outcome};
 use crate::decision::RawDecision;
 use crate::Rule;
 
-/// The counts of one key: per rule, the last window it counted in and the one before.
+/// The counts of one key: per rule of the last write, the last window it counted in and
+/// the one before.
 #[derive(Debug, Default)]
 pub(crate) struct State {
-    /// Looked up by rule, like the Redis hash fields `"<count>:<window_us>"`; counts of
-    /// rules no longer checked stay until the key expires, as they do in Redis.
+    /// When the key expires, as the Redis value records it (0: never written).
+    expires_at_us: u64,
+    /// Looked up by rule, like the script's records of `count` and `window_us`.
     windows: Vec<(Rule, Windows)>,
 }
 
@@ -60,13 +66,6 @@ impl State {
             .iter()
             .find(|(r, _)| r == rule)
             .map(|&(_, w)| w)
-    }
-
-    fn set(&mut self, rule: Rule, windows: Windows) {
-        match self.windows.iter_mut().find(|(r, _)| *r == rule) {
-            Some((_, w)) => *w = windows,
-            None => self.windows.push((rule, windows)),
-        }
     }
 }
 
@@ -172,16 +171,18 @@ pub(crate) fn check(state: &mut State, rules: &[Rule], now_us: u64, consume: boo
             ttl_us: None,
         };
     }
-    for (rule, v) in rules.iter().zip(&verdicts) {
-        state.set(
-            *rule,
-            Windows {
+    state.windows = rules
+        .iter()
+        .zip(&verdicts)
+        .map(|(rule, v)| {
+            let windows = Windows {
                 start_us: v.start_us,
                 curr: v.curr + 1,
                 prev: v.prev,
-            },
-        );
-    }
+            };
+            (*rule, windows)
+        })
+        .collect();
     let needed_us = verdicts
         .iter()
         .map(|v| 2 * v.window_us - v.elapsed_us)
@@ -189,7 +190,7 @@ pub(crate) fn check(state: &mut State, rules: &[Rule], now_us: u64, consume: boo
         .expect("at least one rule");
     Outcome {
         decision,
-        ttl_us: Some(ttl_us(needed_us)),
+        ttl_us: extend_expiry(&mut state.expires_at_us, now_us, needed_us),
     }
 }
 
@@ -226,7 +227,10 @@ mod tests {
         for (i, now) in [100, 200, 300, 400].into_iter().enumerate() {
             let d = check(&mut s, &rules, now, true);
             assert_eq!(d.decision, raw(true, 0, 3 - i as u64, 2_000 - now, 0));
-            assert_eq!(d.ttl_us, Some((2 + 1_000) * 1_000));
+            // The first write's expiry (the next window's end, plus the margin) covers
+            // the others.
+            let ttl = (i == 0).then_some((2 + 1_000) * 1_000);
+            assert_eq!(d.ttl_us, ttl);
         }
         // The window is full: it frees when 4 * (1000 - e') / 1000 rounds up to 3, e' = 250.
         assert_eq!(
@@ -382,5 +386,22 @@ mod tests {
                 check(&mut fresh, &rules, now, false).decision
             );
         }
+    }
+
+    #[test]
+    fn a_write_keeps_only_the_rules_it_checked() {
+        let (short, long) = (rule(3, 1_000), rule(5, 10_000));
+        let mut s = State::default();
+        check(&mut s, &[short, long], 0, true);
+        check(&mut s, &[short, long], 0, true);
+        assert_eq!(
+            check(&mut s, &[long], 1, true).decision,
+            raw(true, 0, 2, 19_999, 0)
+        );
+        // Not in that write: the short rule starts empty.
+        assert_eq!(
+            check(&mut s, &[short], 2, false).decision,
+            raw(true, 0, 2, 1_998, 0)
+        );
     }
 }

@@ -23,32 +23,28 @@
 //! denying rule with the largest `retry_after` (ties: lowest index). A peek answers exactly
 //! what a consuming check would.
 //!
-//! A write keeps the state until the latest `tat` (plus the TTL margin).
-//! `scripts/token_bucket.lua` is the same arithmetic for Redis; both are exact while times,
-//! windows and counts stay below 2^53.
+//! A write stores the `tat` of the rules it checked, and only those, as the fixed window
+//! does (which explains why). The key lives at least until the latest `tat`: a write that
+//! would outlive its expiry moves it there plus the TTL margin (see
+//! [`super::extend_expiry`]). `scripts/token_bucket.lua` is the same arithmetic for Redis;
+//! both are exact while times, windows and counts stay below 2^53.
 
-use super::{ttl_us, Outcome};
+use super::{extend_expiry, Outcome};
 use crate::decision::RawDecision;
 use crate::Rule;
 
-/// The theoretical arrival time of each rule of one key.
+/// The theoretical arrival time of each rule of one key's last write.
 #[derive(Debug, Default)]
 pub(crate) struct State {
-    /// Looked up by rule, like the Redis hash fields `"<count>:<window_us>"`; entries of
-    /// rules no longer checked stay until the key expires, as they do in Redis.
+    /// When the key expires, as the Redis value records it (0: never written).
+    expires_at_us: u64,
+    /// Looked up by rule, like the script's records of `count` and `window_us`.
     tats: Vec<(Rule, u64)>,
 }
 
 impl State {
     fn tat(&self, rule: &Rule) -> Option<u64> {
         self.tats.iter().find(|(r, _)| r == rule).map(|&(_, t)| t)
-    }
-
-    fn set(&mut self, rule: Rule, tat_us: u64) {
-        match self.tats.iter_mut().find(|(r, _)| *r == rule) {
-            Some((_, t)) => *t = tat_us,
-            None => self.tats.push((rule, tat_us)),
-        }
     }
 }
 
@@ -122,9 +118,11 @@ pub(crate) fn check(state: &mut State, rules: &[Rule], now_us: u64, consume: boo
             ttl_us: None,
         };
     }
-    for (rule, v) in rules.iter().zip(&verdicts) {
-        state.set(*rule, now_us + v.after_us);
-    }
+    state.tats = rules
+        .iter()
+        .zip(&verdicts)
+        .map(|(rule, v)| (*rule, now_us + v.after_us))
+        .collect();
     let needed_us = verdicts
         .iter()
         .map(|v| v.after_us)
@@ -132,7 +130,7 @@ pub(crate) fn check(state: &mut State, rules: &[Rule], now_us: u64, consume: boo
         .expect("at least one rule");
     Outcome {
         decision,
-        ttl_us: Some(ttl_us(needed_us)),
+        ttl_us: extend_expiry(&mut state.expires_at_us, now_us, needed_us),
     }
 }
 
@@ -168,10 +166,9 @@ mod tests {
         let rules = [rule(4, 1_000)];
         let mut s = State::default();
         let now = 1_700_000_000_000_000;
-        assert_eq!(
-            check(&mut s, &rules, now, true).decision,
-            raw(true, 0, 3, 250, 0)
-        );
+        let first = check(&mut s, &rules, now, true);
+        assert_eq!(first.decision, raw(true, 0, 3, 250, 0));
+        assert_eq!(first.ttl_us, Some((1 + 1_000) * 1_000));
         assert_eq!(
             check(&mut s, &rules, now, true).decision,
             raw(true, 0, 2, 500, 0)
@@ -182,7 +179,8 @@ mod tests {
         );
         let last = check(&mut s, &rules, now, true);
         assert_eq!(last.decision, raw(true, 0, 0, 1_000, 0));
-        assert_eq!(last.ttl_us, Some((1 + 1_000) * 1_000));
+        // The first write's margin still covers the latest tat.
+        assert_eq!(last.ttl_us, None);
         assert_eq!(
             check(&mut s, &rules, now, true).decision,
             raw(false, 0, 0, 1_000, 250)
@@ -336,6 +334,34 @@ mod tests {
         assert_eq!(
             check(&mut s, &rules, 3, false).decision,
             raw(false, 0, 0, 997, 497)
+        );
+    }
+
+    #[test]
+    fn the_expiry_moves_once_the_latest_tat_outgrows_it() {
+        // T = 600 ms: the first write's one-second margin covers one more call, not two.
+        let rules = [rule(100, 60_000_000)];
+        let mut s = State::default();
+        let ttl = |s: &mut State| check(s, &rules, 0, true).ttl_us;
+        assert_eq!(ttl(&mut s), Some((600 + 1_000) * 1_000));
+        assert_eq!(ttl(&mut s), None);
+        assert_eq!(ttl(&mut s), Some((1_800 + 1_000) * 1_000));
+    }
+
+    #[test]
+    fn a_write_keeps_only_the_rules_it_checked() {
+        // T = 500 µs and 2500 µs.
+        let (short, long) = (rule(2, 1_000), rule(4, 10_000));
+        let mut s = State::default();
+        check(&mut s, &[short, long], 0, true);
+        assert_eq!(
+            check(&mut s, &[long], 0, true).decision,
+            raw(true, 0, 2, 5_000, 0)
+        );
+        // Not in that write: the short rule's bucket is full again.
+        assert_eq!(
+            check(&mut s, &[short], 0, false).decision,
+            raw(true, 0, 1, 500, 0)
         );
     }
 }

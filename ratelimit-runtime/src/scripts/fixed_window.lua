@@ -1,100 +1,137 @@
 -- Fixed window: one counter per rule per window aligned to the epoch. The arithmetic and
 -- the decision are those of algorithm/fixed_window.rs, which documents them.
 --
--- KEYS[1]  the key: a hash holding every rule of the call site.
+-- KEYS[1]  the key: a string holding every rule of the call site.
 -- ARGV[1]  "1" to count the call when every rule admits it, "0" to only peek.
 -- ARGV[2]  now in µs since the epoch, or "0" for the server's TIME.
 -- ARGV[3], ARGV[4]  count, window_us of rule 0; then rule 1; ...
 -- Returns  {allowed 1|0, rule_index (0-based), remaining, reset_after_us, retry_after_us}.
 --
--- Hash fields: alg = "fixed_window"; per rule "<count>:<window_us>" = "<window_start>:<calls>".
--- Numbers are doubles: every value stays an integer below 2^53, and division goes through
--- divmod, which corrects the rounding of a / b.
-local ALG = 'fixed_window'
-
-local function divmod(a, b)
-    local q = math.floor(a / b)
-    local r = a - q * b
-    if r < 0 then
-        q, r = q - 1, r + b
-    elseif r >= b then
-        q, r = q + 1, r - b
-    end
-    return q, r
-end
-
-local function int(x)
-    return string.format('%.0f', x)
-end
+-- The value: "fixed_window", the key's expiry in µs, then per rule of the last write
+-- count, window_us, window_start_us, calls; every number a little-endian double (struct
+-- '<d'), exact for the integers below 2^53 it holds. Binary, because turning numbers into
+-- text and back costs more here than the rest of the arithmetic. Each check makes three
+-- calls: TIME, GET, and one SET that writes the state and its expiry together.
+--
+-- A write stores the rules of this check only, in its order, so the next check with the
+-- same rules finds each at its place; a rule found elsewhere (the rules changed) is still
+-- used, and one not found starts empty. The expiry moves only when the state written would
+-- outlive it, to ceil(needed_us / 1000) + 1000 ms; otherwise SET keeps it (KEEPTTL), which
+-- saves Redis rewriting it. Redis 5 and 6 (no REDIS_VERSION_NUM) always set it.
+--
+-- Numbers are doubles: `a % b` is a - floor(a / b) * b, exact but for a / b rounding up
+-- to the next integer, which leaves it negative by exactly b; the code adds b back.
 
 local key = KEYS[1]
-local consume = ARGV[1] == '1'
-local now = tonumber(ARGV[2])
-if now == 0 then
-    if redis.replicate_commands then
+local now
+if ARGV[2] == '0' then
+    -- Redis 7 replicates a script's effects by itself; before it, TIME followed by a
+    -- write needs asking for that.
+    if not redis.REDIS_VERSION_NUM then
         redis.replicate_commands()
     end
     local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    now = t[1] * 1000000 + t[2]
+else
+    now = ARGV[2] + 0
 end
 
-local n = (#ARGV - 2) / 2
-local fields = {'alg'}
-for i = 1, n do
-    fields[i + 1] = ARGV[2 * i + 1] .. ':' .. ARGV[2 * i + 2]
-end
-local stored = redis.call('HMGET', key, unpack(fields))
-if stored[1] and stored[1] ~= ALG then
-    return redis.error_reply('key ' .. key .. ' holds ' .. stored[1] .. ' state, not ' .. ALG)
+local state = redis.call('GET', key)
+-- The header and rule 0's record, read at once.
+local expires, c0, w0, s0, k0 = 0
+if state then
+    local alg
+    if #state % 32 == 20 and #state > 20 then
+        alg, expires, c0, w0, s0, k0 = struct.unpack('<c12ddddd', state)
+    end
+    if alg ~= 'fixed_window' then
+        local held = 'a value the limiter did not write'
+        if #state % 40 == 22 and string.sub(state, 1, 14) == 'sliding_window' then
+            held = 'sliding_window state'
+        elseif #state % 24 == 20 and string.sub(state, 1, 12) == 'token_bucket' then
+            held = 'token_bucket state'
+        end
+        return redis.error_reply('key ' .. key .. ' holds ' .. held .. ', not fixed_window')
+    end
 end
 
-local starts, calls, ends = {}, {}, {}
+local consume = ARGV[1] == '1'
+-- Rule 0's record is written with the header, once the expiry is known; the others here.
+local count0, window0, start0, calls0
+local records = ''
 local denied, denied_retry = nil, -1
-for i = 1, n do
-    local count = tonumber(ARGV[2 * i + 1])
-    local window = tonumber(ARGV[2 * i + 2])
-    local start = now - select(2, divmod(now, window))
-    local c = 0
-    if stored[i + 1] then
-        local s, v = string.match(stored[i + 1], '^(%d+):(%d+)$')
-        if tonumber(s) == start then
-            c = tonumber(v)
+local binding, least, reset
+local needed = 0
+for i = 3, #ARGV, 2 do
+    local count, window = ARGV[i] + 0, ARGV[i + 1] + 0
+    local left = now % window
+    if left < 0 then
+        left = left + window
+    end
+    local start = now - left
+    left = window - left
+    local calls = 0
+    if state then
+        -- Rule (i - 3) / 2 at its place in the last write.
+        local at = 16 * i - 27
+        local c, w, s, k
+        if i == 3 then
+            c, w, s, k = c0, w0, s0, k0
+        elseif at < #state then
+            c, w, s, k = struct.unpack('<dddd', state, at)
+        end
+        if c ~= count or w ~= window then
+            for p = 21, #state, 32 do
+                c, w, s, k = struct.unpack('<dddd', state, p)
+                if c == count and w == window then
+                    break
+                end
+            end
+        end
+        if s == start and c == count and w == window then
+            calls = k
         end
     end
-    starts[i], calls[i], ends[i] = start, c, start + window
-    if c >= count and ends[i] - now > denied_retry then
-        denied, denied_retry = i, ends[i] - now
+    if calls >= count then
+        if left > denied_retry then
+            denied, denied_retry = i, left
+        end
+    elseif not least or count - calls - 1 < least then
+        binding, least, reset = i, count - calls - 1, left
+    end
+    if left > needed then
+        needed = left
+    end
+    if i == 3 then
+        count0, window0, start0, calls0 = count, window, start, calls + 1
+    elseif consume then
+        records = records .. struct.pack('<dddd', count, window, start, calls + 1)
     end
 end
 
 if denied then
-    return {0, denied - 1, 0, denied_retry, denied_retry}
-end
-
-local binding, least = 1, nil
-for i = 1, n do
-    local remaining = tonumber(ARGV[2 * i + 1]) - calls[i] - 1
-    if least == nil or remaining < least then
-        binding, least = i, remaining
-    end
+    return {0, (denied - 3) / 2, 0, denied_retry, denied_retry}
 end
 
 if consume then
-    local args = {'alg', ALG}
-    local last_end = 0
-    for i = 1, n do
-        args[#args + 1] = fields[i + 1]
-        args[#args + 1] = int(starts[i]) .. ':' .. int(calls[i] + 1)
-        if ends[i] > last_end then
-            last_end = ends[i]
+    local ms
+    if expires < now + needed or not redis.REDIS_VERSION_NUM then
+        local r = needed % 1000
+        if r < 0 then
+            r = r + 1000
         end
+        ms = (needed - r) / 1000 + 1000
+        if r > 0 then
+            ms = ms + 1
+        end
+        expires = now + ms * 1000
     end
-    redis.call('HSET', key, unpack(args))
-    local ms, rem = divmod(last_end - now, 1000)
-    if rem > 0 then
-        ms = ms + 1
+    local value = struct.pack('<c12ddddd', 'fixed_window', expires, count0, window0, start0, calls0)
+    if ms then
+        redis.call('SET', key, value .. records, 'PX', ms)
+    else
+        redis.call('SET', key, value .. records, 'KEEPTTL')
     end
-    redis.call('PEXPIRE', key, int(ms + 1000))
 end
 
-return {1, binding - 1, least, ends[binding] - now, 0}
+return {1, (binding - 3) / 2, least, reset, 0}

@@ -2,33 +2,34 @@
 -- its overlap. The arithmetic and the decision are those of algorithm/sliding_window.rs,
 -- which documents them.
 --
--- KEYS[1]  the key: a hash holding every rule of the call site.
+-- KEYS[1]  the key: a string holding every rule of the call site.
 -- ARGV[1]  "1" to count the call when every rule admits it, "0" to only peek.
 -- ARGV[2]  now in µs since the epoch, or "0" for the server's TIME.
 -- ARGV[3], ARGV[4]  count, window_us of rule 0; then rule 1; ...
 -- Returns  {allowed 1|0, rule_index (0-based), remaining, reset_after_us, retry_after_us}.
 --
--- Hash fields: alg = "sliding_window"; per rule "<count>:<window_us>" =
--- "<window_start>:<calls in it>:<calls in the window before>".
--- Numbers are doubles: every value stays an integer below 2^53. Division goes through
--- divmod, which corrects the rounding of a / b, and products that may exceed 2^53 through
--- muldiv.
-local ALG = 'sliding_window'
+-- The value: "sliding_window", the key's expiry in µs, then per rule of the last write
+-- count, window_us, window_start_us, calls in that window, calls in the window before;
+-- every number a little-endian double (struct '<d'), exact for the integers below 2^53 it
+-- holds. The layout, the three calls (TIME, GET, SET), which rules a write keeps and when
+-- the expiry moves are those of fixed_window.lua, which explains them.
+--
+-- Numbers are doubles: `a % b` is a - floor(a / b) * b, exact but for a / b rounding up
+-- to the next integer, which leaves it negative by exactly b; the code adds b back.
+-- Products that may pass 2^53 go through muldiv.
 
-local function divmod(a, b)
-    local q = math.floor(a / b)
-    local r = a - q * b
-    if r < 0 then
-        q, r = q - 1, r + b
-    elseif r >= b then
-        q, r = q + 1, r - b
-    end
-    return q, r
-end
-
--- floor(a * b / d) and the remainder, exact for 0 <= b <= d < 2^52 however large a * b:
--- long multiplication over the bits of a, keeping the partial remainder below d.
+-- floor(a * b / d) and the remainder, exact for 0 <= b <= d < 2^52 however large a * b.
+-- Below 2^52 the product and `%` are exact; above, long multiplication over the bits of
+-- a keeps the partial remainder below d.
 local function muldiv(a, b, d)
+    local p = a * b
+    if p < 4503599627370496 then
+        local r = p % d
+        if r < 0 then
+            r = r + d
+        end
+        return (p - r) / d, r
+    end
     local q, r = 0, 0
     local bit = 1
     while bit * 2 <= a do
@@ -51,99 +52,138 @@ local function muldiv(a, b, d)
     return q, r
 end
 
-local function int(x)
-    return string.format('%.0f', x)
-end
-
 local key = KEYS[1]
-local consume = ARGV[1] == '1'
-local now = tonumber(ARGV[2])
-if now == 0 then
-    if redis.replicate_commands then
+local now
+if ARGV[2] == '0' then
+    -- Redis 7 replicates a script's effects by itself; before it, TIME followed by a
+    -- write needs asking for that.
+    if not redis.REDIS_VERSION_NUM then
         redis.replicate_commands()
     end
     local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    now = t[1] * 1000000 + t[2]
+else
+    now = ARGV[2] + 0
 end
 
-local n = (#ARGV - 2) / 2
-local fields = {'alg'}
-for i = 1, n do
-    fields[i + 1] = ARGV[2 * i + 1] .. ':' .. ARGV[2 * i + 2]
-end
-local stored = redis.call('HMGET', key, unpack(fields))
-if stored[1] and stored[1] ~= ALG then
-    return redis.error_reply('key ' .. key .. ' holds ' .. stored[1] .. ' state, not ' .. ALG)
+local state = redis.call('GET', key)
+-- The header and rule 0's record, read at once.
+local expires, c0, cw0, s0, sc0, sp0 = 0
+if state then
+    local alg
+    if #state % 40 == 22 and #state > 22 then
+        alg, expires, c0, cw0, s0, sc0, sp0 = struct.unpack('<c14dddddd', state)
+    end
+    if alg ~= 'sliding_window' then
+        local held = 'a value the limiter did not write'
+        if #state % 32 == 20 and string.sub(state, 1, 12) == 'fixed_window' then
+            held = 'fixed_window state'
+        elseif #state % 24 == 20 and string.sub(state, 1, 12) == 'token_bucket' then
+            held = 'token_bucket state'
+        end
+        return redis.error_reply('key ' .. key .. ' holds ' .. held .. ', not sliding_window')
+    end
 end
 
--- Per rule: window, elapsed e, window start, curr, prev, W = ceil(prev * (w - e) / w).
-local windows, elapsed, starts, curr, prev, weighted = {}, {}, {}, {}, {}, {}
-local denied, denied_retry = nil, -1
-for i = 1, n do
-    local count = tonumber(ARGV[2 * i + 1])
-    local w = tonumber(ARGV[2 * i + 2])
-    local _, e = divmod(now, w)
-    windows[i], elapsed[i], starts[i] = w, e, now - e
-    curr[i], prev[i] = 0, 0
-    if stored[i + 1] then
-        local s, c, p = string.match(stored[i + 1], '^(%d+):(%d+):(%d+)$')
-        s = tonumber(s)
-        if s == starts[i] then
-            curr[i], prev[i] = tonumber(c), tonumber(p)
-        elseif s + w == starts[i] then
-            prev[i] = tonumber(c)
+local consume = ARGV[1] == '1'
+-- Rule 0's record is written with the header, once the expiry is known; the others here.
+local count0, window0, start0, curr0, prev0
+local records = ''
+local denied, denied_retry, denied_reset = nil, -1, 0
+local binding, least, reset
+local needed = 0
+for i = 3, #ARGV, 2 do
+    local count, w = ARGV[i] + 0, ARGV[i + 1] + 0
+    local e = now % w
+    if e < 0 then
+        e = e + w
+    end
+    local start = now - e
+    local curr, prev = 0, 0
+    if state then
+        -- Rule (i - 3) / 2 at its place in the last write.
+        local at = 20 * i - 37
+        local c, cw, s, sc, sp
+        if i == 3 then
+            c, cw, s, sc, sp = c0, cw0, s0, sc0, sp0
+        elseif at < #state then
+            c, cw, s, sc, sp = struct.unpack('<ddddd', state, at)
+        end
+        if c ~= count or cw ~= w then
+            for p = 23, #state, 40 do
+                c, cw, s, sc, sp = struct.unpack('<ddddd', state, p)
+                if c == count and cw == w then
+                    break
+                end
+            end
+        end
+        if c == count and cw == w then
+            if s == start then
+                curr, prev = sc, sp
+            elseif s + w == start then
+                prev = sc
+            end
         end
     end
-    local q, r = muldiv(prev[i], w - e, w)
-    if r > 0 then
-        q = q + 1
+    -- W = ceil(prev * (w - e) / w)
+    local weighted = 0
+    if prev > 0 then
+        local q, r = muldiv(prev, w - e, w)
+        if r > 0 then
+            q = q + 1
+        end
+        weighted = q
     end
-    weighted[i] = q
-    if curr[i] + 1 + weighted[i] > count then
+    if curr + 1 + weighted > count then
         local retry
-        if curr[i] < count then
-            retry = w - muldiv(w, count - curr[i] - 1, prev[i]) - e
+        if curr < count then
+            retry = w - muldiv(w, count - curr - 1, prev) - e
         else
-            retry = (w - e) + w - muldiv(w, count - 1, curr[i])
+            retry = (w - e) + w - muldiv(w, count - 1, curr)
         end
         if retry > denied_retry then
-            denied, denied_retry = i, retry
+            denied, denied_retry, denied_reset = i, retry, w - e
+            if curr > 0 then
+                denied_reset = denied_reset + w
+            end
         end
+    elseif not least or count - curr - 1 - weighted < least then
+        binding, least, reset = i, count - curr - 1 - weighted, 2 * w - e
+    end
+    if 2 * w - e > needed then
+        needed = 2 * w - e
+    end
+    if i == 3 then
+        count0, window0, start0, curr0, prev0 = count, w, start, curr + 1, prev
+    elseif consume then
+        records = records .. struct.pack('<ddddd', count, w, start, curr + 1, prev)
     end
 end
 
 if denied then
-    local reset = windows[denied] - elapsed[denied]
-    if curr[denied] > 0 then
-        reset = reset + windows[denied]
-    end
-    return {0, denied - 1, 0, reset, denied_retry}
-end
-
-local binding, least = 1, nil
-for i = 1, n do
-    local remaining = tonumber(ARGV[2 * i + 1]) - curr[i] - 1 - weighted[i]
-    if least == nil or remaining < least then
-        binding, least = i, remaining
-    end
+    return {0, (denied - 3) / 2, 0, denied_reset, denied_retry}
 end
 
 if consume then
-    local args = {'alg', ALG}
-    local needed = 0
-    for i = 1, n do
-        args[#args + 1] = fields[i + 1]
-        args[#args + 1] = int(starts[i]) .. ':' .. int(curr[i] + 1) .. ':' .. int(prev[i])
-        if 2 * windows[i] - elapsed[i] > needed then
-            needed = 2 * windows[i] - elapsed[i]
+    local ms
+    if expires < now + needed or not redis.REDIS_VERSION_NUM then
+        local r = needed % 1000
+        if r < 0 then
+            r = r + 1000
         end
+        ms = (needed - r) / 1000 + 1000
+        if r > 0 then
+            ms = ms + 1
+        end
+        expires = now + ms * 1000
     end
-    redis.call('HSET', key, unpack(args))
-    local ms, rem = divmod(needed, 1000)
-    if rem > 0 then
-        ms = ms + 1
+    local value = struct.pack('<c14dddddd', 'sliding_window', expires, count0, window0, start0,
+        curr0, prev0)
+    if ms then
+        redis.call('SET', key, value .. records, 'PX', ms)
+    else
+        redis.call('SET', key, value .. records, 'KEEPTTL')
     end
-    redis.call('PEXPIRE', key, int(ms + 1000))
 end
 
-return {1, binding - 1, least, 2 * windows[binding] - elapsed[binding], 0}
+return {1, (binding - 3) / 2, least, reset, 0}

@@ -1,102 +1,145 @@
 -- Token bucket as GCRA: one theoretical arrival time (tat) per rule. The arithmetic and
 -- the decision are those of algorithm/token_bucket.rs, which documents them.
 --
--- KEYS[1]  the key: a hash holding every rule of the call site.
+-- KEYS[1]  the key: a string holding every rule of the call site.
 -- ARGV[1]  "1" to record the call when every rule admits it, "0" to only peek.
 -- ARGV[2]  now in µs since the epoch, or "0" for the server's TIME.
 -- ARGV[3], ARGV[4]  count, window_us of rule 0; then rule 1; ...
 -- Returns  {allowed 1|0, rule_index (0-based), remaining, reset_after_us, retry_after_us}.
 --
--- Hash fields: alg = "token_bucket"; per rule "<count>:<window_us>" = "<tat_us>".
--- Numbers are doubles: every value stays an integer below 2^53, and division goes through
--- divmod, which corrects the rounding of a / b.
-local ALG = 'token_bucket'
-
-local function divmod(a, b)
-    local q = math.floor(a / b)
-    local r = a - q * b
-    if r < 0 then
-        q, r = q - 1, r + b
-    elseif r >= b then
-        q, r = q + 1, r - b
-    end
-    return q, r
-end
-
-local function int(x)
-    return string.format('%.0f', x)
-end
+-- The value: "token_bucket", the key's expiry in µs, then per rule of the last write
+-- count, window_us, tat_us; every number a little-endian double (struct '<d'), exact for
+-- the integers below 2^53 it holds. The layout, the three calls (TIME, GET, SET), which
+-- rules a write keeps and when the expiry moves are those of fixed_window.lua, which
+-- explains them.
+--
+-- Numbers are doubles: `a % b` is a - floor(a / b) * b, exact but for a / b rounding up
+-- to the next integer, which leaves it negative by exactly b; the code adds b back.
 
 local key = KEYS[1]
-local consume = ARGV[1] == '1'
-local now = tonumber(ARGV[2])
-if now == 0 then
-    if redis.replicate_commands then
+local now
+if ARGV[2] == '0' then
+    -- Redis 7 replicates a script's effects by itself; before it, TIME followed by a
+    -- write needs asking for that.
+    if not redis.REDIS_VERSION_NUM then
         redis.replicate_commands()
     end
     local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    now = t[1] * 1000000 + t[2]
+else
+    now = ARGV[2] + 0
 end
 
-local n = (#ARGV - 2) / 2
-local fields = {'alg'}
-for i = 1, n do
-    fields[i + 1] = ARGV[2 * i + 1] .. ':' .. ARGV[2 * i + 2]
-end
-local stored = redis.call('HMGET', key, unpack(fields))
-if stored[1] and stored[1] ~= ALG then
-    return redis.error_reply('key ' .. key .. ' holds ' .. stored[1] .. ' state, not ' .. ALG)
+local state = redis.call('GET', key)
+-- The header and rule 0's record, read at once.
+local expires, c0, w0, t0 = 0
+if state then
+    local alg
+    if #state % 24 == 20 and #state > 20 then
+        alg, expires, c0, w0, t0 = struct.unpack('<c12dddd', state)
+    end
+    if alg ~= 'token_bucket' then
+        local held = 'a value the limiter did not write'
+        if #state % 32 == 20 and string.sub(state, 1, 12) == 'fixed_window' then
+            held = 'fixed_window state'
+        elseif #state % 40 == 22 and string.sub(state, 1, 14) == 'sliding_window' then
+            held = 'sliding_window state'
+        end
+        return redis.error_reply('key ' .. key .. ' holds ' .. held .. ', not token_bucket')
+    end
 end
 
--- Per rule: T (emission interval), count * T (burst span), tat' - now, d = tat' + T - now.
-local interval, burst, ahead, after = {}, {}, {}, {}
-local denied, denied_retry = nil, -1
-for i = 1, n do
-    local count = tonumber(ARGV[2 * i + 1])
-    local window = tonumber(ARGV[2 * i + 2])
-    interval[i] = divmod(window + count - 1, count)
-    burst[i] = count * interval[i]
-    ahead[i] = 0
-    if stored[i + 1] then
-        local tat = tonumber(stored[i + 1])
-        if tat > now then
-            ahead[i] = tat - now
+local consume = ARGV[1] == '1'
+-- Rule 0's record is written with the header, once the expiry is known; the others here.
+local count0, window0, tat0
+local records = ''
+local denied, denied_retry, denied_reset = nil, -1, 0
+local binding, least, reset
+local needed = 0
+for i = 3, #ARGV, 2 do
+    local count, window = ARGV[i] + 0, ARGV[i + 1] + 0
+    -- T = ceil(window / count), count * T the burst span.
+    local r = window % count
+    if r < 0 then
+        r = r + count
+    end
+    local interval = (window - r) / count
+    if r > 0 then
+        interval = interval + 1
+    end
+    local burst = count * interval
+    local ahead = 0
+    if state then
+        -- Rule (i - 3) / 2 at its place in the last write.
+        local at = 12 * i - 15
+        local c, w, tat
+        if i == 3 then
+            c, w, tat = c0, w0, t0
+        elseif at < #state then
+            c, w, tat = struct.unpack('<ddd', state, at)
+        end
+        if c ~= count or w ~= window then
+            for p = 21, #state, 24 do
+                c, w, tat = struct.unpack('<ddd', state, p)
+                if c == count and w == window then
+                    break
+                end
+            end
+        end
+        if c == count and w == window and tat > now then
+            ahead = tat - now
         end
     end
-    after[i] = ahead[i] + interval[i]
-    if after[i] > burst[i] and after[i] - burst[i] > denied_retry then
-        denied, denied_retry = i, after[i] - burst[i]
+    local after = ahead + interval
+    if after > burst then
+        if after - burst > denied_retry then
+            denied, denied_retry, denied_reset = i, after - burst, ahead
+        end
+    else
+        -- floor((burst - after) / T)
+        local room = burst - after
+        r = room % interval
+        if r < 0 then
+            r = r + interval
+        end
+        room = (room - r) / interval
+        if not least or room < least then
+            binding, least, reset = i, room, after
+        end
+    end
+    if after > needed then
+        needed = after
+    end
+    if i == 3 then
+        count0, window0, tat0 = count, window, now + after
+    elseif consume then
+        records = records .. struct.pack('<ddd', count, window, now + after)
     end
 end
 
 if denied then
-    return {0, denied - 1, 0, ahead[denied], denied_retry}
-end
-
-local binding, least = 1, nil
-for i = 1, n do
-    local remaining = divmod(burst[i] - after[i], interval[i])
-    if least == nil or remaining < least then
-        binding, least = i, remaining
-    end
+    return {0, (denied - 3) / 2, 0, denied_reset, denied_retry}
 end
 
 if consume then
-    local args = {'alg', ALG}
-    local needed = 0
-    for i = 1, n do
-        args[#args + 1] = fields[i + 1]
-        args[#args + 1] = int(now + after[i])
-        if after[i] > needed then
-            needed = after[i]
+    local ms
+    if expires < now + needed or not redis.REDIS_VERSION_NUM then
+        local r = needed % 1000
+        if r < 0 then
+            r = r + 1000
         end
+        ms = (needed - r) / 1000 + 1000
+        if r > 0 then
+            ms = ms + 1
+        end
+        expires = now + ms * 1000
     end
-    redis.call('HSET', key, unpack(args))
-    local ms, rem = divmod(needed, 1000)
-    if rem > 0 then
-        ms = ms + 1
+    local value = struct.pack('<c12dddd', 'token_bucket', expires, count0, window0, tat0)
+    if ms then
+        redis.call('SET', key, value .. records, 'PX', ms)
+    else
+        redis.call('SET', key, value .. records, 'KEEPTTL')
     end
-    redis.call('PEXPIRE', key, int(ms + 1000))
 end
 
-return {1, binding - 1, least, after[binding], 0}
+return {1, (binding - 3) / 2, least, reset, 0}
