@@ -130,6 +130,62 @@ impl KeyState {
     }
 }
 
+/// Helpers shared by the algorithms' unit tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::time::Duration;
+
+    use crate::decision::RawDecision;
+    use crate::Rule;
+
+    /// A rule of `count` per `window_us` microseconds.
+    pub fn rule(count: u64, window_us: u64) -> Rule {
+        Rule::new(count, Duration::from_micros(window_us))
+    }
+
+    /// A decision, field by field.
+    pub fn raw(
+        allowed: bool,
+        rule_index: usize,
+        remaining: u64,
+        reset: u64,
+        retry: u64,
+    ) -> RawDecision {
+        RawDecision {
+            allowed,
+            rule_index,
+            remaining,
+            reset_after_us: reset,
+            retry_after_us: retry,
+        }
+    }
+
+    /// Calls `check(rules, now, consume)` every `step` µs from 1,234 µs until `denials`
+    /// denials, and requires each denial's `retry_after` to be exact for its binding rule
+    /// alone: a peek one µs earlier is denied, a peek on time is admitted.
+    pub fn assert_retry_after_is_exact(
+        mut check: impl FnMut(&[Rule], u64, bool) -> RawDecision,
+        rules: &[Rule],
+        step: u64,
+        denials: usize,
+    ) {
+        let mut now = 1_234;
+        let mut seen = 0;
+        while seen < denials {
+            let d = check(rules, now, true);
+            if d.allowed {
+                now += step;
+                continue;
+            }
+            seen += 1;
+            let binding = [rules[d.rule_index]];
+            assert!(!check(&binding, now + d.retry_after_us - 1, false).allowed);
+            now += d.retry_after_us;
+            assert!(check(&binding, now, false).allowed);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::{extend_expiry, ttl_us};

@@ -196,29 +196,8 @@ pub(crate) fn check(state: &mut State, rules: &[Rule], now_us: u64, consume: boo
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
-
-    fn rule(count: u64, window_us: u64) -> Rule {
-        Rule::new(count, Duration::from_micros(window_us))
-    }
-
-    fn raw(
-        allowed: bool,
-        rule_index: usize,
-        remaining: u64,
-        reset: u64,
-        retry: u64,
-    ) -> RawDecision {
-        RawDecision {
-            allowed,
-            rule_index,
-            remaining,
-            reset_after_us: reset,
-            retry_after_us: retry,
-        }
-    }
+    use crate::algorithm::testing::{assert_retry_after_is_exact, raw, rule};
 
     #[test]
     fn the_previous_window_weighs_by_its_overlap() {
@@ -319,23 +298,14 @@ mod tests {
 
     #[test]
     fn retry_after_is_exactly_when_the_binding_rule_passes() {
-        let rules = [rule(3, 700), rule(7, 5_000), rule(2, 333)];
         let mut s = State::default();
-        let mut now = 1_234;
-        let mut denials = 0;
-        while denials < 12 {
-            let d = check(&mut s, &rules, now, true).decision;
-            if d.allowed {
-                now += 23;
-                continue;
-            }
-            denials += 1;
-            let binding = [rules[d.rule_index]];
-            let early = check(&mut s, &binding, now + d.retry_after_us - 1, false).decision;
-            assert!(!early.allowed);
-            now += d.retry_after_us;
-            assert!(check(&mut s, &binding, now, false).decision.allowed);
-        }
+        let rules = [rule(3, 700), rule(7, 5_000), rule(2, 333)];
+        assert_retry_after_is_exact(
+            |rules, now, consume| check(&mut s, rules, now, consume).decision,
+            &rules,
+            23,
+            12,
+        );
     }
 
     #[test]
