@@ -94,6 +94,9 @@ impl fmt::Write for Escaper<'_> {
 /// `<app::Svc as app::Api>::send::{{closure}}::probe` becomes `app::Svc::send`.
 ///
 /// Generic arguments are dropped so that every instantiation shares one budget.
+///
+/// `type_name`'s exact text is not guaranteed across compiler versions; it has been this
+/// shape for years, but processes that share budgets are best built with one toolchain.
 pub fn function_path(probe_type_name: &str) -> String {
     let unqualified = strip_qualified_self(probe_type_name);
     let mut plain = String::with_capacity(unqualified.len());
