@@ -792,8 +792,9 @@ mod differential {
         Ok(())
     }
 
-    #[test]
-    fn backends_agree_and_every_algorithm_keeps_its_bound() {
+    /// What a differential test drives: a fresh redis-server, a runtime, a limiter on it and
+    /// one in memory, and a proptest runner of `cases` cases.
+    fn differential(cases: u32) -> (RedisServer, tokio::runtime::Runtime, Backends, TestRunner) {
         let server = RedisServer::start();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -806,11 +807,17 @@ mod differential {
                 .timeout(Duration::from_secs(10)),
             memory: Limiter::memory(),
         };
-        let mut runner = TestRunner::new(Config {
-            cases: 64,
+        let runner = TestRunner::new(Config {
+            cases,
             failure_persistence: None,
             ..Config::default()
         });
+        (server, runtime, backends, runner)
+    }
+
+    #[test]
+    fn backends_agree_and_every_algorithm_keeps_its_bound() {
+        let (_server, runtime, backends, mut runner) = differential(64);
         let case_no = Cell::new(0u64);
         let denials = Cell::new(0usize);
         runner
@@ -843,22 +850,7 @@ mod differential {
     /// keep, start and forget exactly the same counts.
     #[test]
     fn backends_agree_when_the_rules_of_a_key_change() {
-        let server = RedisServer::start();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let backends = Backends {
-            redis: Limiter::redis(&server.url())
-                .unwrap()
-                .timeout(Duration::from_secs(10)),
-            memory: Limiter::memory(),
-        };
-        let mut runner = TestRunner::new(Config {
-            cases: 32,
-            failure_persistence: None,
-            ..Config::default()
-        });
+        let (_server, runtime, backends, mut runner) = differential(32);
         let case_no = Cell::new(0u64);
         let denials = Cell::new(0usize);
         runner
