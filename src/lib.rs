@@ -22,6 +22,8 @@
 //! configured). See the README for the attribute reference, the key layout and the failure
 //! behaviour.
 
+#![warn(missing_docs)]
+
 pub use ratelimit_macros::rate_limiter;
 pub use ratelimit_runtime::{
     clock, context, global, init, key, Algorithm, BackendError, BackendErrorKind, ConfigError,

@@ -1,6 +1,8 @@
 //! The `#[rate_limiter]` attribute of [`redis-ratelimit`](https://docs.rs/redis-ratelimit).
 //! Use it through that crate, which re-exports it together with the runtime it expands to.
 
+#![warn(missing_docs)]
+
 mod args;
 mod expand;
 mod item;

@@ -4,6 +4,8 @@
 //! Depend on the `redis-ratelimit` facade crate; it re-exports everything here together
 //! with the `#[rate_limiter]` attribute.
 
+#![warn(missing_docs)]
+
 mod algorithm;
 #[cfg(feature = "axum")]
 pub mod axum;
