@@ -116,14 +116,15 @@ mod scripts {
         redis::cmd("PTTL").arg(key).query(conn).unwrap()
     }
 
-    fn eval(
+    /// The script's reply as it comes.
+    fn eval_reply(
         conn: &mut redis::Connection,
         script: &str,
         key: &str,
         consume: bool,
         now_us: u64,
         rules: &[(u64, u64)],
-    ) -> redis::RedisResult<[u64; 5]> {
+    ) -> redis::RedisResult<redis::Value> {
         let mut cmd = redis::cmd("EVAL");
         cmd.arg(script)
             .arg(1)
@@ -133,8 +134,33 @@ mod scripts {
         for (count, window_us) in rules {
             cmd.arg(count).arg(window_us);
         }
-        let reply: Vec<u64> = cmd.query(conn)?;
-        Ok(reply.try_into().expect("five numbers"))
+        cmd.query(conn)
+    }
+
+    /// The script's reply as `[allowed, rule_index, remaining, reset_after_us,
+    /// retry_after_us]`, the short form of an admitted call spelled out.
+    fn eval(
+        conn: &mut redis::Connection,
+        script: &str,
+        key: &str,
+        consume: bool,
+        now_us: u64,
+        rules: &[(u64, u64)],
+    ) -> redis::RedisResult<[u64; 5]> {
+        Ok(
+            match eval_reply(conn, script, key, consume, now_us, rules)? {
+                redis::Value::Int(short) => {
+                    let short = u64::try_from(short).expect("a short form is not negative");
+                    let rule_index = short % 64;
+                    let count = rules[rule_index as usize].0;
+                    [1, rule_index, short / 64 % count, short / 64 / count, 0]
+                }
+                long => {
+                    let numbers: Vec<u64> = redis::FromRedisValue::from_redis_value(long)?;
+                    numbers.try_into().expect("five numbers")
+                }
+            },
+        )
     }
 
     /// Runs `(offset from NOW, consume, expected reply)` steps on one key.
@@ -299,11 +325,12 @@ mod scripts {
         let now = NOW + 59_500_000;
         let rules = [(5, 1_000), (5, 60_000_000)];
         // ceil(needed_us / 1000) + 1000 ms: fixed window until the minute's end, sliding
-        // window until the end of the next minute, token bucket until tat = now + T (12 s).
+        // window until the end of the next minute, token bucket for its longest burst span
+        // (60 s), which covers every tat an admitted call can leave.
         for (name, script, expected_ms) in [
             ("fixed_window", FIXED_WINDOW, 500 + 1_000),
             ("sliding_window", SLIDING_WINDOW, 60_500 + 1_000),
-            ("token_bucket", TOKEN_BUCKET, 12_000 + 1_000),
+            ("token_bucket", TOKEN_BUCKET, 60_000 + 1_000),
         ] {
             eval(&mut conn, script, name, true, now, &rules).unwrap();
             let ttl = pttl(&mut conn, name);
@@ -337,15 +364,16 @@ mod scripts {
         assert!((60_800..=61_000).contains(&moved), "{moved}");
         assert_eq!(later, NOW + 121_000_000);
 
-        // Token bucket, T = 600 ms: the first write's one-second margin covers one more tat.
+        // Token bucket, T = 600 ms: the first write's expiry covers the whole burst span
+        // (60 s) plus the margin, so later writes keep it until a tat outgrows it.
         let (ttl, expires) = write(TOKEN_BUCKET, "token_bucket", NOW);
-        assert!((1_400..=1_600).contains(&ttl), "{ttl}");
-        assert_eq!(expires, NOW + 1_600_000);
-        let (kept, same) = write(TOKEN_BUCKET, "token_bucket", NOW);
+        assert!((60_800..=61_000).contains(&ttl), "{ttl}");
+        assert_eq!(expires, NOW + 61_000_000);
+        let (kept, same) = write(TOKEN_BUCKET, "token_bucket", NOW + 60_400_000); // tat: 61 s
         assert!(kept <= ttl && same == expires, "{kept} {same}");
-        let (moved, later) = write(TOKEN_BUCKET, "token_bucket", NOW);
-        assert!((2_600..=2_800).contains(&moved), "{moved}");
-        assert_eq!(later, NOW + 2_800_000);
+        let (moved, later) = write(TOKEN_BUCKET, "token_bucket", NOW + 60_400_001);
+        assert!((60_800..=61_000).contains(&moved), "{moved}");
+        assert_eq!(later, NOW + 60_400_001 + 61_000_000);
     }
 
     #[test]
@@ -410,6 +438,31 @@ mod scripts {
         }
         let text = get(&mut conn, "text").unwrap();
         assert_eq!(text, b"fixed_window, but not ours");
+    }
+
+    #[test]
+    fn an_admitted_call_answers_in_one_integer_when_it_fits() {
+        const SLIDING_LOG: &str = include_str!("../ratelimit-runtime/src/scripts/sliding_log.lua");
+        let server = RedisServer::start();
+        let mut conn = server.connection();
+        // The short form, (reset_after * count + remaining) * 64 + rule_index, must stay
+        // below 2^53: it does for 100 per minute, not for 2^40 per 2^50 µs.
+        let (small, big) = ((100, 60_000_000), (1 << 40, 1 << 50));
+        for (name, script) in ALL.into_iter().chain([("sliding_log", SLIDING_LOG)]) {
+            let reply = eval_reply(&mut conn, script, name, true, NOW, &[big, small]).unwrap();
+            assert!(matches!(reply, redis::Value::Int(_)), "{name}: {reply:?}");
+            let reply = eval(&mut conn, script, name, true, NOW, &[big, small]).unwrap();
+            assert_eq!(reply[..3], [1, 1, 98], "{name}");
+
+            let key = format!("{name}:big");
+            let reply = eval_reply(&mut conn, script, &key, true, NOW, &[big]).unwrap();
+            let redis::Value::Array(items) = reply else {
+                panic!("{name}: {reply:?}")
+            };
+            let numbers: Vec<u64> =
+                redis::FromRedisValue::from_redis_value(redis::Value::Array(items)).unwrap();
+            assert_eq!(numbers[..3], [1, 0, (1 << 40) - 1], "{name}");
+        }
     }
 
     #[test]

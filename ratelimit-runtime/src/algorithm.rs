@@ -57,18 +57,27 @@ pub(crate) fn ttl_us(needed_us: u64) -> u64 {
 
 /// The expiry a write of the fixed window, sliding window or token bucket leaves: their
 /// scripts move a key's expiry only when the state written would outlive it, and then to
-/// [`ttl_us`]`(needed_us)` from now; otherwise `SET ... KEEPTTL` keeps it, which costs Redis
+/// [`ttl_us`]`(reach_us)` from now; otherwise `SET ... KEEPTTL` keeps it, which costs Redis
 /// less than setting it again.
 ///
 /// `expires_at_us` is the key's expiry as the state records it (0 for a new key), moved
-/// when the expiry moves. Returns the new TTL, or `None` when the expiry already covers
-/// `needed_us` from `now_us`. Either way the key lives at least as long as the state just
-/// written matters, which is all expiry is for.
-pub(crate) fn extend_expiry(expires_at_us: &mut u64, now_us: u64, needed_us: u64) -> Option<u64> {
+/// when the expiry moves. `needed_us` is how long the state just written matters;
+/// `reach_us` (at least `needed_us`) how far ahead a write of the same rules can ever
+/// need, so that a moved expiry also covers the writes after it: the token bucket's burst
+/// span, the fixed and sliding window's `needed_us` itself (their state matters until a
+/// window ends, whatever the calls). Returns the new TTL, or `None` when the expiry already
+/// covers `needed_us` from `now_us`. Either way the key lives at least as long as the
+/// state just written matters, which is all expiry is for.
+pub(crate) fn extend_expiry(
+    expires_at_us: &mut u64,
+    now_us: u64,
+    needed_us: u64,
+    reach_us: u64,
+) -> Option<u64> {
     if *expires_at_us >= now_us.saturating_add(needed_us) {
         return None;
     }
-    let ttl = ttl_us(needed_us);
+    let ttl = ttl_us(reach_us.max(needed_us));
     *expires_at_us = now_us.saturating_add(ttl);
     Some(ttl)
 }
@@ -194,15 +203,18 @@ mod tests {
     fn expiry_moves_only_when_the_state_would_outlive_it() {
         let mut expires = 0;
         assert_eq!(
-            extend_expiry(&mut expires, 5_000_000, 1_500),
+            extend_expiry(&mut expires, 5_000_000, 1_500, 1_500),
             Some(1_002_000)
         );
         assert_eq!(expires, 6_002_000);
         // Covered, up to the last µs.
-        assert_eq!(extend_expiry(&mut expires, 5_500_000, 502_000), None);
+        assert_eq!(
+            extend_expiry(&mut expires, 5_500_000, 502_000, 502_000),
+            None
+        );
         assert_eq!(expires, 6_002_000);
         assert_eq!(
-            extend_expiry(&mut expires, 5_500_000, 502_001),
+            extend_expiry(&mut expires, 5_500_000, 502_001, 502_001),
             Some(1_503_000)
         );
         assert_eq!(expires, 7_003_000);

@@ -190,7 +190,7 @@ pub(crate) fn check(state: &mut State, rules: &[Rule], now_us: u64, consume: boo
         .expect("at least one rule");
     Outcome {
         decision,
-        ttl_us: extend_expiry(&mut state.expires_at_us, now_us, needed_us),
+        ttl_us: extend_expiry(&mut state.expires_at_us, now_us, needed_us, needed_us),
     }
 }
 

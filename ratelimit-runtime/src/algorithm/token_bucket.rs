@@ -25,7 +25,8 @@
 //!
 //! A write stores the `tat` of the rules it checked, and only those, as the fixed window
 //! does (which explains why). The key lives at least until the latest `tat`: a write that
-//! would outlive its expiry moves it there plus the TTL margin (see
+//! would outlive its expiry moves it to cover the longest burst span (the latest `tat` an
+//! admitted call can leave) plus the TTL margin, so that the writes after it keep it (see
 //! [`super::extend_expiry`]). `scripts/token_bucket.lua` is the same arithmetic for Redis;
 //! both are exact while times, windows and counts stay below 2^53.
 
@@ -123,14 +124,16 @@ pub(crate) fn check(state: &mut State, rules: &[Rule], now_us: u64, consume: boo
         .zip(&verdicts)
         .map(|(rule, v)| (*rule, now_us + v.after_us))
         .collect();
-    let needed_us = verdicts
-        .iter()
-        .map(|v| v.after_us)
-        .max()
-        .expect("at least one rule");
+    let needed_us = verdicts.iter().map(|v| v.after_us).max();
+    let reach_us = verdicts.iter().map(|v| v.burst_us).max();
     Outcome {
         decision,
-        ttl_us: extend_expiry(&mut state.expires_at_us, now_us, needed_us),
+        ttl_us: extend_expiry(
+            &mut state.expires_at_us,
+            now_us,
+            needed_us.expect("at least one rule"),
+            reach_us.expect("at least one rule"),
+        ),
     }
 }
 
@@ -308,14 +311,18 @@ mod tests {
     }
 
     #[test]
-    fn the_expiry_moves_once_the_latest_tat_outgrows_it() {
-        // T = 600 ms: the first write's one-second margin covers one more call, not two.
+    fn the_expiry_moves_to_the_burst_span_once_a_tat_outgrows_it() {
+        // T = 600 ms, a burst span of 60 s: the first write's expiry, at 61 s, covers
+        // the whole burst at once and every call made before time moves past 60.4 s.
         let rules = [rule(100, 60_000_000)];
         let mut s = State::default();
-        let ttl = |s: &mut State| check(s, &rules, 0, true).ttl_us;
-        assert_eq!(ttl(&mut s), Some((600 + 1_000) * 1_000));
-        assert_eq!(ttl(&mut s), None);
-        assert_eq!(ttl(&mut s), Some((1_800 + 1_000) * 1_000));
+        let ttl = |s: &mut State, now: u64| check(s, &rules, now, true).ttl_us;
+        assert_eq!(ttl(&mut s, 0), Some((60_000 + 1_000) * 1_000));
+        for _ in 1..100 {
+            assert_eq!(ttl(&mut s, 0), None);
+        }
+        assert_eq!(ttl(&mut s, 60_400_000), None); // tat 61.0 s
+        assert_eq!(ttl(&mut s, 60_400_001), Some((60_000 + 1_000) * 1_000));
     }
 
     #[test]

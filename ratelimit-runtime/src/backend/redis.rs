@@ -210,9 +210,11 @@ impl RedisBackend {
 }
 
 /// A script's answer: `{allowed, rule_index, remaining, reset_after_us, retry_after_us}`,
-/// or the short form `remaining * 64 + rule_index` of an admitted call whose reset_after
-/// is the binding rule's whole window (sending an array costs Redis more than the rest of
-/// the sliding log's own work). `None` when the answer is not one of these.
+/// or an admitted call's short form `(reset_after_us * count + remaining) * 64 +
+/// rule_index`, over the binding rule's `count` (an admitted call leaves fewer than `count`
+/// remaining). The scripts send the short form whenever it stays below 2^53, as sending an
+/// array costs Redis more than the arithmetic of a check. `None` when the answer is not
+/// one of these.
 fn decode(reply: &Value, rules: &[Rule]) -> Option<RawDecision> {
     let int = |value: &Value| match value {
         Value::Int(n) => u64::try_from(*n).ok(),
@@ -222,11 +224,12 @@ fn decode(reply: &Value, rules: &[Rule]) -> Option<RawDecision> {
         Value::Int(_) => {
             let short = int(reply)?;
             let rule_index = (short % 64) as usize;
+            let count = rules.get(rule_index)?.count();
             RawDecision {
                 allowed: true,
                 rule_index,
-                remaining: short / 64,
-                reset_after_us: rules.get(rule_index)?.window_us(),
+                remaining: short / 64 % count,
+                reset_after_us: short / 64 / count,
                 retry_after_us: 0,
             }
         }
@@ -297,14 +300,15 @@ mod tests {
     #[test]
     fn both_reply_forms_decode() {
         let rules = [Rule::per_second(10), Rule::per_minute(100)];
-        let short = decode(&Value::Int(57 * 64 + 1), &rules).unwrap();
+        // Rule 1 (count 100) with 57 remaining, free again in 12.5 s.
+        let short = decode(&Value::Int((12_500_000 * 100 + 57) * 64 + 1), &rules).unwrap();
         assert_eq!(
             short,
             RawDecision {
                 allowed: true,
                 rule_index: 1,
                 remaining: 57,
-                reset_after_us: 60_000_000,
+                reset_after_us: 12_500_000,
                 retry_after_us: 0
             }
         );

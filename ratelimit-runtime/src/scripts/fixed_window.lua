@@ -5,7 +5,8 @@
 -- ARGV[1]  "1" to count the call when every rule admits it, "0" to only peek.
 -- ARGV[2]  now in µs since the epoch, or "0" for the server's TIME.
 -- ARGV[3], ARGV[4]  count, window_us of rule 0; then rule 1; ...
--- Returns  {allowed 1|0, rule_index (0-based), remaining, reset_after_us, retry_after_us}.
+-- Returns  {allowed 1|0, rule_index (0-based), remaining, reset_after_us, retry_after_us},
+--          or an admitted call's short form (at the end).
 --
 -- The value: "fixed_window", the key's expiry in µs, then per rule of the last write
 -- count, window_us, window_start_us, calls; every number a little-endian double (struct
@@ -60,7 +61,7 @@ local consume = ARGV[1] == '1'
 local count0, window0, start0, calls0
 local records = ''
 local denied, denied_retry = nil, -1
-local binding, least, reset
+local binding, binding_count, least, reset
 local needed = 0
 for i = 3, #ARGV, 2 do
     local count, window = ARGV[i] + 0, ARGV[i + 1] + 0
@@ -97,7 +98,7 @@ for i = 3, #ARGV, 2 do
             denied, denied_retry = i, left
         end
     elseif not least or count - calls - 1 < least then
-        binding, least, reset = i, count - calls - 1, left
+        binding, binding_count, least, reset = i, count, count - calls - 1, left
     end
     if left > needed then
         needed = left
@@ -134,4 +135,12 @@ if consume then
     end
 end
 
-return {1, (binding - 3) / 2, least, reset, 0}
+-- An admitted call answers with one integer when it stays below 2^53:
+-- (reset_after * count + remaining) * 64 + rule_index, over the binding rule's count
+-- (remaining < count). A table costs Redis more to send than this script's arithmetic
+-- (see backend::redis::decode).
+local index = (binding - 3) / 2
+if index < 64 and reset * binding_count < 140737488355328 then
+    return (reset * binding_count + least) * 64 + index
+end
+return {1, index, least, reset, 0}

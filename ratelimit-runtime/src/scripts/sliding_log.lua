@@ -7,9 +7,7 @@
 -- ARGV[3], ARGV[4]  count, window_us of rule 0; ARGV[5], ARGV[6] of rule 1; ...
 -- Returns {allowed (1|0), rule_index (0-based binding rule), remaining, reset_after_us,
 --          retry_after_us (0 when allowed)}
---       or, when allowed (reset_after is then the binding rule's whole window), the short
---          form remaining * 64 + rule_index, for rule_index < 64 and remaining < 2^46
---          (see backend::redis::decode).
+--       or an admitted call's short form (at the end).
 --
 -- An entry at s is inside a window w at now iff s > now - w. Every number stays an integer
 -- below 2^53, so Lua's doubles hold it exactly. Numbers reach redis.call as numbers, which
@@ -49,7 +47,7 @@ end
 local total = redis.call('ZCARD', key)
 
 local denied, denied_window, denied_retry = nil, 0, -1
-local tightest, tightest_window, tightest_remaining = nil, 0, 0
+local tightest, tightest_count, tightest_window, tightest_remaining = nil, 0, 0, 0
 for i = 1, (#ARGV - 2) / 2 do
     local count, window = tonumber(ARGV[2 * i + 1]), tonumber(ARGV[2 * i + 2])
     local inside
@@ -70,7 +68,7 @@ for i = 1, (#ARGV - 2) / 2 do
     else
         local remaining = count - inside - 1
         if tightest == nil or remaining < tightest_remaining then
-            tightest, tightest_window, tightest_remaining = i, window, remaining
+            tightest, tightest_count, tightest_window, tightest_remaining = i, count, window, remaining
         end
     end
 end
@@ -96,9 +94,11 @@ if consume then
     redis.call('PEXPIRE', key, ms + 1000)
 end
 -- The call just admitted is the last to leave the binding window, so reset_after is that
--- window, which the caller knows: the short reply says only which rule and what remains
--- (a table costs Redis more to send than the rest of the script's own work).
-if tightest <= 64 and tightest_remaining < 70368744177664 then
-    return tightest_remaining * 64 + tightest - 1
+-- window. An admitted call answers with one integer when it stays below 2^53:
+-- (reset_after * count + remaining) * 64 + rule_index, over the binding rule's count
+-- (remaining < count). A table costs Redis more to send than the rest of the script's own
+-- work (see backend::redis::decode).
+if tightest <= 64 and tightest_window * tightest_count < 140737488355328 then
+    return (tightest_window * tightest_count + tightest_remaining) * 64 + tightest - 1
 end
 return {1, tightest - 1, tightest_remaining, tightest_window, 0}

@@ -6,7 +6,8 @@
 -- ARGV[1]  "1" to count the call when every rule admits it, "0" to only peek.
 -- ARGV[2]  now in µs since the epoch, or "0" for the server's TIME.
 -- ARGV[3], ARGV[4]  count, window_us of rule 0; then rule 1; ...
--- Returns  {allowed 1|0, rule_index (0-based), remaining, reset_after_us, retry_after_us}.
+-- Returns  {allowed 1|0, rule_index (0-based), remaining, reset_after_us, retry_after_us},
+--          or an admitted call's short form (at the end).
 --
 -- The value: "sliding_window", the key's expiry in µs, then per rule of the last write
 -- count, window_us, window_start_us, calls in that window, calls in the window before;
@@ -90,7 +91,7 @@ local consume = ARGV[1] == '1'
 local count0, window0, start0, curr0, prev0
 local records = ''
 local denied, denied_retry, denied_reset = nil, -1, 0
-local binding, least, reset
+local binding, binding_count, least, reset
 local needed = 0
 for i = 3, #ARGV, 2 do
     local count, w = ARGV[i] + 0, ARGV[i + 1] + 0
@@ -148,7 +149,7 @@ for i = 3, #ARGV, 2 do
             end
         end
     elseif not least or count - curr - 1 - weighted < least then
-        binding, least, reset = i, count - curr - 1 - weighted, 2 * w - e
+        binding, binding_count, least, reset = i, count, count - curr - 1 - weighted, 2 * w - e
     end
     if 2 * w - e > needed then
         needed = 2 * w - e
@@ -186,4 +187,12 @@ if consume then
     end
 end
 
-return {1, (binding - 3) / 2, least, reset, 0}
+-- An admitted call answers with one integer when it stays below 2^53:
+-- (reset_after * count + remaining) * 64 + rule_index, over the binding rule's count
+-- (remaining < count). A table costs Redis more to send than this script's arithmetic
+-- (see backend::redis::decode).
+local index = (binding - 3) / 2
+if index < 64 and reset * binding_count < 140737488355328 then
+    return (reset * binding_count + least) * 64 + index
+end
+return {1, index, least, reset, 0}

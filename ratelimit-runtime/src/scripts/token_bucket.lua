@@ -5,13 +5,16 @@
 -- ARGV[1]  "1" to record the call when every rule admits it, "0" to only peek.
 -- ARGV[2]  now in µs since the epoch, or "0" for the server's TIME.
 -- ARGV[3], ARGV[4]  count, window_us of rule 0; then rule 1; ...
--- Returns  {allowed 1|0, rule_index (0-based), remaining, reset_after_us, retry_after_us}.
+-- Returns  {allowed 1|0, rule_index (0-based), remaining, reset_after_us, retry_after_us},
+--          or an admitted call's short form (at the end).
 --
 -- The value: "token_bucket", the key's expiry in µs, then per rule of the last write
 -- count, window_us, tat_us; every number a little-endian double (struct '<d'), exact for
 -- the integers below 2^53 it holds. The layout, the three calls (TIME, GET, SET), which
 -- rules a write keeps and when the expiry moves are those of fixed_window.lua, which
--- explains them.
+-- explains them. Only where it moves to differs: far enough to cover the longest burst
+-- span (the latest tat an admitted call can leave), not just this write's tat, so that
+-- the writes after it keep it.
 --
 -- Numbers are doubles: `a % b` is a - floor(a / b) * b, exact but for a / b rounding up
 -- to the next integer, which leaves it negative by exactly b; the code adds b back.
@@ -54,8 +57,9 @@ local consume = ARGV[1] == '1'
 local count0, window0, tat0
 local records = ''
 local denied, denied_retry, denied_reset = nil, -1, 0
-local binding, least, reset
-local needed = 0
+local binding, binding_count, least, reset
+-- The latest tat any admitted call can leave (the longest burst span), and this call's.
+local reach, needed = 0, 0
 for i = 3, #ARGV, 2 do
     local count, window = ARGV[i] + 0, ARGV[i + 1] + 0
     -- T = ceil(window / count), count * T the burst span.
@@ -104,8 +108,11 @@ for i = 3, #ARGV, 2 do
         end
         room = (room - r) / interval
         if not least or room < least then
-            binding, least, reset = i, room, after
+            binding, binding_count, least, reset = i, count, room, after
         end
+    end
+    if burst > reach then
+        reach = burst
     end
     if after > needed then
         needed = after
@@ -124,11 +131,11 @@ end
 if consume then
     local ms
     if expires < now + needed or not redis.REDIS_VERSION_NUM then
-        local r = needed % 1000
+        local r = reach % 1000
         if r < 0 then
             r = r + 1000
         end
-        ms = (needed - r) / 1000 + 1000
+        ms = (reach - r) / 1000 + 1000
         if r > 0 then
             ms = ms + 1
         end
@@ -142,4 +149,12 @@ if consume then
     end
 end
 
-return {1, (binding - 3) / 2, least, reset, 0}
+-- An admitted call answers with one integer when it stays below 2^53:
+-- (reset_after * count + remaining) * 64 + rule_index, over the binding rule's count
+-- (remaining < count). A table costs Redis more to send than this script's arithmetic
+-- (see backend::redis::decode).
+local index = (binding - 3) / 2
+if index < 64 and reset * binding_count < 140737488355328 then
+    return (reset * binding_count + least) * 64 + index
+end
+return {1, index, least, reset, 0}
