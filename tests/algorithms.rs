@@ -69,8 +69,9 @@ mod api {
     }
 }
 
-/// `EVAL`s the algorithms' scripts directly, with the shared protocol:
-/// `KEYS[1]`, `ARGV = consume, now_us (0: server TIME), count, window_us, ...`.
+/// `EVAL`s the algorithms' scripts directly, with the shared protocol: `KEYS[1]`, and
+/// `ARGV[1]` = consume, now_us (0: server TIME), count, window_us, ... as little-endian
+/// doubles.
 mod scripts {
     use crate::support::RedisServer;
 
@@ -125,16 +126,22 @@ mod scripts {
         now_us: u64,
         rules: &[(u64, u64)],
     ) -> redis::RedisResult<redis::Value> {
-        let mut cmd = redis::cmd("EVAL");
-        cmd.arg(script)
+        let head = [u64::from(consume), now_us];
+        let numbers: Vec<u8> = head
+            .into_iter()
+            .chain(
+                rules
+                    .iter()
+                    .flat_map(|&(count, window_us)| [count, window_us]),
+            )
+            .flat_map(|n| (n as f64).to_le_bytes())
+            .collect();
+        redis::cmd("EVAL")
+            .arg(script)
             .arg(1)
             .arg(key)
-            .arg(if consume { "1" } else { "0" })
-            .arg(now_us);
-        for (count, window_us) in rules {
-            cmd.arg(count).arg(window_us);
-        }
-        cmd.query(conn)
+            .arg(numbers)
+            .query(conn)
     }
 
     /// The script's reply as `[allowed, rule_index, remaining, reset_after_us,

@@ -14,12 +14,14 @@
 //! - connects time out after [`CONNECT_TIMEOUT`] so a black-holed host cannot stall the
 //!   shared reconnect; answers are not timed here, the limiter times every call.
 
+use std::io::Write;
 use std::time::Duration;
 
 use once_cell::sync::Lazy;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{
-    Cmd, ErrorKind, FromRedisValue, RedisError, RedisResult, Script, ServerErrorKind, Value,
+    Cmd, ErrorKind, FromRedisValue, RedisError, RedisResult, RedisWrite, Script, ServerErrorKind,
+    ToRedisArgs, Value,
 };
 use tokio::sync::OnceCell;
 
@@ -193,11 +195,7 @@ impl RedisBackend {
             .arg(script.get_hash())
             .arg(1)
             .arg(request.key)
-            .arg(if request.consume { "1" } else { "0" })
-            .arg(request.now_us.unwrap_or(0));
-        for rule in request.rules {
-            evalsha.arg(rule.count()).arg(rule.window_us());
-        }
+            .arg(Numbers(request));
         let reply: Value = self.query(&evalsha, Some(script)).await?;
         decode(&reply, request.rules).ok_or_else(|| {
             RedisError::from((
@@ -206,6 +204,29 @@ impl RedisBackend {
                 format!("{reply:?}"),
             ))
         })
+    }
+}
+
+/// The numbers of a check as the scripts read them, in one argument: consume (1 or 0), now
+/// in µs (0: the server's TIME), then each rule's count and window in µs, every one a
+/// little-endian `f64` (exact: each stays below 2^53). Redis parses text numbers slower
+/// than a check's own arithmetic.
+struct Numbers<'a>(&'a Request<'a>);
+
+impl ToRedisArgs for Numbers<'_> {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        let Numbers(request) = self;
+        let head = [u64::from(request.consume), request.now_us.unwrap_or(0)];
+        let rules = request
+            .rules
+            .iter()
+            .flat_map(|r| [r.count(), r.window_us()]);
+        // Written straight into the command's buffer, which cannot fail.
+        let mut arg = out.writer_for_next_arg();
+        for n in head.into_iter().chain(rules) {
+            arg.write_all(&(n as f64).to_le_bytes())
+                .expect("writing to memory");
+        }
     }
 }
 
