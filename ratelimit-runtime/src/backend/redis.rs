@@ -188,11 +188,15 @@ impl RedisBackend {
 
     async fn run(&self, request: &Request<'_>) -> Result<RawDecision, RedisError> {
         let script = script(request.algorithm);
-        // The EVALSHA command is built directly, once: a `ScriptInvocation` would collect
-        // every argument in a Vec of its own and then copy them all into a command.
-        let mut evalsha = redis::cmd("EVALSHA");
+        // The EVALSHA command is built directly, once, in a buffer of its final size: a
+        // `ScriptInvocation` would collect every argument in a Vec of its own and then copy
+        // them all into a command, and a growing buffer would be reallocated several times.
+        let hash = script.get_hash();
+        let size = "EVALSHA".len() + hash.len() + 1 + request.key.len() + Numbers::len(request);
+        let mut evalsha = Cmd::with_capacity(5, size);
         evalsha
-            .arg(script.get_hash())
+            .arg("EVALSHA")
+            .arg(hash)
             .arg(1)
             .arg(request.key)
             .arg(Numbers(request));
@@ -212,6 +216,13 @@ impl RedisBackend {
 /// little-endian `f64` (exact: each stays below 2^53). Redis parses text numbers slower
 /// than a check's own arithmetic.
 struct Numbers<'a>(&'a Request<'a>);
+
+impl Numbers<'_> {
+    /// The argument's size in bytes.
+    fn len(request: &Request<'_>) -> usize {
+        8 * (2 + 2 * request.rules.len())
+    }
+}
 
 impl ToRedisArgs for Numbers<'_> {
     fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
