@@ -473,6 +473,32 @@ mod scripts {
     }
 
     #[test]
+    fn a_short_answer_at_the_edge_of_exact_doubles_loses_nothing() {
+        const SLIDING_LOG: &str = include_str!("../ratelimit-runtime/src/scripts/sliding_log.lua");
+        let server = RedisServer::start();
+        let mut conn = server.connection();
+        // Rule 1 binds the first call with 2 remaining and reset_after * 3 = 2^47 - 2, so
+        // reset_after * count + remaining = 2^47 exactly: times 64 plus the rule index 1,
+        // 2^53 + 1, which a double cannot hold. The script must answer in full.
+        let reset: u64 = ((1 << 47) - 2) / 3;
+        let per_second = (1_000, 1_000_000);
+        for (name, script, window, now) in [
+            // reset_after: the window.
+            ("sliding_log", SLIDING_LOG, reset, NOW),
+            // reset_after: what is left of the aligned window, here all but 1 µs.
+            ("fixed_window", FIXED_WINDOW, reset + 1, reset + 2),
+            // reset_after: the window after this one too; `now` starts a window.
+            ("sliding_window", SLIDING_WINDOW, reset / 2, reset),
+            // reset_after: the emission interval, window / count.
+            ("token_bucket", TOKEN_BUCKET, 3 * reset, NOW),
+        ] {
+            let rules = [per_second, (3, window)];
+            let reply = eval(&mut conn, script, name, true, now, &rules).unwrap();
+            assert_eq!(reply, [1, 1, 2, reset, 0], "{name}");
+        }
+    }
+
+    #[test]
     fn now_zero_reads_the_server_clock() {
         let server = RedisServer::start();
         let mut conn = server.connection();

@@ -136,12 +136,14 @@ if consume then
     end
 end
 
--- An admitted call answers with one integer when it stays below 2^53:
--- (reset_after * count + remaining) * 64 + rule_index, over the binding rule's count
--- (remaining < count). A table costs Redis more to send than this script's arithmetic
--- (see backend::redis::decode).
+-- An admitted call answers with one integer,
+-- (reset_after * count + remaining) * 64 + rule_index over the binding rule's count
+-- (remaining < count), whenever that stays below 2^53, exact: when
+-- reset_after * count + remaining < 2^47. A table costs Redis more to send than this
+-- script's arithmetic (see backend::redis::decode).
 local index = (binding - 3) / 2
-if index < 64 and reset * binding_count < 140737488355328 then
-    return (reset * binding_count + least) * 64 + index
+local short = reset * binding_count + least
+if index < 64 and short < 140737488355328 then
+    return short * 64 + index
 end
 return {1, index, least, reset, 0}

@@ -103,11 +103,13 @@ if consume then
     redis.call('PEXPIRE', key, ms + 1000)
 end
 -- The call just admitted is the last to leave the binding window, so reset_after is that
--- window. An admitted call answers with one integer when it stays below 2^53:
--- (reset_after * count + remaining) * 64 + rule_index, over the binding rule's count
--- (remaining < count). A table costs Redis more to send than the rest of the script's own
--- work (see backend::redis::decode).
-if tightest <= 64 and tightest_window * tightest_count < 140737488355328 then
-    return (tightest_window * tightest_count + tightest_remaining) * 64 + tightest - 1
+-- window. An admitted call answers with one integer,
+-- (reset_after * count + remaining) * 64 + rule_index over the binding rule's count
+-- (remaining < count), whenever that stays below 2^53, exact: when
+-- reset_after * count + remaining < 2^47. A table costs Redis more to send than the
+-- rest of the script's own work (see backend::redis::decode).
+local short = tightest_window * tightest_count + tightest_remaining
+if tightest <= 64 and short < 140737488355328 then
+    return short * 64 + tightest - 1
 end
 return {1, tightest - 1, tightest_remaining, tightest_window, 0}
