@@ -105,9 +105,9 @@ end
 -- The call just admitted is the last to leave the binding window, so reset_after is that
 -- window. An admitted call answers with one integer,
 -- (reset_after * count + remaining) * 64 + rule_index over the binding rule's count
--- (remaining < count), whenever that stays below 2^53, exact: when
--- reset_after * count + remaining < 2^47. A table costs Redis more to send than the
--- rest of the script's own work (see backend::redis::decode).
+-- (remaining < count), when a double holds it exactly: when
+-- reset_after * count + remaining < 2^47, which keeps it below 2^53. A table costs Redis
+-- more to send than the rest of the script's own work (see backend::redis::decode).
 local short = tightest_window * tightest_count + tightest_remaining
 if tightest <= 64 and short < 140737488355328 then
     return short * 64 + tightest - 1

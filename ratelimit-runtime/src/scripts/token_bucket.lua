@@ -152,9 +152,9 @@ end
 
 -- An admitted call answers with one integer,
 -- (reset_after * count + remaining) * 64 + rule_index over the binding rule's count
--- (remaining < count), whenever that stays below 2^53, exact: when
--- reset_after * count + remaining < 2^47. A table costs Redis more to send than this
--- script's arithmetic (see backend::redis::decode).
+-- (remaining < count), when a double holds it exactly: when
+-- reset_after * count + remaining < 2^47, which keeps it below 2^53. A table costs Redis
+-- more to send than this script's arithmetic (see backend::redis::decode).
 local index = (binding - 3) / 2
 local short = reset * binding_count + least
 if index < 64 and short < 140737488355328 then
