@@ -79,6 +79,7 @@ mod scripts {
     const SLIDING_WINDOW: &str =
         include_str!("../ratelimit-runtime/src/scripts/sliding_window.lua");
     const TOKEN_BUCKET: &str = include_str!("../ratelimit-runtime/src/scripts/token_bucket.lua");
+    const SLIDING_LOG: &str = include_str!("../ratelimit-runtime/src/scripts/sliding_log.lua");
     const ALL: [(&str, &str); 3] = [
         ("fixed_window", FIXED_WINDOW),
         ("sliding_window", SLIDING_WINDOW),
@@ -449,7 +450,6 @@ mod scripts {
 
     #[test]
     fn an_admitted_call_answers_in_one_integer_when_it_fits() {
-        const SLIDING_LOG: &str = include_str!("../ratelimit-runtime/src/scripts/sliding_log.lua");
         let server = RedisServer::start();
         let mut conn = server.connection();
         // The short form, (reset_after * count + remaining) * 64 + rule_index, must stay
@@ -474,7 +474,6 @@ mod scripts {
 
     #[test]
     fn a_short_answer_at_the_edge_of_exact_doubles_loses_nothing() {
-        const SLIDING_LOG: &str = include_str!("../ratelimit-runtime/src/scripts/sliding_log.lua");
         let server = RedisServer::start();
         let mut conn = server.connection();
         // Rule 1 binds the first call with 2 remaining and reset_after * 3 = 2^47 - 2, so
