@@ -131,7 +131,7 @@ async fn run(o: Options) -> ExitCode {
         Arc::new((0..o.keys).map(|i| format!("loadgen:{run}:{i}")).collect());
 
     // Connect (and load the script) before the clock starts.
-    if let Err(e) = limiter.peek_with(o.algorithm, &keys[0], &rules).await {
+    if let Err(e) = limiter.peek(&keys[0], &rules).algorithm(o.algorithm).await {
         eprintln!("loadgen: backend not usable: {e}");
         return ExitCode::FAILURE;
     }
@@ -151,7 +151,7 @@ async fn run(o: Options) -> ExitCode {
                 while issued.fetch_add(1, Ordering::Relaxed) < total {
                     let key = &keys[(next_random(&mut seed) % keys.len() as u64) as usize];
                     let t = Instant::now();
-                    let result = limiter.check_with(algorithm, key, &rules).await;
+                    let result = limiter.check(key, &rules).algorithm(algorithm).await;
                     latencies_us.push(t.elapsed().as_micros() as u32);
                     match result {
                         Ok(d) if d.allowed => allowed += 1,

@@ -26,8 +26,9 @@
 
 pub use ratelimit_macros::rate_limiter;
 pub use ratelimit_runtime::{
-    clock, context, global, init, key, Algorithm, BackendError, BackendErrorKind, ConfigError,
-    Decision, InitError, LimitType, Limiter, RateLimitError, RequestContext, Rule, REDIS_URL_ENV,
+    clock, context, global, init, key, Algorithm, BackendError, BackendErrorKind, Check,
+    ConfigError, Decision, InitError, LimitType, Limiter, RateLimitError, RequestContext, Rule,
+    REDIS_URL_ENV,
 };
 
 #[cfg(feature = "axum")]

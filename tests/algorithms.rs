@@ -30,22 +30,22 @@ mod api {
             let l = support::limiter();
             for algorithm in COUNTING {
                 let key = format!("api:{}", algorithm.name());
-                let first = l.check_with(algorithm, &key, &RULES).await.unwrap();
+                let first = l.check(&key, &RULES).algorithm(algorithm).await.unwrap();
                 assert!(first.allowed, "{algorithm:?}");
                 assert_eq!((first.limit, first.remaining, first.rule_index), (2, 1, 0));
-                let peek = l.peek_with(algorithm, &key, &RULES).await.unwrap();
+                let peek = l.peek(&key, &RULES).algorithm(algorithm).await.unwrap();
                 assert_eq!((peek.allowed, peek.remaining), (true, 0), "{algorithm:?}");
-                assert!(l.check_with(algorithm, &key, &RULES).await.unwrap().allowed);
+                assert!(l.check(&key, &RULES).algorithm(algorithm).await.unwrap().allowed);
 
-                let denied = l.check_with(algorithm, &key, &RULES).await.unwrap();
+                let denied = l.check(&key, &RULES).algorithm(algorithm).await.unwrap();
                 assert!(!denied.allowed, "{algorithm:?}");
                 assert_eq!((denied.rule, denied.remaining), (RULES[0], 0));
                 let retry = denied.retry_after.expect("denied");
                 assert!(retry > Duration::ZERO && retry <= Duration::from_secs(2 * 3600));
-                assert!(!l.peek_with(algorithm, &key, &RULES).await.unwrap().allowed);
+                assert!(!l.peek(&key, &RULES).algorithm(algorithm).await.unwrap().allowed);
 
                 l.reset(&key).await.unwrap();
-                let fresh = l.check_with(algorithm, &key, &RULES).await.unwrap();
+                let fresh = l.check(&key, &RULES).algorithm(algorithm).await.unwrap();
                 assert_eq!((fresh.allowed, fresh.remaining), (true, 1), "{algorithm:?}");
             }
         }
@@ -55,14 +55,14 @@ mod api {
             let all = [Algorithm::SlidingLog, COUNTING[0], COUNTING[1], COUNTING[2]];
             for owner in all {
                 let key = format!("owned:{}", owner.name());
-                assert!(l.check_with(owner, &key, &RULES).await.unwrap().allowed);
+                assert!(l.check(&key, &RULES).algorithm(owner).await.unwrap().allowed);
                 for other in all.into_iter().filter(|a| *a != owner) {
-                    let err = l.check_with(other, &key, &RULES).await.unwrap_err();
+                    let err = l.check(&key, &RULES).algorithm(other).await.unwrap_err();
                     assert!(err.to_string().contains(&key), "{owner:?} then {other:?}: {err}");
-                    assert!(l.peek_with(other, &key, &RULES).await.is_err());
+                    assert!(l.peek(&key, &RULES).algorithm(other).await.is_err());
                 }
                 // The owner's state is untouched by the refused calls.
-                let again = l.check_with(owner, &key, &RULES).await.unwrap();
+                let again = l.check(&key, &RULES).algorithm(owner).await.unwrap();
                 assert_eq!((again.allowed, again.remaining), (true, 0), "{owner:?}");
             }
         }
@@ -768,14 +768,10 @@ mod differential {
             now_us: u64,
         ) -> Result<Decision, TestCaseError> {
             let now = Duration::from_micros(now_us);
-            let redis = self
-                .redis
-                .check_at(algorithm, key, rules, consume, now)
-                .await;
-            let memory = self
-                .memory
-                .check_at(algorithm, key, rules, consume, now)
-                .await;
+            let redis =
+                crate::support::run_at(&self.redis, algorithm, key, rules, consume, now).await;
+            let memory =
+                crate::support::run_at(&self.memory, algorithm, key, rules, consume, now).await;
             let (redis, memory) = match (redis, memory) {
                 (Ok(r), Ok(m)) => (r, m),
                 (r, m) => return Err(TestCaseError::fail(format!("redis {r:?}, memory {m:?}"))),

@@ -40,7 +40,7 @@ fn limiter(server: &RedisServer, fail_open: bool) -> Limiter {
 /// One guarded call, timed.
 async fn guarded(limiter: &Limiter, key: &'static str) -> (Result<(), RateLimitError>, Duration) {
     let start = Instant::now();
-    let result = SITE.check(limiter, Cow::Borrowed(key)).await;
+    let result = SITE.check(limiter, Cow::Borrowed(key), 1).await;
     (result, start.elapsed())
 }
 

@@ -20,7 +20,9 @@ fn secs(s: u64) -> Duration {
 /// A consuming check at `T0 + at`.
 async fn check_at(limiter: &Limiter, key: &str, rules: &[Rule], at: Duration) -> Decision {
     limiter
-        .check_at(Algorithm::SlidingLog, key, rules, true, T0 + at)
+        .check(key, rules)
+        .algorithm(Algorithm::SlidingLog)
+        .at(T0 + at)
         .await
         .expect("check")
 }
@@ -28,7 +30,9 @@ async fn check_at(limiter: &Limiter, key: &str, rules: &[Rule], at: Duration) ->
 /// A peek at `T0 + at`.
 async fn peek_at(limiter: &Limiter, key: &str, rules: &[Rule], at: Duration) -> Decision {
     limiter
-        .check_at(Algorithm::SlidingLog, key, rules, false, T0 + at)
+        .peek(key, rules)
+        .algorithm(Algorithm::SlidingLog)
+        .at(T0 + at)
         .await
         .expect("peek")
 }
@@ -340,14 +344,26 @@ mod redis_only {
             let set = next(3) as usize;
             let key = format!("k{set}-{}", next(2));
             let consume = next(4) != 0;
-            let on_redis = redis
-                .check_at(Algorithm::SlidingLog, &key, rule_sets[set], consume, now)
-                .await
-                .unwrap();
-            let on_memory = memory
-                .check_at(Algorithm::SlidingLog, &key, rule_sets[set], consume, now)
-                .await
-                .unwrap();
+            let on_redis = crate::support::run_at(
+                &redis,
+                Algorithm::SlidingLog,
+                &key,
+                rule_sets[set],
+                consume,
+                now,
+            )
+            .await
+            .unwrap();
+            let on_memory = crate::support::run_at(
+                &memory,
+                Algorithm::SlidingLog,
+                &key,
+                rule_sets[set],
+                consume,
+                now,
+            )
+            .await
+            .unwrap();
             assert_eq!(
                 on_redis, on_memory,
                 "step {step}: {key} consume={consume} at {now:?}"

@@ -104,7 +104,7 @@ fn guard(args: &Args) -> TokenStream {
             let __ratelimit_key = #key;
             let __ratelimit_limiter: &#private::Limiter = #limiter;
             if let ::core::result::Result::Err(__ratelimit_err) =
-                __RATELIMIT_SITE.check(__ratelimit_limiter, __ratelimit_key).await
+                __RATELIMIT_SITE.check(__ratelimit_limiter, __ratelimit_key, 1).await
             {
                 #limited
             }

@@ -1,5 +1,9 @@
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use crate::backend::memory::MemoryBackend;
@@ -105,41 +109,74 @@ impl Limiter {
         self.fail_open
     }
 
-    /// Checks `rules` for `key` with the sliding log and, if every rule admits it, counts
-    /// one call.
+    /// Checks `rules` for `key` and, if every rule admits the call, counts it.
+    ///
+    /// The returned [`Check`] is awaited directly (one unit, the sliding log) or refined
+    /// first with [`cost`](Check::cost) and [`algorithm`](Check::algorithm):
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_ratelimit::{Algorithm, Limiter, Rule};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// const UPLOADS: [Rule; 1] = [Rule::new(10, Duration::from_secs(60))];
+    /// let limiter = Limiter::memory();
+    /// let d = limiter.check("uploads:tom", &UPLOADS).cost(4).algorithm(Algorithm::TokenBucket).await?;
+    /// assert_eq!((d.allowed, d.remaining), (true, 6));
+    /// // More than a rule's count can never pass: denied, with no time to retry at.
+    /// let d = limiter.check("uploads:tom", &UPLOADS).cost(11).algorithm(Algorithm::TokenBucket).await?;
+    /// assert_eq!((d.allowed, d.retry_after), (false, None));
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Panics
     ///
-    /// When `rules` is empty.
-    pub async fn check(&self, key: &str, rules: &[Rule]) -> Result<Decision, BackendError> {
-        self.check_with(Algorithm::SlidingLog, key, rules).await
+    /// When `rules` is empty (when awaited).
+    pub fn check<'a>(&'a self, key: &'a str, rules: &'a [Rule]) -> Check<'a> {
+        Check::new(self, key, rules, true)
     }
 
-    /// [`check`](Self::check) with another counting algorithm.
+    /// What a [`check`](Self::check) would decide now, counting nothing: `remaining` is
+    /// what the binding rule has left *now* (the full count on a fresh key), `allowed`
+    /// whether a call of the given [`cost`](Check::cost) would pass.
     ///
-    /// Use one algorithm per key: each keeps its own kind of state.
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_ratelimit::{Limiter, Rule};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// const REPLY: [Rule; 1] = [Rule::new(5, Duration::from_secs(60))];
+    /// let limiter = Limiter::memory();
+    /// assert_eq!(limiter.peek("hist:tom:reply", &REPLY).await?.remaining, 5);
+    /// limiter.check("hist:tom:reply", &REPLY).await?;
+    /// let d = limiter.peek("hist:tom:reply", &REPLY).cost(5).await?;
+    /// assert_eq!((d.allowed, d.remaining), (false, 4));
+    /// # Ok(()) }
+    /// ```
+    pub fn peek<'a>(&'a self, key: &'a str, rules: &'a [Rule]) -> Check<'a> {
+        Check::new(self, key, rules, false)
+    }
+
+    /// `check(key, rules).algorithm(algorithm)`.
+    #[deprecated(since = "0.2.0", note = "use `check(key, rules).algorithm(algorithm)`")]
     pub async fn check_with(
         &self,
         algorithm: Algorithm,
         key: &str,
         rules: &[Rule],
     ) -> Result<Decision, BackendError> {
-        self.run(request(key, rules, algorithm, true, None)).await
+        self.check(key, rules).algorithm(algorithm).await
     }
 
-    /// What [`check`](Self::check) would decide now, counting nothing.
-    pub async fn peek(&self, key: &str, rules: &[Rule]) -> Result<Decision, BackendError> {
-        self.peek_with(Algorithm::SlidingLog, key, rules).await
-    }
-
-    /// [`peek`](Self::peek) with another counting algorithm.
+    /// `peek(key, rules).algorithm(algorithm)`.
+    #[deprecated(since = "0.2.0", note = "use `peek(key, rules).algorithm(algorithm)`")]
     pub async fn peek_with(
         &self,
         algorithm: Algorithm,
         key: &str,
         rules: &[Rule],
     ) -> Result<Decision, BackendError> {
-        self.run(request(key, rules, algorithm, false, None)).await
+        self.peek(key, rules).algorithm(algorithm).await
     }
 
     /// Forgets everything counted for `key`.
@@ -149,23 +186,6 @@ impl Limiter {
             Store::Memory(memory) => memory.reset(key).await,
             Store::Misconfigured(err) => Err(misconfigured(err)),
         }
-    }
-
-    /// [`check_with`](Self::check_with) (or a peek, when `consume` is false) at an explicit
-    /// time instead of the backend's clock. For differential tests only.
-    #[cfg(feature = "test-clock")]
-    #[doc(hidden)]
-    pub async fn check_at(
-        &self,
-        algorithm: Algorithm,
-        key: &str,
-        rules: &[Rule],
-        consume: bool,
-        now: Duration,
-    ) -> Result<Decision, BackendError> {
-        let now_us = Some(now.as_micros() as u64);
-        self.run(request(key, rules, algorithm, consume, now_us))
-            .await
     }
 
     pub(crate) async fn run(&self, request: Request<'_>) -> Result<Decision, BackendError> {
@@ -202,32 +222,12 @@ impl Limiter {
     }
 }
 
-fn request<'a>(
-    key: &'a str,
-    rules: &'a [Rule],
-    algorithm: Algorithm,
-    consume: bool,
-    now_us: Option<u64>,
-) -> Request<'a> {
-    assert!(
-        !rules.is_empty(),
-        "a rate-limit check needs at least one rule"
-    );
-    Request {
-        key,
-        rules,
-        algorithm,
-        consume,
-        now_us,
-    }
-}
-
 fn misconfigured(err: &ConfigError) -> BackendError {
     BackendError::new(BackendErrorKind::Misconfigured, err.to_string())
 }
 
-impl std::fmt::Debug for Limiter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl fmt::Debug for Limiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let backend = match &self.store {
             Store::Redis(_) => "redis",
             Store::Memory(_) => "memory",
@@ -237,6 +237,90 @@ impl std::fmt::Debug for Limiter {
             .field("backend", &backend)
             .field("fail_open", &self.fail_open)
             .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+/// A check (or peek) of one key: returned by [`Limiter::check`] and [`Limiter::peek`],
+/// refined with [`cost`](Check::cost) and [`algorithm`](Check::algorithm), and run when
+/// awaited (or polled, e.g. by `Runtime::block_on`).
+#[must_use = "a check does nothing until it is awaited"]
+pub struct Check<'a> {
+    limiter: &'a Limiter,
+    request: Request<'a>,
+    /// The check under way, once polled.
+    running: Option<BoxFuture<'a, Result<Decision, BackendError>>>,
+}
+
+type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+impl<'a> Check<'a> {
+    fn new(limiter: &'a Limiter, key: &'a str, rules: &'a [Rule], consume: bool) -> Self {
+        Check {
+            limiter,
+            request: Request {
+                key,
+                rules,
+                algorithm: Algorithm::SlidingLog,
+                cost: 1,
+                consume,
+                now_us: None,
+            },
+            running: None,
+        }
+    }
+
+    /// How many units of every rule the call uses (default 1). The call uses all of them
+    /// under every rule, or nothing: a denial consumes nothing. A cost above a rule's count
+    /// can never pass: it is denied with `retry_after: None`.
+    ///
+    /// # Panics
+    ///
+    /// When `cost` is 0.
+    pub fn cost(mut self, cost: u64) -> Self {
+        assert!(cost > 0, "a check's cost must be at least 1");
+        self.request.cost = cost;
+        self
+    }
+
+    /// How the rules are counted (default [`Algorithm::SlidingLog`]). Use one algorithm per
+    /// key: each keeps its own kind of state.
+    pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
+        self.request.algorithm = algorithm;
+        self
+    }
+
+    /// Runs the check at an explicit time instead of the backend's clock. For differential
+    /// tests only.
+    #[cfg(feature = "test-clock")]
+    #[doc(hidden)]
+    pub fn at(mut self, now: Duration) -> Self {
+        self.request.now_us = Some(now.as_micros() as u64);
+        self
+    }
+}
+
+impl Future for Check<'_> {
+    type Output = Result<Decision, BackendError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        let running = this.running.get_or_insert_with(|| {
+            assert!(
+                !this.request.rules.is_empty(),
+                "a rate-limit check needs at least one rule"
+            );
+            Box::pin(this.limiter.run(this.request))
+        });
+        running.as_mut().poll(cx)
+    }
+}
+
+impl fmt::Debug for Check<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Check")
+            .field("request", &self.request)
+            .field("running", &self.running.is_some())
             .finish()
     }
 }

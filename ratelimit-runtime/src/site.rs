@@ -85,17 +85,19 @@ impl CallSite {
         key.ok_or(RateLimitError::MissingIdentity { limit_type })
     }
 
-    /// Checks (and counts) one call; `Err` when it must not run.
+    /// Checks (and counts) one call using `cost` units; `Err` when it must not run.
     pub async fn check(
         &'static self,
         limiter: &Limiter,
         key: Cow<'static, str>,
+        cost: u64,
     ) -> Result<(), RateLimitError> {
         let config = &self.config;
         let request = Request {
             key: &key,
             rules: config.rules,
             algorithm: config.algorithm,
+            cost,
             consume: true,
             now_us: None,
         };

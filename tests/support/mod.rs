@@ -194,3 +194,21 @@ macro_rules! backend_tests {
         }
     };
 }
+
+/// A check (`consume`) or a peek of `rules` for `key` with `algorithm`, at the explicit time
+/// `now` instead of the backend's clock.
+pub async fn run_at(
+    limiter: &Limiter,
+    algorithm: redis_ratelimit::Algorithm,
+    key: &str,
+    rules: &[redis_ratelimit::Rule],
+    consume: bool,
+    now: Duration,
+) -> Result<redis_ratelimit::Decision, redis_ratelimit::BackendError> {
+    let check = if consume {
+        limiter.check(key, rules)
+    } else {
+        limiter.peek(key, rules)
+    };
+    check.algorithm(algorithm).at(now).await
+}

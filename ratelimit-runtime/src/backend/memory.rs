@@ -181,6 +181,7 @@ mod tests {
             key,
             rules: &RULES,
             algorithm,
+            cost: 1,
             consume,
             now_us: None,
         }

@@ -12,6 +12,8 @@ pub(crate) struct Request<'a> {
     pub key: &'a str,
     pub rules: &'a [Rule],
     pub algorithm: Algorithm,
+    /// How many units of every rule the call uses (at least 1).
+    pub cost: u64,
     /// `false` for a peek: answer as a check would, record nothing.
     pub consume: bool,
     /// An explicit time in µs since the epoch, for differential tests; `None` means the

@@ -15,21 +15,20 @@
 //! - connects time out after [`CONNECT_TIMEOUT`] so a black-holed host cannot stall the
 //!   shared reconnect; answers are not timed here, the limiter times every call.
 
-use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use once_cell::sync::Lazy;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{
-    Cmd, ErrorKind, FromRedisValue, RedisError, RedisResult, RedisWrite, Script, ServerErrorKind,
-    ToRedisArgs, Value,
+    Cmd, ErrorKind, FromRedisValue, RedisError, RedisResult, Script, ServerErrorKind, Value,
 };
 use tokio::sync::OnceCell;
 
+mod script;
+
 use super::{Backend, Request};
 use crate::decision::RawDecision;
-use crate::{Algorithm, BackendError, BackendErrorKind, ConfigError, Rule};
+use crate::{BackendError, BackendErrorKind, ConfigError};
 
 /// How many multiplexed connections a backend spreads its checks over. Redis answers a
 /// connection's pipelined commands in one batch; over a single connection it then idles
@@ -45,25 +44,6 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// The URL forms `RedisBackend::new` accepts, for error messages.
 const ACCEPTED_URLS: &str =
     "redis://[[user]:password@]host[:port][/db] or unix:///path/to/redis.sock[?db=N]";
-
-static SLIDING_LOG: Lazy<Script> =
-    Lazy::new(|| Script::new(include_str!("../scripts/sliding_log.lua")));
-static FIXED_WINDOW: Lazy<Script> =
-    Lazy::new(|| Script::new(include_str!("../scripts/fixed_window.lua")));
-static SLIDING_WINDOW: Lazy<Script> =
-    Lazy::new(|| Script::new(include_str!("../scripts/sliding_window.lua")));
-static TOKEN_BUCKET: Lazy<Script> =
-    Lazy::new(|| Script::new(include_str!("../scripts/token_bucket.lua")));
-
-/// The script that runs `algorithm`, hashed once per process.
-fn script(algorithm: Algorithm) -> &'static Script {
-    match algorithm {
-        Algorithm::SlidingLog => &SLIDING_LOG,
-        Algorithm::FixedWindow => &FIXED_WINDOW,
-        Algorithm::SlidingWindow => &SLIDING_WINDOW,
-        Algorithm::TokenBucket => &TOKEN_BUCKET,
-    }
-}
 
 pub(crate) struct RedisBackend {
     client: redis::Client,
@@ -202,21 +182,13 @@ impl RedisBackend {
     }
 
     async fn run(&self, request: &Request<'_>) -> Result<RawDecision, RedisError> {
-        let script = script(request.algorithm);
-        // The EVALSHA command is built directly, once, in a buffer of its final size: a
-        // `ScriptInvocation` would collect every argument in a Vec of its own and then copy
-        // them all into a command, and a growing buffer would be reallocated several times.
-        let hash = script.get_hash();
-        let size = "EVALSHA".len() + hash.len() + 1 + request.key.len() + Numbers::len(request);
-        let mut evalsha = Cmd::with_capacity(5, size);
-        evalsha
-            .arg("EVALSHA")
-            .arg(hash)
-            .arg(1)
-            .arg(request.key)
-            .arg(Numbers(request));
-        let reply: Value = self.query(&evalsha, Some(script)).await?;
-        decode(&reply, request.rules).ok_or_else(|| {
+        let reply: Value = self
+            .query(
+                &script::evalsha(request),
+                Some(script::script(request.algorithm)),
+            )
+            .await?;
+        script::decode(&reply, request.rules).ok_or_else(|| {
             RedisError::from((
                 ErrorKind::UnexpectedReturnType,
                 "the rate-limit script answered out of range",
@@ -224,79 +196,6 @@ impl RedisBackend {
             ))
         })
     }
-}
-
-/// The numbers of a check as the scripts read them, in one argument: consume (1 or 0), now
-/// in µs (0: the server's TIME), then each rule's count and window in µs, every one a
-/// little-endian `f64` (exact: each stays below 2^53). Redis parses text numbers slower
-/// than a check's own arithmetic.
-struct Numbers<'a>(&'a Request<'a>);
-
-impl Numbers<'_> {
-    /// The argument's size in bytes.
-    fn len(request: &Request<'_>) -> usize {
-        8 * (2 + 2 * request.rules.len())
-    }
-}
-
-impl ToRedisArgs for Numbers<'_> {
-    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
-        let Numbers(request) = self;
-        let head = [u64::from(request.consume), request.now_us.unwrap_or(0)];
-        let rules = request
-            .rules
-            .iter()
-            .flat_map(|r| [r.count(), r.window_us()]);
-        // Written straight into the command's buffer, which cannot fail.
-        let mut arg = out.writer_for_next_arg();
-        for n in head.into_iter().chain(rules) {
-            arg.write_all(&(n as f64).to_le_bytes())
-                .expect("writing to memory");
-        }
-    }
-}
-
-/// A script's answer: `{allowed, rule_index, remaining, reset_after_us, retry_after_us}`,
-/// or an admitted call's short form `(reset_after_us * count + remaining) * 64 +
-/// rule_index`, over the binding rule's `count` (an admitted call leaves fewer than `count`
-/// remaining). The scripts send the short form whenever it stays below 2^53, as sending an
-/// array costs Redis more than the arithmetic of a check. `None` when the answer is not
-/// one of these.
-fn decode(reply: &Value, rules: &[Rule]) -> Option<RawDecision> {
-    let int = |value: &Value| match value {
-        Value::Int(n) => u64::try_from(*n).ok(),
-        _ => None,
-    };
-    let raw = match reply {
-        Value::Int(_) => {
-            let short = int(reply)?;
-            let rule_index = (short % 64) as usize;
-            let count = rules.get(rule_index)?.count();
-            RawDecision {
-                allowed: true,
-                rule_index,
-                remaining: short / 64 % count,
-                reset_after_us: short / 64 / count,
-                retry_after_us: 0,
-            }
-        }
-        Value::Array(items) => match items.as_slice() {
-            [allowed, rule_index, remaining, reset_after_us, retry_after_us] => RawDecision {
-                allowed: match int(allowed)? {
-                    0 => false,
-                    1 => true,
-                    _ => return None,
-                },
-                rule_index: int(rule_index)? as usize,
-                remaining: int(remaining)?,
-                reset_after_us: int(reset_after_us)?,
-                retry_after_us: int(retry_after_us)?,
-            },
-            _ => return None,
-        },
-        _ => return None,
-    };
-    (raw.rule_index < rules.len()).then_some(raw)
 }
 
 /// Whether `s` looks like a URL scheme, and so is safe to quote back (it holds no password).
@@ -342,45 +241,6 @@ mod tests {
         ] {
             assert!(RedisBackend::new(url).is_ok(), "{url}");
         }
-    }
-
-    #[test]
-    fn both_reply_forms_decode() {
-        let rules = [Rule::per_second(10), Rule::per_minute(100)];
-        // Rule 1 (count 100) with 57 remaining, free again in 12.5 s.
-        let short = decode(&Value::Int((12_500_000 * 100 + 57) * 64 + 1), &rules).unwrap();
-        assert_eq!(
-            short,
-            RawDecision {
-                allowed: true,
-                rule_index: 1,
-                remaining: 57,
-                reset_after_us: 12_500_000,
-                retry_after_us: 0
-            }
-        );
-        let long = Value::Array([0, 0, 0, 900, 400].map(Value::Int).to_vec());
-        let denied = decode(&long, &rules).unwrap();
-        assert_eq!(
-            (denied.allowed, denied.reset_after_us, denied.retry_after_us),
-            (false, 900, 400)
-        );
-    }
-
-    #[test]
-    fn replies_out_of_range_are_rejected() {
-        let rules = [Rule::per_second(10)];
-        assert_eq!(decode(&Value::Int(64 + 1), &rules), None); // rule 1 of 1
-        assert_eq!(decode(&Value::Int(-1), &rules), None);
-        assert_eq!(
-            decode(
-                &Value::Array([2, 0, 0, 0, 0].map(Value::Int).to_vec()),
-                &rules
-            ),
-            None
-        );
-        assert_eq!(decode(&Value::Array(vec![Value::Int(1)]), &rules), None);
-        assert_eq!(decode(&Value::Nil, &rules), None);
     }
 
     #[test]
