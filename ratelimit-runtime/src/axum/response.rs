@@ -1,5 +1,7 @@
 //! `RateLimitError` as an HTTP response, with an RFC 9457 problem body.
 
+use std::time::Duration;
+
 use ::axum::http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use ::axum::http::StatusCode;
 use ::axum::response::{IntoResponse, Response};
@@ -7,7 +9,8 @@ use ::axum::response::{IntoResponse, Response};
 use super::headers::{self, RATELIMIT, RATELIMIT_POLICY};
 use crate::{LimitType, RateLimitError, RequestContext};
 
-/// - `Limited`: `429 Too Many Requests` with `Retry-After` (whole seconds, rounded up),
+/// - `Limited`: `429 Too Many Requests` with `Retry-After` (whole seconds, rounded up; none
+///   for a call whose cost exceeds a rule's count, which can never pass),
 ///   `RateLimit-Policy` and `RateLimit` for the binding rule (named `"limit"`; behind a
 ///   [`RateLimitLayer`](super::RateLimitLayer) they list every rule of the call site
 ///   instead), and the attribute's `message` as the problem `detail`.
@@ -26,9 +29,15 @@ impl IntoResponse for RateLimitError {
                 ..
             } => {
                 let mut response = problem(StatusCode::TOO_MANY_REQUESTS, message);
-                let (policy, status) = headers::lone_policy(&rule, retry_after);
+                // `Duration::MAX`: a cost above the rule's count, which no wait lets pass;
+                // the client is not invited to retry.
+                let never = retry_after == Duration::MAX;
+                let wait = if never { rule.window() } else { retry_after };
+                let (policy, status) = headers::lone_policy(&rule, wait);
                 let headers = response.headers_mut();
-                headers.insert(RETRY_AFTER, headers::retry_after(retry_after));
+                if !never {
+                    headers.insert(RETRY_AFTER, headers::retry_after(retry_after));
+                }
                 headers.insert(RATELIMIT_POLICY, policy);
                 headers.insert(RATELIMIT, status);
                 response
@@ -119,8 +128,6 @@ fn push_json_string(out: &mut String, text: &str) {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use ::axum::body::to_bytes;
 
     use super::*;
@@ -151,6 +158,22 @@ mod tests {
             body_of(response).await,
             r#"{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"too many codes, \"slow\" down"}"#
         );
+    }
+
+    #[test]
+    fn a_cost_that_can_never_pass_is_429_without_retry_after() {
+        let err = RateLimitError::Limited {
+            key: "rate_limit:custom:tom:app::upload".into(),
+            rule: Rule::per_minute(10),
+            retry_after: Duration::MAX,
+            message: "too many requests",
+        };
+        let response = err.into_response();
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        let headers = response.headers();
+        assert!(!headers.contains_key(RETRY_AFTER));
+        assert_eq!(headers[RATELIMIT_POLICY], r#""limit";q=10;w=60"#);
+        assert_eq!(headers[RATELIMIT], r#""limit";r=0;t=60"#);
     }
 
     #[tokio::test]
