@@ -28,5 +28,5 @@ pub use decision::Decision;
 pub use error::{BackendError, BackendErrorKind, ConfigError, InitError, RateLimitError};
 pub use global::{global, init, REDIS_URL_ENV};
 pub use limit_type::LimitType;
-pub use limiter::{Check, Limiter};
+pub use limiter::{Breaker, Check, Limiter};
 pub use rule::Rule;

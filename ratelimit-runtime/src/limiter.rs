@@ -6,6 +6,13 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+mod breaker;
+mod deny_cache;
+
+pub use breaker::Breaker;
+
+use self::breaker::{Admission, BreakerState};
+use self::deny_cache::DenyCache;
 use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::RedisBackend;
 use crate::backend::{Backend, Request};
@@ -34,6 +41,10 @@ pub struct Limiter {
     store: Store,
     fail_open: bool,
     timeout: Duration,
+    breaker: BreakerState,
+    /// Counts checks while the store cannot answer.
+    fallback: Option<Box<Limiter>>,
+    deny_cache: Option<DenyCache>,
     warnings: WarnThrottle,
 }
 
@@ -87,6 +98,9 @@ impl Limiter {
             store,
             fail_open: true,
             timeout: Self::DEFAULT_TIMEOUT,
+            breaker: BreakerState::new(Breaker::DEFAULT),
+            fallback: None,
+            deny_cache: None,
             warnings: WarnThrottle::default(),
         }
     }
@@ -101,6 +115,52 @@ impl Limiter {
     /// How long one check may take before it counts as a backend failure (default 100 ms).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// When to stop sending checks to a Redis that keeps failing, and for how long (default
+    /// [`Breaker::DEFAULT`]: after 3 consecutive failures, for 1 second). While the breaker
+    /// is open a check fails in microseconds instead of waiting for the timeout, and goes
+    /// through the failure policy ([`fail_open`](Self::fail_open) or the
+    /// [`fallback`](Self::fallback)). The embedded backend does not fail, so has no breaker.
+    pub fn breaker(mut self, breaker: Breaker) -> Self {
+        self.breaker = BreakerState::new(breaker);
+        self
+    }
+
+    /// Insurance: while this limiter's backend cannot answer (down, timed out, breaker
+    /// open), checks, guarded and programmatic, are counted by `fallback` with the same keys
+    /// and rules instead of being let through or refused; as soon as the backend answers
+    /// again, checks go back to it. [`fail_open`](Self::fail_open) then applies to nothing.
+    ///
+    /// The fallback is typically [`Limiter::memory()`]: each instance of the application
+    /// then counts alone, so with `n` instances a caller may get up to `n` times a limit
+    /// while Redis is away (divide the rules by `n` if that matters more than availability),
+    /// and what was counted in Redis before the outage is not seen by the fallback, nor the
+    /// reverse. Bound its memory with [`max_keys`](Self::max_keys). Only the fallback's own
+    /// backend is used: its own fallback and deny cache are not.
+    ///
+    /// ```
+    /// use redis_ratelimit::Limiter;
+    ///
+    /// let limiter = Limiter::redis("redis://127.0.0.1:6379")?.fallback(Limiter::memory());
+    /// # Ok::<(), redis_ratelimit::ConfigError>(())
+    /// ```
+    pub fn fallback(mut self, fallback: Limiter) -> Self {
+        self.fallback = Some(Box::new(fallback));
+        self
+    }
+
+    /// Whether a key the backend denied stays denied locally until its `retry_after`
+    /// (default `false`). Then a flood of calls on one key costs Redis nothing: only the
+    /// first denial reaches it. It answers the same key, rules and algorithm with a cost at
+    /// least the one denied; a [`reset`](Self::reset) through this limiter forgets it.
+    ///
+    /// The cost: a denial may outlive its real end by the round trip that brought it,
+    /// and a reset made by another process is not seen until the denial ends. Memory is
+    /// bounded (65,536 denials; past that, denials are simply not cached).
+    pub fn deny_cache(mut self, enabled: bool) -> Self {
+        self.deny_cache = enabled.then(DenyCache::new);
         self
     }
 
@@ -180,19 +240,73 @@ impl Limiter {
     }
 
     /// Forgets everything counted for `key`.
+    ///
+    /// With a [`fallback`](Self::fallback), the key is forgotten there too.
     pub async fn reset(&self, key: &str) -> Result<(), BackendError> {
+        if let Some(cache) = &self.deny_cache {
+            cache.forget(key);
+        }
+        if let Some(fallback) = &self.fallback {
+            fallback.reset_store(key).await?;
+        }
+        self.reset_store(key).await
+    }
+
+    async fn reset_store(&self, key: &str) -> Result<(), BackendError> {
         match &self.store {
-            Store::Redis(redis) => self.within_timeout(redis.reset(key)).await,
+            Store::Redis(redis) => {
+                let pass = match self.breaker.admit() {
+                    Admission::Send(pass) => pass,
+                    Admission::Refuse(err) => return Err(err),
+                };
+                let result = self.within_timeout(redis.reset(key)).await;
+                pass.record(&result);
+                result
+            }
             Store::Memory(memory) => memory.reset(key).await,
             Store::Misconfigured(err) => Err(misconfigured(err)),
         }
     }
 
+    /// Runs `request`: from the deny cache, on the store, or, when the store fails, on the
+    /// fallback.
     pub(crate) async fn run(&self, request: Request<'_>) -> Result<Decision, BackendError> {
+        if let Some(denial) = self.deny_cache.as_ref().and_then(|c| c.lookup(&request)) {
+            return Ok(denial);
+        }
+        match self.run_on_store(&request).await {
+            Ok(decision) => {
+                if let Some(cache) = &self.deny_cache {
+                    cache.remember(&request, &decision);
+                }
+                Ok(decision)
+            }
+            // An error about the key itself (another algorithm's state) would be the same
+            // anywhere: only a backend that cannot answer hands over to the fallback.
+            Err(err) if err.kind() != BackendErrorKind::Command => match &self.fallback {
+                Some(fallback) => {
+                    self.warn_backend_failed(request.key, &err, "counting on the fallback");
+                    fallback.run_on_store(&request).await
+                }
+                None => Err(err),
+            },
+            Err(err) => Err(err),
+        }
+    }
+
+    async fn run_on_store(&self, request: &Request<'_>) -> Result<Decision, BackendError> {
         let raw = match &self.store {
-            Store::Redis(redis) => self.within_timeout(redis.check(&request)).await?,
+            Store::Redis(redis) => {
+                let pass = match self.breaker.admit() {
+                    Admission::Send(pass) => pass,
+                    Admission::Refuse(err) => return Err(err),
+                };
+                let result = self.within_timeout(redis.check(request)).await;
+                pass.record(&result);
+                result?
+            }
             // In-process and lock-protected only across synchronous code: nothing to time out.
-            Store::Memory(memory) => memory.check(&request).await?,
+            Store::Memory(memory) => memory.check(request).await?,
             Store::Misconfigured(err) => return Err(misconfigured(err)),
         };
         Ok(raw.into_decision(request.rules))
@@ -210,13 +324,17 @@ impl Limiter {
     /// Logs a backend failure that a fail-open limiter let through, at most once per
     /// [`WarnThrottle::INTERVAL`], with the number of failures since the last warning.
     pub(crate) fn warn_fail_open(&self, key: &str, err: &BackendError) {
+        self.warn_backend_failed(key, err, "letting the call through (fail-open)");
+    }
+
+    fn warn_backend_failed(&self, key: &str, err: &BackendError, action: &str) {
         if let Some(suppressed) = self.warnings.admit() {
             tracing::warn!(
                 target: "redis_ratelimit",
                 %key,
                 error = %err,
                 suppressed,
-                "rate limiter backend failed; letting the call through (fail-open)"
+                "rate limiter backend failed; {action}"
             );
         }
     }
@@ -237,6 +355,9 @@ impl fmt::Debug for Limiter {
             .field("backend", &backend)
             .field("fail_open", &self.fail_open)
             .field("timeout", &self.timeout)
+            .field("breaker", &self.breaker.config())
+            .field("fallback", &self.fallback)
+            .field("deny_cache", &self.deny_cache.is_some())
             .finish()
     }
 }
