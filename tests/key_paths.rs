@@ -1,0 +1,278 @@
+//! The `path` part of each guarded function's key: two functions never share one by
+//! accident, whatever the shape of the impl they stand in.
+//!
+//! Each guarded function admits one call a minute; the second call's `Limited` error
+//! carries the key, whose path part is compared with the documented form.
+
+use std::sync::LazyLock;
+
+use redis_ratelimit::{rate_limiter, Limiter, RateLimitError};
+
+static LIMITER: LazyLock<Limiter> = LazyLock::new(Limiter::memory);
+
+/// The crate's name, as key paths start with it.
+const CRATE: &str = module_path!();
+
+pub mod models {
+    use super::*;
+
+    pub struct Svc;
+    pub struct Other;
+    pub struct Gen<T>(pub T);
+
+    pub trait A {
+        async fn go(&self) -> Result<(), RateLimitError>;
+    }
+    pub trait B {
+        async fn go(&self) -> Result<(), RateLimitError>;
+    }
+    /// Implemented for every [`Marked`] type at once.
+    pub trait Audit {
+        async fn audit(&self) -> Result<(), RateLimitError>;
+    }
+    pub trait Marked {}
+    pub trait Convert<T> {
+        async fn convert(&self) -> Result<(), RateLimitError>;
+    }
+
+    impl Svc {
+        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = &*LIMITER)]
+        pub async fn own(&self) -> Result<(), RateLimitError> {
+            Ok(())
+        }
+
+        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = &*LIMITER)]
+        pub async fn go(&self) -> Result<(), RateLimitError> {
+            Ok(())
+        }
+    }
+
+    impl Marked for Svc {}
+    impl Marked for Other {}
+}
+
+/// Impl blocks written away from their types, as handlers often are.
+pub mod handlers {
+    use super::models::{self, Audit, Convert, Marked, A, B};
+    use super::*;
+
+    impl models::Svc {
+        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = &*LIMITER)]
+        pub async fn send(&self) -> Result<(), RateLimitError> {
+            Ok(())
+        }
+
+        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = &*LIMITER)]
+        pub async fn create() -> Result<(), RateLimitError> {
+            Ok(())
+        }
+    }
+
+    impl models::Svc {
+        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = &*LIMITER)]
+        pub async fn notify(&self) -> Result<(), RateLimitError> {
+            Ok(())
+        }
+    }
+
+    impl models::Other {
+        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = &*LIMITER)]
+        pub async fn notify(&self) -> Result<(), RateLimitError> {
+            Ok(())
+        }
+
+        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = &*LIMITER)]
+        pub async fn send(&self) -> Result<(), RateLimitError> {
+            Ok(())
+        }
+
+        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = &*LIMITER)]
+        pub async fn create() -> Result<(), RateLimitError> {
+            Ok(())
+        }
+    }
+
+    impl<T: Send + Sync> models::Gen<T> {
+        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = &*LIMITER)]
+        pub async fn get(&self) -> Result<(), RateLimitError> {
+            Ok(())
+        }
+    }
+
+    impl A for models::Svc {
+        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = &*LIMITER)]
+        async fn go(&self) -> Result<(), RateLimitError> {
+            Ok(())
+        }
+    }
+
+    impl B for models::Svc {
+        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = &*LIMITER)]
+        async fn go(&self) -> Result<(), RateLimitError> {
+            Ok(())
+        }
+    }
+
+    impl A for models::Gen<u8> {
+        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = &*LIMITER)]
+        async fn go(&self) -> Result<(), RateLimitError> {
+            Ok(())
+        }
+    }
+
+    impl A for models::Gen<u16> {
+        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = &*LIMITER)]
+        async fn go(&self) -> Result<(), RateLimitError> {
+            Ok(())
+        }
+    }
+
+    impl<T: Marked + Sync> Audit for T {
+        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = &*LIMITER)]
+        async fn audit(&self) -> Result<(), RateLimitError> {
+            Ok(())
+        }
+    }
+
+    impl Convert<u8> for models::Svc {
+        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = &*LIMITER)]
+        async fn convert(&self) -> Result<(), RateLimitError> {
+            Ok(())
+        }
+    }
+
+    impl Convert<u16> for models::Svc {
+        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = &*LIMITER)]
+        async fn convert(&self) -> Result<(), RateLimitError> {
+            Ok(())
+        }
+    }
+
+    pub mod nested {
+        use super::*;
+
+        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = &*LIMITER)]
+        pub async fn free() -> Result<(), RateLimitError> {
+            Ok(())
+        }
+    }
+}
+
+use models::{Audit, Convert, Gen, Other, Svc, A, B};
+
+/// Runs `call` until it is refused (at most twice) and gives the path part of its key.
+async fn path_of<F: std::future::Future<Output = Result<(), RateLimitError>>>(
+    mut call: impl FnMut() -> F,
+) -> String {
+    for _ in 0..2 {
+        if let Err(err) = call().await {
+            let RateLimitError::Limited { key, .. } = err else {
+                panic!("expected a Limited error, got {err:?}");
+            };
+            return key
+                .strip_prefix("rate_limit:global:")
+                .expect("a global key")
+                .to_owned();
+        }
+    }
+    panic!("a one-a-minute function admitted two calls");
+}
+
+/// `{crate}::{rest}`.
+fn expected(rest: &str) -> String {
+    format!("{CRATE}::{rest}")
+}
+
+#[tokio::test]
+async fn methods_of_impls_written_in_another_module_name_their_self_type() {
+    assert_eq!(path_of(|| Svc.send()).await, expected("models::Svc::send"));
+    assert_eq!(
+        path_of(|| Other.send()).await,
+        expected("models::Other::send")
+    );
+    assert_eq!(path_of(Svc::create).await, expected("models::Svc::create"));
+    assert_eq!(
+        path_of(Other::create).await,
+        expected("models::Other::create")
+    );
+}
+
+#[tokio::test]
+async fn methods_of_impls_beside_their_type_have_the_same_form() {
+    assert_eq!(path_of(|| Svc.own()).await, expected("models::Svc::own"));
+}
+
+#[tokio::test]
+async fn same_named_methods_of_two_types_have_budgets_of_their_own() {
+    // One call each: had they shared a budget, the second would be refused.
+    Svc.notify().await.unwrap();
+    Other.notify().await.unwrap();
+}
+
+#[tokio::test]
+async fn trait_methods_name_their_trait() {
+    assert_eq!(
+        path_of(|| A::go(&Svc)).await,
+        format!("<{CRATE}::models::Svc as {CRATE}::models::A>::go")
+    );
+    assert_eq!(
+        path_of(|| B::go(&Svc)).await,
+        format!("<{CRATE}::models::Svc as {CRATE}::models::B>::go")
+    );
+}
+
+#[tokio::test]
+async fn inherent_and_trait_methods_of_one_name_differ() {
+    let inherent = path_of(|| Svc.go()).await;
+    let of_a = path_of(|| A::go(&Svc)).await;
+    let of_b = path_of(|| B::go(&Svc)).await;
+    assert_eq!(inherent, expected("models::Svc::go"));
+    assert_ne!(inherent, of_a);
+    assert_ne!(of_a, of_b);
+}
+
+#[tokio::test]
+async fn impls_for_different_instantiations_differ() {
+    assert_eq!(
+        path_of(|| A::go(&Gen(1u8))).await,
+        format!("<{CRATE}::models::Gen<u8> as {CRATE}::models::A>::go")
+    );
+    assert_eq!(
+        path_of(|| A::go(&Gen(1u16))).await,
+        format!("<{CRATE}::models::Gen<u16> as {CRATE}::models::A>::go")
+    );
+    assert_eq!(
+        path_of(|| Convert::<u8>::convert(&Svc)).await,
+        format!("<{CRATE}::models::Svc as {CRATE}::models::Convert<u8>>::convert")
+    );
+    assert_eq!(
+        path_of(|| Convert::<u16>::convert(&Svc)).await,
+        format!("<{CRATE}::models::Svc as {CRATE}::models::Convert<u16>>::convert")
+    );
+}
+
+#[tokio::test]
+async fn every_instantiation_of_a_generic_impl_shares_one_budget() {
+    Gen(1u8).get().await.unwrap();
+    let err = Gen("text").get().await.unwrap_err();
+    let RateLimitError::Limited { key, .. } = err else {
+        panic!("expected a Limited error, got {err:?}");
+    };
+    assert_eq!(key, format!("rate_limit:global:{CRATE}::models::Gen::get"));
+}
+
+#[tokio::test]
+async fn blanket_impls_keep_their_trait() {
+    let path = path_of(|| Svc.audit()).await;
+    assert_eq!(path, format!("<_ as {CRATE}::models::Audit>::audit"));
+    // Every type the blanket impl covers shares its budget, as for any generic function.
+    assert!(Other.audit().await.is_err());
+}
+
+#[tokio::test]
+async fn free_functions_name_their_module_path() {
+    assert_eq!(
+        path_of(handlers::nested::free).await,
+        expected("handlers::nested::free")
+    );
+}
