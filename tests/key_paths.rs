@@ -2,18 +2,21 @@
 //! accident, whatever the shape of the impl they stand in.
 //!
 //! Each guarded function admits one call a minute; the second call's `Limited` error
-//! carries the key, whose path part is compared with the documented form.
+//! carries the key, whose path part is compared with the documented form. Call sites that
+//! still share a path (through `name`) are reported when they count it differently.
 
-use std::sync::LazyLock;
+use std::io;
+use std::sync::{Arc, LazyLock, Mutex};
 
 use redis_ratelimit::{rate_limiter, Limiter, RateLimitError};
+use tracing_subscriber::util::SubscriberInitExt as _;
 
 static LIMITER: LazyLock<Limiter> = LazyLock::new(Limiter::memory);
 
 /// The crate's name, as key paths start with it.
 const CRATE: &str = module_path!();
 
-pub mod models {
+mod models {
     use super::*;
 
     pub struct Svc;
@@ -52,7 +55,7 @@ pub mod models {
 }
 
 /// Impl blocks written away from their types, as handlers often are.
-pub mod handlers {
+mod handlers {
     use super::models::{self, Audit, Convert, Marked, A, B};
     use super::*;
 
@@ -274,5 +277,161 @@ async fn free_functions_name_their_module_path() {
     assert_eq!(
         path_of(handlers::nested::free).await,
         expected("handlers::nested::free")
+    );
+}
+
+/// What `tracing` logs while the returned guard lives, on this thread.
+fn capture_logs() -> (Arc<Mutex<Vec<u8>>>, impl Sized) {
+    #[derive(Clone)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+    impl io::Write for Buffer {
+        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+    let logs = Arc::new(Mutex::new(Vec::new()));
+    let buffer = Buffer(logs.clone());
+    let guard = tracing_subscriber::fmt()
+        .with_writer(move || buffer.clone())
+        .without_time()
+        .finish()
+        .set_default();
+    (logs, guard)
+}
+
+fn text(logs: &Mutex<Vec<u8>>) -> String {
+    String::from_utf8(logs.lock().unwrap().clone()).unwrap()
+}
+
+#[tokio::test]
+async fn a_name_sets_the_key_path() {
+    #[rate_limiter(
+        rules("1/minute"),
+        limit_type = GLOBAL,
+        name = "billing::send_invoice",
+        limiter = &*LIMITER
+    )]
+    async fn send() -> Result<(), RateLimitError> {
+        Ok(())
+    }
+
+    assert_eq!(path_of(send).await, "billing::send_invoice");
+}
+
+#[tokio::test]
+async fn sites_given_one_name_and_the_same_rules_share_a_budget_silently() {
+    #[rate_limiter(
+        rules("1/minute"),
+        limit_type = GLOBAL,
+        name = "shared/quietly",
+        limiter = &*LIMITER
+    )]
+    async fn first() -> Result<(), RateLimitError> {
+        Ok(())
+    }
+    #[rate_limiter(
+        rules(rule(count = 1, time = 60)),
+        limit_type = GLOBAL,
+        name = "shared/quietly",
+        message = "another message changes no count",
+        limiter = &*LIMITER
+    )]
+    async fn second() -> Result<(), RateLimitError> {
+        Ok(())
+    }
+
+    let (logs, _guard) = capture_logs();
+    first().await.unwrap();
+    let err = second().await.unwrap_err();
+    assert!(matches!(err, RateLimitError::Limited { .. }), "{err:?}");
+    assert_eq!(text(&logs), "");
+}
+
+#[tokio::test]
+async fn sites_sharing_a_path_with_different_rules_are_reported_once_naming_both() {
+    #[rate_limiter(
+        rules("5/minute"),
+        limit_type = GLOBAL,
+        name = "shared::by_mistake",
+        limiter = &*LIMITER
+    )]
+    async fn strict() -> Result<(), RateLimitError> {
+        Ok(())
+    }
+    #[rate_limiter(
+        rules("10/minute", "100/hour"),
+        limit_type = GLOBAL,
+        name = "shared::by_mistake",
+        limiter = &*LIMITER
+    )]
+    async fn lenient() -> Result<(), RateLimitError> {
+        Ok(())
+    }
+
+    let (logs, _guard) = capture_logs();
+    strict().await.unwrap();
+    assert_eq!(text(&logs), "", "one site alone is not reported");
+    lenient().await.unwrap();
+    lenient().await.unwrap();
+    strict().await.unwrap();
+    let logs = text(&logs);
+    assert_eq!(logs.lines().count(), 1, "{logs}");
+    let test =
+        format!("{CRATE}::sites_sharing_a_path_with_different_rules_are_reported_once_naming_both");
+    for expected in [
+        "WARN",
+        &format!("call sites `{test}::strict` (tests/key_paths.rs:"),
+        &format!(") and `{test}::lenient` (tests/key_paths.rs:"),
+        "share the key path `shared::by_mistake` with different rules: ",
+        "rules [5 per 60s], algorithm = SLIDING_LOG, limit_type = GLOBAL, key = \"rate_limit:\" \
+         and rules [10 per 60s, 100 per 3600s], algorithm = SLIDING_LOG, limit_type = GLOBAL, \
+         key = \"rate_limit:\";",
+    ] {
+        assert!(logs.contains(expected), "{expected:?} not in {logs}");
+    }
+}
+
+#[tokio::test]
+async fn sites_sharing_a_path_with_different_algorithms_are_reported() {
+    #[rate_limiter(
+        rules("5/minute"),
+        limit_type = GLOBAL,
+        name = "shared::algorithms",
+        limiter = &*LIMITER
+    )]
+    async fn log() -> Result<(), RateLimitError> {
+        Ok(())
+    }
+    #[rate_limiter(
+        rules("5/minute"),
+        limit_type = USER_ID,
+        by = "u1",
+        algorithm = TOKEN_BUCKET,
+        key = "other:",
+        name = "shared::algorithms",
+        limiter = &*LIMITER
+    )]
+    async fn bucket() -> Result<(), RateLimitError> {
+        Ok(())
+    }
+
+    let (logs, _guard) = capture_logs();
+    log().await.unwrap();
+    bucket().await.unwrap();
+    let logs = text(&logs);
+    assert!(
+        logs.contains("with different algorithms, limit types, prefixes: "),
+        "{logs}"
+    );
+    assert!(
+        logs.contains(
+            "algorithm = SLIDING_LOG, limit_type = GLOBAL, key = \"rate_limit:\" and rules \
+             [5 per 60s], algorithm = TOKEN_BUCKET, limit_type = USER_ID, key = \"other:\""
+        ),
+        "{logs}"
     );
 }

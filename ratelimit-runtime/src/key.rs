@@ -1,7 +1,8 @@
 //! Key layout: `{prefix}{type}:{identity}:{path}`, or `{prefix}global:{path}`.
 //!
 //! The constant parts are built once per call site ([`KeyTemplate`]); a call only escapes
-//! its identity into a buffer of the right size.
+//! its identity into a buffer of the right size. The `path` of a guarded function is the
+//! attribute's `name`, or the function's own path, read by [`function_path`].
 
 use std::fmt::{self, Write as _};
 
