@@ -579,4 +579,78 @@ backend_tests! {
         bucket().await.unwrap();
         limited(log().await);
     }
+
+    async fn cost_uses_that_many_units_and_a_denial_consumes_nothing() {
+        static CALLS: AtomicUsize = AtomicUsize::new(0);
+        #[rate_limiter(
+            rules("5/minute"),
+            limit_type = CUSTOM,
+            by = tenant,
+            cost = batch.len() as u64,
+            limiter = support::limiter()
+        )]
+        async fn upload(tenant: &str, batch: Vec<u8>) -> Result<usize, RateLimitError> {
+            CALLS.fetch_add(1, Ordering::SeqCst);
+            Ok(batch.len())
+        }
+
+        assert_eq!(upload("acme", vec![1, 2]).await.unwrap(), 2);
+        assert_eq!(upload("acme", vec![3, 4]).await.unwrap(), 2);
+        // One unit is left: a batch of two is refused and uses none of it.
+        let denied = limited(upload("acme", vec![5, 6]).await);
+        assert_eq!(denied.rule, Rule::new(5, Duration::from_secs(60)));
+        assert!(denied.retry_after <= Duration::from_secs(60), "{denied:?}");
+        assert_eq!(upload("acme", vec![7]).await.unwrap(), 1);
+        limited(upload("acme", vec![8]).await);
+        // Another tenant's budget is its own.
+        assert_eq!(upload("initech", vec![0; 5]).await.unwrap(), 5);
+        assert_eq!(ran(&CALLS), 4);
+    }
+
+    async fn a_cost_of_zero_at_run_time_runs_the_call_unchecked() {
+        static CALLS: AtomicUsize = AtomicUsize::new(0);
+        #[rate_limiter(
+            rules("1/minute"),
+            limit_type = IP,
+            cost = n,
+            limiter = support::limiter()
+        )]
+        async fn guarded(n: u64) -> Result<(), RateLimitError> {
+            CALLS.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+
+        // Not checked at all: not even the missing client IP refuses it.
+        guarded(0).await.unwrap();
+        context::scope(from_ip(A), guarded(0)).await.unwrap();
+        context::scope(from_ip(A), guarded(0)).await.unwrap();
+        // And it used nothing.
+        context::scope(from_ip(A), guarded(1)).await.unwrap();
+        limited(context::scope(from_ip(A), guarded(1)).await);
+        assert_eq!(missing_identity(guarded(1).await), LimitType::Ip);
+        assert_eq!(ran(&CALLS), 4);
+    }
+
+    async fn a_cost_above_a_rule_s_count_can_never_pass() {
+        static CALLS: AtomicUsize = AtomicUsize::new(0);
+        #[rate_limiter(
+            rules("3/minute", "10/hour"),
+            limit_type = GLOBAL,
+            cost = n,
+            limiter = support::limiter()
+        )]
+        async fn guarded(n: u64) -> Result<(), RateLimitError> {
+            CALLS.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+
+        let denied = limited(guarded(4).await);
+        assert_eq!(denied.rule, Rule::new(3, Duration::from_secs(60)));
+        assert_eq!(denied.retry_after, Duration::MAX);
+        let err = guarded(4).await.unwrap_err();
+        assert!(err.to_string().contains("can never pass"), "{err}");
+        // It consumed nothing: the whole count is still there.
+        guarded(3).await.unwrap();
+        assert_eq!(ran(&CALLS), 1);
+    }
 }

@@ -25,10 +25,16 @@ mod kw {
     syn::custom_keyword!(algorithm);
     syn::custom_keyword!(on_limit);
     syn::custom_keyword!(limiter);
+    syn::custom_keyword!(name);
+    syn::custom_keyword!(cost);
 }
 
 const ARGUMENTS: &str = "rules, prevent_duplicate, prevent_duplicate_rule, limit_type, by, key, \
-                         message, algorithm, on_limit, limiter, crate";
+                         message, algorithm, on_limit, limiter, crate, name, cost";
+
+const NAME_FORM: &str = "a name is one or more segments of ASCII letters, digits, `_`, `.` and \
+                         `-`, separated by `::` or `/` (e.g. \"billing::send_invoice\", \
+                         \"api/v2/orders\")";
 
 const RULE_FORMS: &str =
     "expected \"N/unit\", \"N/<k><unit>\", \"N per unit\" or \"N per k units\" \
@@ -55,6 +61,10 @@ pub struct Args {
     pub limiter: Option<Expr>,
     /// `crate = path`.
     pub krate: Path,
+    /// `name = "..."`: the keys' path part; `None` for the function's path.
+    pub name: Option<LitStr>,
+    /// `cost = <expr>`; `None` for one unit.
+    pub cost: Option<Expr>,
 }
 
 impl Args {
@@ -233,6 +243,8 @@ pub struct RawArgs {
     on_limit: Slot<ExprPath>,
     limiter: Slot<Expr>,
     krate: Slot<Path>,
+    name: Slot<LitStr>,
+    cost: Slot<Expr>,
 }
 
 impl RawArgs {
@@ -250,6 +262,8 @@ impl RawArgs {
             on_limit: Slot::new("on_limit"),
             limiter: Slot::new("limiter"),
             krate: Slot::new("crate"),
+            name: Slot::new("name"),
+            cost: Slot::new("cost"),
         }
     }
 
@@ -316,6 +330,20 @@ impl RawArgs {
             input.parse::<Token![=]>()?;
             let path = input.call(Path::parse_mod_style)?;
             self.krate.set(errors, name, path);
+        } else if lookahead.peek(kw::name) {
+            let name = input.parse::<kw::name>()?.span;
+            input.parse::<Token![=]>()?;
+            let value = input.parse::<LitStr>()?;
+            if errors.ok(check_name(&value)).is_some() {
+                self.name.set(errors, name, value);
+            }
+        } else if lookahead.peek(kw::cost) {
+            let name = input.parse::<kw::cost>()?.span;
+            input.parse::<Token![=]>()?;
+            let expr = input.parse::<Expr>()?;
+            if errors.ok(check_cost(&expr)).is_some() {
+                self.cost.set(errors, name, expr);
+            }
         } else if input.peek(Ident) {
             let ident = input.parse::<Ident>()?;
             return Err(syn::Error::new(
@@ -397,6 +425,8 @@ impl RawArgs {
                 .krate
                 .into_inner()
                 .unwrap_or_else(|| syn::parse_quote!(::redis_ratelimit)),
+            name: self.name.into_inner(),
+            cost: self.cost.into_inner(),
         })
     }
 }
@@ -585,6 +615,59 @@ impl RuleFields {
         }
         Ok(())
     }
+}
+
+/// Accepts the names of [`NAME_FORM`]: they are a key's last part, a metric label and a
+/// Redis hash field, so they hold no whitespace, braces (Redis Cluster hash tags), lone
+/// colons (the key's own separator) or anything outside ASCII.
+fn check_name(lit: &LitStr) -> syn::Result<()> {
+    let name = lit.value();
+    if name.is_empty() {
+        return Err(syn::Error::new(
+            lit.span(),
+            format!(
+                "`name` cannot be empty: it is the path part of this function's keys; {NAME_FORM}, \
+                 or remove `name` to use the function's path"
+            ),
+        ));
+    }
+    let malformed = |why: String| {
+        syn::Error::new(
+            lit.span(),
+            format!("malformed `name` {name:?}: {why}; {NAME_FORM}"),
+        )
+    };
+    for segment in name.split("::").flat_map(|part| part.split('/')) {
+        if segment.is_empty() {
+            return Err(malformed("it has an empty segment".to_owned()));
+        }
+        if let Some(c) = segment
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
+        {
+            return Err(malformed(format!("{c:?} is not allowed")));
+        }
+    }
+    Ok(())
+}
+
+/// Rejects a literal cost of 0; any other expression is checked at run time, where 0
+/// skips the check.
+fn check_cost(expr: &Expr) -> syn::Result<()> {
+    if let Expr::Lit(syn::ExprLit {
+        lit: syn::Lit::Int(lit),
+        ..
+    }) = expr
+    {
+        if lit.base10_parse::<u64>()? == 0 {
+            return Err(syn::Error::new(
+                lit.span(),
+                "cost must be at least 1: a call of cost 0 uses nothing, so the attribute \
+                 would never limit it; remove `cost` for one unit per call",
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn parse_count(lit: &LitInt) -> syn::Result<u64> {
@@ -868,8 +951,12 @@ mod tests {
             on_limit = limited::<u8>,
             limiter = &LIMITER,
             crate = ::facade,
+            name = "billing::send",
+            cost = batch.len() as u64,
         ))
         .unwrap();
+        assert_eq!(args.name.unwrap().value(), "billing::send");
+        assert_eq!(args.cost, Some(parse_quote!(batch.len() as u64)));
         assert_eq!(args.limit_type, LimitType::Custom);
         assert_eq!(args.algorithm, Algorithm::TokenBucket);
         assert_eq!(args.by, Some(parse_quote!(user.id())));
@@ -993,5 +1080,62 @@ mod tests {
         assert!(errors[0].contains("needs `count = ...`"), "{errors:?}");
         let errors = messages(quote!(rules()));
         assert!(errors[0].contains("needs at least one rule"), "{errors:?}");
+    }
+
+    #[test]
+    fn names_of_the_documented_grammar_are_accepted() {
+        for name in [
+            "billing::send_invoice",
+            "api/v2/orders",
+            "v1.2-beta_3",
+            "X",
+            "a::b/c",
+        ] {
+            let args = args(quote!(rules("1/s"), name = #name)).unwrap();
+            assert_eq!(args.name.unwrap().value(), name);
+        }
+    }
+
+    #[test]
+    fn empty_and_malformed_names_are_rejected() {
+        assert_eq!(
+            messages(quote!(rules("1/s"), name = "")).len(),
+            1,
+            "an empty name"
+        );
+        assert!(messages(quote!(rules("1/s"), name = ""))[0].starts_with("`name` cannot be empty"));
+        for (name, why) in [
+            ("send code", "' ' is not allowed"),
+            ("a\tb", "'\\t' is not allowed"),
+            ("a:b", "':' is not allowed"),
+            ("a:::b", "':' is not allowed"),
+            ("{tag}", "'{' is not allowed"),
+            ("caf\u{e9}", "'\u{e9}' is not allowed"),
+            ("a::", "it has an empty segment"),
+            ("::a", "it has an empty segment"),
+            ("a//b", "it has an empty segment"),
+            ("/", "it has an empty segment"),
+        ] {
+            let errors = messages(quote!(rules("1/s"), name = #name));
+            assert_eq!(errors.len(), 1, "{name:?}: {errors:?}");
+            let expected = format!("malformed `name` {name:?}: {why}; a name is");
+            assert!(errors[0].starts_with(&expected), "{name:?}: {errors:?}");
+        }
+    }
+
+    #[test]
+    fn a_literal_cost_of_zero_is_rejected_and_expressions_are_kept() {
+        for zero in [quote!(0), quote!(0u64), quote!(0_0)] {
+            let errors = messages(quote!(rules("1/s"), cost = #zero));
+            assert_eq!(errors.len(), 1, "{errors:?}");
+            assert!(
+                errors[0].starts_with("cost must be at least 1"),
+                "{errors:?}"
+            );
+        }
+        assert!(args(quote!(rules("1/s"), cost = 3)).is_ok());
+        assert!(args(quote!(rules("1/s"), cost = n)).is_ok());
+        let errors = messages(quote!(rules("1/s"), cost = 2, cost = 3));
+        assert_eq!(errors, ["duplicate argument `cost`"]);
     }
 }

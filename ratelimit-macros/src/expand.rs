@@ -84,6 +84,34 @@ fn guard(args: &Args) -> TokenStream {
         None => quote!(#private::global()),
     };
 
+    let named = args.name.as_ref().map(|name| quote!(.named(#name)));
+    let cost = match &args.cost {
+        Some(_) => quote!(__ratelimit_cost),
+        None => quote!(1),
+    };
+    let check = quote! {
+        // `by` is borrowed only to build the (owned) key, so it is not held across the
+        // `.await` and does not affect whether the future is `Send`.
+        let __ratelimit_key = #key;
+        let __ratelimit_limiter: &#private::Limiter = #limiter;
+        if let ::core::result::Result::Err(__ratelimit_err) =
+            __RATELIMIT_SITE.check(__ratelimit_limiter, __ratelimit_key, #cost).await
+        {
+            #limited
+        }
+    };
+    // A cost is evaluated once, before the body, into a plain `u64`: it holds no borrow
+    // across the `.await`. A call that costs 0 uses nothing and is not checked.
+    let check = match &args.cost {
+        Some(cost) => quote! {
+            let __ratelimit_cost: u64 = #cost;
+            if __ratelimit_cost != 0 {
+                #check
+            }
+        },
+        None => check,
+    };
+
     quote! {
         {
             static __RATELIMIT_SITE: #private::CallSite = #private::CallSite::new(
@@ -95,19 +123,15 @@ fn guard(args: &Args) -> TokenStream {
                     prefix: #prefix,
                     message: #message,
                 },
-            );
+            )
+            #named
+            .defined_at(::core::concat!(
+                ::core::file!(), ":", ::core::line!(), ":", ::core::column!()
+            ));
             // Its type name is the guarded function's full path, impl type included.
             fn __ratelimit_probe() {}
             let __ratelimit_probe_name = ::core::any::type_name_of_val(&__ratelimit_probe);
-            // `by` is borrowed only to build the (owned) key, so it is not held across the
-            // `.await` and does not affect whether the future is `Send`.
-            let __ratelimit_key = #key;
-            let __ratelimit_limiter: &#private::Limiter = #limiter;
-            if let ::core::result::Result::Err(__ratelimit_err) =
-                __RATELIMIT_SITE.check(__ratelimit_limiter, __ratelimit_key, 1).await
-            {
-                #limited
-            }
+            #check
         }
     }
 }
@@ -227,5 +251,67 @@ mod tests {
         assert!(guard.contains("Algorithm :: TokenBucket"), "{guard}");
         assert!(guard.contains("LimitType :: Global"), "{guard}");
         assert!(guard.contains("key_from_context"), "{guard}");
+    }
+
+    #[test]
+    fn a_cost_is_evaluated_once_and_a_cost_of_zero_skips_the_check() {
+        let out = expand_str(
+            quote!(rules("1/s"), limit_type = GLOBAL, cost = batch.len() as u64),
+            quote!(
+                async fn f(batch: Vec<u8>) -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        assert!(
+            out.contains(
+                "let __ratelimit_cost : u64 = batch . len () as u64 ; \
+                 if __ratelimit_cost != 0 {"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains("check (__ratelimit_limiter , __ratelimit_key , __ratelimit_cost)"),
+            "{out}"
+        );
+        let default = expand_str(
+            quote!(rules("1/s"), limit_type = GLOBAL),
+            quote!(
+                async fn f() -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        assert!(
+            default.contains("check (__ratelimit_limiter , __ratelimit_key , 1)"),
+            "{default}"
+        );
+        assert!(!default.contains("__ratelimit_cost"), "{default}");
+    }
+
+    #[test]
+    fn a_name_and_the_attribute_s_location_are_given_to_the_call_site() {
+        let out = expand_str(
+            quote!(rules("1/s"), limit_type = GLOBAL, name = "billing::send"),
+            quote!(
+                async fn f() -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        assert!(
+            out.contains(") . named (\"billing::send\") . defined_at ("),
+            "{out}"
+        );
+        let unnamed = expand_str(
+            quote!(rules("1/s"), limit_type = GLOBAL),
+            quote!(
+                async fn f() -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        assert!(!unnamed.contains("named"), "{unnamed}");
+        assert!(unnamed.contains(":: core :: file ! ()"), "{unnamed}");
     }
 }

@@ -55,11 +55,17 @@ use crate::item::ItemFn;
 /// | `on_limit = path` | a `fn(RateLimitError) -> R`, `R` the function's return type, called for a refused call; required when the return type is not a `Result` | none |
 /// | `limiter = <expr>` | the limiter to use instead of the global one: an expression giving a `&Limiter` (or anything that derefs to a `Limiter`, such as an `Arc<Limiter>` or a `LazyLock<Limiter>`) | the global limiter |
 /// | `crate = path` | path to `redis-ratelimit`, when it is re-exported under another name | `::redis_ratelimit` |
+/// | `name = "..."` | the `path` part of the keys, instead of the function's path (see [Keys](#keys)): stable across refactors and compilers, and the way to share one budget between functions on purpose | the function's path |
+/// | `cost = <expr>` | how many units of every rule a call uses: any `u64` expression in the function's scope, e.g. `cost = batch.len() as u64`, evaluated once before the body; a call that costs 0 is not checked at all (it uses nothing, needs no identity and is never refused); a literal `0` is a compile error | `1` |
 ///
 /// Rule strings take the forms `N/unit`, `N/<k><unit>`, `N per unit` and `N per k units`,
 /// with units `ms`/`millisecond(s)`, `s`/`sec(s)`/`second(s)`, `m`/`min(s)`/`minute(s)`,
 /// `h`/`hour(s)`, `d`/`day(s)` in any case. Rules are turned into constant data at compile
 /// time: nothing is parsed per call.
+///
+/// A call of `cost = n` uses `n` units of every rule at once, or none: a refused call
+/// consumes nothing. A cost above a rule's count can never pass; it is refused with
+/// `retry_after: Duration::MAX`.
 ///
 /// # What a refused call returns
 ///
@@ -92,9 +98,60 @@ use crate::item::ItemFn;
 /// # Keys
 ///
 /// Each call is counted under `{prefix}{type}:{identity}:{path}` (`{prefix}global:{path}` for
-/// `GLOBAL`), where `path` is the function's full path: module path, impl type for methods
-/// (generic arguments dropped), function name. For example
+/// `GLOBAL`), where `path` is the function's full path, so that two functions never share a
+/// budget by accident:
+///
+/// | function | `path` |
+/// |---|---|
+/// | `async fn send_code` in module `my_app::handlers` | `my_app::handlers::send_code` |
+/// | a method of `impl Svc` (or `impl models::Svc` in any other module) | `my_app::models::Svc::send` |
+/// | a method of `impl<T> Gen<T>`, for every `T` | `my_app::models::Gen::get` |
+/// | a method of `impl A for Svc` | `<my_app::models::Svc as my_app::A>::go` |
+/// | a method of `impl A for Gen<u8>` | `<my_app::models::Gen<u8> as my_app::A>::go` |
+/// | a method of the blanket `impl<T: Marked> Audit for T`, for every `T` | `<_ as my_app::Audit>::audit` |
+///
+/// A method names its impl's self type wherever the impl block stands, and a trait method
+/// its trait too: `<Svc as A>::go`, `<Svc as B>::go` and `Svc::go` count apart. The
+/// impl's own generic parameters are dropped, so every instantiation of a generic function
+/// shares one budget; type arguments the impl writes out (`Gen<u8>`) are kept. For example
 /// `rate_limit:ip:203.0.113.9:my_app::handlers::send_code`.
+///
+/// The path is read from the compiler's type names, whose text Rust does not promise to
+/// keep across compiler versions. `name = "..."` replaces it with a path of your own:
+/// stable across refactors and toolchains, and the way to share a budget between functions
+/// on purpose. A name is one or more segments of ASCII letters, digits, `_`, `.` and `-`,
+/// separated by `::` or `/` (`"billing::send_invoice"`, `"api/v2/orders"`): no whitespace,
+/// no braces (which would make a Redis Cluster hash tag), no lone `:`.
+///
+/// ```
+/// use redis_ratelimit::{rate_limiter, RateLimitError};
+///
+/// /// One budget of 100 units an hour per tenant, shared by both functions.
+/// #[rate_limiter(rules("100/hour"), limit_type = CUSTOM, by = tenant, name = "exports")]
+/// async fn export_csv(tenant: &str) -> Result<(), RateLimitError> {
+///     Ok(())
+/// }
+///
+/// #[rate_limiter(
+///     rules("100/hour"),
+///     limit_type = CUSTOM,
+///     by = tenant,
+///     name = "exports",
+///     cost = rows.len() as u64,
+/// )]
+/// async fn export_rows(tenant: &str, rows: Vec<u64>) -> Result<usize, RateLimitError> {
+///     Ok(rows.len())
+/// }
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// # export_csv("acme").await.unwrap();
+/// # assert_eq!(export_rows("acme", vec![1, 2, 3]).await.unwrap(), 3);
+/// # }
+/// ```
+///
+/// Two call sites that still resolve to one path (the same `name`, or two copies of a
+/// function made by a macro) but count it with different rules, algorithm, limit type or
+/// key prefix are reported by one `tracing` warning, naming both, the first time the
+/// second one runs.
 ///
 /// # Errors at compile time
 ///
@@ -103,8 +160,10 @@ use crate::item::ItemFn;
 /// `extern`), an unknown or repeated argument, a count or time of 0, a window too long to
 /// count, an unknown unit, limit type or algorithm, an unparsable rule string, `by` with
 /// `GLOBAL`, `CUSTOM` without `by`, `prevent_duplicate_rule` without
-/// `prevent_duplicate = true`, no rule at all, and a non-`Result` return type without
-/// `on_limit`. An error type without `From<RateLimitError>` is reported at that type.
+/// `prevent_duplicate = true`, no rule at all, a non-`Result` return type without
+/// `on_limit`, an empty or malformed `name`, and `cost = 0`. An error type without
+/// `From<RateLimitError>` is reported at that type, and a `cost` that is not a `u64` at
+/// its expression.
 ///
 /// [`RateLimitError::Limited`]: https://docs.rs/redis-ratelimit/*/redis_ratelimit/enum.RateLimitError.html#variant.Limited
 /// [`RateLimitError::MissingIdentity`]: https://docs.rs/redis-ratelimit/*/redis_ratelimit/enum.RateLimitError.html#variant.MissingIdentity

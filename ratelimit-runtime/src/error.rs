@@ -15,7 +15,8 @@ pub enum RateLimitError {
         key: String,
         /// The rule that binds (the one that frees up last).
         rule: Rule,
-        /// Time until a call would pass.
+        /// Time until a call would pass; `Duration::MAX` when it never can: its cost is
+        /// above the rule's count.
         retry_after: Duration,
         /// The attribute's `message`.
         message: &'static str,
@@ -32,6 +33,15 @@ pub enum RateLimitError {
 impl fmt::Display for RateLimitError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            RateLimitError::Limited {
+                key,
+                rule,
+                retry_after,
+                message,
+            } if *retry_after == Duration::MAX => write!(
+                f,
+                "{message}: `{key}`: the call's cost is above {rule}, so it can never pass"
+            ),
             RateLimitError::Limited {
                 key,
                 rule,

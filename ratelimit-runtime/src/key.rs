@@ -1,7 +1,8 @@
 //! Key layout: `{prefix}{type}:{identity}:{path}`, or `{prefix}global:{path}`.
 //!
 //! The constant parts are built once per call site ([`KeyTemplate`]); a call only escapes
-//! its identity into a buffer of the right size.
+//! its identity into a buffer of the right size. The `path` of a guarded function is the
+//! attribute's `name`, or the function's own path, read by [`function_path`].
 
 use std::fmt::{self, Write as _};
 
@@ -89,53 +90,237 @@ impl fmt::Write for Escaper<'_> {
     }
 }
 
-/// Turns the `type_name` of a fn item declared inside a guarded function into that
-/// function's path: `app::Svc<_>::send::{{closure}}::probe` becomes `app::Svc::send`, and
-/// `<app::Svc as app::Api>::send::{{closure}}::probe` becomes `app::Svc::send`.
+/// Turns the `type_name` of a fn item declared inside a guarded function (the "probe")
+/// into that function's path, the `path` part of its keys.
 ///
-/// Generic arguments are dropped so that every instantiation shares one budget.
+/// # The forms
 ///
-/// `type_name`'s exact text is not guaranteed across compiler versions; it has been this
-/// shape for years, but processes that share budgets are best built with one toolchain.
+/// | function | path |
+/// |---|---|
+/// | free function | `my_app::handlers::send_code` |
+/// | method of `impl Svc`, wherever the impl block stands | `my_app::models::Svc::send` |
+/// | method of `impl<T> Gen<T>` | `my_app::models::Gen::get` |
+/// | method of `impl A for Svc` | `<my_app::models::Svc as my_app::A>::go` |
+/// | method of `impl A for Gen<u8>` | `<my_app::models::Gen<u8> as my_app::A>::go` |
+/// | method of `impl Convert<u8> for Svc` | `<my_app::models::Svc as my_app::Convert<u8>>::convert` |
+/// | method of the blanket `impl<T: Marked> Audit for T` | `<_ as my_app::Audit>::audit` |
+/// | method of `impl dyn A` | `<dyn my_app::A>::describe` |
+///
+/// A method names its impl's self type by the type's own path, not the module the impl
+/// block is written in, and a trait method is written in Rust's qualified form, so
+/// `<Svc as A>::go`, `<Svc as B>::go` and an inherent `Svc::go` are three paths. Lifetimes
+/// are dropped, and so is a generic argument list of nothing but the impl's parameters (`_`
+/// for a type, a const parameter's name): `Gen<_>` becomes `Gen`, and every instantiation
+/// of one generic function shares one budget. Arguments the impl header writes out stay
+/// (`Gen<u8>`, `Two<_, u8>`): they tell two impls apart. `_` remains where it is the self
+/// type of a blanket impl, which every type it covers shares. `{{closure}}` segments (an
+/// `async fn`'s body) are removed, so no path holds a brace (a Redis Cluster hash tag).
+///
+/// # Why the probe's `type_name`
+///
+/// It is the one source that sees the impl block, which the attribute on a method cannot:
+/// rustc names a nested fn item by its full definition path (an impl beside its type or
+/// trait as `X` or `<X as T>`, one elsewhere as `module::<impl X>` or
+/// `module::<impl T for X>`), and that path does not depend on how the function is
+/// instantiated (a nested fn item is not generic).
+/// `type_name::<Self>()` would need a receiver, is absent from free functions, and names
+/// each instantiation apart.
+///
+/// `type_name`'s exact text is not guaranteed across compiler versions. The forms above
+/// were read from rustc 1.95; processes that share budgets are best built with one
+/// toolchain, or give their functions an explicit `name = "..."`.
 pub fn function_path(probe_type_name: &str) -> String {
-    let unqualified = strip_qualified_self(probe_type_name);
-    let mut plain = String::with_capacity(unqualified.len());
-    let mut depth = 0usize;
-    for c in unqualified.chars() {
-        match c {
-            '<' => depth += 1,
-            '>' => depth = depth.saturating_sub(1),
-            _ if depth == 0 => plain.push(c),
-            _ => {}
+    let plain = without_braced_segments(probe_type_name);
+    let mut segments = split_top_level(&plain, "::");
+    segments.pop(); // the probe itself
+                    // An impl standing in a module that holds neither its self type nor its trait appears
+                    // as `module::<impl X>` or `module::<impl T for X>`: the path starts again there, as
+                    // `X` or `<X as T>`, the forms rustc prints for an impl beside its type or trait.
+    let from = segments
+        .iter()
+        .rposition(|segment| segment.starts_with("<impl "))
+        .unwrap_or(0);
+    let mut path = String::with_capacity(probe_type_name.len());
+    for (i, segment) in segments[from..].iter().enumerate() {
+        if i > 0 {
+            path.push_str("::");
+        }
+        let Some(header) = segment
+            .strip_prefix("<impl ")
+            .and_then(|s| s.strip_suffix('>'))
+        else {
+            push_normalized(&mut path, segment);
+            continue;
+        };
+        match split_top_level(header, " for ")[..] {
+            [trait_, self_ty] => {
+                path.push('<');
+                push_normalized(&mut path, self_ty);
+                path.push_str(" as ");
+                push_normalized(&mut path, trait_);
+                path.push('>');
+            }
+            _ => push_self_type(&mut path, header),
         }
     }
-    let mut segments: Vec<&str> = plain.split("::").filter(|s| *s != "{{closure}}").collect();
-    segments.pop(); // the probe itself
-    segments.join("::")
+    path
 }
 
-/// `<A as B>::rest` -> `A::rest`; anything else unchanged.
-fn strip_qualified_self(name: &str) -> String {
-    let Some(inner) = name.strip_prefix('<') else {
-        return name.to_owned();
-    };
+/// `name` without its `::{{closure}}` segments (and any other `::{{...}}`), wherever they
+/// are: an `async fn`'s body, and types declared in one (`<f::{{closure}}::Local as A>`).
+fn without_braced_segments(name: &str) -> std::borrow::Cow<'_, str> {
+    if !name.contains("::{{") {
+        return std::borrow::Cow::Borrowed(name);
+    }
+    let mut plain = String::with_capacity(name.len());
+    let mut rest = name;
+    while let Some(start) = rest.find("::{{") {
+        plain.push_str(&rest[..start]);
+        rest = match rest[start..].find("}}") {
+            Some(end) => &rest[start + end + 2..],
+            None => "",
+        };
+    }
+    plain.push_str(rest);
+    std::borrow::Cow::Owned(plain)
+}
+
+/// `ty`, the self type of an inherent impl: a path as it is (`my_app::Svc`), any other type
+/// in angle brackets (`<dyn my_app::A>`), the form rustc prints when the impl stands
+/// beside its type.
+fn push_self_type(out: &mut String, ty: &str) {
     let mut depth = 0usize;
-    let mut self_end = None;
-    for (i, c) in inner.char_indices() {
+    let is_path = ty.char_indices().all(|(i, c)| {
         match c {
             '<' => depth += 1,
-            '>' if depth == 0 => {
-                let self_ty = &inner[..self_end.unwrap_or(i)];
-                return format!("{self_ty}{}", &inner[i + 1..]);
+            '>' if !is_arrow(ty, i) => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        depth > 0 || c == '>' || c == ':' || c == '_' || c.is_alphanumeric()
+    });
+    if is_path {
+        push_normalized(out, ty);
+    } else {
+        out.push('<');
+        push_normalized(out, ty);
+        out.push('>');
+    }
+}
+
+/// Copies `text` (a path segment or a type) to `out`, dropping what does not identify an
+/// impl from every generic argument list: lifetimes, and lists of nothing but the impl's
+/// own parameters.
+fn push_normalized(out: &mut String, text: &str) {
+    let mut rest = text;
+    while let Some(open) = rest.find('<') {
+        let close = open + matching_close(&rest[open..]);
+        let after_name = open > 0
+            && rest[..open]
+                .chars()
+                .next_back()
+                .is_some_and(|c| c == '_' || c.is_alphanumeric());
+        out.push_str(&rest[..open]);
+        let inner = &rest[open + 1..close];
+        if after_name {
+            let args: Vec<&str> = split_top_level(inner, ", ")
+                .into_iter()
+                .filter(|arg| !is_lifetime(arg))
+                .collect();
+            // Only a list of nothing but parameters goes: `Two<_, u8>` keeps its `_`, which
+            // says where `u8` stands.
+            if !args.iter().all(|arg| is_parameter(arg)) {
+                out.push('<');
+                for (i, arg) in args.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    push_normalized(out, arg);
+                }
+                out.push('>');
             }
-            '>' => depth -= 1,
-            ' ' if depth == 0 && self_end.is_none() && inner[i..].starts_with(" as ") => {
-                self_end = Some(i)
+        } else {
+            // A qualified path, `<X as T>` or `<X>`.
+            out.push('<');
+            for (i, part) in split_top_level(inner, " as ").iter().enumerate() {
+                if i > 0 {
+                    out.push_str(" as ");
+                }
+                push_normalized(out, part);
+            }
+            out.push('>');
+        }
+        rest = &rest[close + 1..];
+    }
+    out.push_str(rest);
+}
+
+/// The index of the `>` that closes the `<` `text` starts with (or `text`'s last index).
+fn matching_close(text: &str) -> usize {
+    let mut depth = 0usize;
+    for (i, c) in text.char_indices() {
+        match c {
+            '<' => depth += 1,
+            '>' if !is_arrow(text, i) => {
+                depth -= 1;
+                if depth == 0 {
+                    return i;
+                }
             }
             _ => {}
         }
     }
-    name.to_owned()
+    text.len() - 1
+}
+
+/// Whether the `>` at `i` is the arrow of a fn type's `->`.
+fn is_arrow(text: &str, i: usize) -> bool {
+    text[..i].ends_with('-')
+}
+
+/// `text` split at each `separator` outside angle brackets, parentheses and square brackets.
+fn split_top_level<'a>(text: &'a str, separator: &str) -> Vec<&'a str> {
+    let mut parts = Vec::new();
+    let mut depth = 0usize;
+    let mut start = 0;
+    let mut i = 0;
+    while i < text.len() {
+        let c = text[i..].chars().next().expect("inside the text");
+        match c {
+            '<' | '(' | '[' => depth += 1,
+            '>' if is_arrow(text, i) => {}
+            '>' | ')' | ']' => depth = depth.saturating_sub(1),
+            _ if depth == 0 && text[i..].starts_with(separator) => {
+                parts.push(&text[start..i]);
+                i += separator.len();
+                start = i;
+                continue;
+            }
+            _ => {}
+        }
+        i += c.len_utf8();
+    }
+    parts.push(&text[start..]);
+    parts
+}
+
+/// A lifetime argument: rustc prints erased ones as `'_`. (A `char` constant such as
+/// `'a'` ends with a quote.)
+fn is_lifetime(arg: &str) -> bool {
+    arg.starts_with('\'') && !(arg.len() > 1 && arg.ends_with('\''))
+}
+
+/// An argument standing for a parameter of the impl: `_` for a type, the bare name for a
+/// const parameter. Every other type is printed with its path, and a bare word that is not
+/// a parameter is a primitive type or a `bool` constant.
+fn is_parameter(arg: &str) -> bool {
+    const PRIMITIVES: &[&str] = &[
+        "bool", "char", "str", "u8", "u16", "u32", "u64", "u128", "usize", "i8", "i16", "i32",
+        "i64", "i128", "isize", "f16", "f32", "f64", "f128", "true", "false",
+    ];
+    arg == "_"
+        || (arg.starts_with(|c: char| c == '_' || c.is_alphabetic())
+            && arg.chars().all(|c| c == '_' || c.is_alphanumeric())
+            && !PRIMITIVES.contains(&arg))
 }
 
 #[cfg(test)]
@@ -188,28 +373,161 @@ mod tests {
         assert!(t.key_for(":".repeat(43)).starts_with("custom:#"));
     }
 
+    /// What rustc 1.95 prints for a probe nested in each shape, and the path it gives.
+    const SHAPES: &[(&str, &str)] = &[
+        ("app::handlers::free::__probe", "app::handlers::free"),
+        (
+            "app::handlers::free_async::{{closure}}::__probe",
+            "app::handlers::free_async",
+        ),
+        ("app::inner::deeper::f::__probe", "app::inner::deeper::f"),
+        ("app::models::Svc::own::__probe", "app::models::Svc::own"),
+        (
+            "app::handlers::<impl app::models::Svc>::send::{{closure}}::__probe",
+            "app::models::Svc::send",
+        ),
+        (
+            "app::handlers::<impl app::models::Other>::send::{{closure}}::__probe",
+            "app::models::Other::send",
+        ),
+        (
+            "app::handlers::<impl app::models::Svc>::assoc::__probe",
+            "app::models::Svc::assoc",
+        ),
+        (
+            "app::handlers::<impl app::models::Gen<_>>::g::__probe",
+            "app::models::Gen::g",
+        ),
+        ("app::models::Gen<_>::g::__probe", "app::models::Gen::g"),
+        (
+            "app::handlers::<impl app::models::Gen<u8>>::g8::__probe",
+            "app::models::Gen<u8>::g8",
+        ),
+        ("app::Lt<'_>::lt::__probe", "app::Lt::lt"),
+        ("app::Arr<N>::inh::__probe", "app::Arr::inh"),
+        (
+            "app::_::<impl app::Svc>::in_const::__probe",
+            "app::Svc::in_const",
+        ),
+        (
+            "<app::models::Svc as app::A>::go::{{closure}}::__probe",
+            "<app::models::Svc as app::A>::go",
+        ),
+        (
+            "<app::models::Svc as app::B>::go::__probe",
+            "<app::models::Svc as app::B>::go",
+        ),
+        (
+            "<app::models::Svc as app::GenT<u8>>::gt::__probe",
+            "<app::models::Svc as app::GenT<u8>>::gt",
+        ),
+        (
+            "<app::Svc as app::G<_>>::g::__probe",
+            "<app::Svc as app::G>::g",
+        ),
+        ("<_ as app::Blank>::bl::__probe", "<_ as app::Blank>::bl"),
+        (
+            "app::h::<impl app::models::A for app::models::Svc>::go::{{closure}}::__probe",
+            "<app::models::Svc as app::models::A>::go",
+        ),
+        (
+            "app::h::<impl app::models::A for app::models::Gen<_>>::go::__probe",
+            "<app::models::Gen as app::models::A>::go",
+        ),
+        (
+            "app::h::<impl app::models::Au for _>::au::__probe",
+            "<_ as app::models::Au>::au",
+        ),
+        (
+            "app::h::<impl app::models::G<_> for app::models::Svc>::g::__probe",
+            "<app::models::Svc as app::models::G>::g",
+        ),
+        (
+            "app::h::<impl app::models::A for fn(&'_ u8)>::go::__probe",
+            "<fn(&'_ u8) as app::models::A>::go",
+        ),
+        (
+            "app::h::<impl app::models::A for (app::models::Svc, u8)>::go::__probe",
+            "<(app::models::Svc, u8) as app::models::A>::go",
+        ),
+        (
+            "<app::models::Gen<_> as app::A>::go::__probe",
+            "<app::models::Gen as app::A>::go",
+        ),
+        (
+            "<app::Gen<alloc::vec::Vec<_>> as app::A>::go::__probe",
+            "<app::Gen<alloc::vec::Vec> as app::A>::go",
+        ),
+        (
+            "<app::Two<_, u8> as app::A>::go::__probe",
+            "<app::Two<_, u8> as app::A>::go",
+        ),
+        (
+            "<app::Arr2<3> as app::A>::go::__probe",
+            "<app::Arr2<3> as app::A>::go",
+        ),
+        (
+            "<alloc::borrow::Cow<'_, str> as app::A>::go::__probe",
+            "<alloc::borrow::Cow<str> as app::A>::go",
+        ),
+        (
+            "<(u8, u16) as app::A>::go::__probe",
+            "<(u8, u16) as app::A>::go",
+        ),
+        ("<[u8] as app::A>::go::__probe", "<[u8] as app::A>::go"),
+        ("<[_; 3] as app::A>::go::__probe", "<[_; 3] as app::A>::go"),
+        (
+            "<&app::Other as app::A>::go::__probe",
+            "<&app::Other as app::A>::go",
+        ),
+        (
+            "<fn(u8) -> u8 as app::A>::go::__probe",
+            "<fn(u8) -> u8 as app::A>::go",
+        ),
+        (
+            "<dyn core::ops::function::Fn(u8) -> app::Gen<u8> as app::A>::go::__probe",
+            "<dyn core::ops::function::Fn(u8) -> app::Gen<u8> as app::A>::go",
+        ),
+        ("<dyn app::A>::dy::__probe", "<dyn app::A>::dy"),
+        ("app::m::<impl dyn app::A>::dy::__probe", "<dyn app::A>::dy"),
+        (
+            "app::Svc::with_local::L::l::__probe",
+            "app::Svc::with_local::L::l",
+        ),
+        (
+            "<app::Svc::with_local_trait::L as app::A>::go::__probe",
+            "<app::Svc::with_local_trait::L as app::A>::go",
+        ),
+        (
+            "app::Svc::asyncfn::{{closure}}::{{closure}}::__probe",
+            "app::Svc::asyncfn",
+        ),
+        (
+            "app::outer::inner::{{closure}}::__probe",
+            "app::outer::inner",
+        ),
+        ("app::f::{{closure}}::Local::m::__probe", "app::f::Local::m"),
+        (
+            "<app::f::{{closure}}::Local as app::A>::go::{{closure}}::__probe",
+            "<app::f::Local as app::A>::go",
+        ),
+    ];
+
     #[test]
-    fn function_path_of_free_functions_methods_and_trait_impls() {
-        assert_eq!(
-            function_path("app::handlers::free::{{closure}}::probe"),
-            "app::handlers::free"
-        );
-        assert_eq!(
-            function_path("app::h::Svc::m::{{closure}}::probe"),
-            "app::h::Svc::m"
-        );
-        assert_eq!(
-            function_path("app::h::G<_>::m::{{closure}}::probe"),
-            "app::h::G::m"
-        );
-        assert_eq!(
-            function_path("<app::h::Svc as app::h::Tr>::t::{{closure}}::probe"),
-            "app::h::Svc::t"
-        );
-        assert_eq!(
-            function_path("<app::h::G<_, Vec<u8>> as app::h::Tr<u8>>::t::{{closure}}::probe"),
-            "app::h::G::t"
-        );
-        assert_eq!(function_path("app::sync_fn::probe"), "app::sync_fn");
+    fn function_path_of_every_shape() {
+        for (type_name, path) in SHAPES {
+            assert_eq!(function_path(type_name), *path, "{type_name}");
+        }
+    }
+
+    #[test]
+    fn function_paths_of_different_functions_differ() {
+        let paths: std::collections::HashSet<String> = SHAPES
+            .iter()
+            .map(|(type_name, _)| function_path(type_name))
+            .collect();
+        // Two functions are spelt twice: `Gen<_>::g` and `dyn A`'s `dy`, each beside and
+        // away from its type.
+        assert_eq!(paths.len(), SHAPES.len() - 2);
     }
 }

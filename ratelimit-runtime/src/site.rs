@@ -2,8 +2,10 @@
 //! `redis_ratelimit::__private`, and may change in any release.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
 
 use crate::backend::Request;
 use crate::context::RequestContext;
@@ -28,6 +30,10 @@ pub struct SiteConfig {
 #[derive(Debug)]
 pub struct CallSite {
     config: SiteConfig,
+    /// The attribute's `name = "..."`: the keys' path part instead of the function's path.
+    name: Option<&'static str>,
+    /// Where the attribute is written (`file:line:column`), to tell sites apart in warnings.
+    location: &'static str,
     template: OnceLock<KeyTemplate>,
 }
 
@@ -35,8 +41,22 @@ impl CallSite {
     pub const fn new(config: SiteConfig) -> Self {
         CallSite {
             config,
+            name: None,
+            location: "",
             template: OnceLock::new(),
         }
+    }
+
+    /// Sets the path part of the keys, instead of the guarded function's path.
+    pub const fn named(mut self, name: &'static str) -> Self {
+        self.name = Some(name);
+        self
+    }
+
+    /// Records where the attribute is written, for warnings.
+    pub const fn defined_at(mut self, location: &'static str) -> Self {
+        self.location = location;
+        self
     }
 
     pub fn config(&self) -> &SiteConfig {
@@ -44,14 +64,16 @@ impl CallSite {
     }
 
     /// `probe` is `type_name_of_val` of a fn item declared inside the guarded function,
-    /// which names the function's full path (impl type included).
-    fn template(&self, probe: &str) -> &KeyTemplate {
+    /// which names the function's full path (see [`function_path`]).
+    ///
+    /// Built once per call site; this first call also registers the site's path, so that
+    /// two sites counting one path differently are reported (see [`register`]).
+    fn template(&'static self, probe: &str) -> &'static KeyTemplate {
         self.template.get_or_init(|| {
-            KeyTemplate::new(
-                self.config.prefix,
-                self.config.limit_type,
-                &function_path(probe),
-            )
+            let function = function_path(probe);
+            let path = self.name.unwrap_or(&function);
+            register(self, path, &function);
+            KeyTemplate::new(self.config.prefix, self.config.limit_type, path)
         })
     }
 
@@ -85,13 +107,18 @@ impl CallSite {
         key.ok_or(RateLimitError::MissingIdentity { limit_type })
     }
 
-    /// Checks (and counts) one call using `cost` units; `Err` when it must not run.
+    /// Checks (and counts) one call using `cost` units (at least 1: the expansion skips the
+    /// check of a call whose cost is 0); `Err` when it must not run.
+    ///
+    /// A cost above a rule's count can never pass: the backend denies it without a time to
+    /// retry at, and it is refused with `retry_after: Duration::MAX`.
     pub async fn check(
         &'static self,
         limiter: &Limiter,
         key: Cow<'static, str>,
         cost: u64,
     ) -> Result<(), RateLimitError> {
+        debug_assert!(cost > 0, "a guarded call's cost is at least 1");
         let config = &self.config;
         let request = Request {
             key: &key,
@@ -112,7 +139,7 @@ impl CallSite {
         match result {
             Ok(decision) if decision.allowed => Ok(()),
             Ok(decision) => Err(RateLimitError::Limited {
-                retry_after: decision.retry_after.unwrap_or_default(),
+                retry_after: decision.retry_after.unwrap_or(Duration::MAX),
                 rule: decision.rule,
                 message: config.message,
                 key: key.into_owned(),
@@ -123,5 +150,113 @@ impl CallSite {
             }
             Err(err) => Err(RateLimitError::Backend(err)),
         }
+    }
+}
+
+/// Every call site whose keys have been built, by the path part of its keys.
+static SITES: Mutex<Option<HashMap<String, Registered>>> = Mutex::new(None);
+
+/// The first call site seen with a path.
+struct Registered {
+    site: &'static CallSite,
+    /// The guarded function's own path.
+    function: String,
+}
+
+/// Records that `site`, guarding `function`, counts under `path`, and warns when another
+/// site already counts under it differently: with other rules, algorithm, limit type or
+/// prefix they share (or seem to share, in metrics and rule overrides) a budget they
+/// count in incompatible ways. With the same configuration the sharing is taken as
+/// deliberate (two sites given one `name`).
+///
+/// Called once per call site, when its key template is built: never per call.
+fn register(site: &'static CallSite, path: &str, function: &str) {
+    let mut sites = SITES
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let first = sites.get_or_insert_with(HashMap::new);
+    let Some(first) = first.get(path) else {
+        first.insert(
+            path.to_owned(),
+            Registered {
+                site,
+                function: function.to_owned(),
+            },
+        );
+        return;
+    };
+    let differences = differences(&first.site.config, &site.config);
+    if differences.is_empty() {
+        return;
+    }
+    tracing::warn!(
+        path,
+        "rate limiter call sites {} and {} share the key path `{path}` with different {}: \
+         {} and {}; give one of them its own `name = \"...\"`, or both the same \
+         configuration",
+        Located(first.site, &first.function),
+        Located(site, function),
+        differences.join(", "),
+        Described(first.site),
+        Described(site),
+    );
+}
+
+/// What tells the configurations of two sites sharing a path apart.
+fn differences(a: &SiteConfig, b: &SiteConfig) -> Vec<&'static str> {
+    let mut differences = Vec::new();
+    if a.rules != b.rules || a.duplicate_rule != b.duplicate_rule {
+        differences.push("rules");
+    }
+    if a.algorithm != b.algorithm {
+        differences.push("algorithms");
+    }
+    if a.limit_type != b.limit_type {
+        differences.push("limit types");
+    }
+    if a.prefix != b.prefix {
+        differences.push("prefixes");
+    }
+    differences
+}
+
+/// A site by its function and where its attribute is written: `app::send (src/lib.rs:3:1)`.
+struct Located<'a>(&'static CallSite, &'a str);
+
+impl fmt::Display for Located<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Located(site, function) = *self;
+        match site.location {
+            "" => write!(f, "`{function}`"),
+            location => write!(f, "`{function}` ({location})"),
+        }
+    }
+}
+
+/// A site's counting configuration, in the attribute's terms:
+/// `rules [10 per 60s, 1 per 5s], algorithm = SLIDING_LOG, limit_type = IP, key = "rate_limit:"`.
+struct Described(&'static CallSite);
+
+impl fmt::Display for Described {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let config = &self.0.config;
+        f.write_str("rules [")?;
+        for (i, rule) in config.rules.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{rule}")?;
+        }
+        let algorithm = match config.algorithm {
+            Algorithm::SlidingLog => "SLIDING_LOG",
+            Algorithm::FixedWindow => "FIXED_WINDOW",
+            Algorithm::SlidingWindow => "SLIDING_WINDOW",
+            Algorithm::TokenBucket => "TOKEN_BUCKET",
+        };
+        write!(
+            f,
+            "], algorithm = {algorithm}, limit_type = {}, key = {:?}",
+            config.limit_type, config.prefix
+        )
     }
 }

@@ -8,6 +8,8 @@ use redis_ratelimit::{rate_limiter, RateLimitError};
     colour = "blue",
     message = "slow down",
     message = "again",
+    name = "",
+    cost = 0,
 )]
 fn send_code() -> Result<(), RateLimitError> {
     Ok(())

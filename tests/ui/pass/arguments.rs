@@ -169,6 +169,37 @@ async fn all_arguments_in_any_order(who: IpAddr) -> Result<(), RateLimitError> {
     Ok(())
 }
 
+#[rate_limiter(rules("10/minute"), name = "billing::send_invoice")]
+async fn named() -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+#[rate_limiter(rules("10/minute"), name = "api/v2/orders.create-1")]
+async fn named_with_slashes() -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+#[rate_limiter(rules("10/minute"), cost = 5)]
+async fn constant_cost() -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+#[rate_limiter(rules("10/minute"), limit_type = CUSTOM, by = tenant, cost = batch.len() as u64)]
+async fn cost_of_a_borrowed_argument(tenant: &str, batch: Vec<u8>) -> Result<Vec<u8>, RateLimitError> {
+    Ok(batch)
+}
+
+struct Uploader {
+    pending: Vec<u8>,
+}
+
+impl Uploader {
+    #[rate_limiter(rules("10/minute"), limit_type = GLOBAL, cost = self.pending.len() as u64)]
+    async fn flush(&mut self) -> Result<Vec<u8>, RateLimitError> {
+        Ok(std::mem::take(&mut self.pending))
+    }
+}
+
 fn main() {
     assert_send(rule_calls());
     assert_send(rule_strings());
@@ -196,4 +227,10 @@ fn main() {
     };
     assert_send(client.call());
     assert_send(all_arguments_in_any_order([127, 0, 0, 1].into()));
+    assert_send(named());
+    assert_send(named_with_slashes());
+    assert_send(constant_cost());
+    assert_send(cost_of_a_borrowed_argument("acme", vec![1, 2]));
+    let mut uploader = Uploader { pending: vec![1] };
+    assert_send(uploader.flush());
 }
