@@ -549,6 +549,12 @@ mod tests {
     }
 
     #[test]
+    #[should_panic(expected = "at least one key")]
+    fn max_keys_of_zero_is_refused() {
+        bounded(0);
+    }
+
+    #[test]
     fn the_least_recently_used_key_goes_first() {
         let (backend, _) = bounded(3);
         for key in ["a", "b", "c"] {
