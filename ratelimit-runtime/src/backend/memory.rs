@@ -630,6 +630,36 @@ mod tests {
     }
 
     #[test]
+    fn identities_chosen_to_share_one_lock_are_spread_over_all() {
+        // An attacker who knows an unseeded hash (FNV-1a, folded to 32 shards, as before
+        // the seed) picks identities that all land on one lock.
+        fn unseeded_shard(key: &str) -> usize {
+            let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+            for &byte in key.as_bytes() {
+                hash ^= u64::from(byte);
+                hash = hash.wrapping_mul(0x0100_0000_01b3);
+            }
+            ((hash ^ (hash >> 32)) as usize) % 32
+        }
+        let (backend, _) = backend();
+        let chosen: Vec<_> = (0..100_000)
+            .map(|i| format!("rate_limit:custom:+1555{i:07}:app::send_code"))
+            .filter(|key| unseeded_shard(key) == 0)
+            .collect();
+        let mut per_shard = vec![0usize; backend.shards.len()];
+        for key in &chosen {
+            per_shard[backend.shard_index(backend.hash(key))] += 1;
+        }
+        let fair = chosen.len() / per_shard.len();
+        assert!(
+            per_shard.iter().all(|&n| n > fair / 2 && n < 2 * fair),
+            "{} keys over {} shards: {per_shard:?}",
+            chosen.len(),
+            per_shard.len()
+        );
+    }
+
+    #[test]
     fn two_backends_place_keys_differently() {
         let (a, _) = backend();
         let (b, _) = backend();
