@@ -1,7 +1,8 @@
 //! The embedded backend's cost per check, against governor's keyed limiter in the same
 //! harness: 10,000 keys checked in turn on one thread, every algorithm with the same rule
-//! (100 per second), so both limiters admit and deny alike. Then a guarded function
-//! against the direct check it expands to.
+//! (100 per second) on a simulated clock that makes every check pass, for both limiters.
+//! Then a guarded function against the direct check it expands to, and the four algorithms
+//! and governor again on their real clocks.
 //!
 //! `cargo bench --bench memory` (add `-- <filter>` for one group).
 
@@ -14,7 +15,11 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use governor::clock::FakeRelativeClock;
+use governor::middleware::NoOpMiddleware;
+use governor::state::keyed::DefaultKeyedStateStore;
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use redis_ratelimit::clock::ManualClock;
 use redis_ratelimit::{rate_limiter, Algorithm, Limiter, RateLimitError, Rule};
 
 const KEYS: usize = 10_000;
@@ -69,33 +74,79 @@ fn each_key(
     );
 }
 
+/// Simulated time moves this much per check: each key comes round every 10,000 checks,
+/// 20 ms apart, 50 times a second, half of what the rule allows, so every check of every
+/// limiter is admitted (the costlier path), whatever the machine's speed.
+const STEP: Duration = Duration::from_micros(2);
+
+const ALGORITHMS: [Algorithm; 4] = [
+    Algorithm::SlidingLog,
+    Algorithm::FixedWindow,
+    Algorithm::SlidingWindow,
+    Algorithm::TokenBucket,
+];
+
 fn algorithms(c: &mut Criterion) {
     let waker = Waker::from(Arc::new(NoWake));
     let mut cx = Context::from_waker(&waker);
-    for algorithm in [
-        Algorithm::SlidingLog,
-        Algorithm::FixedWindow,
-        Algorithm::SlidingWindow,
-        Algorithm::TokenBucket,
-    ] {
-        let limiter = Limiter::memory();
+    for algorithm in ALGORITHMS {
+        let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
+        let limiter = Limiter::memory_with_clock(clock.clone());
         let keys = keys(algorithm.name());
         each_key(c, &format!("memory/{}", algorithm.name()), &keys, |key| {
+            clock.advance(STEP);
             ready(limiter.check(key, &RULES).algorithm(algorithm), &mut cx)
                 .expect("memory check")
                 .allowed
         });
     }
 
-    let governor: DefaultKeyedRateLimiter<String> =
-        RateLimiter::keyed(Quota::per_second(NonZeroU32::new(PER_SECOND).unwrap()));
+    let clock = FakeRelativeClock::default();
+    // governor's defaults (std's hasher, no middleware) but its test clock.
+    let governor: RateLimiter<String, DefaultKeyedStateStore<String>, _, NoOpMiddleware<_>> =
+        RateLimiter::new(quota(), DefaultKeyedStateStore::default(), clock.clone());
     each_key(c, "governor/check_key", &keys("governor"), |key| {
+        clock.advance(STEP);
         // Keys of governor's map are `String`s; looking one up by `&String` costs no copy.
         governor.check_key(key).is_ok()
     });
 }
 
-static LIMITER: LazyLock<Limiter> = LazyLock::new(Limiter::memory);
+/// The same, on each limiter's real clock (the system clock; governor's `quanta`). The
+/// share admitted then depends on how fast the checks run, so it is printed.
+fn real_clock(c: &mut Criterion) {
+    let waker = Waker::from(Arc::new(NoWake));
+    let mut cx = Context::from_waker(&waker);
+    for algorithm in ALGORITHMS {
+        let limiter = Limiter::memory();
+        let keys = keys(algorithm.name());
+        each_key(
+            c,
+            &format!("real_clock/memory/{}", algorithm.name()),
+            &keys,
+            |key| {
+                ready(limiter.check(key, &RULES).algorithm(algorithm), &mut cx)
+                    .expect("memory check")
+                    .allowed
+            },
+        );
+    }
+    let governor: DefaultKeyedRateLimiter<String> = RateLimiter::keyed(quota());
+    each_key(
+        c,
+        "real_clock/governor/check_key",
+        &keys("governor"),
+        |key| governor.check_key(key).is_ok(),
+    );
+}
+
+fn quota() -> Quota {
+    Quota::per_second(NonZeroU32::new(PER_SECOND).unwrap())
+}
+
+static CLOCK: LazyLock<ManualClock> =
+    LazyLock::new(|| ManualClock::new(Duration::from_secs(1_700_000_000)));
+static LIMITER: LazyLock<Limiter> = LazyLock::new(|| Limiter::memory_with_clock(CLOCK.clone()));
 
 #[rate_limiter(
     rules(rule(count = 100, time = 1)),
@@ -112,22 +163,27 @@ fn attribute(c: &mut Criterion) {
     let mut cx = Context::from_waker(&waker);
     let mut next = 0;
     let mut id = move || {
+        CLOCK.advance(STEP);
         next = (next + 1) % KEYS;
         next
     };
     c.bench_function("attribute/guarded", |b| {
         b.iter(|| black_box(ready(guarded(black_box(id())), &mut cx).is_ok()))
     });
-    // What the attribute does by hand: build the key, then check it.
-    c.bench_function("attribute/direct_check_with_key_built", |b| {
+    // What the attribute does, by hand: build the key, then check it.
+    c.bench_function("attribute/direct_check_building_the_key", |b| {
         b.iter(|| {
             let key = format!("rate_limit:custom:{}:memory::direct", black_box(id()));
-            black_box(ready(LIMITER.check(&key, &RULES), &mut cx).is_ok())
+            let decision = ready(LIMITER.check(&key, &RULES), &mut cx).expect("memory check");
+            black_box(decision.allowed)
         })
     });
     let keys = keys("memory::direct_prebuilt");
     each_key(c, "attribute/direct_check_prebuilt_key", &keys, |key| {
-        ready(LIMITER.check(key, &RULES), &mut cx).is_ok()
+        CLOCK.advance(STEP);
+        ready(LIMITER.check(key, &RULES), &mut cx)
+            .expect("memory check")
+            .allowed
     });
 }
 
@@ -136,6 +192,6 @@ criterion_group! {
     config = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
-    targets = algorithms, attribute
+    targets = algorithms, attribute, real_clock
 }
 criterion_main!(benches);
