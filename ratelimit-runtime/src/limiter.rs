@@ -89,6 +89,38 @@ impl Limiter {
         Limiter::with_store(Store::Memory(MemoryBackend::new(Arc::new(clock))))
     }
 
+    /// Bounds the embedded backend to at most `max_keys` keys, over all its locks
+    /// (default 1,000,000). Each key costs about 100 bytes plus its key text and, for the
+    /// sliding log, 8 bytes per call counted in its window.
+    ///
+    /// When a new key finds no room, a key whose windows have all passed (expired) makes
+    /// way first, else the least recently used (checked or peeked) key is forgotten, as if
+    /// reset. The embedded backend's keys are split over up to 64 locks (each holding at
+    /// least 1,024 keys when `max_keys` allows), and the least recently used key is chosen
+    /// among its lock's keys. Expired keys are also dropped a few at a time as new keys
+    /// arrive, never by a pass over all keys.
+    ///
+    /// Call it while building the limiter: keys counted before are forgotten. It has no
+    /// effect on a Redis limiter (Redis bounds its memory with `maxmemory`; every key there
+    /// expires with its longest window).
+    ///
+    /// ```
+    /// use redis_ratelimit::Limiter;
+    ///
+    /// let limiter = Limiter::memory().max_keys(10_000);
+    /// # drop(limiter);
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// When `max_keys` is 0.
+    pub fn max_keys(mut self, max_keys: usize) -> Self {
+        if let Store::Memory(memory) = &mut self.store {
+            memory.set_max_keys(max_keys);
+        }
+        self
+    }
+
     pub(crate) fn misconfigured(err: ConfigError) -> Limiter {
         Limiter::with_store(Store::Misconfigured(err))
     }

@@ -1,13 +1,27 @@
-//! The embedded backend: the same semantics as the Redis scripts, in process.
+//! The embedded backend: the same semantics as the Redis scripts, in process, in bounded
+//! memory.
 //!
-//! Keys live in [`SHARDS`] independently locked maps, so checks of different keys rarely
-//! contend. A lock is held only across the synchronous arithmetic of one check. Every
-//! entry carries the expiry a script's `PEXPIRE` would have set; an expired entry counts as
-//! absent, and each map sweeps expired entries whenever it has doubled since its last sweep,
-//! so memory stays proportional to the keys in use.
+//! Keys are spread over independently locked shards by a hash seeded at random per
+//! process and per backend, so identities chosen by a client cannot be aimed at one lock or
+//! one bucket. A lock is held only across the synchronous arithmetic of one check, and the
+//! clock is read under it, so no check acts on state newer than its own time.
+//!
+//! Every entry carries the expiry a script's `PEXPIRE` would have set; an expired entry
+//! counts as absent. Each shard holds at most its share of the backend's `max_keys`. Memory
+//! is reclaimed a little at a time, never by a pass over a whole shard: every new key
+//! first lets a sweep look at a few more stored keys, dropping the expired ones, and a key
+//! that still finds its shard full takes the place of an expired key among the least
+//! recently used ones, or else of the least recently used key.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::hash::BuildHasher;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use foldhash::fast::SeedableRandomState;
+use foldhash::SharedSeed;
+// `HashTable` lets the shard keep only slot numbers in the table and hash each key once
+// per check, for both the shard and the table; std's `HashMap` cannot take a precomputed
+// hash. 0.15 is the newest line within the workspace's rust-version.
+use hashbrown::HashTable;
 
 use super::{Backend, Request};
 use crate::algorithm::KeyState;
@@ -15,46 +29,77 @@ use crate::clock::{Clock, SystemClock};
 use crate::decision::RawDecision;
 use crate::{BackendError, BackendErrorKind};
 
-/// How many independently locked maps the keys are spread over.
-const SHARDS: usize = 32;
+/// How many keys a backend holds unless told otherwise.
+pub(crate) const DEFAULT_MAX_KEYS: usize = 1_000_000;
 
-/// A map is not swept below this many entries: sweeping tiny maps often costs more than
-/// the few expired entries they hold.
-const MIN_SWEEP_LEN: usize = 64;
+/// At most this many shards (locks).
+const MAX_SHARDS: usize = 64;
+
+/// A shard is not made smaller than this (unless `max_keys` is): the least recently used
+/// key is chosen within a shard, so few large shards choose closer to the global order.
+const MIN_KEYS_PER_SHARD: usize = 1024;
+
+/// How many stored keys each new key lets the sweep look at.
+const SWEEP_STEP: usize = 4;
+
+/// How many of the least recently used keys a full shard looks through for an expired
+/// one before it drops the least recently used.
+const EVICTION_SCAN: usize = 8;
+
+/// The end of a list.
+const NIL: u32 = u32::MAX;
 
 pub(crate) struct MemoryBackend {
     clock: Arc<dyn Clock>,
+    hasher: SeedableRandomState,
     shards: Box<[Mutex<Shard>]>,
-}
-
-#[derive(Default)]
-struct Shard {
-    entries: HashMap<Box<str>, Entry>,
-    /// How many entries survived the last sweep; the next one runs at twice that.
-    len_after_sweep: usize,
-}
-
-struct Entry {
-    state: KeyState,
-    /// When the key stops existing (µs since the epoch), as `PEXPIRE` would make it.
-    expires_at_us: u64,
 }
 
 impl MemoryBackend {
     pub fn new(clock: Arc<dyn Clock>) -> Self {
-        MemoryBackend {
-            clock,
-            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
-        }
+        Self::with_max_keys(clock, DEFAULT_MAX_KEYS)
     }
 
     pub fn system() -> Self {
         Self::new(Arc::new(SystemClock))
     }
 
-    fn shard(&self, key: &str) -> MutexGuard<'_, Shard> {
-        let shard = &self.shards[shard_index(key)];
-        // A panic while holding the lock cannot leave a map half-updated in a way that
+    /// A backend holding at most `max_keys` keys over all its shards.
+    ///
+    /// # Panics
+    ///
+    /// When `max_keys` is 0.
+    pub fn with_max_keys(clock: Arc<dyn Clock>, max_keys: usize) -> Self {
+        assert!(max_keys > 0, "a memory limiter must hold at least one key");
+        let shards = (max_keys / MIN_KEYS_PER_SHARD).clamp(1, MAX_SHARDS);
+        let (share, extra) = (max_keys / shards, max_keys % shards);
+        MemoryBackend {
+            clock,
+            hasher: SeedableRandomState::with_seed(random_u64(), shared_seed()),
+            shards: (0..shards)
+                .map(|i| Mutex::new(Shard::new(share + usize::from(i < extra))))
+                .collect(),
+        }
+    }
+
+    /// Bounds the backend to `max_keys` keys, forgetting every key counted so far.
+    pub fn set_max_keys(&mut self, max_keys: usize) {
+        *self = Self::with_max_keys(Arc::clone(&self.clock), max_keys);
+    }
+
+    fn hash(&self, key: &str) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    /// The shard of a key's hash. Takes bits 25..57: hashbrown indexes its buckets with
+    /// the low bits and tags them with the top 7, so keys sharing a shard still differ there.
+    fn shard_index(&self, hash: u64) -> usize {
+        (((hash >> 25) as u32 as u64 * self.shards.len() as u64) >> 32) as usize
+    }
+
+    fn shard(&self, hash: u64) -> MutexGuard<'_, Shard> {
+        let shard = &self.shards[self.shard_index(hash)];
+        // A panic while holding the lock cannot leave a shard half-updated in a way that
         // matters more than losing rate-limit state, so keep serving.
         shard
             .lock()
@@ -62,23 +107,104 @@ impl MemoryBackend {
     }
 
     fn check_now(&self, request: &Request<'_>) -> Result<RawDecision, BackendError> {
+        let hash = self.hash(request.key);
+        let mut shard = self.shard(hash);
+        // Read under the lock: a time read before it could be older than the state a
+        // check that took the lock first has written.
         let now_us = request.now_us.unwrap_or_else(|| self.clock.now_us());
-        let mut shard = self.shard(request.key);
-        shard.check(request, now_us)
+        shard.check(request, hash, now_us)
     }
 
     /// How many keys are stored, expired ones included.
     #[cfg(test)]
     fn stored_keys(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|s| s.lock().unwrap().entries.len())
-            .sum()
+        self.shards.iter().map(|s| s.lock().unwrap().len).sum()
+    }
+
+    /// Whether `key` is stored (expired or not).
+    #[cfg(test)]
+    fn holds(&self, key: &str) -> bool {
+        let hash = self.hash(key);
+        self.shard(hash).find(hash, key).is_some()
     }
 }
 
+impl Backend for MemoryBackend {
+    async fn check(&self, request: &Request<'_>) -> Result<RawDecision, BackendError> {
+        self.check_now(request)
+    }
+
+    async fn reset(&self, key: &str) -> Result<(), BackendError> {
+        let hash = self.hash(key);
+        let mut shard = self.shard(hash);
+        if let Some(slot) = shard.find(hash, key) {
+            shard.remove(slot);
+        }
+        Ok(())
+    }
+}
+
+/// One lock's keys: a slab of slots, a table from key to slot, and the slots in use in a
+/// doubly linked list from the most to the least recently used (a small intrusive LRU
+/// rather than a crate: the sweep and the eviction need to walk it and the slab directly).
+struct Shard {
+    /// Slot numbers, hashed by their key's hash.
+    index: HashTable<u32>,
+    /// `None` for a free slot, listed in `free`.
+    slots: Vec<Option<Slot>>,
+    /// The recency list, beside the slots so that moving a key to its front touches a few
+    /// small records rather than the slots themselves.
+    links: Vec<Link>,
+    free: Vec<u32>,
+    /// Most recently used slot, or `NIL`.
+    head: u32,
+    /// Least recently used slot, or `NIL`.
+    tail: u32,
+    /// Slots in use.
+    len: usize,
+    /// At most this many slots in use.
+    capacity: usize,
+    /// The next slot the sweep looks at.
+    hand: usize,
+}
+
+struct Slot {
+    key: Box<str>,
+    hash: u64,
+    state: KeyState,
+    /// When the key stops existing (µs since the epoch), as `PEXPIRE` would make it.
+    expires_at_us: u64,
+}
+
+#[derive(Clone, Copy)]
+struct Link {
+    /// Towards the most recently used.
+    prev: u32,
+    /// Towards the least recently used.
+    next: u32,
+}
+
 impl Shard {
-    fn check(&mut self, request: &Request<'_>, now_us: u64) -> Result<RawDecision, BackendError> {
+    fn new(capacity: usize) -> Self {
+        Shard {
+            index: HashTable::new(),
+            slots: Vec::new(),
+            links: Vec::new(),
+            free: Vec::new(),
+            head: NIL,
+            tail: NIL,
+            len: 0,
+            capacity,
+            hand: 0,
+        }
+    }
+
+    fn check(
+        &mut self,
+        request: &Request<'_>,
+        hash: u64,
+        now_us: u64,
+    ) -> Result<RawDecision, BackendError> {
         let Request {
             key,
             rules,
@@ -86,9 +212,12 @@ impl Shard {
             consume,
             ..
         } = *request;
-        if let Some(entry) = self.entries.get_mut(key) {
-            if entry.expires_at_us > now_us {
-                let held = entry.state.algorithm();
+        if let Some(id) = self.find(hash, key) {
+            let slot = self.slots[id as usize]
+                .as_mut()
+                .expect("the index lists only slots in use");
+            if slot.expires_at_us > now_us {
+                let held = slot.state.algorithm();
                 if held != algorithm {
                     return Err(BackendError::new(
                         BackendErrorKind::Command,
@@ -103,12 +232,13 @@ impl Shard {
             } else {
                 // Expired: start over as if the key were absent. A check that writes
                 // nothing leaves the (still expired) entry for the sweep.
-                entry.state = KeyState::new(algorithm);
+                slot.state = KeyState::new(algorithm);
             }
-            let outcome = entry.state.check(rules, now_us, consume);
+            let outcome = slot.state.check(rules, now_us, consume);
             if let Some(ttl) = outcome.ttl_us {
-                entry.expires_at_us = now_us.saturating_add(ttl);
+                slot.expires_at_us = now_us.saturating_add(ttl);
             }
+            self.touch(id);
             return Ok(outcome.decision);
         }
 
@@ -116,48 +246,166 @@ impl Shard {
         let outcome = state.check(rules, now_us, consume);
         // A peek, or a denial, of an absent key stores nothing.
         if let Some(ttl) = outcome.ttl_us {
-            self.sweep_if_doubled(now_us);
-            self.entries.insert(
-                Box::from(key),
-                Entry {
+            self.insert(
+                Slot {
+                    key: Box::from(key),
+                    hash,
                     state,
                     expires_at_us: now_us.saturating_add(ttl),
                 },
+                now_us,
             );
         }
         Ok(outcome.decision)
     }
 
-    /// Drops expired entries once the map has doubled since the last sweep: amortised
-    /// O(1) per insert, and never more than about twice the live keys stored.
-    fn sweep_if_doubled(&mut self, now_us: u64) {
-        if self.entries.len() >= MIN_SWEEP_LEN.max(2 * self.len_after_sweep) {
-            self.entries.retain(|_, e| e.expires_at_us > now_us);
-            self.len_after_sweep = self.entries.len();
+    fn find(&self, hash: u64, key: &str) -> Option<u32> {
+        let slots = &self.slots;
+        self.index
+            .find(hash, |&id| {
+                slots[id as usize]
+                    .as_ref()
+                    .is_some_and(|slot| &*slot.key == key)
+            })
+            .copied()
+    }
+
+    /// Stores a new key as the most recently used, making room first.
+    fn insert(&mut self, slot: Slot, now_us: u64) {
+        self.sweep(now_us);
+        if self.len >= self.capacity {
+            self.evict(now_us);
+        }
+        let hash = slot.hash;
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.slots[id as usize] = Some(slot);
+                id
+            }
+            None => {
+                // Grow by doubling, but never past the capacity: the slab is the bulk of a
+                // shard's memory.
+                if self.slots.len() == self.slots.capacity() {
+                    let more = self
+                        .slots
+                        .len()
+                        .max(16)
+                        .min(self.capacity - self.slots.len());
+                    self.slots.reserve_exact(more);
+                    self.links.reserve_exact(more);
+                }
+                self.slots.push(Some(slot));
+                self.links.push(Link {
+                    prev: NIL,
+                    next: NIL,
+                });
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let slots = &self.slots;
+        self.index.insert_unique(hash, id, |&id| {
+            slots[id as usize]
+                .as_ref()
+                .expect("the index lists only slots in use")
+                .hash
+        });
+        self.push_front(id);
+        self.len += 1;
+    }
+
+    /// Looks at the next [`SWEEP_STEP`] slots, dropping the expired keys among them: a
+    /// bounded share of the work per new key, so an expired key is dropped within about
+    /// `capacity / SWEEP_STEP` new keys of the shard, with no pass over the whole shard.
+    fn sweep(&mut self, now_us: u64) {
+        for _ in 0..SWEEP_STEP.min(self.slots.len()) {
+            self.hand = (self.hand + 1) % self.slots.len();
+            if self.slots[self.hand]
+                .as_ref()
+                .is_some_and(|slot| slot.expires_at_us <= now_us)
+            {
+                self.remove(self.hand as u32);
+            }
         }
     }
+
+    /// Frees one slot of a full shard: an expired key among the [`EVICTION_SCAN`] least
+    /// recently used, else the least recently used.
+    fn evict(&mut self, now_us: u64) {
+        let mut id = self.tail;
+        for _ in 0..EVICTION_SCAN {
+            if id == NIL {
+                break;
+            }
+            if self.slots[id as usize]
+                .as_ref()
+                .is_some_and(|slot| slot.expires_at_us <= now_us)
+            {
+                self.remove(id);
+                return;
+            }
+            id = self.links[id as usize].prev;
+        }
+        self.remove(self.tail);
+    }
+
+    fn remove(&mut self, id: u32) {
+        let slot = self.slots[id as usize]
+            .take()
+            .expect("only slots in use are removed");
+        self.index
+            .find_entry(slot.hash, |&other| other == id)
+            .expect("every slot in use is indexed")
+            .remove();
+        self.unlink(id);
+        self.free.push(id);
+        self.len -= 1;
+    }
+
+    /// Makes `id` the most recently used.
+    fn touch(&mut self, id: u32) {
+        if self.head != id {
+            self.unlink(id);
+            self.push_front(id);
+        }
+    }
+
+    fn unlink(&mut self, id: u32) {
+        let Link { prev, next } = self.links[id as usize];
+        match prev {
+            NIL => self.head = next,
+            prev => self.links[prev as usize].next = next,
+        }
+        match next {
+            NIL => self.tail = prev,
+            next => self.links[next as usize].prev = prev,
+        }
+    }
+
+    fn push_front(&mut self, id: u32) {
+        self.links[id as usize] = Link {
+            prev: NIL,
+            next: self.head,
+        };
+        match self.head {
+            NIL => self.tail = id,
+            head => self.links[head as usize].prev = id,
+        }
+        self.head = id;
+    }
 }
 
-impl Backend for MemoryBackend {
-    async fn check(&self, request: &Request<'_>) -> Result<RawDecision, BackendError> {
-        self.check_now(request)
-    }
-
-    async fn reset(&self, key: &str) -> Result<(), BackendError> {
-        self.shard(key).entries.remove(key);
-        Ok(())
-    }
+/// A random number from the operating system's source, through std's `RandomState`
+/// (whose keys are drawn from it and differ for every instance).
+fn random_u64() -> u64 {
+    std::hash::RandomState::new().hash_one(0x5eed_u64)
 }
 
-/// FNV-1a over the key, folded to a shard. Only spreads keys over locks; each shard's map
-/// still hashes with the standard, flooding-resistant hasher.
-fn shard_index(key: &str) -> usize {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for &byte in key.as_bytes() {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    ((hash ^ (hash >> 32)) as usize) % SHARDS
+/// The seed every backend of this process shares; each backend adds its own on top.
+/// foldhash seeds itself from address-space layout and time only, so it is given one
+/// drawn from the operating system instead.
+fn shared_seed() -> &'static SharedSeed {
+    static SEED: OnceLock<SharedSeed> = OnceLock::new();
+    SEED.get_or_init(|| SharedSeed::from_u64(random_u64()))
 }
 
 #[cfg(test)]
@@ -170,10 +418,18 @@ mod tests {
 
     const START: Duration = Duration::from_secs(1_700_000_000);
     const RULES: [Rule; 1] = [Rule::new(3, Duration::from_secs(10))];
+    const LONG: [Rule; 1] = [Rule::new(3, Duration::from_secs(3600))];
 
     fn backend() -> (MemoryBackend, ManualClock) {
+        bounded(DEFAULT_MAX_KEYS)
+    }
+
+    fn bounded(max_keys: usize) -> (MemoryBackend, ManualClock) {
         let clock = ManualClock::new(START);
-        (MemoryBackend::new(Arc::new(clock.clone())), clock)
+        (
+            MemoryBackend::with_max_keys(Arc::new(clock.clone()), max_keys),
+            clock,
+        )
     }
 
     fn request(key: &str, algorithm: Algorithm, consume: bool) -> Request<'_> {
@@ -191,6 +447,14 @@ mod tests {
         backend
             .check_now(&request(key, Algorithm::SlidingLog, true))
             .unwrap()
+    }
+
+    fn check_long(backend: &MemoryBackend, key: &str) -> RawDecision {
+        let request = Request {
+            rules: &LONG,
+            ..request(key, Algorithm::SlidingLog, true)
+        };
+        backend.check_now(&request).unwrap()
     }
 
     #[test]
@@ -241,7 +505,7 @@ mod tests {
     #[test]
     fn expired_entries_are_swept_as_new_keys_arrive() {
         let (backend, clock) = backend();
-        let keys = 10 * SHARDS * MIN_SWEEP_LEN;
+        let keys = 20_000;
         for i in 0..keys {
             check(&backend, &format!("old-{i}"));
         }
@@ -250,13 +514,76 @@ mod tests {
         for i in 0..keys {
             check(&backend, &format!("new-{i}"));
         }
-        // Every shard swept its old keys at least once while the new ones doubled it.
+        // Each new key swept SWEEP_STEP slots of its shard: every old key was looked at.
+        assert_eq!(backend.stored_keys(), keys);
+        assert!((0..keys).all(|i| !backend.holds(&format!("old-{i}"))));
+    }
+
+    #[test]
+    fn a_full_backend_holds_max_keys() {
+        let (backend, _) = bounded(5_000);
+        for i in 0..50_000 {
+            check_long(&backend, &format!("k-{i}"));
+        }
         let stored = backend.stored_keys();
-        assert!(
-            stored < keys + keys / 2,
-            "{stored} keys stored for {keys} live ones"
-        );
-        assert!(stored >= keys);
+        assert!(stored <= 5_000, "{stored} keys stored");
+        // Seeded hashing spreads keys evenly, so every shard is (nearly) full.
+        assert!(stored > 4_900, "only {stored} keys stored");
+    }
+
+    #[test]
+    fn shards_split_max_keys_exactly() {
+        for max_keys in [1, 7, 1023, 1024, 5_000, 1_000_003, DEFAULT_MAX_KEYS] {
+            let (backend, _) = bounded(max_keys);
+            let capacities: Vec<_> = backend
+                .shards
+                .iter()
+                .map(|s| s.lock().unwrap().capacity)
+                .collect();
+            assert_eq!(capacities.iter().sum::<usize>(), max_keys);
+            assert!(capacities.len() <= MAX_SHARDS);
+            assert!(capacities
+                .iter()
+                .all(|&c| c >= MIN_KEYS_PER_SHARD.min(max_keys)));
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "at least one key")]
+    fn max_keys_of_zero_is_refused() {
+        bounded(0);
+    }
+
+    #[test]
+    fn the_least_recently_used_key_goes_first() {
+        let (backend, _) = bounded(3);
+        for key in ["a", "b", "c"] {
+            check_long(&backend, key);
+        }
+        // A peek and a denial are uses too.
+        backend
+            .check_now(&Request {
+                rules: &LONG,
+                ..request("a", Algorithm::SlidingLog, false)
+            })
+            .unwrap();
+        check_long(&backend, "d");
+        assert!(!backend.holds("b"));
+        check_long(&backend, "e");
+        assert!(!backend.holds("c"));
+        assert!(backend.holds("a") && backend.holds("d") && backend.holds("e"));
+    }
+
+    #[test]
+    fn an_expired_key_goes_before_a_less_recently_used_live_one() {
+        let (backend, clock) = bounded(3);
+        check_long(&backend, "old-but-live");
+        check(&backend, "expires");
+        check_long(&backend, "recent");
+        clock.advance(Duration::from_secs(11));
+        check_long(&backend, "new");
+        assert!(!backend.holds("expires"));
+        assert!(backend.holds("old-but-live"));
     }
 
     #[test]
@@ -293,10 +620,58 @@ mod tests {
 
     #[test]
     fn shards_are_all_used() {
-        let mut used = [false; SHARDS];
-        for i in 0..SHARDS * 16 {
-            used[shard_index(&format!("rate_limit:ip:10.0.0.{i}:app::f"))] = true;
+        let (backend, _) = backend();
+        let mut used = vec![false; backend.shards.len()];
+        for i in 0..backend.shards.len() * 16 {
+            used[backend.shard_index(backend.hash(&format!("rate_limit:ip:10.0.0.{i}:app::f")))] =
+                true;
         }
         assert!(used.iter().all(|&u| u));
+    }
+
+    #[test]
+    fn identities_chosen_to_share_one_lock_are_spread_over_all() {
+        // An attacker who knows an unseeded hash (FNV-1a, folded to 32 shards, as before
+        // the seed) picks identities that all land on one lock.
+        fn unseeded_shard(key: &str) -> usize {
+            let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+            for &byte in key.as_bytes() {
+                hash ^= u64::from(byte);
+                hash = hash.wrapping_mul(0x0100_0000_01b3);
+            }
+            ((hash ^ (hash >> 32)) as usize) % 32
+        }
+        let (backend, _) = backend();
+        let chosen: Vec<_> = (0..100_000)
+            .map(|i| format!("rate_limit:custom:+1555{i:07}:app::send_code"))
+            .filter(|key| unseeded_shard(key) == 0)
+            .collect();
+        let mut per_shard = vec![0usize; backend.shards.len()];
+        for key in &chosen {
+            per_shard[backend.shard_index(backend.hash(key))] += 1;
+        }
+        let fair = chosen.len() / per_shard.len();
+        assert!(
+            per_shard.iter().all(|&n| n > fair / 2 && n < 2 * fair),
+            "{} keys over {} shards: {per_shard:?}",
+            chosen.len(),
+            per_shard.len()
+        );
+    }
+
+    #[test]
+    fn two_backends_place_keys_differently() {
+        let (a, _) = backend();
+        let (b, _) = backend();
+        let keys: Vec<_> = (0..64)
+            .map(|i| format!("rate_limit:ip:10.0.0.{i}:app::f"))
+            .collect();
+        let places = |backend: &MemoryBackend| -> Vec<_> {
+            keys.iter()
+                .map(|k| backend.shard_index(backend.hash(k)))
+                .collect()
+        };
+        assert_ne!(places(&a), places(&b));
+        assert_ne!(a.hash("k"), b.hash("k"));
     }
 }
