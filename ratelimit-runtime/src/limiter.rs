@@ -169,8 +169,7 @@ impl Limiter {
     /// then counts alone, so with `n` instances a caller may get up to `n` times a limit
     /// while Redis is away (divide the rules by `n` if that matters more than availability),
     /// and what was counted in Redis before the outage is not seen by the fallback, nor the
-    /// reverse. Bound its memory with [`max_keys`](Self::max_keys). Only the fallback's own
-    /// backend is used: its own fallback and deny cache are not.
+    /// reverse. Bound its memory with [`max_keys`](Self::max_keys).
     ///
     /// ```
     /// use redis_ratelimit::Limiter;
@@ -303,45 +302,71 @@ impl Limiter {
     /// Runs `request`: from the deny cache, on the store, or, when the store fails, on the
     /// fallback.
     pub(crate) async fn run(&self, request: Request<'_>) -> Result<Decision, BackendError> {
-        if let Some(denial) = self.deny_cache.as_ref().and_then(|c| c.lookup(&request)) {
-            return Ok(denial);
+        if let Some(answer) = self.answer_now(&request) {
+            return answer;
         }
-        match self.run_on_store(&request).await {
-            Ok(decision) => {
-                if let Some(cache) = &self.deny_cache {
-                    cache.remember(&request, &decision);
-                }
+        let Store::Redis(redis) = &self.store else {
+            unreachable!("only Redis checks wait for an answer");
+        };
+        let pass = match self.breaker.admit() {
+            Admission::Send(pass) => pass,
+            Admission::Refuse(err) => return self.on_failure(&request, err).await,
+        };
+        let result = self.within_timeout(redis.check(&request)).await;
+        pass.record(&result);
+        match result {
+            Ok(raw) => {
+                let decision = raw.into_decision(request.rules);
+                self.remember(&request, &decision);
                 Ok(decision)
             }
-            // An error about the key itself (another algorithm's state) would be the same
-            // anywhere: only a backend that cannot answer hands over to the fallback.
-            Err(err) if err.kind() != BackendErrorKind::Command => match &self.fallback {
-                Some(fallback) => {
-                    self.warn_backend_failed(request.key, &err, "counting on the fallback");
-                    fallback.run_on_store(&request).await
-                }
-                None => Err(err),
-            },
-            Err(err) => Err(err),
+            Err(err) => self.on_failure(&request, err).await,
         }
     }
 
-    async fn run_on_store(&self, request: &Request<'_>) -> Result<Decision, BackendError> {
+    /// The answer to `request` when it needs no waiting: a cached denial, or a check of the
+    /// embedded backend, which is synchronous. `None` when it must go to Redis.
+    fn answer_now(&self, request: &Request<'_>) -> Option<Result<Decision, BackendError>> {
+        if let Some(denial) = self.deny_cache.as_ref().and_then(|c| c.lookup(request)) {
+            return Some(Ok(denial));
+        }
         let raw = match &self.store {
-            Store::Redis(redis) => {
-                let pass = match self.breaker.admit() {
-                    Admission::Send(pass) => pass,
-                    Admission::Refuse(err) => return Err(err),
-                };
-                let result = self.within_timeout(redis.check(request)).await;
-                pass.record(&result);
-                result?
-            }
-            // In-process and lock-protected only across synchronous code: nothing to time out.
-            Store::Memory(memory) => memory.check(request).await?,
-            Store::Misconfigured(err) => return Err(misconfigured(err)),
+            Store::Memory(memory) => memory.check_now(request),
+            Store::Misconfigured(err) => Err(misconfigured(err)),
+            Store::Redis(_) => return None,
         };
-        Ok(raw.into_decision(request.rules))
+        Some(raw.map(|raw| {
+            let decision = raw.into_decision(request.rules);
+            self.remember(request, &decision);
+            decision
+        }))
+    }
+
+    fn remember(&self, request: &Request<'_>, decision: &Decision) {
+        if let Some(cache) = &self.deny_cache {
+            cache.remember(request, decision);
+        }
+    }
+
+    /// What a failed check answers: the fallback's decision, or the error. An error about
+    /// the key itself (another algorithm's state) would be the same anywhere: only a
+    /// backend that cannot answer hands over to the fallback.
+    async fn on_failure(
+        &self,
+        request: &Request<'_>,
+        err: BackendError,
+    ) -> Result<Decision, BackendError> {
+        match &self.fallback {
+            Some(fallback) if err.kind() != BackendErrorKind::Command => {
+                self.warn_backend_failed(request.key, &err, "counting on the fallback");
+                match fallback.answer_now(request) {
+                    Some(answer) => answer,
+                    // A fallback on Redis of its own: boxed, as the future is recursive.
+                    None => Box::pin(fallback.run(*request)).await,
+                }
+            }
+            _ => Err(err),
+        }
     }
 
     async fn within_timeout<T>(
@@ -458,13 +483,19 @@ impl Future for Check<'_> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        let running = this.running.get_or_insert_with(|| {
+        if this.running.is_none() {
             assert!(
                 !this.request.rules.is_empty(),
                 "a rate-limit check needs at least one rule"
             );
-            Box::pin(this.limiter.run(this.request))
-        });
+            // The embedded backend answers at once: no future to allocate.
+            if let Some(answer) = this.limiter.answer_now(&this.request) {
+                return Poll::Ready(answer);
+            }
+        }
+        let running = this
+            .running
+            .get_or_insert_with(|| Box::pin(this.limiter.run(this.request)));
         running.as_mut().poll(cx)
     }
 }

@@ -106,7 +106,7 @@ impl MemoryBackend {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn check_now(&self, request: &Request<'_>) -> Result<RawDecision, BackendError> {
+    pub(crate) fn check_now(&self, request: &Request<'_>) -> Result<RawDecision, BackendError> {
         let hash = self.hash(request.key);
         let mut shard = self.shard(hash);
         // Read under the lock: a time read before it could be older than the state a
