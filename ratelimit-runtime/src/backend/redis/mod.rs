@@ -1,24 +1,23 @@
-//! The Redis backend: one EVALSHA per check over two shared multiplexed connections.
+//! The Redis backend: one EVALSHA per check over shared multiplexed connections.
 //!
 //! Connection policy ([`connection`]):
-//! - the connections are made and driven on a small runtime the backend owns: one thread,
-//!   named `redis-ratelimit-io`, started on first use and stopped when the limiter is
-//!   dropped. A check on any runtime only queues its command on a connection's handle and
-//!   awaits the reply (the limiter times it with that runtime's timer), so a limiter works
-//!   from every runtime at once, after the runtime that first used it has shut down, and no
-//!   check waits for another runtime's thread to be free;
-//! - two multiplexed connections take checks in turn. A connection whose driver has stopped
-//!   (the server closed it, was restarted, or killed it) is re-made by the next call that
-//!   finds it so, in one attempt, without backoff, timed out after [`CONNECT_TIMEOUT`](connection::CONNECT_TIMEOUT);
-//!   calls waiting for the same connection share that attempt. So while Redis is down each
-//!   call costs a refused connect and fails as
-//!   [`Unavailable`](BackendErrorKind::Unavailable), and the first call after Redis is back
-//!   succeeds;
+//! - each Tokio runtime that checks gets two multiplexed connections of its own, made on its
+//!   first check and driven by that runtime, taking its checks in turn. So a limiter works
+//!   from every runtime at once (a `static` limiter shared by `#[tokio::test]`s, actix-web's
+//!   runtime per worker) and after the runtime that first used it has shut down, and no
+//!   check ever waits for another runtime's threads. A runtime's connections close when it
+//!   shuts down;
+//! - a connection that stopped (the server closed or killed it, or restarted) is re-made by
+//!   the next call that finds it so, in one attempt, without backoff, timed out after
+//!   [`CONNECT_TIMEOUT`](connection::CONNECT_TIMEOUT); calls waiting for the same
+//!   connection share that attempt. So while Redis is down each call costs a refused
+//!   connect and fails as [`Unavailable`](BackendErrorKind::Unavailable), and the first call
+//!   after Redis is back succeeds. Answers are not timed here: the limiter times every call;
 //! - counted at most once: a command is sent again only when it was certainly not written
-//!   (the connection was known to be broken, or the connect failed, before it was sent), or
-//!   when running it twice counts it once ([`script::rerun_is_harmless`], and `DEL`). A
-//!   check whose connection broke after it was sent may have run: it is reported as
-//!   failed, [`Unavailable`](BackendErrorKind::Unavailable), and the limiter's fail-open or
+//!   (its connection was known to be broken, or could not be made, before it was sent, or
+//!   broke before anything was written on it since), or when running it twice counts it once ([`script::rerun_is_harmless`], and `DEL`). A
+//!   check whose connection broke after it was sent may have run: it is reported as failed,
+//!   [`Unavailable`](BackendErrorKind::Unavailable), and the limiter's fail-open or
 //!   fail-closed policy applies;
 //! - a server that does not know a script (first use, `SCRIPT FLUSH`, a restart) answers
 //!   NOSCRIPT without running anything; that check is then sent as an `EVAL` with the
@@ -32,7 +31,7 @@ mod script;
 use super::{Backend, Request};
 use crate::decision::RawDecision;
 use crate::{BackendError, BackendErrorKind, ConfigError};
-use connection::{Connections, Link};
+use connection::Connections;
 
 /// The URL forms `RedisBackend::new` accepts, for error messages.
 const ACCEPTED_URLS: &str =
@@ -88,36 +87,33 @@ impl RedisBackend {
         })
     }
 
-    /// Sends `command` once, or a second time when it was certainly not run the first time
-    /// or running it twice counts it once (`rerun_is_harmless`).
+    /// Sends `command`, and once more on a new connection when the first connection broke
+    /// and either nothing was written on it since the command was queued (so it did not
+    /// run) or running it twice counts it once (`rerun_is_harmless`).
     async fn send(&self, command: &Cmd, rerun_is_harmless: bool) -> Result<Value, Failure> {
         let mut link = self.connections.next().await.map_err(Failure::Redis)?;
+        let writes = link.writes();
         match link.send(command).await {
             Err(err) if is_interrupted(&err) => {
-                if !rerun_is_harmless {
+                if link.writes() != writes && !rerun_is_harmless {
                     link.close();
                     return Err(Failure::Interrupted(err));
                 }
-                self.resend(&link, command).await
+                let mut link = self
+                    .connections
+                    .replace(&link)
+                    .await
+                    .map_err(Failure::Redis)?;
+                link.send(command).await.map_err(|err| {
+                    if is_interrupted(&err) {
+                        Failure::Interrupted(err)
+                    } else {
+                        Failure::Redis(err)
+                    }
+                })
             }
             reply => reply.map_err(Failure::Redis),
         }
-    }
-
-    /// Sends `command` again on a new connection in place of `broken`.
-    async fn resend(&self, broken: &Link, command: &Cmd) -> Result<Value, Failure> {
-        let mut link = self
-            .connections
-            .replace(broken)
-            .await
-            .map_err(Failure::Redis)?;
-        link.send(command).await.map_err(|err| {
-            if is_interrupted(&err) {
-                Failure::Interrupted(err)
-            } else {
-                Failure::Redis(err)
-            }
-        })
     }
 
     /// Maps a failure to what the limiter reports, naming the server, never the URL; the
