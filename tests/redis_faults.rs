@@ -347,7 +347,14 @@ async fn checks_on_connections_killed_mid_call_are_never_counted_twice() {
                 admitted += 1;
             }
             Err(err) => {
-                assert_eq!(err.kind(), BackendErrorKind::Unavailable, "{err}");
+                // A reply lost with its connection, or (on a loaded machine) a late one.
+                assert!(
+                    matches!(
+                        err.kind(),
+                        BackendErrorKind::Unavailable | BackendErrorKind::Timeout
+                    ),
+                    "{err}"
+                );
                 assert!(entries <= 1, "{key} failed and was counted {entries} times");
                 failed += 1;
                 failed_but_ran += entries;

@@ -31,7 +31,7 @@ mod script;
 use super::{Backend, Request};
 use crate::decision::RawDecision;
 use crate::{BackendError, BackendErrorKind, ConfigError};
-use connection::Connections;
+use connection::{Connections, Link};
 
 /// The URL forms `RedisBackend::new` accepts, for error messages.
 const ACCEPTED_URLS: &str =
@@ -45,9 +45,11 @@ pub(crate) struct RedisBackend {
 
 /// Why a command got no answer from Redis, or the answer Redis gave.
 enum Failure {
-    /// Nothing was sent: no connection could be made, or Redis answered with an error.
+    /// Redis answered with an error, or no connection could be made: nothing ran.
     Redis(RedisError),
-    /// The connection broke after the command was sent: it may have run.
+    /// The connection broke before anything was written on it: the command did not run.
+    Unsent(RedisError),
+    /// The connection broke after the command may have been written: it may have run.
     Interrupted(RedisError),
 }
 
@@ -87,33 +89,22 @@ impl RedisBackend {
         })
     }
 
-    /// Sends `command`, and once more on a new connection when the first connection broke
-    /// and either nothing was written on it since the command was queued (so it did not
-    /// run) or running it twice counts it once (`rerun_is_harmless`).
+    /// Sends `command`, and once more on a new connection when the first one broke and
+    /// either the command did not run or running it twice counts it once
+    /// (`rerun_is_harmless`).
     async fn send(&self, command: &Cmd, rerun_is_harmless: bool) -> Result<Value, Failure> {
         let mut link = self.connections.next().await.map_err(Failure::Redis)?;
-        let writes = link.writes();
-        match link.send(command).await {
-            Err(err) if is_interrupted(&err) => {
-                if link.writes() != writes && !rerun_is_harmless {
-                    link.close();
-                    return Err(Failure::Interrupted(err));
-                }
-                let mut link = self
-                    .connections
-                    .replace(&link)
-                    .await
-                    .map_err(Failure::Redis)?;
-                link.send(command).await.map_err(|err| {
-                    if is_interrupted(&err) {
-                        Failure::Interrupted(err)
-                    } else {
-                        Failure::Redis(err)
-                    }
-                })
-            }
-            reply => reply.map_err(Failure::Redis),
+        match attempt(&mut link, command).await {
+            Err(Failure::Unsent(_)) => {}
+            Err(Failure::Interrupted(_)) if rerun_is_harmless => {}
+            reply => return reply,
         }
+        let mut link = self
+            .connections
+            .replace(&link)
+            .await
+            .map_err(Failure::Redis)?;
+        attempt(&mut link, command).await
     }
 
     /// Maps a failure to what the limiter reports, naming the server, never the URL; the
@@ -128,7 +119,7 @@ impl RedisBackend {
                 );
                 return BackendError::new(BackendErrorKind::Unavailable, detail).with_source(err);
             }
-            Failure::Redis(err) => err,
+            Failure::Redis(err) | Failure::Unsent(err) => err,
         };
         let (kind, detail) = match err.kind() {
             ErrorKind::Io if err.is_timeout() => (
@@ -193,10 +184,23 @@ impl RedisBackend {
     }
 }
 
-/// Whether `err` came from the connection rather than from Redis: the command may or may
-/// not have run.
-fn is_interrupted(err: &RedisError) -> bool {
-    matches!(err.kind(), ErrorKind::Io | ErrorKind::Parse)
+/// Sends `command` on `link` once. A connection that fails is closed, so that the next
+/// call makes a new one.
+async fn attempt(link: &mut Link, command: &Cmd) -> Result<Value, Failure> {
+    let writes = link.writes();
+    let reply = link.send(command).await;
+    reply.map_err(|err| {
+        // Anything but an I/O or parse error is Redis's own answer.
+        if !matches!(err.kind(), ErrorKind::Io | ErrorKind::Parse) {
+            return Failure::Redis(err);
+        }
+        link.close();
+        if link.writes() == writes {
+            Failure::Unsent(err)
+        } else {
+            Failure::Interrupted(err)
+        }
+    })
 }
 
 /// Whether `s` looks like a URL scheme, and so is safe to quote back (it holds no password).
