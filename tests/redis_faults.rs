@@ -1,9 +1,12 @@
 //! How the Redis backend behaves when Redis misbehaves: a flushed script cache, a killed,
-//! stalled or restarted server, a server that is not there yet, and a bad URL.
+//! stalled or restarted server, connections killed mid-call, a server that is not there
+//! yet, and a bad URL.
 
 mod support;
 
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis_ratelimit::__private::{CallSite, SiteConfig};
@@ -268,4 +271,104 @@ fn a_limiter_keeps_working_after_the_runtime_that_connected_it_is_gone() {
             .unwrap_or_else(|err| panic!("round {round}: {err}"));
         assert_eq!(d.remaining, 9 - round);
     }
+}
+
+/// Connections killed while many checks are in flight on them (`CLIENT KILL` from another
+/// connection, again and again) lose checks, which fail, but never count one twice: every
+/// check has a key of its own, holding one entry per time the check ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checks_on_connections_killed_mid_call_are_never_counted_twice() {
+    const KILLS: usize = 30;
+    const IN_FLIGHT: usize = 32;
+    // Two, so that a check run twice shows as two entries (and is still admitted).
+    static TWO_PER_MINUTE: [Rule; 1] = [Rule::new(2, Duration::from_secs(60))];
+
+    let server = RedisServer::start();
+    let limiter: &'static Limiter = Box::leak(Box::new(
+        Limiter::redis(&server.url())
+            .unwrap()
+            .fail_open(false)
+            .timeout(Duration::from_secs(2)),
+    ));
+    limiter.check("warm-up", &TWO_PER_MINUTE).await.unwrap();
+
+    let killing = Arc::new(AtomicBool::new(true));
+    let issued = Arc::new(AtomicUsize::new(0));
+    let workers: Vec<_> = (0..IN_FLIGHT)
+        .map(|_| {
+            let (killing, issued) = (killing.clone(), issued.clone());
+            tokio::spawn(async move {
+                let mut outcomes = Vec::new();
+                while killing.load(Ordering::SeqCst) {
+                    let key = format!("killed:{}", issued.fetch_add(1, Ordering::SeqCst));
+                    let outcome = limiter.check(&key, &TWO_PER_MINUTE).await;
+                    outcomes.push((key, outcome));
+                }
+                outcomes
+            })
+        })
+        .collect();
+    let url = server.url();
+    let killed = tokio::task::spawn_blocking(move || {
+        let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+        let mut killed = 0;
+        for _ in 0..KILLS {
+            std::thread::sleep(Duration::from_millis(10));
+            // Every client but this one: the limiter's connections.
+            let n: u64 = redis::cmd("CLIENT")
+                .arg("KILL")
+                .arg("TYPE")
+                .arg("normal")
+                .query(&mut conn)
+                .unwrap();
+            killed += n;
+        }
+        killed
+    })
+    .await
+    .unwrap();
+    killing.store(false, Ordering::SeqCst);
+    let mut outcomes = Vec::new();
+    for worker in workers {
+        outcomes.extend(worker.await.unwrap());
+    }
+
+    let mut pipe = redis::pipe();
+    for (key, _) in &outcomes {
+        pipe.cmd("ZCARD").arg(key);
+    }
+    let entries: Vec<u64> = pipe.query(&mut server.connection()).unwrap();
+    let (mut admitted, mut failed, mut failed_but_ran) = (0, 0, 0);
+    for ((key, outcome), entries) in outcomes.iter().zip(entries) {
+        match outcome {
+            Ok(d) => {
+                assert!(d.allowed, "{key} was denied: it ran before");
+                assert_eq!(entries, 1, "{key} was admitted and counted {entries} times");
+                admitted += 1;
+            }
+            Err(err) => {
+                // A reply lost with its connection, or (on a loaded machine) a late one.
+                assert!(
+                    matches!(
+                        err.kind(),
+                        BackendErrorKind::Unavailable | BackendErrorKind::Timeout
+                    ),
+                    "{err}"
+                );
+                assert!(entries <= 1, "{key} failed and was counted {entries} times");
+                failed += 1;
+                failed_but_ran += entries;
+            }
+        }
+    }
+    eprintln!(
+        "{killed} connections killed; {admitted} checks admitted, {failed} failed, of which \
+         {failed_but_ran} ran"
+    );
+    assert!(killed >= KILLS as u64, "{killed} connections killed");
+    assert!(
+        failed > 0,
+        "no check was in flight when its connection was killed"
+    );
+    assert!(admitted > failed, "{admitted} admitted, {failed} failed");
 }

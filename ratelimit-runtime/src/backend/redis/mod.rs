@@ -1,57 +1,56 @@
-//! The Redis backend: one EVALSHA per check over two shared, self-reconnecting connections.
+//! The Redis backend: one EVALSHA per check over shared multiplexed connections.
 //!
-//! Connection policy, tuned so that a restarted Redis is used again at once and a dead one
-//! fails calls fast instead of holding them:
-//! - [`CONNECTIONS`] [`ConnectionManager`]s per backend, made on first use (they need a
-//!   Tokio runtime, which `Limiter::redis` may be called without), taking calls in turn and
-//!   multiplexing them;
-//! - a broken connection is re-made by the manager in one attempt, without backoff, when a
-//!   call finds it broken; a call that found it broken (or refused) is retried once on the
-//!   new one. So while Redis is down each call costs a refused connect or two and fails as
-//!   [`Unavailable`](BackendErrorKind::Unavailable), and the first call after Redis is back,
-//!   or from a new runtime after the one that connected has gone, succeeds. A check whose
-//!   reply was lost with its connection may so be counted twice: that errs towards limiting,
-//!   and only when a connection breaks mid-call;
-//! - connects time out after [`CONNECT_TIMEOUT`] so a black-holed host cannot stall the
-//!   shared reconnect; answers are not timed here, the limiter times every call.
+//! Connection policy ([`connection`]):
+//! - each Tokio runtime that checks gets two multiplexed connections of its own, made on its
+//!   first check and driven by that runtime, taking its checks in turn. So a limiter works
+//!   from every runtime at once (a `static` limiter shared by `#[tokio::test]`s, actix-web's
+//!   runtime per worker) and after the runtime that first used it has shut down, and no
+//!   check ever waits for another runtime's threads. A runtime's connections close when it
+//!   shuts down;
+//! - a connection that stopped (the server closed or killed it, or restarted) is re-made by
+//!   the next call that finds it so, in one attempt, without backoff, timed out after
+//!   [`CONNECT_TIMEOUT`](connection::CONNECT_TIMEOUT); calls waiting for the same
+//!   connection share that attempt. So while Redis is down each call costs a refused
+//!   connect and fails as [`Unavailable`](BackendErrorKind::Unavailable), and the first call
+//!   after Redis is back succeeds. Answers are not timed here: the limiter times every call;
+//! - counted at most once: a command is sent again only when it was certainly not written
+//!   (its connection was known to be broken, or could not be made, before it was sent, or
+//!   broke before anything was written on it since), or when running it twice counts it once ([`script::rerun_is_harmless`], and `DEL`). A
+//!   check whose connection broke after it was sent may have run: it is reported as failed,
+//!   [`Unavailable`](BackendErrorKind::Unavailable), and the limiter's fail-open or
+//!   fail-closed policy applies;
+//! - a server that does not know a script (first use, `SCRIPT FLUSH`, a restart) answers
+//!   NOSCRIPT without running anything; that check is then sent as an `EVAL` with the
+//!   script's body, which works the same on one node and on a Cluster.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{
-    Cmd, ErrorKind, FromRedisValue, RedisError, RedisResult, Script, ServerErrorKind, Value,
-};
-use tokio::sync::OnceCell;
-
+mod connection;
 mod script;
 
 use super::{Backend, Request};
 use crate::decision::RawDecision;
 use crate::{BackendError, BackendErrorKind, ConfigError};
-
-/// How many multiplexed connections a backend spreads its checks over. Redis answers a
-/// connection's pipelined commands in one batch; over a single connection it then idles
-/// while the client turns those replies into the next batch. Over two, it serves one
-/// connection's batch meanwhile: with `scripts/bench-redis`'s workload, the fixed window and
-/// token bucket make 10-20% more checks per second, the sliding log (for which Redis is
-/// already busier) a few percent.
-const CONNECTIONS: usize = 2;
-
-/// How long one connection attempt may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+use connection::{Connections, Link};
 
 /// The URL forms `RedisBackend::new` accepts, for error messages.
 const ACCEPTED_URLS: &str =
     "redis://[[user]:password@]host[:port][/db] or unix:///path/to/redis.sock[?db=N]";
 
 pub(crate) struct RedisBackend {
-    client: redis::Client,
     /// `host:port` or the socket path: what messages name, since the URL may hold a password.
     address: Box<str>,
-    connections: [OnceCell<ConnectionManager>; CONNECTIONS],
-    /// Which connection the next call takes, modulo [`CONNECTIONS`].
-    turn: AtomicUsize,
+    connections: Connections,
+}
+
+/// Why a command got no answer from Redis, or the answer Redis gave.
+enum Failure {
+    /// Redis answered with an error, or no connection could be made: nothing ran.
+    Redis(RedisError),
+    /// The connection broke before anything was written on it: the command did not run.
+    Unsent(RedisError),
+    /// The connection broke after the command may have been written: it may have run.
+    Interrupted(RedisError),
 }
 
 impl RedisBackend {
@@ -85,61 +84,43 @@ impl RedisBackend {
         })?;
         let address = client.get_connection_info().addr().to_string().into();
         Ok(RedisBackend {
-            client,
             address,
-            connections: Default::default(),
-            turn: AtomicUsize::new(0),
+            connections: Connections::new(client),
         })
     }
 
-    /// The next connection in turn.
-    async fn connection(&self) -> ConnectionManager {
-        let turn = self.turn.fetch_add(1, Ordering::Relaxed) % CONNECTIONS;
-        self.connections[turn]
-            .get_or_init(|| async {
-                let config = ConnectionManagerConfig::new()
-                    .set_number_of_retries(0)
-                    .set_connection_timeout(Some(CONNECT_TIMEOUT))
-                    .set_response_timeout(None);
-                ConnectionManager::new_lazy_with_config(self.client.clone(), config)
-                    .expect("a valid connection manager configuration")
-            })
-            .await
-            .clone()
-    }
-
-    /// Runs `command`, which calls `script` by its hash if any. The script is loaded when the
-    /// server does not know it (first use, `SCRIPT FLUSH`, a restarted server), and the
-    /// command is sent once more when its connection was refused or found broken: the
-    /// manager has then started a new connect, which the retry waits for.
-    async fn query<T: FromRedisValue>(
-        &self,
-        command: &Cmd,
-        script: Option<&Script>,
-    ) -> RedisResult<T> {
-        let mut connection = self.connection().await;
-        let (mut reconnected, mut loaded) = (false, false);
-        loop {
-            match command.query_async(&mut connection).await {
-                Err(err) if err.is_connection_dropped() && !reconnected => reconnected = true,
-                Err(err)
-                    if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) && !loaded =>
-                {
-                    let Some(script) = script else {
-                        return Err(err);
-                    };
-                    script.load_async(&mut connection).await?;
-                    loaded = true;
-                }
-                reply => return reply,
-            }
+    /// Sends `command`, and once more on a new connection when the first one broke and
+    /// either the command did not run or running it twice counts it once
+    /// (`rerun_is_harmless`).
+    async fn send(&self, command: &Cmd, rerun_is_harmless: bool) -> Result<Value, Failure> {
+        let mut link = self.connections.next().await.map_err(Failure::Redis)?;
+        match attempt(&mut link, command).await {
+            Err(Failure::Unsent(_)) => {}
+            Err(Failure::Interrupted(_)) if rerun_is_harmless => {}
+            reply => return reply,
         }
+        let mut link = self
+            .connections
+            .replace(&link)
+            .await
+            .map_err(Failure::Redis)?;
+        attempt(&mut link, command).await
     }
 
-    /// Maps a Redis failure to what the limiter reports, naming the server, never the URL;
-    /// the Redis error is the source, and its text ends the message.
-    fn error(&self, key: &str, err: RedisError) -> BackendError {
+    /// Maps a failure to what the limiter reports, naming the server, never the URL; the
+    /// Redis error is the source, and its text ends the message.
+    fn error(&self, key: &str, failure: Failure) -> BackendError {
         let address = &self.address;
+        let err = match failure {
+            Failure::Interrupted(err) => {
+                let detail = format!(
+                    "cannot reach Redis at {address}; is it running? The connection broke while \
+                     `{key}` was checked, so the check may have been counted; it was not sent again"
+                );
+                return BackendError::new(BackendErrorKind::Unavailable, detail).with_source(err);
+            }
+            Failure::Redis(err) | Failure::Unsent(err) => err,
+        };
         let (kind, detail) = match err.kind() {
             ErrorKind::Io if err.is_timeout() => (
                 BackendErrorKind::Timeout,
@@ -163,7 +144,7 @@ impl RedisBackend {
                 BackendErrorKind::Misconfigured,
                 format!(
                     "Redis at {address} refused the limiter; check the user and password in the \
-                     URL and the user's ACL (it needs EVALSHA, SCRIPT LOAD and DEL)"
+                     URL and the user's ACL (it needs EVALSHA, EVAL and DEL)"
                 ),
             ),
             _ if err.code() == Some("WRONGTYPE") => (
@@ -181,21 +162,45 @@ impl RedisBackend {
         BackendError::new(kind, detail).with_source(err)
     }
 
-    async fn run(&self, request: &Request<'_>) -> Result<RawDecision, RedisError> {
-        let reply: Value = self
-            .query(
-                &script::evalsha(request),
-                Some(script::script(request.algorithm)),
-            )
-            .await?;
+    async fn run(&self, request: &Request<'_>) -> Result<RawDecision, Failure> {
+        let harmless = script::rerun_is_harmless(request.algorithm);
+        let reply = match self.send(&script::evalsha(request), harmless).await {
+            // NOSCRIPT: nothing ran. The body goes with this check, instead of a SCRIPT LOAD
+            // that a Cluster would have to send to every node.
+            Err(Failure::Redis(err))
+                if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
+            {
+                self.send(&script::eval(request), harmless).await
+            }
+            reply => reply,
+        }?;
         script::decode(&reply, request.rules).ok_or_else(|| {
-            RedisError::from((
+            Failure::Redis(RedisError::from((
                 ErrorKind::UnexpectedReturnType,
                 "the rate-limit script answered out of range",
                 format!("{reply:?}"),
-            ))
+            )))
         })
     }
+}
+
+/// Sends `command` on `link` once. A connection that fails is closed, so that the next
+/// call makes a new one.
+async fn attempt(link: &mut Link, command: &Cmd) -> Result<Value, Failure> {
+    let writes = link.writes();
+    let reply = link.send(command).await;
+    reply.map_err(|err| {
+        // Anything but an I/O or parse error is Redis's own answer.
+        if !matches!(err.kind(), ErrorKind::Io | ErrorKind::Parse) {
+            return Failure::Redis(err);
+        }
+        link.close();
+        if link.writes() == writes {
+            Failure::Unsent(err)
+        } else {
+            Failure::Interrupted(err)
+        }
+    })
 }
 
 /// Whether `s` looks like a URL scheme, and so is safe to quote back (it holds no password).
@@ -210,15 +215,17 @@ impl Backend for RedisBackend {
     async fn check(&self, request: &Request<'_>) -> Result<RawDecision, BackendError> {
         self.run(request)
             .await
-            .map_err(|err| self.error(request.key, err))
+            .map_err(|failure| self.error(request.key, failure))
     }
 
     async fn reset(&self, key: &str) -> Result<(), BackendError> {
         let mut del = redis::cmd("DEL");
         del.arg(key);
-        self.query::<()>(&del, None)
+        // Deleting twice forgets the key once.
+        self.send(&del, true)
             .await
-            .map_err(|err| self.error(key, err))
+            .map(drop)
+            .map_err(|failure| self.error(key, failure))
     }
 }
 
