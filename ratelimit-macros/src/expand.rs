@@ -315,7 +315,10 @@ mod tests {
         let guard = &stmts[0];
         let guard = quote!(#guard).to_string();
         assert!(guard.contains("static __RATELIMIT_SITE"), "{guard}");
-        assert!(guard.contains("return :: core :: result :: Result :: Err"), "{guard}");
+        assert!(
+            guard.contains("return :: core :: result :: Result :: Err"),
+            "{guard}"
+        );
         let first = &stmts[1];
         assert_eq!(quote!(#first).to_string(), "let __self = self ;");
     }

@@ -64,8 +64,8 @@ use crate::context::{self, DecisionSlot, RequestContext};
 use crate::web::client_ip::ClientIpConfig;
 use crate::web::fields::{self, FieldSink};
 use crate::web::problem::{Integration, Problem, PROBLEM_JSON};
-use crate::RateLimitError;
 pub use crate::web::{InvalidProxyNet, ProxyHeader};
+use crate::RateLimitError;
 
 type UserIdFn = dyn Fn(&ServiceRequest) -> Option<Arc<str>> + Send + Sync;
 type ExemptFn = dyn Fn(&ServiceRequest) -> bool + Send + Sync;
@@ -152,8 +152,9 @@ impl RateLimit {
         F: Fn(&ServiceRequest) -> Option<U> + Send + Sync + 'static,
         U: Into<Arc<str>>,
     {
-        self.config_mut().user_id =
-            Some(Arc::new(move |req: &ServiceRequest| user_id(req).map(Into::into)));
+        self.config_mut().user_id = Some(Arc::new(move |req: &ServiceRequest| {
+            user_id(req).map(Into::into)
+        }));
         self
     }
 
@@ -237,7 +238,8 @@ pub struct RateLimitMiddleware<S> {
 
 impl<S> fmt::Debug for RateLimitMiddleware<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RateLimitMiddleware").finish_non_exhaustive()
+        f.debug_struct("RateLimitMiddleware")
+            .finish_non_exhaustive()
     }
 }
 

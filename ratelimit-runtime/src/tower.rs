@@ -220,8 +220,9 @@ impl<B> RateLimitLayer<B> {
         F: Fn(&Request<B>) -> Option<U> + Send + Sync + 'static,
         U: Into<Arc<str>>,
     {
-        self.config_mut().user_id =
-            Some(Arc::new(move |req: &Request<B>| user_id(req).map(Into::into)));
+        self.config_mut().user_id = Some(Arc::new(move |req: &Request<B>| {
+            user_id(req).map(Into::into)
+        }));
         self
     }
 
@@ -244,7 +245,7 @@ impl<B> RateLimitLayer<B> {
     /// let layer = RateLimitLayer::new().exempt(|req: &Request| {
     ///     req.extensions()
     ///         .get::<ConnectInfo<SocketAddr>>()
-    ///         .is_some_and(|ConnectInfo(peer)| peer.ip() == [10, 1, 0, 5])
+    ///         .is_some_and(|ConnectInfo(peer)| peer.ip() == std::net::IpAddr::from([10, 1, 0, 5]))
     /// });
     /// ```
     pub fn exempt<F>(mut self, exempt: F) -> Self
@@ -411,7 +412,8 @@ fn is_refusal(status: StatusCode, headers: &HeaderMap) -> bool {
 
 impl FieldSink for HeaderMap {
     fn set(&mut self, name: &'static str, value: String) {
-        let value = http::HeaderValue::try_from(value).expect("structured-field text is visible ASCII");
+        let value =
+            http::HeaderValue::try_from(value).expect("structured-field text is visible ASCII");
         self.insert(http::HeaderName::from_static(name), value);
     }
 
@@ -488,10 +490,14 @@ mod tests {
         let layer = RateLimitLayer::new().exempt(|req: &Request<Body>| {
             req.extensions().get::<PeerAddr>().map(|p| p.0.ip()) == Some([10, 1, 0, 5].into())
         });
-        let ctx = seen_context(&layer, request_from("10.1.0.5:1")).await.unwrap();
+        let ctx = seen_context(&layer, request_from("10.1.0.5:1"))
+            .await
+            .unwrap();
         assert!(ctx.is_exempt());
         assert_eq!(ctx.ip(), Some([10, 1, 0, 5].into()));
-        let ctx = seen_context(&layer, request_from("10.1.0.6:1")).await.unwrap();
+        let ctx = seen_context(&layer, request_from("10.1.0.6:1"))
+            .await
+            .unwrap();
         assert!(!ctx.is_exempt());
     }
 
@@ -500,7 +506,8 @@ mod tests {
     async fn the_peer_comes_from_axum_connect_info() {
         let mut req = Request::new(());
         let addr: SocketAddr = "198.51.100.4:1".parse().unwrap();
-        req.extensions_mut().insert(::axum::extract::ConnectInfo(addr));
+        req.extensions_mut()
+            .insert(::axum::extract::ConnectInfo(addr));
         let ctx = seen_context(&RateLimitLayer::new(), req).await.unwrap();
         assert_eq!(ctx.ip(), Some(addr.ip()));
     }
@@ -524,7 +531,10 @@ mod tests {
         let mut req = request_from("192.0.2.77:1");
         #[cfg(feature = "axum")]
         req.extensions_mut()
-            .insert(::axum::extract::ConnectInfo(SocketAddr::from(([192, 0, 2, 1], 1))));
+            .insert(::axum::extract::ConnectInfo(SocketAddr::from((
+                [192, 0, 2, 1],
+                1,
+            ))));
         req.extensions_mut().insert(0u8);
         let ctx = seen_context(&RateLimitLayer::new(), req).await.unwrap();
         assert_eq!(ctx.ip(), Some([192, 0, 2, 77].into()));

@@ -54,6 +54,11 @@ pub(crate) fn retry_after_secs(wait: Duration) -> u64 {
 enum PolicyName {
     Numbered(usize),
     Duplicate,
+    /// Only the integrations that answer errors (not bare `tower`) know a rule alone.
+    #[cfg_attr(
+        not(any(feature = "axum", feature = "tonic", feature = "actix")),
+        allow(dead_code)
+    )]
     Lone,
 }
 
@@ -106,6 +111,10 @@ pub(crate) fn policy_list(rules: &[Rule], duplicate_rule: bool) -> String {
 /// [`LONE_POLICY`], and the wait. `retry_after` of `Duration::MAX` is a cost above the rule's
 /// count, which no wait lets pass: the client is not invited to retry (no `Retry-After`),
 /// and `t` is the rule's window.
+#[cfg_attr(
+    not(any(feature = "axum", feature = "tonic", feature = "actix")),
+    allow(dead_code)
+)]
 pub(crate) fn describe_refusal(rule: &Rule, retry_after: Duration, sink: &mut impl FieldSink) {
     let never = retry_after == Duration::MAX;
     let wait = if never { rule.window() } else { retry_after };
@@ -280,7 +289,14 @@ pub(crate) mod tests {
         for ms in [0, 1, 999, 1_000, 1_001, 4_200, 59_999] {
             let mut fields = Fields::default();
             describe_refusal(&RULES[0], Duration::from_millis(ms), &mut fields);
-            let t: u64 = fields.get(RATELIMIT).unwrap().rsplit("t=").next().unwrap().parse().unwrap();
+            let t: u64 = fields
+                .get(RATELIMIT)
+                .unwrap()
+                .rsplit("t=")
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap();
             let retry_after: u64 = fields.get(RETRY_AFTER).unwrap().parse().unwrap();
             assert!(retry_after >= t && retry_after * 1_000 >= ms, "{ms} ms");
         }

@@ -5,6 +5,7 @@
 
 pub(crate) mod client_ip;
 pub(crate) mod fields;
+#[cfg(any(feature = "axum", feature = "tonic", feature = "actix"))]
 pub(crate) mod problem;
 
 pub use client_ip::{InvalidProxyNet, ProxyHeader};

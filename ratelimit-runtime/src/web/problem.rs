@@ -34,7 +34,9 @@ impl Integration {
     fn peer(self) -> &'static str {
         match self {
             #[cfg(feature = "axum")]
-            Integration::Axum => "serve the app with into_make_service_with_connect_info::<SocketAddr>()",
+            Integration::Axum => {
+                "serve the app with into_make_service_with_connect_info::<SocketAddr>()"
+            }
             #[cfg(feature = "tonic")]
             Integration::Tonic => {
                 "serve with tonic's transport::Server over TCP (which records TcpConnectInfo), \
@@ -67,6 +69,7 @@ pub(crate) struct Problem {
 }
 
 /// The media type of [`Problem::body`].
+#[cfg_attr(not(any(feature = "axum", feature = "actix")), allow(dead_code))]
 pub(crate) const PROBLEM_JSON: &str = "application/problem+json";
 
 /// The detail of a backend failure: the cause is logged, never sent.
@@ -86,8 +89,7 @@ impl Problem {
                 detail: (*message).to_owned(),
             },
             RateLimitError::MissingIdentity { limit_type } => {
-                let detail =
-                    missing_identity(*limit_type, RequestContext::current(), integration);
+                let detail = missing_identity(*limit_type, RequestContext::current(), integration);
                 tracing::error!(target: "redis_ratelimit", "{detail}");
                 Problem {
                     status: 500,
@@ -105,6 +107,7 @@ impl Problem {
     }
 
     /// The reason phrase of the statuses a problem has.
+    #[cfg_attr(not(any(feature = "axum", feature = "actix")), allow(dead_code))]
     fn title(&self) -> &'static str {
         match self.status {
             429 => "Too Many Requests",
@@ -115,6 +118,7 @@ impl Problem {
     }
 
     /// `{"type":"about:blank","title":...,"status":...,"detail":...}`.
+    #[cfg_attr(not(any(feature = "axum", feature = "actix")), allow(dead_code))]
     pub(crate) fn body(&self) -> String {
         let mut body = String::with_capacity(96 + self.detail.len());
         body.push_str(r#"{"type":"about:blank","title":"#);
@@ -168,6 +172,8 @@ pub(crate) fn missing_identity(
     format!("rate limit misconfigured: limit_type = {limit_type} needs {what}, but {why}")
 }
 
+// HTTP bodies only; gRPC carries the detail as the status message.
+#[cfg_attr(not(any(feature = "axum", feature = "actix")), allow(dead_code))]
 fn push_json_string(out: &mut String, text: &str) {
     out.push('"');
     for c in text.chars() {
