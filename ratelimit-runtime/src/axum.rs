@@ -42,7 +42,7 @@
 //! - the **user id**: what the [`user_id`](RateLimitLayer::user_id) closure returns;
 //! - whether it is **exempt**: what the [`exempt`](RateLimitLayer::exempt) closure returns
 //!   (guarded calls then skip the check: for callers the application trusts, such as a
-//!   health checker; see [`RequestContext::with_exempt`]).
+//!   health checker; see [`RequestContext::with_exempt`](crate::RequestContext::with_exempt)).
 //!
 //! Without the layer, or without what a guard needs from it, the guard refuses the call with
 //! `MissingIdentity`, which answers `500` with a body saying what is missing.
