@@ -31,12 +31,19 @@ pub use ratelimit_runtime::{
     REDIS_URL_ENV,
 };
 
+#[cfg(feature = "actix")]
+pub use ratelimit_runtime::actix;
 #[cfg(feature = "axum")]
 pub use ratelimit_runtime::axum;
+#[cfg(feature = "tonic")]
+pub use ratelimit_runtime::tonic;
+#[cfg(feature = "tower")]
+pub use ratelimit_runtime::tower;
 
 /// What `#[rate_limiter]` expands to refers to. Not public API.
 #[doc(hidden)]
 pub mod __private {
     pub use ratelimit_runtime::site::{CallSite, SiteConfig};
+    pub use ratelimit_runtime::RequestContext;
     pub use ratelimit_runtime::{global, Algorithm, LimitType, Limiter, RateLimitError, Rule};
 }

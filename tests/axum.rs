@@ -230,6 +230,28 @@ backend_tests! {
         assert_eq!(header(&again, "retry-after"), Some("5"));
     }
 
+    async fn exempt_requests_are_never_counted() {
+        // The "health checker" is the peer 127.0.0.3.
+        let layer = axum_server::rate_limit_layer().exempt(|req: &axum::extract::Request| {
+            req.extensions()
+                .get::<axum::extract::ConnectInfo<SocketAddr>>()
+                .is_some_and(|info| info.0.ip() == IpAddr::from([127, 0, 0, 3]))
+        });
+        let base = serve(axum_server::app(support::limiter(), layer), "127.0.0.1").await;
+        let checker = client_from("127.0.0.3");
+        for _ in 0..3 {
+            let response = send_code(&checker, &base, &[]).await;
+            assert_eq!(response.status(), StatusCode::OK);
+            assert_eq!(header(&response, "ratelimit"), None);
+        }
+        let other = client_from("127.0.0.4");
+        assert_eq!(send_code(&other, &base, &[]).await.status(), StatusCode::OK);
+        assert_eq!(
+            send_code(&other, &base, &[]).await.status(),
+            StatusCode::TOO_MANY_REQUESTS
+        );
+    }
+
     async fn routes_without_the_layer_answer_500_saying_so() {
         let base = serve(axum_server::routes(support::limiter()), "127.0.0.1").await;
         let client = client_from("127.0.0.1");

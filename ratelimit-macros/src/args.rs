@@ -399,8 +399,8 @@ impl RawArgs {
                     "#[rate_limiter] on a function that does not return a `Result` needs \
                      `on_limit = path`, a `fn(RateLimitError) -> T` giving what a limited call \
                      returns; or return a `Result` whose error type implements \
-                     `From<RateLimitError>` (the return type's last path segment must be, or \
-                     end with, `Result`)",
+                     `From<RateLimitError>` (only `Result<..>` and `path::Result<..>` are \
+                     taken for a `Result`)",
                 ));
                 None
             }

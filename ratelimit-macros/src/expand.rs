@@ -5,9 +5,10 @@ use quote::{quote, quote_spanned};
 use syn::spanned::Spanned as _;
 
 use crate::args::{Args, Limited, Rule};
-use crate::item::ItemFn;
+use crate::item::{AsyncTrait, ItemFn};
 
-/// The function with the guard prepended to its body.
+/// The function with the guard prepended to its body (for a method `#[async_trait]` has
+/// rewritten, to the async block its body returns).
 pub fn expand(args: &Args, item: &ItemFn) -> TokenStream {
     let ItemFn {
         outer_attrs,
@@ -15,8 +16,25 @@ pub fn expand(args: &Args, item: &ItemFn) -> TokenStream {
         sig,
         inner_attrs,
         body,
+        async_trait,
     } = item;
     let guard = guard(args);
+    if let Some(async_trait) = async_trait {
+        // The function only builds the future; the check belongs in the future, before
+        // what it runs, and a limited call returns from the async block.
+        let mut body = async_trait.body.clone();
+        let block = AsyncTrait::async_block(&mut body, async_trait.block_at);
+        let guard: syn::Stmt = syn::parse2(guard).expect("the guard is a block");
+        block.block.stmts.insert(0, guard);
+        let stmts = &body.stmts;
+        return quote! {
+            #(#outer_attrs)*
+            #vis #sig {
+                #(#inner_attrs)*
+                #(#stmts)*
+            }
+        };
+    }
     // The body keeps a block of its own, so that it reads exactly as written: its items
     // and statements come first in their block, as they did.
     quote! {
@@ -110,6 +128,13 @@ fn guard(args: &Args) -> TokenStream {
             }
         },
         None => check,
+    };
+    // An exempt request (the application's decision, e.g. a health checker) skips
+    // everything: no identity is needed, nothing is counted or refused.
+    let check = quote! {
+        if !#private::RequestContext::current_is_exempt() {
+            #check
+        }
     };
 
     quote! {
@@ -251,6 +276,51 @@ mod tests {
         assert!(guard.contains("Algorithm :: TokenBucket"), "{guard}");
         assert!(guard.contains("LimitType :: Global"), "{guard}");
         assert!(guard.contains("key_from_context"), "{guard}");
+        assert!(
+            guard.contains("if ! :: facade :: __private :: RequestContext :: current_is_exempt ()"),
+            "{guard}"
+        );
+    }
+
+    #[test]
+    fn under_async_trait_the_guard_goes_first_in_the_boxed_async_block() {
+        let out = expand_str(
+            quote!(rules("1/s"), limit_type = GLOBAL),
+            quote!(
+                fn go<'life0, 'async_trait>(
+                    &'life0 self,
+                ) -> ::core::pin::Pin<
+                    Box<dyn ::core::future::Future<Output = Result<u8, E>> + Send + 'async_trait>,
+                >
+                where
+                    'life0: 'async_trait,
+                {
+                    Box::pin(async move {
+                        let __self = self;
+                        let __ret: Result<u8, E> = { Ok(1) };
+                        __ret
+                    })
+                }
+            ),
+        );
+        let expanded: syn::ItemFn = syn::parse_str(&out).unwrap();
+        let [syn::Stmt::Expr(syn::Expr::Call(call), None)] = &expanded.block.stmts[..] else {
+            panic!("expected only Box::pin(..): {out}");
+        };
+        let syn::Expr::Async(block) = &call.args[0] else {
+            panic!("expected an async block: {out}");
+        };
+        let stmts = &block.block.stmts;
+        assert_eq!(stmts.len(), 4, "{out}");
+        let guard = &stmts[0];
+        let guard = quote!(#guard).to_string();
+        assert!(guard.contains("static __RATELIMIT_SITE"), "{guard}");
+        assert!(
+            guard.contains("return :: core :: result :: Result :: Err"),
+            "{guard}"
+        );
+        let first = &stmts[1];
+        assert_eq!(quote!(#first).to_string(), "let __self = self ;");
     }
 
     #[test]

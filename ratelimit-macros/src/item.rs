@@ -4,8 +4,8 @@ use proc_macro2::{Span, TokenStream};
 use syn::parse::{Parse, ParseStream};
 use syn::spanned::Spanned as _;
 use syn::{
-    braced, Attribute, GenericArgument, PathArguments, ReturnType, Signature, Token, Type,
-    Visibility,
+    braced, Attribute, Block, Expr, ExprAsync, GenericArgument, PathArguments, ReturnType,
+    Signature, Stmt, Token, Type, TypeParamBound, Visibility,
 };
 
 use crate::args::Errors;
@@ -19,6 +19,123 @@ pub struct ItemFn {
     pub inner_attrs: Vec<Attribute>,
     /// The statements of the body, untouched.
     pub body: TokenStream,
+    /// Set when the function is an `async fn` that `#[async_trait]` has already rewritten.
+    pub async_trait: Option<AsyncTrait>,
+}
+
+/// An `async fn` of a trait impl as `#[async_trait]` leaves it, the attribute being written
+/// below `#[async_trait]`: not `async`, returning
+/// `Pin<Box<dyn Future<Output = R> + Send + 'async_trait>>`, its body ending in
+/// `Box::pin(async move { ... })`. The guard goes first in that async block, and a limited
+/// call returns an `R` from it.
+///
+/// The shape is recognised as tracing-attributes recognises it (async-trait 0.1.44 and
+/// later): the last expression statement of the body is an async block, possibly inside a
+/// call whose path ends in `Box::pin`.
+pub struct AsyncTrait {
+    /// The whole body, parsed, with the async block to guard at `stmts[block_at]`.
+    pub body: Block,
+    pub block_at: usize,
+    /// `R`, what the async block returns.
+    pub output: Type,
+}
+
+impl AsyncTrait {
+    /// The async block to guard, inside the body.
+    pub fn async_block(body: &mut Block, at: usize) -> &mut ExprAsync {
+        match &mut body.stmts[at] {
+            Stmt::Expr(expr, _) => async_block_of(expr).expect("recognised when parsed"),
+            _ => unreachable!("recognised when parsed"),
+        }
+    }
+
+    fn recognise(sig: &Signature, body: &TokenStream) -> Option<AsyncTrait> {
+        if sig.asyncness.is_some() {
+            return None;
+        }
+        let ReturnType::Type(_, ty) = &sig.output else {
+            return None;
+        };
+        let output = boxed_future_output(ty)?.clone();
+        let mut body: Block = syn::parse2(quote::quote!({ #body })).ok()?;
+        let block_at = body
+            .stmts
+            .iter_mut()
+            .rposition(|stmt| matches!(stmt, Stmt::Expr(..)))?;
+        match &mut body.stmts[block_at] {
+            Stmt::Expr(expr, None) => async_block_of(expr)?,
+            _ => return None,
+        };
+        Some(AsyncTrait {
+            body,
+            block_at,
+            output,
+        })
+    }
+}
+
+/// `async move { ... }` or `Box::pin(async move { ... })`.
+fn async_block_of(expr: &mut Expr) -> Option<&mut ExprAsync> {
+    match expr {
+        Expr::Async(block) => Some(block),
+        Expr::Call(call) if call.args.len() == 1 => {
+            let Expr::Path(func) = &*call.func else {
+                return None;
+            };
+            let mut segments = func.path.segments.iter().rev();
+            let (pin, boxed) = (segments.next()?, segments.next()?);
+            if pin.ident != "pin" || boxed.ident != "Box" {
+                return None;
+            }
+            match call.args.first_mut()? {
+                Expr::Async(block) => Some(block),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+/// `R` of `Pin<Box<dyn Future<Output = R> + ...>>` (any paths to `Pin`, `Box`, `Future`).
+fn boxed_future_output(ty: &Type) -> Option<&Type> {
+    let boxed = only_type_argument(ty, "Pin")?;
+    let Type::TraitObject(object) = only_type_argument(boxed, "Box")? else {
+        return None;
+    };
+    object.bounds.iter().find_map(|bound| {
+        let TypeParamBound::Trait(bound) = bound else {
+            return None;
+        };
+        let future = bound.path.segments.last()?;
+        if future.ident != "Future" {
+            return None;
+        }
+        let PathArguments::AngleBracketed(args) = &future.arguments else {
+            return None;
+        };
+        args.args.iter().find_map(|arg| match arg {
+            GenericArgument::AssocType(assoc) if assoc.ident == "Output" => Some(&assoc.ty),
+            _ => None,
+        })
+    })
+}
+
+/// `T` of `name<T>` (a path ending in `name` with one type argument).
+fn only_type_argument<'a>(ty: &'a Type, name: &str) -> Option<&'a Type> {
+    let Type::Path(path) = ty else {
+        return None;
+    };
+    let last = path.path.segments.last()?;
+    if last.ident != name {
+        return None;
+    }
+    match &last.arguments {
+        PathArguments::AngleBracketed(args) if args.args.len() == 1 => match args.args.first() {
+            Some(GenericArgument::Type(ty)) => Some(ty),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 impl Parse for ItemFn {
@@ -44,20 +161,22 @@ impl Parse for ItemFn {
         braced!(content in input);
         let inner_attrs = content.call(Attribute::parse_inner)?;
         let body = content.parse()?;
+        let async_trait = AsyncTrait::recognise(&sig, &body);
         Ok(ItemFn {
             outer_attrs,
             vis,
             sig,
             inner_attrs,
             body,
+            async_trait,
         })
     }
 }
 
 /// What a limited call returns, read from the signature.
 pub enum Returns {
-    /// A `Result` (by name): `Err(From::from(err))`, spanned at the given error type, or at
-    /// the whole type when the error type is not written out (`io::Result<T>`).
+    /// A `Result`: `Err(From::from(err))`, spanned at the given error type, or at the whole
+    /// type when the error type is not written out (`io::Result<T>`).
     Result { error_span: Span },
     /// Anything else: only `on_limit` can produce it.
     Other,
@@ -80,7 +199,7 @@ impl ItemFn {
                  that it calls instead",
             ));
         }
-        if sig.asyncness.is_none() {
+        if sig.asyncness.is_none() && self.async_trait.is_none() {
             errors.push(syn::Error::new_spanned(
                 sig.fn_token,
                 "#[rate_limiter] needs an `async fn`: the check is a (possibly remote) call \
@@ -92,6 +211,10 @@ impl ItemFn {
     /// The error to report when the function cannot return a limited call's error: its
     /// return type is not a `Result` and there is no `on_limit`.
     pub fn returns(&self) -> Returns {
+        if let Some(async_trait) = &self.async_trait {
+            return result_error_span(&async_trait.output)
+                .map_or(Returns::Other, |error_span| Returns::Result { error_span });
+        }
         match &self.sig.output {
             ReturnType::Type(_, ty) => result_error_span(ty)
                 .map_or(Returns::Other, |error_span| Returns::Result { error_span }),
@@ -102,6 +225,9 @@ impl ItemFn {
     /// Where "no `on_limit` for a non-`Result` return" is reported: the return type, or the
     /// function's name when it returns `()` implicitly.
     pub fn return_type_span(&self) -> Span {
+        if let Some(async_trait) = &self.async_trait {
+            return async_trait.output.span();
+        }
         match &self.sig.output {
             ReturnType::Type(_, ty) => ty.span(),
             ReturnType::Default => self.sig.ident.span(),
@@ -109,24 +235,31 @@ impl ItemFn {
     }
 }
 
-/// `Some(span of the error type)` when `ty` is a `Result` by name: its last path segment is
-/// `Result` or ends with `Result` (`io::Result<T>`, `ApiResult<T>`).
+/// `Some(span of the error type)` when `ty` is a `Result`: `Result<..>` or a path ending in
+/// `::Result<..>` (`std::result::Result<T, E>`, `io::Result<T>`, `anyhow::Result<T>`).
+///
+/// Only the name `Result` itself counts, with its type arguments written: a type whose
+/// name merely ends in `Result` (a `QueryResult` struct) is not taken for one, since
+/// nothing but the name is known here, and an `Err(..)` of the wrong type would be a
+/// confusing error. Any other return type, an alias like `ApiResult<T>` included, needs
+/// `on_limit`.
 fn result_error_span(ty: &Type) -> Option<Span> {
     match ty {
         Type::Group(group) => result_error_span(&group.elem),
         Type::Paren(paren) => result_error_span(&paren.elem),
         Type::Path(path) if path.qself.is_none() => {
             let last = path.path.segments.last()?;
-            if !last.ident.to_string().ends_with("Result") {
+            if last.ident != "Result" {
                 return None;
             }
-            let error = match &last.arguments {
-                PathArguments::AngleBracketed(args) if args.args.len() == 2 => {
-                    match args.args.last() {
-                        Some(GenericArgument::Type(error)) => Some(error.span()),
-                        _ => None,
-                    }
-                }
+            let PathArguments::AngleBracketed(args) = &last.arguments else {
+                return None;
+            };
+            let error = match args.args.len() {
+                2 => match args.args.last() {
+                    Some(GenericArgument::Type(error)) => Some(error.span()),
+                    _ => None,
+                },
                 _ => None,
             };
             Some(error.unwrap_or_else(|| ty.span()))
@@ -145,14 +278,20 @@ mod tests {
     }
 
     #[test]
-    fn results_are_recognised_by_their_last_segment() {
+    fn only_result_and_paths_ending_in_result_are_results() {
         assert!(is_result(parse_quote!(Result<(), E>)));
         assert!(is_result(
             parse_quote!(::std::result::Result<u8, Box<dyn std::error::Error>>)
         ));
         assert!(is_result(parse_quote!(io::Result<u8>)));
-        assert!(is_result(parse_quote!(ApiResult<u8>)));
+        assert!(is_result(parse_quote!(anyhow::Result<u8>)));
         assert!(is_result(parse_quote!((Result<u8, E>))));
+        // Names that merely end in `Result` are other types.
+        assert!(!is_result(parse_quote!(QueryResult)));
+        assert!(!is_result(parse_quote!(db::QueryResult<Row>)));
+        assert!(!is_result(parse_quote!(ApiResult<u8>)));
+        // `Result` without its arguments is not known to be one.
+        assert!(!is_result(parse_quote!(Result)));
         assert!(!is_result(parse_quote!(Option<u8>)));
         assert!(!is_result(parse_quote!(ResultSet)));
         assert!(!is_result(parse_quote!(())));
@@ -160,6 +299,55 @@ mod tests {
         assert!(!is_result(parse_quote!(
             impl Future<Output = Result<u8, E>>
         )));
+    }
+
+    #[test]
+    fn the_async_trait_shape_is_recognised_with_its_output() {
+        let item: ItemFn = parse_quote! {
+            fn go<'life0, 'async_trait>(
+                &'life0 self,
+            ) -> ::core::pin::Pin<Box<
+                dyn ::core::future::Future<Output = Result<u8, E>> + ::core::marker::Send + 'async_trait,
+            >>
+            where
+                'life0: 'async_trait,
+                Self: 'async_trait,
+            {
+                Box::pin(async move {
+                    let __self = self;
+                    let __ret: Result<u8, E> = { Ok(1) };
+                    #[allow(unreachable_code)]
+                    __ret
+                })
+            }
+        };
+        let async_trait = item.async_trait.as_ref().expect("recognised");
+        assert_eq!(async_trait.block_at, 0);
+        let output = &async_trait.output;
+        assert_eq!(quote::quote!(#output).to_string(), "Result < u8 , E >");
+        assert!(matches!(item.returns(), Returns::Result { .. }));
+    }
+
+    #[test]
+    fn other_non_async_functions_are_not_taken_for_async_trait() {
+        let not_boxed: ItemFn = parse_quote! {
+            fn go(&self) -> Pin<Box<dyn Future<Output = u8> + Send>> {
+                make()
+            }
+        };
+        assert!(not_boxed.async_trait.is_none());
+        let not_a_future: ItemFn = parse_quote! {
+            fn go(&self) -> Box<u8> {
+                Box::pin(async move { 1 })
+            }
+        };
+        assert!(not_a_future.async_trait.is_none());
+        let plain: ItemFn = parse_quote! {
+            fn go(&self) -> u8 {
+                1
+            }
+        };
+        assert!(plain.async_trait.is_none());
     }
 
     #[test]

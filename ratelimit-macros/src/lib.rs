@@ -37,6 +37,38 @@ use crate::item::ItemFn;
 /// other attributes and visibility are kept as written, and the returned future is `Send`
 /// whenever the body's is.
 ///
+/// On a trait impl's method under `#[async_trait]`, write it below `#[async_trait]`'s (on
+/// the method, as with tracing's `#[instrument]`): the check then runs in the boxed future
+/// the method returns, when it is awaited.
+///
+/// ```
+/// use async_trait::async_trait;
+/// use redis_ratelimit::{rate_limiter, RateLimitError};
+///
+/// #[async_trait]
+/// trait Codes {
+///     async fn send(&self, phone: &str) -> Result<(), RateLimitError>;
+/// }
+///
+/// struct Sms;
+///
+/// #[async_trait]
+/// impl Codes for Sms {
+///     #[rate_limiter(rules("1/minute"), limit_type = CUSTOM, by = phone)]
+///     async fn send(&self, phone: &str) -> Result<(), RateLimitError> {
+///         Ok(())
+///     }
+/// }
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// # Sms.send("+1 555 0100").await.unwrap();
+/// # assert!(Sms.send("+1 555 0100").await.is_err());
+/// # }
+/// ```
+///
+/// A request the application marked exempt
+/// ([`RequestContext::with_exempt`](https://docs.rs/redis-ratelimit/*/redis_ratelimit/struct.RequestContext.html#method.with_exempt))
+/// skips the check entirely.
+///
 /// # Arguments
 ///
 /// All are optional, but at least one rule or `prevent_duplicate = true` is required.
@@ -74,8 +106,10 @@ use crate::item::ItemFn;
 /// ([`RateLimitError::Backend`]), the function returns `Err(From::from(err))`, so any error
 /// type with `From<RateLimitError>` works: `RateLimitError` itself,
 /// `Box<dyn Error + Send + Sync>`, `anyhow::Error`, or your own. The return type counts as a
-/// `Result` when its last path segment is `Result` or ends in `Result` (`Result<T, E>`,
-/// `io::Result<T>`, `ApiResult<T>`); any other return type needs `on_limit`, whose result is
+/// `Result` only when it is written `Result<..>` or `path::Result<..>` (`Result<T, E>`,
+/// `std::result::Result<T, E>`, `anyhow::Result<T>`, an alias `api::Result<T>` of yours):
+/// a type whose name merely ends in `Result` (a `QueryResult` struct, an `ApiResult<T>`
+/// alias) is not taken for one. Any other return type needs `on_limit`, whose result is
 /// returned instead:
 ///
 /// ```

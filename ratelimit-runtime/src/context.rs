@@ -32,6 +32,7 @@ tokio::task_local! {
 pub struct RequestContext {
     ip: Option<IpAddr>,
     user_id: Option<Arc<str>>,
+    exempt: bool,
 }
 
 impl RequestContext {
@@ -52,6 +53,44 @@ impl RequestContext {
         self
     }
 
+    /// Marks the request exempt (or not): guarded calls made while serving it skip the
+    /// check entirely: nothing is counted, no identity is needed, nothing is refused, and
+    /// no backend is asked.
+    ///
+    /// Exempting is the application's decision, for callers it trusts (a health checker, an
+    /// internal job): anyone who can make a request look exempt bypasses every limit, so
+    /// decide from what a client cannot forge (the peer address of your own network, an
+    /// authenticated role), never from a header or a path alone.
+    ///
+    /// ```
+    /// use redis_ratelimit::context::{self, RequestContext};
+    /// use redis_ratelimit::{rate_limiter, RateLimitError};
+    ///
+    /// #[rate_limiter(rules("1/minute"), limit_type = GLOBAL)]
+    /// async fn report() -> Result<(), RateLimitError> {
+    ///     Ok(())
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let internal = RequestContext::new().with_exempt(true);
+    /// for _ in 0..3 {
+    ///     context::scope(internal.clone(), report()).await.unwrap();
+    /// }
+    /// report().await.unwrap(); // the budget is still whole
+    /// assert!(report().await.is_err());
+    /// # }
+    /// ```
+    pub fn with_exempt(mut self, exempt: bool) -> Self {
+        self.exempt = exempt;
+        self
+    }
+
+    /// Whether guarded calls skip the check for this request (see
+    /// [`with_exempt`](Self::with_exempt)).
+    pub fn is_exempt(&self) -> bool {
+        self.exempt
+    }
+
     /// The client IP, if known.
     pub fn ip(&self) -> Option<IpAddr> {
         self.ip
@@ -67,6 +106,13 @@ impl RequestContext {
         CURRENT.try_with(Clone::clone).ok()
     }
 
+    /// Whether the current task's context is [exempt](Self::with_exempt): what a guarded
+    /// call asks before anything else. Not public API: for `#[rate_limiter]`'s expansion.
+    #[doc(hidden)]
+    pub fn current_is_exempt() -> bool {
+        CURRENT.try_with(|ctx| ctx.exempt).unwrap_or(false)
+    }
+
     /// Reads the current context without cloning it; `None` outside any scope.
     pub(crate) fn with_current<R>(f: impl FnOnce(&RequestContext) -> R) -> Option<R> {
         CURRENT.try_with(f).ok()
@@ -79,7 +125,7 @@ pub async fn scope<F: Future>(ctx: RequestContext, fut: F) -> F::Output {
 }
 
 /// [`scope`] as a nameable future, for a layer's own future type.
-#[cfg(feature = "axum")]
+#[cfg(any(feature = "tower", feature = "actix"))]
 pub(crate) fn scope_future<F: Future>(
     ctx: RequestContext,
     fut: F,
@@ -126,7 +172,7 @@ impl DecisionSlot {
     }
 
     /// The kept decision, if any guarded call decided.
-    #[cfg(feature = "axum")]
+    #[cfg(any(feature = "tower", feature = "actix"))]
     pub(crate) fn take(&self) -> Option<SiteDecision> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
     }
@@ -138,7 +184,7 @@ pub(crate) fn record(decision: SiteDecision) {
 }
 
 /// Runs `fut` so that the decisions of its guarded calls land in `slot`.
-#[cfg(feature = "axum")]
+#[cfg(any(feature = "tower", feature = "actix"))]
 pub(crate) fn recording<F: Future>(
     slot: Arc<DecisionSlot>,
     fut: F,

@@ -6,6 +6,8 @@
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "actix")]
+pub mod actix;
 mod algorithm;
 #[cfg(feature = "axum")]
 pub mod axum;
@@ -21,6 +23,12 @@ mod limiter;
 mod rule;
 #[doc(hidden)]
 pub mod site;
+#[cfg(feature = "tonic")]
+pub mod tonic;
+#[cfg(feature = "tower")]
+pub mod tower;
+#[cfg(any(feature = "tower", feature = "actix"))]
+mod web;
 
 pub use algorithm::Algorithm;
 pub use context::RequestContext;

@@ -31,7 +31,11 @@ impl fmt::Display for ApiError {
 
 impl Error for ApiError {}
 
-pub type ApiResult<T> = Result<T, ApiError>;
+/// An alias is taken for a `Result` when it is named `Result` (`api::Result<T>`, like
+/// `io::Result<T>`); any other name needs `on_limit`.
+pub mod api {
+    pub type Result<T> = std::result::Result<T, super::ApiError>;
+}
 
 #[rate_limiter(rules("10/minute"), limit_type = GLOBAL)]
 async fn own_error(found: bool) -> Result<u8, ApiError> {
@@ -43,7 +47,7 @@ async fn own_error(found: bool) -> Result<u8, ApiError> {
 }
 
 #[rate_limiter(rules("10/minute"), limit_type = GLOBAL)]
-async fn alias() -> ApiResult<u8> {
+async fn alias() -> api::Result<u8> {
     Ok(1)
 }
 

@@ -1,49 +1,132 @@
-//! The tower layer: fills the request context, then describes the decision on the response.
+//! tower integration (feature `tower`; `axum` and `tonic` enable it): a [`Layer`] over
+//! `http::Request` that tells guarded handlers who is calling and describes their decision
+//! in the response's `RateLimit-Policy` / `RateLimit` headers. It serves axum, tonic, and
+//! hyper or any other tower stack alike.
+//!
+//! The peer address is read from the request's extensions, first found of:
+//!
+//! 1. [`PeerAddr`], inserted by your own code (a hyper server, a test, a custom acceptor);
+//! 2. axum's `ConnectInfo<SocketAddr>` (feature `axum`; serve the app with
+//!    `into_make_service_with_connect_info::<SocketAddr>()`);
+//! 3. tonic's `TcpConnectInfo` (feature `tonic`; `tonic::transport::Server` inserts it).
+//!
+//! With hyper, insert [`PeerAddr`] for each connection:
+//!
+//! ```
+//! # use ratelimit_runtime as redis_ratelimit; // the facade re-exports it with feature `tower`
+//! use std::net::SocketAddr;
+//!
+//! use http::Request;
+//! use redis_ratelimit::tower::{PeerAddr, RateLimitLayer};
+//! use tower::{service_fn, Layer, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let app = service_fn(|_req: Request<String>| async {
+//!     let ip = redis_ratelimit::RequestContext::current().and_then(|ctx| ctx.ip());
+//!     Ok::<_, std::convert::Infallible>(http::Response::new(format!("{ip:?}")))
+//! });
+//! let service = RateLimitLayer::new().layer(app);
+//!
+//! // Per connection, where the peer address is known:
+//! let peer: SocketAddr = "203.0.113.9:50000".parse().unwrap();
+//! let mut req = Request::new(String::new());
+//! req.extensions_mut().insert(PeerAddr(peer));
+//! let response = service.oneshot(req).await.unwrap();
+//! assert_eq!(response.body(), "Some(203.0.113.9)");
+//! # }
+//! ```
 
 use std::fmt;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
-use ::axum::extract::{ConnectInfo, Request};
-use ::axum::http::Response;
+use http::{HeaderMap, Request, Response, StatusCode};
 use tokio::task::futures::TaskLocalFuture;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::client_ip::{ClientIpConfig, InvalidProxyNet, IpNet, ProxyHeader};
-use super::headers;
 use crate::context::{self, DecisionSlot, RequestContext};
+use crate::web::client_ip::ClientIpConfig;
+use crate::web::fields::{self, FieldSink};
+pub use crate::web::{InvalidProxyNet, ProxyHeader};
 
-type UserIdFn = dyn Fn(&Request) -> Option<Arc<str>> + Send + Sync;
+/// The peer address of a request's connection, for servers that do not record one in a
+/// form the layer knows (axum's `ConnectInfo`, tonic's `TcpConnectInfo`): insert it into
+/// the request's extensions before the layer runs. It wins over the others.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PeerAddr(pub SocketAddr);
 
-/// A tower [`Layer`] that runs each request inside a [`RequestContext`], so that
+type UserIdFn<B> = dyn Fn(&Request<B>) -> Option<Arc<str>> + Send + Sync;
+type ExemptFn<B> = dyn Fn(&Request<B>) -> bool + Send + Sync;
+
+/// A tower [`Layer`] that runs each `http::Request<B>` inside a [`RequestContext`], so that
 /// `limit_type = IP` and `USER_ID` guards in its handlers know the caller, and that puts the
-/// guards' decision into `RateLimit-Policy` / `RateLimit` response headers.
+/// guards' decision into `RateLimit-Policy` / `RateLimit` response headers (and
+/// `Retry-After` on a 429 that lacks it).
 ///
-/// - **Client IP**: the peer address from [`ConnectInfo<SocketAddr>`] (serve the app with
-///   `into_make_service_with_connect_info::<SocketAddr>()`). Proxy headers are read only
-///   when the peer is a [trusted proxy](Self::trust_proxies). IPv4-mapped IPv6 addresses
-///   count as IPv4; IPv6 clients are counted per [network](Self::ipv6_prefix) (`/64`).
+/// - **Client IP**: the peer address (see the [module docs](self) for where it is read).
+///   Proxy headers are read only when the peer is a [trusted proxy](Self::trust_proxies).
+///   IPv4-mapped IPv6 addresses count as IPv4; IPv6 clients are counted per
+///   [network](Self::ipv6_prefix) (`/64`).
 /// - **User id**: what the [`user_id`](Self::user_id) closure finds in the request.
+/// - **Exemption**: requests the [`exempt`](Self::exempt) closure picks skip every guard.
 ///
-/// Clones share one configuration. See the [module docs](super) for an example.
-#[derive(Clone, Default)]
-pub struct RateLimitLayer {
-    config: Arc<Config>,
+/// `B` is the request body type: `axum::body::Body` for axum (named
+/// `redis_ratelimit::axum::RateLimitLayer`), `tonic::body::Body` for tonic
+/// (`redis_ratelimit::tonic::RateLimitLayer`), `hyper::body::Incoming` for hyper. Clones
+/// share one configuration.
+pub struct RateLimitLayer<B> {
+    config: Arc<Config<B>>,
 }
 
-#[derive(Clone, Default)]
-struct Config {
+struct Config<B> {
     client_ip: ClientIpConfig,
-    user_id: Option<Arc<UserIdFn>>,
+    user_id: Option<Arc<UserIdFn<B>>>,
+    exempt: Option<Arc<ExemptFn<B>>>,
 }
 
-impl RateLimitLayer {
-    /// A layer taking the client IP from the peer address, with no trusted proxies and no
-    /// user id.
+impl<B> Clone for Config<B> {
+    fn clone(&self) -> Self {
+        Config {
+            client_ip: self.client_ip.clone(),
+            user_id: self.user_id.clone(),
+            exempt: self.exempt.clone(),
+        }
+    }
+}
+
+impl<B> Default for Config<B> {
+    fn default() -> Self {
+        Config {
+            client_ip: ClientIpConfig::default(),
+            user_id: None,
+            exempt: None,
+        }
+    }
+}
+
+impl<B> Clone for RateLimitLayer<B> {
+    fn clone(&self) -> Self {
+        RateLimitLayer {
+            config: Arc::clone(&self.config),
+        }
+    }
+}
+
+impl<B> Default for RateLimitLayer<B> {
+    fn default() -> Self {
+        RateLimitLayer {
+            config: Arc::new(Config::default()),
+        }
+    }
+}
+
+impl<B> RateLimitLayer<B> {
+    /// A layer taking the client IP from the peer address, with no trusted proxies, no
+    /// user id and no exemption.
     pub fn new() -> Self {
         Self::default()
     }
@@ -88,11 +171,7 @@ impl RateLimitLayer {
         I: IntoIterator,
         I::Item: AsRef<str>,
     {
-        let parsed = networks
-            .into_iter()
-            .map(|net| IpNet::parse(net.as_ref()))
-            .collect::<Result<Vec<_>, _>>()?;
-        self.config_mut().client_ip.trusted.extend(parsed);
+        self.config_mut().client_ip.trust(networks)?;
         Ok(self)
     }
 
@@ -114,11 +193,9 @@ impl RateLimitLayer {
     ///
     /// When `bits` is over 128.
     pub fn ipv6_prefix(mut self, bits: u8) -> Self {
-        assert!(
-            bits <= 128,
-            "RateLimitLayer::ipv6_prefix: an IPv6 prefix has at most 128 bits, not {bits}"
-        );
-        self.config_mut().client_ip.ipv6_prefix = bits;
+        self.config_mut()
+            .client_ip
+            .set_ipv6_prefix(bits, "RateLimitLayer::ipv6_prefix");
         self
     }
 
@@ -140,37 +217,91 @@ impl RateLimitLayer {
     /// ```
     pub fn user_id<F, U>(mut self, user_id: F) -> Self
     where
-        F: Fn(&Request) -> Option<U> + Send + Sync + 'static,
+        F: Fn(&Request<B>) -> Option<U> + Send + Sync + 'static,
         U: Into<Arc<str>>,
     {
-        self.config_mut().user_id =
-            Some(Arc::new(move |req: &Request| user_id(req).map(Into::into)));
+        self.config_mut().user_id = Some(Arc::new(move |req: &Request<B>| {
+            user_id(req).map(Into::into)
+        }));
         self
     }
 
-    fn config_mut(&mut self) -> &mut Config {
+    /// Which requests are exempt: guarded calls made while serving them skip the check
+    /// (see [`RequestContext::with_exempt`]). The closure runs once per request.
+    ///
+    /// Exempting is the application's decision: an exempt request is not counted and never
+    /// refused, so anyone who can make a request look exempt bypasses every limit. Decide
+    /// from what a client cannot forge, such as the peer address of your monitoring network
+    /// or a role your authentication set, never from a header or a path alone.
+    ///
+    /// ```
+    /// # use ratelimit_runtime as redis_ratelimit; // the facade re-exports it with feature `axum`
+    /// use std::net::SocketAddr;
+    ///
+    /// use axum::extract::{ConnectInfo, Request};
+    /// use redis_ratelimit::axum::RateLimitLayer;
+    ///
+    /// // The health checker calls from 10.1.0.5.
+    /// let layer = RateLimitLayer::new().exempt(|req: &Request| {
+    ///     req.extensions()
+    ///         .get::<ConnectInfo<SocketAddr>>()
+    ///         .is_some_and(|ConnectInfo(peer)| peer.ip() == std::net::IpAddr::from([10, 1, 0, 5]))
+    /// });
+    /// ```
+    pub fn exempt<F>(mut self, exempt: F) -> Self
+    where
+        F: Fn(&Request<B>) -> bool + Send + Sync + 'static,
+    {
+        self.config_mut().exempt = Some(Arc::new(exempt));
+        self
+    }
+
+    fn config_mut(&mut self) -> &mut Config<B> {
         Arc::make_mut(&mut self.config)
     }
 }
 
-impl Config {
-    fn context_of(&self, req: &Request) -> RequestContext {
-        let peer = req
-            .extensions()
-            .get::<ConnectInfo<SocketAddr>>()
-            .map(|ConnectInfo(addr)| addr.ip());
+/// The peer address of a request, from the first extension that records one.
+fn peer_of<B>(req: &Request<B>) -> Option<IpAddr> {
+    let extensions = req.extensions();
+    if let Some(PeerAddr(addr)) = extensions.get::<PeerAddr>() {
+        return Some(addr.ip());
+    }
+    #[cfg(feature = "axum")]
+    if let Some(::axum::extract::ConnectInfo(addr)) =
+        extensions.get::<::axum::extract::ConnectInfo<SocketAddr>>()
+    {
+        return Some(addr.ip());
+    }
+    #[cfg(feature = "tonic")]
+    if let Some(addr) = extensions
+        .get::<::tonic::transport::server::TcpConnectInfo>()
+        .and_then(|info| info.remote_addr())
+    {
+        return Some(addr.ip());
+    }
+    None
+}
+
+impl<B> Config<B> {
+    fn context_of(&self, req: &Request<B>) -> RequestContext {
+        let headers = req.headers();
         let mut ctx = RequestContext::new();
-        if let Some(ip) = self.client_ip.client_ip(peer, req.headers()) {
+        let lines = |name| headers.get_all(name).into_iter().map(|v| v.as_bytes());
+        if let Some(ip) = self.client_ip.client_ip(peer_of(req), lines) {
             ctx = ctx.with_ip(ip);
         }
         if let Some(user_id) = self.user_id.as_ref().and_then(|f| f(req)) {
             ctx = ctx.with_user_id(user_id);
         }
+        if self.exempt.as_ref().is_some_and(|f| f(req)) {
+            ctx = ctx.with_exempt(true);
+        }
         ctx
     }
 }
 
-impl fmt::Debug for RateLimitLayer {
+impl<B> fmt::Debug for RateLimitLayer<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let client_ip = &self.config.client_ip;
         f.debug_struct("RateLimitLayer")
@@ -178,12 +309,13 @@ impl fmt::Debug for RateLimitLayer {
             .field("proxy_header", &client_ip.header)
             .field("ipv6_prefix", &client_ip.ipv6_prefix)
             .field("user_id", &self.config.user_id.is_some())
+            .field("exempt", &self.config.exempt.is_some())
             .finish()
     }
 }
 
-impl<S> Layer<S> for RateLimitLayer {
-    type Service = RateLimitService<S>;
+impl<S, B> Layer<S> for RateLimitLayer<B> {
+    type Service = RateLimitService<S, B>;
 
     fn layer(&self, inner: S) -> Self::Service {
         RateLimitService {
@@ -194,13 +326,21 @@ impl<S> Layer<S> for RateLimitLayer {
 }
 
 /// The service of [`RateLimitLayer`].
-#[derive(Clone)]
-pub struct RateLimitService<S> {
+pub struct RateLimitService<S, B> {
     inner: S,
-    config: Arc<Config>,
+    config: Arc<Config<B>>,
 }
 
-impl<S: fmt::Debug> fmt::Debug for RateLimitService<S> {
+impl<S: Clone, B> Clone for RateLimitService<S, B> {
+    fn clone(&self) -> Self {
+        RateLimitService {
+            inner: self.inner.clone(),
+            config: Arc::clone(&self.config),
+        }
+    }
+}
+
+impl<S: fmt::Debug, B> fmt::Debug for RateLimitService<S, B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitService")
             .field("inner", &self.inner)
@@ -208,11 +348,11 @@ impl<S: fmt::Debug> fmt::Debug for RateLimitService<S> {
     }
 }
 
-impl<S, B> Service<Request> for RateLimitService<S>
+impl<S, B, ResBody> Service<Request<B>> for RateLimitService<S, B>
 where
-    S: Service<Request, Response = Response<B>>,
+    S: Service<Request<B>, Response = Response<ResBody>>,
 {
-    type Response = Response<B>;
+    type Response = Response<ResBody>;
     type Error = S::Error;
     type Future = ResponseFuture<S::Future>;
 
@@ -220,7 +360,7 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request) -> Self::Future {
+    fn call(&mut self, req: Request<B>) -> Self::Future {
         let ctx = self.config.context_of(&req);
         let slot = Arc::new(DecisionSlot::default());
         let inner = self.inner.call(req);
@@ -256,10 +396,29 @@ where
         let this = self.project();
         let mut response = ready!(this.inner.poll(cx))?;
         if let Some(outcome) = this.slot.take() {
-            let status = response.status();
-            headers::describe(&outcome, status, response.headers_mut());
+            let refused = is_refusal(response.status(), response.headers());
+            fields::describe(&outcome, refused, response.headers_mut());
         }
         Poll::Ready(Ok(response))
+    }
+}
+
+/// A 429, or a gRPC `RESOURCE_EXHAUSTED` (code 8) answered in the headers (a gRPC error
+/// before any message is a trailers-only response, whose `grpc-status` is a header).
+fn is_refusal(status: StatusCode, headers: &HeaderMap) -> bool {
+    status == StatusCode::TOO_MANY_REQUESTS
+        || headers.get("grpc-status").is_some_and(|code| code == "8")
+}
+
+impl FieldSink for HeaderMap {
+    fn set(&mut self, name: &'static str, value: String) {
+        let value =
+            http::HeaderValue::try_from(value).expect("structured-field text is visible ASCII");
+        self.insert(http::HeaderName::from_static(name), value);
+    }
+
+    fn has(&self, name: &'static str) -> bool {
+        self.contains_key(name)
     }
 }
 
@@ -268,8 +427,7 @@ mod tests {
     use std::convert::Infallible;
     use std::time::Duration;
 
-    use ::axum::body::Body;
-    use ::axum::http::{HeaderValue, StatusCode};
+    use http::HeaderValue;
     use tower::{service_fn, ServiceExt};
 
     use super::*;
@@ -278,18 +436,23 @@ mod tests {
 
     static RULES: [Rule; 2] = [Rule::per_minute(10), Rule::new(1, Duration::from_secs(5))];
 
-    fn request_from(peer: &str) -> Request {
-        let mut req = Request::new(Body::empty());
+    type Body = ();
+
+    fn request_from(peer: &str) -> Request<Body> {
+        let mut req = Request::new(());
         let addr: SocketAddr = peer.parse().unwrap();
-        req.extensions_mut().insert(ConnectInfo(addr));
+        req.extensions_mut().insert(PeerAddr(addr));
         req
     }
 
     /// Serves `req` through `layer` with a handler answering with the context it saw.
-    async fn seen_context(layer: &RateLimitLayer, req: Request) -> Option<RequestContext> {
-        let handler = service_fn(|_req: Request| async {
+    async fn seen_context(
+        layer: &RateLimitLayer<Body>,
+        req: Request<Body>,
+    ) -> Option<RequestContext> {
+        let handler = service_fn(|_req: Request<Body>| async {
             let seen = RequestContext::current();
-            let mut response = Response::new(Body::empty());
+            let mut response = Response::new(());
             response.extensions_mut().insert(seen);
             Ok::<_, Infallible>(response)
         });
@@ -303,7 +466,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_handler_runs_with_the_peer_ip_and_user_id() {
-        let layer = RateLimitLayer::new().user_id(|req: &Request| {
+        let layer = RateLimitLayer::new().user_id(|req: &Request<Body>| {
             req.headers()
                 .get("x-user-id")
                 .and_then(|v| v.to_str().ok())
@@ -316,11 +479,65 @@ mod tests {
         assert_eq!(ctx.ip(), Some("203.0.113.9".parse().unwrap()));
         assert_eq!(ctx.user_id(), Some("42"));
 
-        // Anonymous: no user id; no ConnectInfo: no IP. The context is still there.
-        let ctx = seen_context(&layer, Request::new(Body::empty()))
+        // Anonymous: no user id; no peer address: no IP. The context is still there.
+        let ctx = seen_context(&layer, Request::new(())).await.unwrap();
+        assert_eq!((ctx.ip(), ctx.user_id()), (None, None));
+        assert!(!ctx.is_exempt());
+    }
+
+    #[tokio::test]
+    async fn the_exempt_closure_marks_the_context() {
+        let layer = RateLimitLayer::new().exempt(|req: &Request<Body>| {
+            req.extensions().get::<PeerAddr>().map(|p| p.0.ip()) == Some([10, 1, 0, 5].into())
+        });
+        let ctx = seen_context(&layer, request_from("10.1.0.5:1"))
             .await
             .unwrap();
-        assert_eq!((ctx.ip(), ctx.user_id()), (None, None));
+        assert!(ctx.is_exempt());
+        assert_eq!(ctx.ip(), Some([10, 1, 0, 5].into()));
+        let ctx = seen_context(&layer, request_from("10.1.0.6:1"))
+            .await
+            .unwrap();
+        assert!(!ctx.is_exempt());
+    }
+
+    #[cfg(feature = "axum")]
+    #[tokio::test]
+    async fn the_peer_comes_from_axum_connect_info() {
+        let mut req = Request::new(());
+        let addr: SocketAddr = "198.51.100.4:1".parse().unwrap();
+        req.extensions_mut()
+            .insert(::axum::extract::ConnectInfo(addr));
+        let ctx = seen_context(&RateLimitLayer::new(), req).await.unwrap();
+        assert_eq!(ctx.ip(), Some(addr.ip()));
+    }
+
+    #[cfg(feature = "tonic")]
+    #[tokio::test]
+    async fn the_peer_comes_from_tonic_tcp_connect_info() {
+        let mut req = Request::new(());
+        let addr: SocketAddr = "198.51.100.5:1".parse().unwrap();
+        req.extensions_mut()
+            .insert(::tonic::transport::server::TcpConnectInfo {
+                local_addr: None,
+                remote_addr: Some(addr),
+            });
+        let ctx = seen_context(&RateLimitLayer::new(), req).await.unwrap();
+        assert_eq!(ctx.ip(), Some(addr.ip()));
+    }
+
+    #[tokio::test]
+    async fn a_peer_addr_extension_wins() {
+        let mut req = request_from("192.0.2.77:1");
+        #[cfg(feature = "axum")]
+        req.extensions_mut()
+            .insert(::axum::extract::ConnectInfo(SocketAddr::from((
+                [192, 0, 2, 1],
+                1,
+            ))));
+        req.extensions_mut().insert(0u8);
+        let ctx = seen_context(&RateLimitLayer::new(), req).await.unwrap();
+        assert_eq!(ctx.ip(), Some([192, 0, 2, 77].into()));
     }
 
     #[tokio::test]
@@ -351,18 +568,18 @@ mod tests {
         expected = "RateLimitLayer::trust_proxies: `10.0.0.300/8` is not a trusted proxy network"
     )]
     fn a_bad_network_panics_naming_it() {
-        let _ = RateLimitLayer::new().trust_proxies(["10.0.0.0/8", "10.0.0.300/8"]);
+        let _ = RateLimitLayer::<Body>::new().trust_proxies(["10.0.0.0/8", "10.0.0.300/8"]);
     }
 
     #[test]
     #[should_panic(expected = "at most 128 bits, not 129")]
     fn an_ipv6_prefix_over_128_panics() {
-        let _ = RateLimitLayer::new().ipv6_prefix(129);
+        let _ = RateLimitLayer::<Body>::new().ipv6_prefix(129);
     }
 
     #[test]
     fn clones_share_the_configuration_until_changed() {
-        let a = RateLimitLayer::new().trust_proxies(["10.0.0.0/8"]);
+        let a = RateLimitLayer::<Body>::new().trust_proxies(["10.0.0.0/8"]);
         let b = a.clone();
         assert!(Arc::ptr_eq(&a.config, &b.config));
         let b = b.ipv6_prefix(56);
@@ -385,7 +602,7 @@ mod tests {
 
     /// A handler whose "guarded calls" record these decisions, then answers `status`.
     async fn respond_after(decisions: Vec<Decision>, status: StatusCode) -> Response<Body> {
-        let handler = service_fn(move |_req: Request| {
+        let handler = service_fn(move |_req: Request<Body>| {
             let decisions = decisions.clone();
             async move {
                 for decision in decisions {
@@ -397,7 +614,7 @@ mod tests {
                         duplicate_rule: true,
                     });
                 }
-                let mut response = Response::new(Body::empty());
+                let mut response = Response::new(());
                 *response.status_mut() = status;
                 Ok::<_, Infallible>(response)
             }

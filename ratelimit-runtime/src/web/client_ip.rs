@@ -1,11 +1,12 @@
 //! Who the client is: the peer address, or, behind trusted proxies, the address they
 //! forwarded; IPv6 clients grouped by network.
+//!
+//! Framework-free: every integration passes the peer address and a way to read one
+//! header's lines, so the rules a client could abuse are written once.
 
 use std::error::Error;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-
-use ::axum::http::header::{HeaderMap, HeaderName, FORWARDED};
 
 /// The header in which the trusted proxies in front of the app pass on the client address.
 ///
@@ -27,17 +28,18 @@ pub enum ProxyHeader {
 }
 
 impl ProxyHeader {
-    fn name(self) -> HeaderName {
+    /// The header's name, in lower case.
+    pub(crate) fn name(self) -> &'static str {
         match self {
-            ProxyHeader::XForwardedFor => HeaderName::from_static("x-forwarded-for"),
-            ProxyHeader::Forwarded => FORWARDED,
-            ProxyHeader::XRealIp => HeaderName::from_static("x-real-ip"),
+            ProxyHeader::XForwardedFor => "x-forwarded-for",
+            ProxyHeader::Forwarded => "forwarded",
+            ProxyHeader::XRealIp => "x-real-ip",
         }
     }
 }
 
-/// A trusted proxy network that does not parse, from
-/// [`RateLimitLayer::try_trust_proxies`](super::RateLimitLayer::try_trust_proxies).
+/// A trusted proxy network that does not parse, from `try_trust_proxies` of a framework
+/// integration.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InvalidProxyNet {
     input: String,
@@ -131,8 +133,8 @@ pub(crate) fn network_of(ip: IpAddr, prefix: u8) -> IpAddr {
     }
 }
 
-/// How the layer finds the client address of a request.
-#[derive(Clone, Debug)]
+/// How an integration finds the client address of a request.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct ClientIpConfig {
     pub trusted: Vec<IpNet>,
     pub header: ProxyHeader,
@@ -150,12 +152,44 @@ impl Default for ClientIpConfig {
 }
 
 impl ClientIpConfig {
-    /// The address the request is counted under, from the peer that connected and the
-    /// request headers; `None` when the peer is unknown.
-    pub(crate) fn client_ip(&self, peer: Option<IpAddr>, headers: &HeaderMap) -> Option<IpAddr> {
+    /// Adds trusted proxy networks; none is added when one does not parse.
+    pub(crate) fn trust<I>(&mut self, networks: I) -> Result<(), InvalidProxyNet>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        let parsed = networks
+            .into_iter()
+            .map(|net| IpNet::parse(net.as_ref()))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.trusted.extend(parsed);
+        Ok(())
+    }
+
+    /// Sets how many leading bits identify an IPv6 client.
+    ///
+    /// # Panics
+    ///
+    /// When `bits` is over 128, naming `method`.
+    pub(crate) fn set_ipv6_prefix(&mut self, bits: u8, method: &str) {
+        assert!(
+            bits <= 128,
+            "{method}: an IPv6 prefix has at most 128 bits, not {bits}"
+        );
+        self.ipv6_prefix = bits;
+    }
+
+    /// The address the request is counted under, from the peer that connected and, when
+    /// the peer is a trusted proxy, the lines of the proxy header (`lines(name)` gives the
+    /// raw values of the header called `name`, in order); `None` when the peer is unknown.
+    pub(crate) fn client_ip<'a, L, I>(&self, peer: Option<IpAddr>, lines: L) -> Option<IpAddr>
+    where
+        L: FnOnce(&'static str) -> I,
+        I: IntoIterator<Item = &'a [u8]>,
+    {
         let peer = peer?.to_canonical();
         let client = if self.is_trusted(peer) {
-            self.forwarded_client(peer, headers)
+            self.forwarded_client(peer, hops(self.header, lines(self.header.name())))
         } else {
             peer
         };
@@ -175,9 +209,9 @@ impl ClientIpConfig {
     /// is the client. When every hop is trusted the leftmost is the client (an internal
     /// caller). An entry that is not an address (`unknown`, an obfuscated name, garbage)
     /// ends the walk: nothing beyond it can be known, so the last trusted hop stands in.
-    fn forwarded_client(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+    fn forwarded_client(&self, peer: IpAddr, hops: Vec<Option<IpAddr>>) -> IpAddr {
         let mut client = peer;
-        for hop in hops(self.header, headers).into_iter().rev() {
+        for hop in hops.into_iter().rev() {
             let Some(ip) = hop else { break };
             client = ip.to_canonical();
             if !self.is_trusted(client) {
@@ -190,10 +224,14 @@ impl ClientIpConfig {
 
 /// The hops a proxy header lists, leftmost (furthest from us) first; `None` for an entry
 /// that is not an address. Several header lines form one list, in order.
-fn hops(header: ProxyHeader, headers: &HeaderMap) -> Vec<Option<IpAddr>> {
+fn hops<'a>(header: ProxyHeader, lines: impl IntoIterator<Item = &'a [u8]>) -> Vec<Option<IpAddr>> {
     let mut hops = Vec::new();
-    for value in headers.get_all(header.name()) {
-        let Ok(value) = value.to_str() else {
+    for line in lines {
+        // Visible ASCII only, as `HeaderValue::to_str` accepts: no address has anything else.
+        let Some(value) = std::str::from_utf8(line)
+            .ok()
+            .filter(|v| v.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b)))
+        else {
             hops.push(None);
             continue;
         };
@@ -298,7 +336,6 @@ fn unquote(value: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ::axum::http::HeaderValue;
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
@@ -312,15 +349,39 @@ mod tests {
         }
     }
 
-    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+    /// Header lines, as a request holds them.
+    #[derive(Default)]
+    struct HeaderMap(Vec<(&'static str, Vec<u8>)>);
+
+    impl HeaderMap {
+        fn new() -> Self {
+            Self::default()
+        }
+
+        fn append(&mut self, name: &'static str, value: impl Into<Vec<u8>>) {
+            self.0.push((name, value.into()));
+        }
+    }
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
         let mut map = HeaderMap::new();
         for (name, value) in pairs {
-            map.append(
-                HeaderName::from_bytes(name.as_bytes()).unwrap(),
-                HeaderValue::from_str(value).unwrap(),
-            );
+            map.append(name, *value);
         }
         map
+    }
+
+    impl ClientIpConfig {
+        /// `client_ip` reading `headers`.
+        fn client_ip_of(&self, peer: Option<IpAddr>, headers: &HeaderMap) -> Option<IpAddr> {
+            self.client_ip(peer, |name| {
+                headers
+                    .0
+                    .iter()
+                    .filter(move |(n, _)| *n == name)
+                    .map(|(_, v)| v.as_slice())
+            })
+        }
     }
 
     fn forwarded(line: &str) -> Vec<Option<IpAddr>> {
@@ -435,16 +496,16 @@ mod tests {
         let cfg = config(&["10.0.0.0/8"], ProxyHeader::XForwardedFor);
         let spoofed = headers(&[("x-forwarded-for", "1.2.3.4"), ("x-real-ip", "5.6.7.8")]);
         assert_eq!(
-            cfg.client_ip(Some(ip("203.0.113.9")), &spoofed),
+            cfg.client_ip_of(Some(ip("203.0.113.9")), &spoofed),
             Some(ip("203.0.113.9"))
         );
         // With no trusted proxies at all, nothing is ever read from headers.
         let none = config(&[], ProxyHeader::XForwardedFor);
         assert_eq!(
-            none.client_ip(Some(ip("10.0.0.1")), &spoofed),
+            none.client_ip_of(Some(ip("10.0.0.1")), &spoofed),
             Some(ip("10.0.0.1"))
         );
-        assert_eq!(none.client_ip(None, &spoofed), None);
+        assert_eq!(none.client_ip_of(None, &spoofed), None);
     }
 
     #[test]
@@ -453,21 +514,21 @@ mod tests {
         let peer = Some(ip("10.0.0.1"));
         // The client prepended a fake address; our proxies appended the real one.
         let h = headers(&[("x-forwarded-for", "1.2.3.4, 203.0.113.9, 10.0.0.7")]);
-        assert_eq!(cfg.client_ip(peer, &h), Some(ip("203.0.113.9")));
+        assert_eq!(cfg.client_ip_of(peer, &h), Some(ip("203.0.113.9")));
         // Several lines are one list.
         let h = headers(&[
             ("x-forwarded-for", "1.2.3.4"),
             ("x-forwarded-for", "203.0.113.9 ,10.0.0.7,"),
         ]);
-        assert_eq!(cfg.client_ip(peer, &h), Some(ip("203.0.113.9")));
+        assert_eq!(cfg.client_ip_of(peer, &h), Some(ip("203.0.113.9")));
         // All hops trusted: an internal caller, the leftmost.
         let h = headers(&[("x-forwarded-for", "10.9.9.9, 10.0.0.7")]);
-        assert_eq!(cfg.client_ip(peer, &h), Some(ip("10.9.9.9")));
+        assert_eq!(cfg.client_ip_of(peer, &h), Some(ip("10.9.9.9")));
         // No header: the proxy itself.
-        assert_eq!(cfg.client_ip(peer, &HeaderMap::new()), peer);
+        assert_eq!(cfg.client_ip_of(peer, &HeaderMap::new()), peer);
         // Ports and IPv4-mapped forms are accepted.
         let h = headers(&[("x-forwarded-for", "[::ffff:203.0.113.9]:5000, 10.0.0.7:80")]);
-        assert_eq!(cfg.client_ip(peer, &h), Some(ip("203.0.113.9")));
+        assert_eq!(cfg.client_ip_of(peer, &h), Some(ip("203.0.113.9")));
     }
 
     #[test]
@@ -475,17 +536,14 @@ mod tests {
         let cfg = config(&["10.0.0.0/8"], ProxyHeader::XForwardedFor);
         let peer = Some(ip("10.0.0.1"));
         let h = headers(&[("x-forwarded-for", "203.0.113.9, unknown, 10.0.0.7")]);
-        assert_eq!(cfg.client_ip(peer, &h), Some(ip("10.0.0.7")));
+        assert_eq!(cfg.client_ip_of(peer, &h), Some(ip("10.0.0.7")));
         let h = headers(&[("x-forwarded-for", "203.0.113.9, 1.2.3.4.5")]);
-        assert_eq!(cfg.client_ip(peer, &h), peer);
+        assert_eq!(cfg.client_ip_of(peer, &h), peer);
         let mut h = HeaderMap::new();
-        h.append(
-            "x-forwarded-for",
-            HeaderValue::from_bytes(b"203.0.113.9, \xff").unwrap(),
-        );
-        assert_eq!(cfg.client_ip(peer, &h), peer);
+        h.append("x-forwarded-for", &b"203.0.113.9, \xff"[..]);
+        assert_eq!(cfg.client_ip_of(peer, &h), peer);
         let h = headers(&[("x-forwarded-for", ", ,")]);
-        assert_eq!(cfg.client_ip(peer, &h), peer);
+        assert_eq!(cfg.client_ip_of(peer, &h), peer);
     }
 
     #[test]
@@ -496,7 +554,7 @@ mod tests {
             ("forwarded", "for=198.51.100.2"),
             ("x-real-ip", "198.51.100.3"),
         ]);
-        let read = |header| config(&["10.0.0.0/8"], header).client_ip(peer, &h);
+        let read = |header| config(&["10.0.0.0/8"], header).client_ip_of(peer, &h);
         assert_eq!(read(ProxyHeader::XForwardedFor), Some(ip("198.51.100.1")));
         assert_eq!(read(ProxyHeader::Forwarded), Some(ip("198.51.100.2")));
         assert_eq!(read(ProxyHeader::XRealIp), Some(ip("198.51.100.3")));
@@ -516,12 +574,12 @@ mod tests {
             ),
         ]);
         assert_eq!(
-            cfg.client_ip(Some(ip("10.0.0.1")), &h),
+            cfg.client_ip_of(Some(ip("10.0.0.1")), &h),
             Some(ip("2001:db8:cafe::"))
         );
         let h = headers(&[("forwarded", "for=1.2.3.4, for=unknown;proto=http")]);
         assert_eq!(
-            cfg.client_ip(Some(ip("10.0.0.1")), &h),
+            cfg.client_ip_of(Some(ip("10.0.0.1")), &h),
             Some(ip("10.0.0.1"))
         );
     }
@@ -530,19 +588,19 @@ mod tests {
     fn ipv6_clients_are_grouped_by_their_network() {
         let cfg = config(&[], ProxyHeader::XForwardedFor);
         let none = HeaderMap::new();
-        let a = cfg.client_ip(Some(ip("2001:db8:1:2:aaaa::1")), &none);
-        let b = cfg.client_ip(Some(ip("2001:db8:1:2:ffff:ffff:ffff:ffff")), &none);
+        let a = cfg.client_ip_of(Some(ip("2001:db8:1:2:aaaa::1")), &none);
+        let b = cfg.client_ip_of(Some(ip("2001:db8:1:2:ffff:ffff:ffff:ffff")), &none);
         assert_eq!(a, Some(ip("2001:db8:1:2::")));
         assert_eq!(a, b);
-        assert_ne!(a, cfg.client_ip(Some(ip("2001:db8:1:3::1")), &none));
-        assert_eq!(cfg.client_ip(Some(ip("::1")), &none), Some(ip("::")));
+        assert_ne!(a, cfg.client_ip_of(Some(ip("2001:db8:1:3::1")), &none));
+        assert_eq!(cfg.client_ip_of(Some(ip("::1")), &none), Some(ip("::")));
 
         let per_48 = ClientIpConfig {
             ipv6_prefix: 48,
             ..cfg.clone()
         };
         assert_eq!(
-            per_48.client_ip(Some(ip("2001:db8:1:3::1")), &none),
+            per_48.client_ip_of(Some(ip("2001:db8:1:3::1")), &none),
             Some(ip("2001:db8:1::"))
         );
         let per_host = ClientIpConfig {
@@ -550,12 +608,12 @@ mod tests {
             ..cfg.clone()
         };
         assert_eq!(
-            per_host.client_ip(Some(ip("2001:db8::1")), &none),
+            per_host.client_ip_of(Some(ip("2001:db8::1")), &none),
             Some(ip("2001:db8::1"))
         );
         // IPv4 clients are never grouped.
         assert_eq!(
-            per_48.client_ip(Some(ip("203.0.113.9")), &none),
+            per_48.client_ip_of(Some(ip("203.0.113.9")), &none),
             Some(ip("203.0.113.9"))
         );
     }
@@ -565,12 +623,12 @@ mod tests {
         let cfg = config(&["10.0.0.0/8"], ProxyHeader::XForwardedFor);
         // A dual-stack listener reports IPv4 peers as ::ffff:a.b.c.d.
         assert_eq!(
-            cfg.client_ip(Some(ip("::ffff:203.0.113.9")), &HeaderMap::new()),
+            cfg.client_ip_of(Some(ip("::ffff:203.0.113.9")), &HeaderMap::new()),
             Some(ip("203.0.113.9"))
         );
         let h = headers(&[("x-forwarded-for", "203.0.113.9")]);
         assert_eq!(
-            cfg.client_ip(Some(ip("::ffff:10.0.0.1")), &h),
+            cfg.client_ip_of(Some(ip("::ffff:10.0.0.1")), &h),
             Some(ip("203.0.113.9"))
         );
     }
@@ -595,10 +653,9 @@ mod tests {
                 let line = std::str::from_utf8(&value).unwrap();
                 for cfg in &configs {
                     let mut map = HeaderMap::new();
-                    let value = HeaderValue::from_str(line).unwrap();
-                    map.append(cfg.header.name(), value.clone());
-                    map.append(cfg.header.name(), value);
-                    assert!(cfg.client_ip(peer, &map).is_some(), "{line:?}");
+                    map.append(cfg.header.name(), line);
+                    map.append(cfg.header.name(), line);
+                    assert!(cfg.client_ip_of(peer, &map).is_some(), "{line:?}");
                 }
                 for digit in odometer[..len].iter_mut() {
                     *digit += 1;

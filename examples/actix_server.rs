@@ -1,0 +1,125 @@
+//! A small HTTP API rate-limited per client IP and per user, with actix-web: the
+//! `axum_server` example's API, answering the same statuses, headers and bodies.
+//!
+//! ```text
+//! cargo run --example actix_server                                    # embedded backend
+//! RATELIMIT_REDIS_URL=redis://127.0.0.1:6379 cargo run --example actix_server   # shared Redis
+//!
+//! curl -i -X POST localhost:3000/sms/code -d '+1 555 0100'           # 200, then 429
+//! curl -i 'localhost:3000/search?q=rust' -H 'x-user-id: 42'          # 3 per 10 s per user
+//! curl -i localhost:3000/health                                      # never limited
+//! ```
+//!
+//! `LISTEN` sets the address (default `127.0.0.1:3000`), `WORKERS` the number of workers
+//! (each with its own runtime, all counting on one limiter), `TRUSTED_PROXIES`
+//! (`10.0.0.0/8,192.168.0.0/16`) the proxies whose `X-Forwarded-For` is believed.
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{Service as _, ServiceFactory, ServiceRequest, ServiceResponse};
+use actix_web::{web, App, HttpMessage as _, HttpRequest, HttpServer};
+use redis_ratelimit::actix::RateLimit;
+use redis_ratelimit::{rate_limiter, Limiter, RateLimitError};
+
+/// The limiter every worker counts on.
+type SharedLimiter = web::Data<&'static Limiter>;
+
+/// Per client IP: 5 codes a minute and 10 an hour, and never two within 5 seconds.
+#[rate_limiter(
+    rules(rule(count = 5, time = 60), rule(count = 10, time = 1, unit = HOURS)),
+    prevent_duplicate = true,
+    limit_type = IP,
+    message = "too many verification codes; wait before asking for another",
+    limiter = *limiter.get_ref(),
+)]
+async fn send_code(limiter: SharedLimiter, phone: String) -> Result<String, RateLimitError> {
+    Ok(format!("code sent to {}\n", phone.trim()))
+}
+
+/// Per user: 3 searches per 10 seconds.
+#[rate_limiter(
+    rules(rule(count = 3, time = 10)),
+    limit_type = USER_ID,
+    limiter = *limiter.get_ref(),
+)]
+async fn search(limiter: SharedLimiter, req: HttpRequest) -> Result<String, RateLimitError> {
+    Ok(format!("results for {:?}\n", req.query_string()))
+}
+
+async fn health() -> &'static str {
+    "ok\n"
+}
+
+/// The caller, as the authentication middleware found it.
+#[derive(Clone, Debug)]
+pub struct UserId(pub String);
+
+/// The rate-limit middleware of this app: the user id is the one the authentication set.
+pub fn rate_limit() -> RateLimit {
+    RateLimit::new()
+        .user_id(|req: &ServiceRequest| req.extensions().get::<UserId>().map(|u| u.0.clone()))
+}
+
+/// The whole app: the routes behind `rate_limit`, behind a stand-in for real
+/// authentication that believes the `x-user-id` header (which any client can send). It lets
+/// anonymous requests through so that the example shows what a `USER_ID` route does with
+/// them (500: no user id); a real app answers 401 before they reach such a route.
+pub fn app(
+    limiter: &'static Limiter,
+    rate_limit: RateLimit,
+) -> App<
+    impl ServiceFactory<
+        ServiceRequest,
+        Config = (),
+        Response = ServiceResponse<impl MessageBody>,
+        Error = actix_web::Error,
+        InitError = (),
+    >,
+> {
+    App::new()
+        .app_data(web::Data::new(limiter))
+        .route("/sms/code", web::post().to(send_code))
+        .route("/search", web::get().to(search))
+        .route("/health", web::get().to(health))
+        .wrap(rate_limit)
+        // Wrapped last, so it runs first: the rate-limit middleware reads the user it finds.
+        .wrap_fn(|req, srv| {
+            let user = req
+                .headers()
+                .get("x-user-id")
+                .and_then(|v| v.to_str().ok())
+                .map(|id| UserId(id.to_owned()));
+            if let Some(user) = user {
+                req.extensions_mut().insert(user);
+            }
+            srv.call(req)
+        })
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // actix-web's own runtime: one system, a runtime per worker.
+    actix_web::rt::System::new().block_on(serve())
+}
+
+async fn serve() -> Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt()
+        .with_env_filter(std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
+        .init();
+
+    let mut rate_limit = rate_limit();
+    if let Ok(networks) = std::env::var("TRUSTED_PROXIES") {
+        rate_limit = rate_limit.try_trust_proxies(networks.split(','))?;
+    }
+    let listen = std::env::var("LISTEN").unwrap_or_else(|_| "127.0.0.1:3000".into());
+    let workers = std::env::var("WORKERS").map_or(Ok(2), |w| w.parse())?;
+    println!("listening on http://{listen}");
+
+    // The global limiter: Redis at RATELIMIT_REDIS_URL, else the embedded backend; one for
+    // every worker.
+    let limiter = redis_ratelimit::global();
+    HttpServer::new(move || app(limiter, rate_limit.clone()))
+        .workers(workers)
+        .bind(&listen)?
+        .run()
+        .await?;
+    Ok(())
+}

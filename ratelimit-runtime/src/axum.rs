@@ -1,0 +1,241 @@
+//! axum integration (feature `axum`): a layer that tells guarded handlers who is calling,
+//! and HTTP responses for [`RateLimitError`].
+//!
+//! The layer is the [tower layer](crate::tower) for axum's body type, reading the peer
+//! address from `ConnectInfo<SocketAddr>`.
+//!
+//! ```no_run
+//! # mod redis_ratelimit { pub use ::redis_ratelimit::*; pub use ratelimit_runtime::axum; }
+//! use std::net::SocketAddr;
+//!
+//! use axum::{routing::post, Router};
+//! use redis_ratelimit::axum::RateLimitLayer;
+//! use redis_ratelimit::{rate_limiter, RateLimitError};
+//!
+//! #[rate_limiter(rules("10/minute"), prevent_duplicate = true, limit_type = IP)]
+//! async fn send_code(phone: String) -> Result<String, RateLimitError> {
+//!     Ok(format!("code sent to {phone}"))
+//! }
+//!
+//! # async fn run() -> std::io::Result<()> {
+//! let app = Router::new()
+//!     .route("/sms/code", post(send_code))
+//!     .layer(RateLimitLayer::new().trust_proxies(["10.0.0.0/8"]));
+//! let listener = tokio::net::TcpListener::bind("0.0.0.0:3000").await?;
+//! // The peer address is the client IP (or the proxy that forwarded the request).
+//! axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await
+//! # }
+//! ```
+//!
+//! # Who the caller is
+//!
+//! [`RateLimitLayer`] runs every request inside a
+//! [`RequestContext`](crate::RequestContext) holding:
+//!
+//! - the **client IP**: the peer address, from `ConnectInfo<SocketAddr>`. When the peer is
+//!   in a network given to [`trust_proxies`](RateLimitLayer::trust_proxies), the
+//!   [`ProxyHeader`] (`X-Forwarded-For` by default, or `Forwarded`, or `X-Real-IP`) is
+//!   walked from the right past trusted hops, and the first untrusted address is the client.
+//!   Headers from any other peer are ignored, so a client cannot choose its own budget.
+//!   IPv4-mapped IPv6 addresses are IPv4; IPv6 clients are counted per `/64`
+//!   ([`ipv6_prefix`](RateLimitLayer::ipv6_prefix)).
+//! - the **user id**: what the [`user_id`](RateLimitLayer::user_id) closure returns;
+//! - whether it is **exempt**: what the [`exempt`](RateLimitLayer::exempt) closure returns
+//!   (guarded calls then skip the check: for callers the application trusts, such as a
+//!   health checker; see [`RequestContext::with_exempt`](crate::RequestContext::with_exempt)).
+//!
+//! Without the layer, or without what a guard needs from it, the guard refuses the call with
+//! `MissingIdentity`, which answers `500` with a body saying what is missing.
+//!
+//! # Responses
+//!
+//! [`RateLimitError`] implements `IntoResponse`:
+//!
+//! | error | status | headers | body (`application/problem+json`, RFC 9457) `detail` |
+//! |---|---|---|---|
+//! | `Limited` | 429 | `Retry-After`, `RateLimit-Policy`, `RateLimit` | the attribute's `message` |
+//! | `MissingIdentity` | 500 | | what is missing (the layer, the peer address, a user id) |
+//! | `Backend` | 503 | | "the rate limiter is unavailable; try again later" |
+//!
+//! Every response to a request that reached a guarded call, allowed or not, carries the
+//! `RateLimit-Policy` and `RateLimit` fields of draft-ietf-httpapi-ratelimit-headers:
+//!
+//! ```text
+//! RateLimit-Policy: "p1";q=10;w=60, "p2";q=20;w=120, "dup";q=1;w=5
+//! RateLimit: "p1";r=0;t=12
+//! Retry-After: 12
+//! ```
+//!
+//! - Policies are named `p1`, `p2`, ... after the attribute's rules in the order written,
+//!   and `dup` for the `prevent_duplicate` rule; `q` is the rule's count (in requests, or
+//!   units with `cost`), `w` its window in seconds. A window that is not a whole number of
+//!   seconds (`250 ms`) has no `w`: the draft's windows are whole seconds, and rounding
+//!   would advertise another rate.
+//! - `RateLimit` describes the binding rule: `r` units left, and `t` seconds (rounded up)
+//!   until additional quota is available: when denied, until a call would pass; when
+//!   allowed, until the rule's window is free again (for a sliding log, whose units come
+//!   back one by one, the last of them). When a request makes several guarded calls, the
+//!   one that binds hardest is described.
+//! - `Retry-After` is in whole seconds, rounded up: never earlier than a retry can pass, nor
+//!   than `t`.
+//! - A `RateLimitError` turned into a response outside the layer knows only its own rule
+//!   and names it `limit`.
+//!
+//! The same fields, computed by the same code, are sent by the [tonic](crate::tonic) (as
+//! metadata) and [actix](crate::actix) integrations.
+
+use ::axum::body::Body;
+use ::axum::http::header::{HeaderValue, CONTENT_TYPE};
+use ::axum::http::StatusCode;
+use ::axum::response::{IntoResponse, Response};
+
+pub use crate::tower::{InvalidProxyNet, PeerAddr, ProxyHeader, ResponseFuture};
+use crate::web::fields;
+use crate::web::problem::{Integration, Problem, PROBLEM_JSON};
+use crate::RateLimitError;
+
+/// The [tower layer](crate::tower::RateLimitLayer) for axum's requests: it reads the peer
+/// address from [`ConnectInfo<SocketAddr>`](::axum::extract::ConnectInfo) (serve the app
+/// with `into_make_service_with_connect_info::<SocketAddr>()`). See the
+/// [module docs](self) for an example.
+pub type RateLimitLayer = crate::tower::RateLimitLayer<Body>;
+
+/// The service of [`RateLimitLayer`].
+pub type RateLimitService<S> = crate::tower::RateLimitService<S, Body>;
+
+/// - `Limited`: `429 Too Many Requests` with `Retry-After` (whole seconds, rounded up; none
+///   for a call whose cost exceeds a rule's count, which can never pass),
+///   `RateLimit-Policy` and `RateLimit` for the binding rule (named `"limit"`; behind a
+///   [`RateLimitLayer`] they list every rule of the call site instead), and the
+///   attribute's `message` as the problem `detail`.
+/// - `MissingIdentity`: `500 Internal Server Error` saying what is missing: the layer, the
+///   peer address, or a user id.
+/// - `Backend`: `503 Service Unavailable`; the cause is logged, not sent.
+///
+/// Bodies are `application/problem+json` (RFC 9457).
+impl IntoResponse for RateLimitError {
+    fn into_response(self) -> Response {
+        let problem = Problem::of(&self, Integration::Axum);
+        let status = StatusCode::from_u16(problem.status).expect("a problem's status is valid");
+        let mut response = (status, problem.body()).into_response();
+        let headers = response.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        if let RateLimitError::Limited {
+            rule, retry_after, ..
+        } = &self
+        {
+            fields::describe_refusal(rule, *retry_after, headers);
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use ::axum::body::to_bytes;
+    use ::axum::http::header::RETRY_AFTER;
+
+    use super::*;
+    use crate::context;
+    use crate::RequestContext;
+    use crate::{BackendError, BackendErrorKind, LimitType, Rule};
+
+    async fn body_of(response: Response) -> String {
+        let bytes = to_bytes(response.into_body(), 64 * 1024).await.unwrap();
+        String::from_utf8(bytes.to_vec()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn limited_is_429_with_retry_after_rounded_up_and_the_rule() {
+        let err = RateLimitError::Limited {
+            key: "rate_limit:ip:203.0.113.9:app::send_code".into(),
+            rule: Rule::per_minute(10),
+            retry_after: Duration::from_millis(11_250),
+            message: "too many codes, \"slow\" down",
+        };
+        let response = err.into_response();
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        let headers = response.headers();
+        assert_eq!(headers[RETRY_AFTER], "12");
+        assert_eq!(headers["ratelimit-policy"], r#""limit";q=10;w=60"#);
+        assert_eq!(headers["ratelimit"], r#""limit";r=0;t=12"#);
+        assert_eq!(headers[CONTENT_TYPE], "application/problem+json");
+        assert_eq!(
+            body_of(response).await,
+            r#"{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"too many codes, \"slow\" down"}"#
+        );
+    }
+
+    #[test]
+    fn a_cost_that_can_never_pass_is_429_without_retry_after() {
+        let err = RateLimitError::Limited {
+            key: "rate_limit:custom:tom:app::upload".into(),
+            rule: Rule::per_minute(10),
+            retry_after: Duration::MAX,
+            message: "too many requests",
+        };
+        let response = err.into_response();
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        let headers = response.headers();
+        assert!(!headers.contains_key(RETRY_AFTER));
+        assert_eq!(headers["ratelimit-policy"], r#""limit";q=10;w=60"#);
+        assert_eq!(headers["ratelimit"], r#""limit";r=0;t=60"#);
+    }
+
+    #[tokio::test]
+    async fn backend_failure_is_503_without_its_cause() {
+        let err = RateLimitError::Backend(BackendError::new(
+            BackendErrorKind::Unavailable,
+            "redis://secret@10.0.0.9 refused",
+        ));
+        let response = err.into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()[CONTENT_TYPE], "application/problem+json");
+        assert!(!response.headers().contains_key(RETRY_AFTER));
+        assert_eq!(
+            body_of(response).await,
+            r#"{"type":"about:blank","title":"Service Unavailable","status":503,"detail":"the rate limiter is unavailable; try again later"}"#
+        );
+    }
+
+    #[tokio::test]
+    async fn missing_identity_is_500_naming_the_missing_layer() {
+        let err = RateLimitError::MissingIdentity {
+            limit_type: LimitType::Ip,
+        };
+        let response = err.into_response();
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(response.headers()[CONTENT_TYPE], "application/problem+json");
+        assert_eq!(
+            body_of(response).await,
+            "{\"type\":\"about:blank\",\"title\":\"Internal Server Error\",\"status\":500,\
+             \"detail\":\"rate limit misconfigured: limit_type = IP needs the client IP, but no \
+             rate-limit layer runs in front of this handler: add \
+             redis_ratelimit::axum::RateLimitLayer to the router (or run the call inside \
+             redis_ratelimit::context::scope)\"}"
+        );
+    }
+
+    #[tokio::test]
+    async fn missing_identity_inside_the_layer_names_what_the_layer_lacked() {
+        let respond = |limit_type| {
+            context::scope(RequestContext::new(), async move {
+                let response = RateLimitError::MissingIdentity { limit_type }.into_response();
+                assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+                body_of(response).await
+            })
+        };
+        let body = respond(LimitType::UserId).await;
+        assert!(
+            body.contains("USER_ID needs a user id, but the rate-limit layer found no user id"),
+            "{body}"
+        );
+        let body = respond(LimitType::Ip).await;
+        assert!(
+            body.contains("into_make_service_with_connect_info::<SocketAddr>()"),
+            "{body}"
+        );
+    }
+}

@@ -1,0 +1,173 @@
+//! tonic integration (feature `tonic`): the [tower layer](crate::tower) for gRPC servers,
+//! and [`Status`] for [`RateLimitError`].
+//!
+//! ```
+//! # mod redis_ratelimit { pub use ::redis_ratelimit::*; pub use ratelimit_runtime::tonic; }
+//! use redis_ratelimit::tonic::RateLimitLayer;
+//!
+//! let server = tonic::transport::Server::builder()
+//!     .layer(RateLimitLayer::new().trust_proxies(["10.0.0.0/8"]));
+//! # let _ = server;
+//! ```
+//!
+//! Then add the services and serve, as usual; `examples/grpc_server.rs` is a whole server
+//! with a guarded method.
+//!
+//! The layer reads the peer address from the `TcpConnectInfo` that
+//! `tonic::transport::Server` records, and the proxy header, user id and exemption from
+//! the request's metadata and extensions, with the same rules as for axum (see
+//! [`crate::tower`]). A guarded method returns `Result<Response<T>, Status>`: a refused
+//! call becomes the [`Status`] below through `From<RateLimitError>`.
+//!
+//! | error | code | message | metadata |
+//! |---|---|---|---|
+//! | `Limited` | `RESOURCE_EXHAUSTED` | the attribute's `message` | `retry-after`, `ratelimit-policy`, `ratelimit` |
+//! | `MissingIdentity` | `INTERNAL` | what is missing (the layer, the peer address, a user id) | |
+//! | `Backend` | `UNAVAILABLE` | "the rate limiter is unavailable; try again later" | |
+//!
+//! The metadata carries the same values as the HTTP headers of the other integrations
+//! (see [`crate::axum`]): behind the layer, `ratelimit-policy` lists every rule of the call
+//! site, and allowed calls carry `ratelimit-policy` and `ratelimit` in their response
+//! metadata too.
+
+use ::tonic::metadata::{MetadataMap, MetadataValue};
+use ::tonic::Status;
+
+pub use crate::tower::{InvalidProxyNet, PeerAddr, ProxyHeader, ResponseFuture};
+use crate::web::fields::{self, FieldSink};
+use crate::web::problem::{self, Integration, Problem};
+use crate::{RateLimitError, RequestContext};
+
+/// The [tower layer](crate::tower::RateLimitLayer) for tonic's requests: it reads the peer
+/// address from tonic's `TcpConnectInfo`. Add it with `Server::builder().layer(...)`.
+pub type RateLimitLayer = crate::tower::RateLimitLayer<::tonic::body::Body>;
+
+/// The service of [`RateLimitLayer`].
+pub type RateLimitService<S> = crate::tower::RateLimitService<S, ::tonic::body::Body>;
+
+/// - `Limited` → `RESOURCE_EXHAUSTED` with the attribute's `message`, and metadata
+///   `retry-after` (whole seconds, rounded up; none for a cost that can never pass),
+///   `ratelimit-policy` and `ratelimit`;
+/// - `MissingIdentity` → `INTERNAL`, saying what is missing;
+/// - `Backend` → `UNAVAILABLE`; the cause is logged, not sent.
+impl From<RateLimitError> for Status {
+    fn from(err: RateLimitError) -> Status {
+        match &err {
+            RateLimitError::Limited {
+                rule,
+                retry_after,
+                message,
+                ..
+            } => {
+                let mut metadata = MetadataMap::new();
+                fields::describe_refusal(rule, *retry_after, &mut metadata);
+                Status::with_metadata(::tonic::Code::ResourceExhausted, *message, metadata)
+            }
+            RateLimitError::MissingIdentity { limit_type } => {
+                let detail = problem::missing_identity(
+                    *limit_type,
+                    RequestContext::current(),
+                    Integration::Tonic,
+                );
+                tracing::error!(target: "redis_ratelimit", "{detail}");
+                Status::internal(detail)
+            }
+            RateLimitError::Backend(_) => {
+                Status::unavailable(Problem::of(&err, Integration::Tonic).detail)
+            }
+        }
+    }
+}
+
+impl FieldSink for MetadataMap {
+    fn set(&mut self, name: &'static str, value: String) {
+        let value = MetadataValue::try_from(value).expect("structured-field text is visible ASCII");
+        self.insert(name, value);
+    }
+
+    fn has(&self, name: &'static str) -> bool {
+        self.contains_key(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use ::tonic::Code;
+
+    use super::*;
+    use crate::context;
+    use crate::{BackendError, BackendErrorKind, LimitType, Rule};
+
+    #[test]
+    fn limited_is_resource_exhausted_with_the_wait_in_metadata() {
+        let status = Status::from(RateLimitError::Limited {
+            key: "rate_limit:ip:203.0.113.9:app::send_code".into(),
+            rule: Rule::per_minute(10),
+            retry_after: Duration::from_millis(11_250),
+            message: "too many codes",
+        });
+        assert_eq!(status.code(), Code::ResourceExhausted);
+        assert_eq!(status.message(), "too many codes");
+        let metadata = status.metadata();
+        assert_eq!(metadata.get("retry-after").unwrap(), "12");
+        assert_eq!(
+            metadata.get("ratelimit-policy").unwrap(),
+            r#""limit";q=10;w=60"#
+        );
+        assert_eq!(metadata.get("ratelimit").unwrap(), r#""limit";r=0;t=12"#);
+    }
+
+    #[test]
+    fn a_cost_that_can_never_pass_has_no_retry_after() {
+        let status = Status::from(RateLimitError::Limited {
+            key: "k".into(),
+            rule: Rule::per_minute(10),
+            retry_after: Duration::MAX,
+            message: "too many requests",
+        });
+        assert_eq!(status.code(), Code::ResourceExhausted);
+        assert!(status.metadata().get("retry-after").is_none());
+    }
+
+    #[test]
+    fn a_backend_failure_is_unavailable_without_its_cause() {
+        let status = Status::from(RateLimitError::Backend(BackendError::new(
+            BackendErrorKind::Unavailable,
+            "redis://secret@10.0.0.9 refused",
+        )));
+        assert_eq!(status.code(), Code::Unavailable);
+        assert_eq!(
+            status.message(),
+            "the rate limiter is unavailable; try again later"
+        );
+        assert!(status.metadata().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_missing_identity_is_internal_saying_what_is_missing() {
+        let status = Status::from(RateLimitError::MissingIdentity {
+            limit_type: LimitType::Ip,
+        });
+        assert_eq!(status.code(), Code::Internal);
+        assert!(
+            status
+                .message()
+                .contains("add redis_ratelimit::tonic::RateLimitLayer to the server"),
+            "{}",
+            status.message()
+        );
+        let status = context::scope(RequestContext::new(), async {
+            Status::from(RateLimitError::MissingIdentity {
+                limit_type: LimitType::Ip,
+            })
+        })
+        .await;
+        assert!(
+            status.message().contains("TcpConnectInfo"),
+            "{}",
+            status.message()
+        );
+    }
+}

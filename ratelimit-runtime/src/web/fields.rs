@@ -1,0 +1,326 @@
+//! The `RateLimit-Policy`, `RateLimit` and `Retry-After` fields, in the structured-field
+//! form of draft-ietf-httpapi-ratelimit-headers (draft 10): written once, for HTTP headers
+//! (axum, hyper, actix-web) and gRPC metadata (tonic) alike.
+//!
+//! - `RateLimit-Policy` is a List of quota policies, each a String naming it, with `q` (the
+//!   quota, in the default unit, requests) and `w` (the window in seconds). The draft's
+//!   window is a whole number of seconds ("sub-second precision is not supported"), so a
+//!   window that is not one is left out rather than rounded: `w=1` for a 250 ms window
+//!   would advertise a quarter of the real rate.
+//! - `RateLimit` is the service limit of the binding policy: `r`, the quota units left, and
+//!   `t`, the seconds until additional quota is made available (rounded up).
+//! - `Retry-After` (on a refusal) is in whole seconds, rounded up and at least 1: never
+//!   earlier than a call can pass, nor than `t`.
+
+use std::fmt::{self, Write as _};
+use std::time::Duration;
+
+use crate::context::SiteDecision;
+use crate::Rule;
+
+/// `RateLimit-Policy`: the quota policies of the endpoint.
+pub(crate) const RATELIMIT_POLICY: &str = "ratelimit-policy";
+/// `RateLimit`: where the client stands under the binding policy.
+pub(crate) const RATELIMIT: &str = "ratelimit";
+/// `Retry-After`: when a refused call may be retried.
+pub(crate) const RETRY_AFTER: &str = "retry-after";
+
+/// The name of a rule known only by itself (a [`RateLimitError`](crate::RateLimitError)
+/// turned into a response outside an integration's layer, which does not know the other
+/// rules).
+pub(crate) const LONE_POLICY: &str = "limit";
+
+/// Where the fields go: a framework's header map, or gRPC metadata.
+pub(crate) trait FieldSink {
+    /// Sets `name` (lower case) to `value` (visible ASCII), replacing any value it had.
+    fn set(&mut self, name: &'static str, value: String);
+    /// Whether `name` is set.
+    fn has(&self, name: &'static str) -> bool;
+}
+
+/// Whole seconds, rounded up: a client told to wait this long never comes back early.
+pub(crate) fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+/// `Retry-After` in whole seconds, rounded up and at least 1: a refusal must not invite an
+/// immediate retry.
+pub(crate) fn retry_after_secs(wait: Duration) -> u64 {
+    ceil_secs(wait).max(1)
+}
+
+/// The name of rule `index` of a call site: `p1`, `p2`, ... in the order the attribute
+/// lists them, and `dup` for the duplicate-submission rule.
+enum PolicyName {
+    Numbered(usize),
+    Duplicate,
+    /// Only the integrations that answer errors (not bare `tower`) know a rule alone.
+    #[cfg_attr(
+        not(any(feature = "axum", feature = "tonic", feature = "actix")),
+        allow(dead_code)
+    )]
+    Lone,
+}
+
+impl PolicyName {
+    fn of(index: usize, rules: &[Rule], duplicate_rule: bool) -> PolicyName {
+        if duplicate_rule && index + 1 == rules.len() {
+            PolicyName::Duplicate
+        } else {
+            PolicyName::Numbered(index + 1)
+        }
+    }
+}
+
+impl fmt::Display for PolicyName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PolicyName::Numbered(n) => write!(f, "p{n}"),
+            PolicyName::Duplicate => f.write_str("dup"),
+            PolicyName::Lone => f.write_str(LONE_POLICY),
+        }
+    }
+}
+
+/// Writing into a String cannot fail.
+fn push_policy(out: &mut String, name: PolicyName, rule: &Rule) {
+    let _ = write!(out, "\"{name}\";q={}", rule.count());
+    let window = rule.window();
+    if window.subsec_nanos() == 0 {
+        let _ = write!(out, ";w={}", window.as_secs());
+    }
+}
+
+fn push_limit(out: &mut String, name: PolicyName, remaining: u64, reset: Duration) {
+    let _ = write!(out, "\"{name}\";r={remaining};t={}", ceil_secs(reset));
+}
+
+/// `"p1";q=10;w=60, "dup";q=1;w=5`: every rule of the call site.
+pub(crate) fn policy_list(rules: &[Rule], duplicate_rule: bool) -> String {
+    let mut out = String::with_capacity(24 * rules.len());
+    for (index, rule) in rules.iter().enumerate() {
+        if index > 0 {
+            out.push_str(", ");
+        }
+        push_policy(&mut out, PolicyName::of(index, rules, duplicate_rule), rule);
+    }
+    out
+}
+
+/// The fields of a refusal known only from its error: the binding rule, named
+/// [`LONE_POLICY`], and the wait. `retry_after` of `Duration::MAX` is a cost above the rule's
+/// count, which no wait lets pass: the client is not invited to retry (no `Retry-After`),
+/// and `t` is the rule's window.
+#[cfg_attr(
+    not(any(feature = "axum", feature = "tonic", feature = "actix")),
+    allow(dead_code)
+)]
+pub(crate) fn describe_refusal(rule: &Rule, retry_after: Duration, sink: &mut impl FieldSink) {
+    let never = retry_after == Duration::MAX;
+    let wait = if never { rule.window() } else { retry_after };
+    let mut policy = String::with_capacity(24);
+    push_policy(&mut policy, PolicyName::Lone, rule);
+    let mut limit = String::with_capacity(24);
+    push_limit(&mut limit, PolicyName::Lone, 0, wait);
+    sink.set(RATELIMIT_POLICY, policy);
+    sink.set(RATELIMIT, limit);
+    if !never {
+        sink.set(RETRY_AFTER, retry_after_secs(retry_after).to_string());
+    }
+}
+
+/// Describes the decision of a request's guarded calls on its response: every policy of
+/// the call site, the binding one's remainder and `t`, replacing what a refusal's error
+/// alone could say. On a refusal (`refused`: a 429, or a gRPC `RESOURCE_EXHAUSTED`) that
+/// lacks `Retry-After`, one is added.
+///
+/// `t` is the wait before a call passes when denied. When allowed it is the time until the
+/// binding rule's window is free again, which is when additional quota is available at the
+/// latest: exact for a fixed window and for a rule with one unit in use; a sliding log frees
+/// its units one by one, the first of them possibly sooner.
+pub(crate) fn describe(outcome: &SiteDecision, refused: bool, sink: &mut impl FieldSink) {
+    let decision = &outcome.decision;
+    sink.set(
+        RATELIMIT_POLICY,
+        policy_list(outcome.rules, outcome.duplicate_rule),
+    );
+    let reset = decision.retry_after.unwrap_or(decision.reset_after);
+    let mut limit = String::with_capacity(24);
+    push_limit(
+        &mut limit,
+        PolicyName::of(decision.rule_index, outcome.rules, outcome.duplicate_rule),
+        decision.remaining,
+        reset,
+    );
+    sink.set(RATELIMIT, limit);
+    if let Some(wait) = decision.retry_after {
+        if refused && !sink.has(RETRY_AFTER) {
+            sink.set(RETRY_AFTER, retry_after_secs(wait).to_string());
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::Decision;
+
+    /// A sink that is a plain map, to read the fields back.
+    #[derive(Debug, Default)]
+    pub(crate) struct Fields(pub BTreeMap<&'static str, String>);
+
+    impl FieldSink for Fields {
+        fn set(&mut self, name: &'static str, value: String) {
+            self.0.insert(name, value);
+        }
+
+        fn has(&self, name: &'static str) -> bool {
+            self.0.contains_key(name)
+        }
+    }
+
+    impl Fields {
+        fn get(&self, name: &str) -> Option<&str> {
+            self.0.get(name).map(String::as_str)
+        }
+    }
+
+    const RULES: [Rule; 3] = [
+        Rule::per_minute(10),
+        Rule::new(20, Duration::from_secs(120)),
+        Rule::new(1, Duration::from_secs(5)),
+    ];
+
+    fn outcome(decision: Decision, duplicate_rule: bool) -> SiteDecision {
+        SiteDecision {
+            decision,
+            rules: &RULES,
+            duplicate_rule,
+        }
+    }
+
+    fn decision(allowed: bool, rule_index: usize, remaining: u64) -> Decision {
+        Decision {
+            allowed,
+            limit: RULES[rule_index].count(),
+            remaining,
+            reset_after: Duration::from_millis(59_001),
+            retry_after: (!allowed).then(|| Duration::from_millis(4_200)),
+            rule: RULES[rule_index],
+            rule_index,
+        }
+    }
+
+    #[test]
+    fn seconds_round_up() {
+        assert_eq!(ceil_secs(Duration::ZERO), 0);
+        assert_eq!(ceil_secs(Duration::from_nanos(1)), 1);
+        assert_eq!(ceil_secs(Duration::from_secs(12)), 12);
+        assert_eq!(ceil_secs(Duration::from_micros(12_000_001)), 13);
+        assert_eq!(retry_after_secs(Duration::ZERO), 1);
+        assert_eq!(retry_after_secs(Duration::from_millis(11_001)), 12);
+    }
+
+    #[test]
+    fn policies_are_numbered_in_order_and_the_duplicate_rule_is_dup() {
+        assert_eq!(
+            policy_list(&RULES, true),
+            r#""p1";q=10;w=60, "p2";q=20;w=120, "dup";q=1;w=5"#
+        );
+        assert_eq!(
+            policy_list(&RULES, false),
+            r#""p1";q=10;w=60, "p2";q=20;w=120, "p3";q=1;w=5"#
+        );
+        assert_eq!(policy_list(&RULES[2..], true), r#""dup";q=1;w=5"#);
+    }
+
+    #[test]
+    fn a_window_that_is_not_whole_seconds_is_not_advertised() {
+        // `w=1` would tell a client 3 calls a second where 12 pass.
+        assert_eq!(
+            policy_list(&[Rule::new(3, Duration::from_millis(250))], false),
+            r#""p1";q=3"#
+        );
+        assert_eq!(
+            policy_list(
+                &[
+                    Rule::new(3, Duration::from_millis(1_500)),
+                    Rule::new(9, Duration::from_millis(2_000))
+                ],
+                false
+            ),
+            r#""p1";q=3, "p2";q=9;w=2"#
+        );
+    }
+
+    #[test]
+    fn an_allowed_call_reports_the_binding_rule_and_its_reset() {
+        let mut fields = Fields::default();
+        describe(&outcome(decision(true, 1, 7), true), false, &mut fields);
+        assert_eq!(fields.get(RATELIMIT), Some(r#""p2";r=7;t=60"#));
+        assert_eq!(
+            fields.get(RATELIMIT_POLICY),
+            Some(r#""p1";q=10;w=60, "p2";q=20;w=120, "dup";q=1;w=5"#)
+        );
+        assert_eq!(fields.get(RETRY_AFTER), None);
+    }
+
+    #[test]
+    fn a_denied_call_reports_the_wait_and_replaces_the_lone_policy() {
+        let mut fields = Fields::default();
+        describe_refusal(&RULES[2], Duration::from_millis(4_200), &mut fields);
+        assert_eq!(fields.get(RATELIMIT_POLICY), Some(r#""limit";q=1;w=5"#));
+        assert_eq!(fields.get(RATELIMIT), Some(r#""limit";r=0;t=5"#));
+        assert_eq!(fields.get(RETRY_AFTER), Some("5"));
+
+        describe(&outcome(decision(false, 2, 0), true), true, &mut fields);
+        assert_eq!(fields.get(RATELIMIT), Some(r#""dup";r=0;t=5"#));
+        assert_eq!(
+            fields.get(RATELIMIT_POLICY),
+            Some(r#""p1";q=10;w=60, "p2";q=20;w=120, "dup";q=1;w=5"#)
+        );
+        assert_eq!(fields.get(RETRY_AFTER), Some("5"));
+    }
+
+    #[test]
+    fn retry_after_is_never_earlier_than_t() {
+        for ms in [0, 1, 999, 1_000, 1_001, 4_200, 59_999] {
+            let mut fields = Fields::default();
+            describe_refusal(&RULES[0], Duration::from_millis(ms), &mut fields);
+            let t: u64 = fields
+                .get(RATELIMIT)
+                .unwrap()
+                .rsplit("t=")
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap();
+            let retry_after: u64 = fields.get(RETRY_AFTER).unwrap().parse().unwrap();
+            assert!(retry_after >= t && retry_after * 1_000 >= ms, "{ms} ms");
+        }
+    }
+
+    #[test]
+    fn a_cost_that_can_never_pass_gets_no_retry_after() {
+        let mut fields = Fields::default();
+        describe_refusal(&RULES[0], Duration::MAX, &mut fields);
+        assert_eq!(fields.get(RETRY_AFTER), None);
+        assert_eq!(fields.get(RATELIMIT_POLICY), Some(r#""limit";q=10;w=60"#));
+        assert_eq!(fields.get(RATELIMIT), Some(r#""limit";r=0;t=60"#));
+    }
+
+    #[test]
+    fn a_refusal_of_the_application_s_own_gets_retry_after() {
+        let denied = outcome(decision(false, 0, 0), false);
+        let mut fields = Fields::default();
+        describe(&denied, true, &mut fields);
+        assert_eq!(fields.get(RETRY_AFTER), Some("5"));
+        assert_eq!(fields.get(RATELIMIT), Some(r#""p1";r=0;t=5"#));
+        // Not on other answers: the application answered something else on purpose.
+        let mut fields = Fields::default();
+        describe(&denied, false, &mut fields);
+        assert_eq!(fields.get(RETRY_AFTER), None);
+    }
+}

@@ -1,0 +1,249 @@
+//! What a [`RateLimitError`] answers: a status and an RFC 9457 problem body, the same for
+//! every framework.
+
+use crate::{LimitType, RateLimitError, RequestContext};
+
+/// The integration answering, for the advice a misconfiguration's message gives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Integration {
+    #[cfg(feature = "axum")]
+    Axum,
+    #[cfg(feature = "tonic")]
+    Tonic,
+    #[cfg(feature = "actix")]
+    Actix,
+}
+
+impl Integration {
+    /// How to put the integration in front of a handler.
+    fn install(self) -> &'static str {
+        match self {
+            #[cfg(feature = "axum")]
+            Integration::Axum => "add redis_ratelimit::axum::RateLimitLayer to the router",
+            #[cfg(feature = "tonic")]
+            Integration::Tonic => {
+                "add redis_ratelimit::tonic::RateLimitLayer to the server \
+                 (Server::builder().layer(...))"
+            }
+            #[cfg(feature = "actix")]
+            Integration::Actix => "wrap the app in redis_ratelimit::actix::RateLimit",
+        }
+    }
+
+    /// How to let the integration see the peer address.
+    fn peer(self) -> &'static str {
+        match self {
+            #[cfg(feature = "axum")]
+            Integration::Axum => {
+                "serve the app with into_make_service_with_connect_info::<SocketAddr>()"
+            }
+            #[cfg(feature = "tonic")]
+            Integration::Tonic => {
+                "serve with tonic's transport::Server over TCP (which records TcpConnectInfo), \
+                 or insert a redis_ratelimit::tower::PeerAddr extension before the layer"
+            }
+            #[cfg(feature = "actix")]
+            Integration::Actix => "the connection has no peer address (a Unix socket?)",
+        }
+    }
+
+    /// Where to give the integration a way to find user ids.
+    fn user_id(self) -> &'static str {
+        match self {
+            #[cfg(feature = "axum")]
+            Integration::Axum => "RateLimitLayer::user_id",
+            #[cfg(feature = "tonic")]
+            Integration::Tonic => "RateLimitLayer::user_id",
+            #[cfg(feature = "actix")]
+            Integration::Actix => "RateLimit::user_id",
+        }
+    }
+}
+
+/// An HTTP problem (`application/problem+json`, RFC 9457): `type` is `about:blank`, so
+/// `title` is the status's reason phrase.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Problem {
+    pub status: u16,
+    pub detail: String,
+}
+
+/// The media type of [`Problem::body`].
+#[cfg_attr(not(any(feature = "axum", feature = "actix")), allow(dead_code))]
+pub(crate) const PROBLEM_JSON: &str = "application/problem+json";
+
+/// The detail of a backend failure: the cause is logged, never sent.
+pub(crate) const UNAVAILABLE: &str = "the rate limiter is unavailable; try again later";
+
+impl Problem {
+    /// The problem `err` answers, logging what the client is not told.
+    ///
+    /// - `Limited`: 429 with the attribute's `message`;
+    /// - `MissingIdentity`: 500 saying what is missing (the integration, the peer address,
+    ///   a user id), as read from the current request context;
+    /// - `Backend`: 503.
+    pub(crate) fn of(err: &RateLimitError, integration: Integration) -> Problem {
+        match err {
+            RateLimitError::Limited { message, .. } => Problem {
+                status: 429,
+                detail: (*message).to_owned(),
+            },
+            RateLimitError::MissingIdentity { limit_type } => {
+                let detail = missing_identity(*limit_type, RequestContext::current(), integration);
+                tracing::error!(target: "redis_ratelimit", "{detail}");
+                Problem {
+                    status: 500,
+                    detail,
+                }
+            }
+            RateLimitError::Backend(cause) => {
+                log_backend_failure(cause);
+                Problem {
+                    status: 503,
+                    detail: UNAVAILABLE.to_owned(),
+                }
+            }
+        }
+    }
+
+    /// The reason phrase of the statuses a problem has.
+    #[cfg_attr(not(any(feature = "axum", feature = "actix")), allow(dead_code))]
+    fn title(&self) -> &'static str {
+        match self.status {
+            429 => "Too Many Requests",
+            500 => "Internal Server Error",
+            503 => "Service Unavailable",
+            _ => "Error",
+        }
+    }
+
+    /// `{"type":"about:blank","title":...,"status":...,"detail":...}`.
+    #[cfg_attr(not(any(feature = "axum", feature = "actix")), allow(dead_code))]
+    pub(crate) fn body(&self) -> String {
+        let mut body = String::with_capacity(96 + self.detail.len());
+        body.push_str(r#"{"type":"about:blank","title":"#);
+        push_json_string(&mut body, self.title());
+        body.push_str(r#","status":"#);
+        body.push_str(&self.status.to_string());
+        body.push_str(r#","detail":"#);
+        push_json_string(&mut body, &self.detail);
+        body.push('}');
+        body
+    }
+}
+
+/// Logs a fail-closed refusal's cause, which the client is not told.
+pub(crate) fn log_backend_failure(cause: &crate::BackendError) {
+    tracing::error!(
+        target: "redis_ratelimit",
+        error = %cause,
+        "rate limiter backend failed; refusing the call (fail-closed)"
+    );
+}
+
+/// Why a request reached a guarded call without the identity its limit type needs.
+/// The context is the one the integration set, if any (the answer is built inside its
+/// scope).
+pub(crate) fn missing_identity(
+    limit_type: LimitType,
+    ctx: Option<RequestContext>,
+    integration: Integration,
+) -> String {
+    let what = match limit_type {
+        LimitType::UserId => "a user id",
+        _ => "the client IP",
+    };
+    let why = match (ctx, limit_type) {
+        (None, _) => format!(
+            "no rate-limit layer runs in front of this handler: {} (or run the call inside \
+             redis_ratelimit::context::scope)",
+            integration.install()
+        ),
+        (Some(_), LimitType::UserId) => format!(
+            "the rate-limit layer found no user id for this request: give {} a closure that \
+             finds it, and let only authenticated requests reach USER_ID routes",
+            integration.user_id()
+        ),
+        (Some(_), _) => format!(
+            "the rate-limit layer found no peer address: {}",
+            integration.peer()
+        ),
+    };
+    format!("rate limit misconfigured: limit_type = {limit_type} needs {what}, but {why}")
+}
+
+// HTTP bodies only; gRPC carries the detail as the status message.
+#[cfg_attr(not(any(feature = "axum", feature = "actix")), allow(dead_code))]
+fn push_json_string(out: &mut String, text: &str) {
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => {
+                let _ = std::fmt::Write::write_fmt(out, format_args!("\\u{:04x}", c as u32));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::{BackendError, BackendErrorKind, Rule};
+
+    fn any_integration() -> Integration {
+        #[cfg(feature = "axum")]
+        return Integration::Axum;
+        #[cfg(all(not(feature = "axum"), feature = "tonic"))]
+        return Integration::Tonic;
+        #[cfg(all(not(feature = "axum"), not(feature = "tonic")))]
+        return Integration::Actix;
+    }
+
+    #[test]
+    fn each_error_has_its_status_and_a_detail_that_leaks_nothing() {
+        let limited = RateLimitError::Limited {
+            key: "rate_limit:ip:203.0.113.9:app::send_code".into(),
+            rule: Rule::per_minute(10),
+            retry_after: Duration::from_millis(11_250),
+            message: "too many codes, \"slow\" down",
+        };
+        let problem = Problem::of(&limited, any_integration());
+        assert_eq!(problem.status, 429);
+        assert_eq!(
+            problem.body(),
+            r#"{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"too many codes, \"slow\" down"}"#
+        );
+        let backend = RateLimitError::Backend(BackendError::new(
+            BackendErrorKind::Unavailable,
+            "redis://secret@10.0.0.9 refused",
+        ));
+        assert_eq!(
+            Problem::of(&backend, any_integration()).body(),
+            r#"{"type":"about:blank","title":"Service Unavailable","status":503,"detail":"the rate limiter is unavailable; try again later"}"#
+        );
+        let missing = RateLimitError::MissingIdentity {
+            limit_type: LimitType::Ip,
+        };
+        let problem = Problem::of(&missing, any_integration());
+        assert_eq!(problem.status, 500);
+        assert!(problem.body().starts_with(
+            r#"{"type":"about:blank","title":"Internal Server Error","status":500,"detail":"rate limit misconfigured: limit_type = IP needs the client IP, but no rate-limit layer"#
+        ));
+    }
+
+    #[test]
+    fn json_strings_escape_quotes_backslashes_and_controls() {
+        let mut out = String::new();
+        push_json_string(&mut out, "a\"b\\c\nd\u{1}é");
+        assert_eq!(out, r#""a\"b\\c\nd\u0001é""#);
+    }
+}
