@@ -83,6 +83,7 @@ impl Shard {
             key,
             rules,
             algorithm,
+            cost,
             consume,
             ..
         } = *request;
@@ -105,7 +106,7 @@ impl Shard {
                 // nothing leaves the (still expired) entry for the sweep.
                 entry.state = KeyState::new(algorithm);
             }
-            let outcome = entry.state.check(rules, now_us, consume);
+            let outcome = entry.state.check(rules, now_us, cost, consume);
             if let Some(ttl) = outcome.ttl_us {
                 entry.expires_at_us = now_us.saturating_add(ttl);
             }
@@ -113,7 +114,7 @@ impl Shard {
         }
 
         let mut state = KeyState::new(algorithm);
-        let outcome = state.check(rules, now_us, consume);
+        let outcome = state.check(rules, now_us, cost, consume);
         // A peek, or a denial, of an absent key stores nothing.
         if let Some(ttl) = outcome.ttl_us {
             self.sweep_if_doubled(now_us);
