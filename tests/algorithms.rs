@@ -33,8 +33,11 @@ mod api {
                 let first = l.check(&key, &RULES).algorithm(algorithm).await.unwrap();
                 assert!(first.allowed, "{algorithm:?}");
                 assert_eq!((first.limit, first.remaining, first.rule_index), (2, 1, 0));
+                // A peek tells what is left now, and whether a call of its cost would pass.
                 let peek = l.peek(&key, &RULES).algorithm(algorithm).await.unwrap();
-                assert_eq!((peek.allowed, peek.remaining), (true, 0), "{algorithm:?}");
+                assert_eq!((peek.allowed, peek.remaining), (true, 1), "{algorithm:?}");
+                let two = l.peek(&key, &RULES).cost(2).algorithm(algorithm).await.unwrap();
+                assert_eq!((two.allowed, two.remaining), (false, 1), "{algorithm:?}");
                 assert!(l.check(&key, &RULES).algorithm(algorithm).await.unwrap().allowed);
 
                 let denied = l.check(&key, &RULES).algorithm(algorithm).await.unwrap();
@@ -69,17 +72,19 @@ mod api {
     }
 }
 
-/// `EVAL`s the algorithms' scripts directly, with the shared protocol: `KEYS[1]`, and
-/// `ARGV[1]` = consume, now_us (0: server TIME), count, window_us, ... as little-endian
-/// doubles.
+/// `EVAL`s the algorithms' scripts directly, with the shared protocol: `KEYS[1]`,
+/// `ARGV[1]` = consume, now_us (0: server TIME), cost, count, window_us, ... as
+/// little-endian doubles, and `ARGV[2]` = the check's id (read by the sliding log).
 mod scripts {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
     use crate::support::RedisServer;
 
-    const FIXED_WINDOW: &str = include_str!("../ratelimit-runtime/src/scripts/fixed_window.lua");
-    const SLIDING_WINDOW: &str =
-        include_str!("../ratelimit-runtime/src/scripts/sliding_window.lua");
-    const TOKEN_BUCKET: &str = include_str!("../ratelimit-runtime/src/scripts/token_bucket.lua");
-    const SLIDING_LOG: &str = include_str!("../ratelimit-runtime/src/scripts/sliding_log.lua");
+    /// The scripts exactly as the runtime composes them.
+    mod sources {
+        include!("../ratelimit-runtime/src/scripts/sources.rs");
+    }
+    use sources::{FIXED_WINDOW, SLIDING_LOG, SLIDING_WINDOW, TOKEN_BUCKET};
     const ALL: [(&str, &str); 3] = [
         ("fixed_window", FIXED_WINDOW),
         ("sliding_window", SLIDING_WINDOW),
@@ -118,7 +123,7 @@ mod scripts {
         redis::cmd("PTTL").arg(key).query(conn).unwrap()
     }
 
-    /// The script's reply as it comes.
+    /// The script's reply as it comes, for a call of cost 1 with an id of its own.
     fn eval_reply(
         conn: &mut redis::Connection,
         script: &str,
@@ -127,7 +132,22 @@ mod scripts {
         now_us: u64,
         rules: &[(u64, u64)],
     ) -> redis::RedisResult<redis::Value> {
-        let head = [u64::from(consume), now_us];
+        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed).to_le_bytes();
+        command(script, key, consume, now_us, 1, rules, &id).query(conn)
+    }
+
+    /// The EVAL of one check, as the runtime encodes it.
+    fn command(
+        script: &str,
+        key: &str,
+        consume: bool,
+        now_us: u64,
+        cost: u64,
+        rules: &[(u64, u64)],
+        id: &[u8],
+    ) -> redis::Cmd {
+        let head = [u64::from(consume), now_us, cost];
         let numbers: Vec<u8> = head
             .into_iter()
             .chain(
@@ -137,12 +157,30 @@ mod scripts {
             )
             .flat_map(|n| (n as f64).to_le_bytes())
             .collect();
-        redis::cmd("EVAL")
-            .arg(script)
-            .arg(1)
-            .arg(key)
-            .arg(numbers)
-            .query(conn)
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(script).arg(1).arg(key).arg(numbers).arg(id);
+        eval
+    }
+
+    /// A reply as `[allowed, rule_index, remaining, reset_after_us, retry_after_us]`,
+    /// the short form of an admitted call spelled out, and "never" (-1) as `u64::MAX`.
+    fn spelled_out(reply: redis::Value, rules: &[(u64, u64)]) -> redis::RedisResult<[u64; 5]> {
+        Ok(match reply {
+            redis::Value::Int(short) => {
+                let short = u64::try_from(short).expect("a short form is not negative");
+                let rule_index = short % 64;
+                let base = rules[rule_index as usize].0 + 1;
+                [1, rule_index, short / 64 % base, short / 64 / base, 0]
+            }
+            long => {
+                let numbers: Vec<i64> = redis::FromRedisValue::from_redis_value(long)?;
+                let numbers: Vec<u64> = numbers
+                    .into_iter()
+                    .map(|n| if n == -1 { u64::MAX } else { n as u64 })
+                    .collect();
+                numbers.try_into().expect("five numbers")
+            }
+        })
     }
 
     /// The script's reply as `[allowed, rule_index, remaining, reset_after_us,
@@ -155,20 +193,7 @@ mod scripts {
         now_us: u64,
         rules: &[(u64, u64)],
     ) -> redis::RedisResult<[u64; 5]> {
-        Ok(
-            match eval_reply(conn, script, key, consume, now_us, rules)? {
-                redis::Value::Int(short) => {
-                    let short = u64::try_from(short).expect("a short form is not negative");
-                    let rule_index = short % 64;
-                    let count = rules[rule_index as usize].0;
-                    [1, rule_index, short / 64 % count, short / 64 / count, 0]
-                }
-                long => {
-                    let numbers: Vec<u64> = redis::FromRedisValue::from_redis_value(long)?;
-                    numbers.try_into().expect("five numbers")
-                }
-            },
-        )
+        spelled_out(eval_reply(conn, script, key, consume, now_us, rules)?, rules)
     }
 
     /// Runs `(offset from NOW, consume, expected reply)` steps on one key.
@@ -189,7 +214,7 @@ mod scripts {
             &[(3, 1_000), (2, 250)],
             &[
                 (400, true, [1, 1, 1, 100, 0]),
-                (499, false, [1, 1, 0, 1, 0]),
+                (499, false, [1, 1, 1, 1, 0]),
                 (499, true, [1, 1, 0, 1, 0]),
                 (499, true, [0, 1, 0, 1, 1]),
                 (500, true, [1, 0, 0, 500, 0]),
@@ -213,7 +238,7 @@ mod scripts {
                 (1_249, true, [0, 0, 0, 751, 1]),
                 (1_250, true, [1, 0, 0, 1_750, 0]),
                 (1_300, true, [0, 0, 0, 1_700, 200]),
-                (1_500, false, [1, 0, 0, 1_500, 0]),
+                (1_500, false, [1, 0, 1, 1_500, 0]),
                 (1_500, true, [1, 0, 0, 1_500, 0]),
                 (3_000, true, [1, 0, 3, 2_000, 0]),
             ],
@@ -401,7 +426,7 @@ mod scripts {
         );
         // a starts over.
         let reply = eval(&mut conn, FIXED_WINDOW, "k", false, NOW, &[a]).unwrap();
-        assert_eq!(reply, [1, 0, 2, 1_000_000, 0]);
+        assert_eq!(reply, [1, 0, 3, 1_000_000, 0]);
     }
 
     #[test]
@@ -476,24 +501,25 @@ mod scripts {
     fn a_short_answer_at_the_edge_of_exact_doubles_loses_nothing() {
         let server = RedisServer::start();
         let mut conn = server.connection();
-        // Rule 1 binds the first call with 2 remaining and reset_after * 3 = 2^47 - 2, so
-        // reset_after * count + remaining = 2^47 exactly: times 64 plus the rule index 1,
-        // 2^53 + 1, which a double cannot hold. The script must answer in full.
-        let reset: u64 = ((1 << 47) - 2) / 3;
+        // Rule 1 binds the first call with 3 remaining and reset_after * 5 = 2^47 - 3, so
+        // reset_after * (count + 1) + remaining = 2^47 exactly: times 64 plus the rule
+        // index 1, 2^53 + 1, which a double cannot hold. The script must answer in full.
+        let reset: u64 = ((1 << 47) - 3) / 5;
         let per_second = (1_000, 1_000_000);
+        let half = (reset + 1) / 2;
         for (name, script, window, now) in [
             // reset_after: the window.
             ("sliding_log", SLIDING_LOG, reset, NOW),
             // reset_after: what is left of the aligned window, here all but 1 µs.
             ("fixed_window", FIXED_WINDOW, reset + 1, reset + 2),
-            // reset_after: the window after this one too; `now` starts a window.
-            ("sliding_window", SLIDING_WINDOW, reset / 2, reset),
+            // reset_after: 2w - e, the window after this one too; 1 µs into a window.
+            ("sliding_window", SLIDING_WINDOW, half, half + 1),
             // reset_after: the emission interval, window / count.
-            ("token_bucket", TOKEN_BUCKET, 3 * reset, NOW),
+            ("token_bucket", TOKEN_BUCKET, 4 * reset, NOW),
         ] {
-            let rules = [per_second, (3, window)];
+            let rules = [per_second, (4, window)];
             let reply = eval(&mut conn, script, name, true, now, &rules).unwrap();
-            assert_eq!(reply, [1, 1, 2, reset, 0], "{name}");
+            assert_eq!(reply, [1, 1, 3, reset, 0], "{name}");
         }
     }
 
@@ -533,13 +559,71 @@ mod scripts {
         }
     }
 
+    /// The sliding log's entries, as (member, score).
+    fn entries(conn: &mut redis::Connection, key: &str) -> Vec<(Vec<u8>, u64)> {
+        redis::cmd("ZRANGE")
+            .arg(key)
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query(conn)
+            .unwrap()
+    }
+
+    #[test]
+    fn a_re_sent_sliding_log_check_is_counted_once_and_answered_alike() {
+        let server = RedisServer::start();
+        let mut conn = server.connection();
+        let rules = [(3, 60_000_000), (10, 3_600_000_000)];
+        let mut run = |conn: &mut redis::Connection, cost, at, id: &[u8]| {
+            let cmd = command(SLIDING_LOG, "k", true, NOW + at, cost, &rules, id);
+            spelled_out(cmd.query(conn).unwrap(), &rules).unwrap()
+        };
+        let first = run(&mut conn, 1, 0, b"id-0000000000001");
+        assert_eq!(first, [1, 0, 2, 60_000_000, 0]);
+        // The same command again, as a connection layer re-sends it: nothing more counted.
+        assert_eq!(run(&mut conn, 1, 0, b"id-0000000000001"), first);
+        assert_eq!(entries(&mut conn, "k").len(), 1);
+        // A cost of 2 takes the last two units; re-run later, it still answers admitted
+        // (a fresh check would be denied now) and adds nothing.
+        let second = run(&mut conn, 2, 10, b"id-0000000000002");
+        assert_eq!(second, [1, 0, 0, 60_000_000, 0]);
+        assert_eq!(run(&mut conn, 2, 10, b"id-0000000000002"), second);
+        assert_eq!(run(&mut conn, 2, 20, b"id-0000000000002"), second);
+        let members: Vec<Vec<u8>> = entries(&mut conn, "k").into_iter().map(|e| e.0).collect();
+        assert_eq!(
+            members,
+            [&b"id-0000000000001"[..], b"id-0000000000002", b"id-00000000000022"]
+        );
+        assert_eq!(run(&mut conn, 1, 30, b"id-0000000000003")[0], 0);
+        assert_eq!(entries(&mut conn, "k").len(), 3);
+    }
+
+    #[test]
+    fn a_cost_above_a_count_answers_never_and_writes_nothing() {
+        let server = RedisServer::start();
+        let mut conn = server.connection();
+        let rules = [(10, 1_000_000), (3, 60_000_000)];
+        for (name, script) in ALL.into_iter().chain([("sliding_log", SLIDING_LOG)]) {
+            let reply = command(script, name, true, NOW, 4, &rules, b"one-id-for-never")
+                .query(&mut conn)
+                .unwrap();
+            let reply = spelled_out(reply, &rules).unwrap();
+            assert_eq!(reply[..3], [0, 1, 3], "{name}");
+            assert_eq!(reply[4], u64::MAX, "{name}: retry_after -1");
+            let exists: bool = redis::cmd("EXISTS").arg(name).query(&mut conn).unwrap();
+            assert!(!exists, "{name}");
+        }
+    }
+
     /// The weighted count `ceil(prev * (w - e) / w)` and the retry times, as documented in
     /// `algorithm/sliding_window.rs`, in u128.
     fn sliding_window_reference(count: u64, w: u64, e: u64, curr: u64, prev: u64) -> [u64; 5] {
         let mul_div = |a: u64, b: u64, d: u64| (a as u128 * b as u128 / d as u128) as u64;
         let weighted = (prev as u128 * (w - e) as u128).div_ceil(w as u128) as u64;
+        // A peek: what is left now.
         if curr + 1 + weighted <= count {
-            return [1, 0, count - curr - 1 - weighted, 2 * w - e, 0];
+            return [1, 0, count - curr - weighted, 2 * w - e, 0];
         }
         let retry = if curr < count {
             w - mul_div(w, count - curr - 1, prev) - e
