@@ -53,6 +53,45 @@ mod api {
             }
         }
 
+        async fn a_clock_behind_the_key_never_discards_newer_state() {
+            let l = support::limiter();
+            // 1 s windows; the newer window is full, then a check reads a clock 600 ms
+            // behind, in the window before. Counting it there would find that window empty.
+            let rules = [Rule::new(2, Duration::from_secs(1))];
+            let t = Duration::from_secs(1_700_000_000);
+            let all = [Algorithm::SlidingLog, COUNTING[0], COUNTING[1], COUNTING[2]];
+            for algorithm in all {
+                let key = format!("behind:{}", algorithm.name());
+                let at = |now| l.check(&key, &rules).algorithm(algorithm).at(now);
+                let newer = t + Duration::from_millis(100);
+                assert!(at(newer).await.unwrap().allowed, "{algorithm:?}");
+                assert!(at(newer).await.unwrap().allowed, "{algorithm:?}");
+                let behind = at(t - Duration::from_millis(500)).await.unwrap();
+                assert!(!behind.allowed, "{algorithm:?} admitted a third call: {behind:?}");
+                // The next call on the newer clock is still denied: nothing was lost.
+                assert!(!at(newer).await.unwrap().allowed, "{algorithm:?}");
+            }
+        }
+
+        async fn a_cost_uses_that_many_units_or_none() {
+            let l = support::limiter();
+            let all = [Algorithm::SlidingLog, COUNTING[0], COUNTING[1], COUNTING[2]];
+            for algorithm in all {
+                let key = format!("cost:{}", algorithm.name());
+                let check = |cost| l.check(&key, &RULES).cost(cost).algorithm(algorithm);
+                let too_many = check(3).await.unwrap();
+                assert!(!too_many.allowed, "{algorithm:?}");
+                assert_eq!(too_many.retry_after, None, "{algorithm:?}: never");
+                assert_eq!((too_many.remaining, too_many.rule), (2, RULES[0]));
+                let both = check(2).await.unwrap();
+                assert_eq!((both.allowed, both.remaining), (true, 0), "{algorithm:?}");
+                let denied = check(1).await.unwrap();
+                assert!(!denied.allowed && denied.retry_after.is_some(), "{algorithm:?}");
+                let peek = l.peek(&key, &[RULES[1]]).algorithm(algorithm).await.unwrap();
+                assert_eq!(peek.remaining, 98, "{algorithm:?}: 2 units of the day's 100");
+            }
+        }
+
         async fn a_key_counted_by_one_algorithm_refuses_another() {
             let l = support::limiter();
             let all = [Algorithm::SlidingLog, COUNTING[0], COUNTING[1], COUNTING[2]];
@@ -193,7 +232,10 @@ mod scripts {
         now_us: u64,
         rules: &[(u64, u64)],
     ) -> redis::RedisResult<[u64; 5]> {
-        spelled_out(eval_reply(conn, script, key, consume, now_us, rules)?, rules)
+        spelled_out(
+            eval_reply(conn, script, key, consume, now_us, rules)?,
+            rules,
+        )
     }
 
     /// Runs `(offset from NOW, consume, expected reply)` steps on one key.
@@ -593,7 +635,11 @@ mod scripts {
         let members: Vec<Vec<u8>> = entries(&mut conn, "k").into_iter().map(|e| e.0).collect();
         assert_eq!(
             members,
-            [&b"id-0000000000001"[..], b"id-0000000000002", b"id-00000000000022"]
+            [
+                &b"id-0000000000001"[..],
+                b"id-0000000000002",
+                b"id-00000000000022"
+            ]
         );
         assert_eq!(run(&mut conn, 1, 30, b"id-0000000000003")[0], 0);
         assert_eq!(entries(&mut conn, "k").len(), 3);
@@ -744,6 +790,11 @@ mod differential {
     struct Call {
         /// µs after the previous call.
         gap_us: u64,
+        /// µs before the previous call instead, when not 0: a clock behind the key's state
+        /// (bounded in [`run`] so that the backends' expiry still agrees).
+        back_us: u64,
+        /// Units the call uses, often 1, sometimes above a rule's count.
+        cost: u64,
         consume: bool,
         /// Which of the case's rules the call checks (bit i: rule i; none set: all), and
         /// whether in reverse order.
@@ -802,11 +853,21 @@ mod differential {
             3 => 0u64..10_000_000,
             1 => 0u64..200_000_000_000,
         ];
-        (gap, prop::bool::weighted(0.8)).prop_map(|(gap_us, consume)| Call {
-            gap_us,
-            consume,
-            pick: 0,
-            reversed: false,
+        let back = prop_oneof![
+            12 => Just(0u64),
+            1 => 1u64..2_000,
+            1 => 1u64..5_000_000,
+        ];
+        let cost = prop_oneof![6 => Just(1u64), 3 => 2u64..=4, 1 => 5u64..=8];
+        (gap, back, cost, prop::bool::weighted(0.8)).prop_map(|(gap_us, back_us, cost, consume)| {
+            Call {
+                gap_us,
+                back_us,
+                cost,
+                consume,
+                pick: 0,
+                reversed: false,
+            }
         })
     }
 
@@ -837,8 +898,8 @@ mod differential {
     }
 
     struct Backends {
-        redis: Limiter,
-        memory: Limiter,
+        redis: &'static Limiter,
+        memory: &'static Limiter,
     }
 
     impl Backends {
@@ -848,14 +909,24 @@ mod differential {
             algorithm: Algorithm,
             key: &str,
             rules: &[Rule],
+            cost: u64,
             consume: bool,
             now_us: u64,
         ) -> Result<Decision, TestCaseError> {
-            let now = Duration::from_micros(now_us);
-            let redis =
-                crate::support::run_at(&self.redis, algorithm, key, rules, consume, now).await;
-            let memory =
-                crate::support::run_at(&self.memory, algorithm, key, rules, consume, now).await;
+            let run = |limiter: &'static Limiter| async move {
+                let check = if consume {
+                    limiter.check(key, rules)
+                } else {
+                    limiter.peek(key, rules)
+                };
+                check
+                    .cost(cost)
+                    .algorithm(algorithm)
+                    .at(Duration::from_micros(now_us))
+                    .await
+            };
+            let redis = run(self.redis).await;
+            let memory = run(self.memory).await;
             let (redis, memory) = match (redis, memory) {
                 (Ok(r), Ok(m)) => (r, m),
                 (r, m) => return Err(TestCaseError::fail(format!("redis {r:?}, memory {m:?}"))),
@@ -863,47 +934,104 @@ mod differential {
             prop_assert_eq!(
                 redis,
                 memory,
-                "{:?} {} at {} (consume {})",
+                "{:?} {} at {} (cost {}, consume {})",
                 algorithm,
                 key,
                 now_us,
+                cost,
                 consume
             );
-            prop_assert_eq!(redis.allowed, redis.retry_after.is_none());
+            let never = rules.iter().any(|r| cost > r.count());
+            prop_assert_eq!(redis.allowed, redis.retry_after.is_none() && !never);
             prop_assert_eq!(redis.rule, rules[redis.rule_index]);
             Ok(redis)
         }
     }
 
+    /// The TTL margin (1 s) every key's expiry carries past the time its state matters.
+    const MARGIN_US: u64 = 1_000_000;
+
+    /// The times of a case's calls: forwards by `gap_us`, or back by `back_us`, but never
+    /// so far back that the backends' expiry would part. The memory backend forgets a key
+    /// whose expiry has passed on its explicit clock, where the Redis server (on its own
+    /// clock) keeps it; and a key's expiry is at least the margin past the time its state
+    /// matters. So once a call may have found the key expired (at least the margin after
+    /// the last write), no later call goes more than the margin before it: the state it
+    /// forgot is then stale on both sides.
+    struct Times {
+        now: u64,
+        floor: u64,
+        last_write: u64,
+    }
+
+    impl Times {
+        fn new(start_us: u64) -> Self {
+            Times {
+                now: start_us,
+                floor: start_us,
+                last_write: start_us,
+            }
+        }
+
+        /// The time of `call`.
+        fn next(&mut self, call: &Call) -> u64 {
+            self.now = if call.back_us > 0 {
+                self.now.saturating_sub(call.back_us).max(self.floor)
+            } else {
+                self.now + call.gap_us
+            };
+            if self.now >= self.last_write + MARGIN_US {
+                self.floor = self.floor.max(self.now - MARGIN_US);
+            }
+            self.now
+        }
+
+        /// A call at `now_us` wrote the key.
+        fn wrote(&mut self, now_us: u64) {
+            self.last_write = self.last_write.max(now_us);
+        }
+    }
+
     /// Runs one case's calls for `algorithm` on both backends and checks, on the way, that
-    /// `retry_after` is exact for the binding rule; returns the times of admitted calls.
+    /// `retry_after` is exact for the binding rule; returns the admitted calls, each as
+    /// (the time it was counted at, its cost).
     async fn run(
         backends: &Backends,
         algorithm: Algorithm,
         key: &str,
         case: &Case,
-    ) -> Result<Vec<u64>, TestCaseError> {
-        let mut now = case.start_us;
+    ) -> Result<Vec<(u64, u64)>, TestCaseError> {
+        let mut times = Times::new(case.start_us);
+        // The latest time an admitted call was counted at: a call from an older clock is
+        // counted there (never before the key's stored state).
+        let mut counted_at = 0;
         let mut admitted = Vec::new();
         for call in &case.calls {
-            now += call.gap_us;
+            let now = times.next(call);
             let rules = case.rules_of(call);
             let d = backends
-                .check(algorithm, key, &rules, call.consume, now)
+                .check(algorithm, key, &rules, call.cost, call.consume, now)
                 .await?;
             if d.allowed {
                 if call.consume {
-                    admitted.push(now);
+                    counted_at = counted_at.max(now);
+                    admitted.push((counted_at, call.cost));
+                    times.wrote(now);
                 }
                 continue;
             }
-            prop_assert_eq!(d.remaining, 0);
-            let retry = d.retry_after.expect("denied").as_micros() as u64;
+            let Some(retry) = d.retry_after else {
+                prop_assert!(call.cost > d.limit, "never, for a cost within the count");
+                continue;
+            };
+            let retry = retry.as_micros() as u64;
             prop_assert!(retry > 0, "denied with retry_after 0");
-            // The binding rule alone, on the same key: still denied a µs early, admitted on time.
+            prop_assert!(d.remaining < call.cost, "denied with enough left");
+            // The binding rule alone, on the same key: still denied a µs early, admitted on
+            // time, from the same clock.
             let binding = [d.rule];
             let early = backends
-                .check(algorithm, key, &binding, false, now + retry - 1)
+                .check(algorithm, key, &binding, call.cost, false, now + retry - 1)
                 .await?;
             prop_assert!(
                 !early.allowed,
@@ -911,44 +1039,50 @@ mod differential {
                 algorithm
             );
             let on_time = backends
-                .check(algorithm, key, &binding, false, now + retry)
+                .check(algorithm, key, &binding, call.cost, false, now + retry)
                 .await?;
             prop_assert!(on_time.allowed, "{:?}: denied at retry_after", algorithm);
         }
         Ok(admitted)
     }
 
-    /// The bound `algorithm` promises for `rule`, over the admitted calls' times.
-    fn within_bound(algorithm: Algorithm, rule: Rule, admitted: &[u64]) -> Result<(), String> {
+    /// The bound `algorithm` promises for `rule`, over the admitted calls, each as (the
+    /// time it was counted at, its cost), in order.
+    fn within_bound(
+        algorithm: Algorithm,
+        rule: Rule,
+        admitted: &[(u64, u64)],
+    ) -> Result<(), String> {
         let (count, w) = (rule.count(), rule.window().as_micros() as u64);
-        match algorithm {
-            // At most `count` in any window [t, t + w).
-            Algorithm::SlidingLog => {
-                for (i, t) in admitted.iter().enumerate() {
-                    if let Some(later) = admitted.get(i + count as usize) {
-                        if later - t < w {
-                            return Err(format!("{} calls within {} µs", count + 1, later - t));
-                        }
+        let units = |calls: &[(u64, u64)]| calls.iter().map(|c| c.1).sum::<u64>();
+        for (i, &(a, _)) in admitted.iter().enumerate() {
+            match algorithm {
+                // At most `count` units in any window [t, t + w).
+                Algorithm::SlidingLog => {
+                    let within = admitted[i..].iter().take_while(|c| c.0 < a + w).count();
+                    let used = units(&admitted[i..i + within]);
+                    if used > count {
+                        return Err(format!("{used} units within {w} µs from {a}"));
                     }
                 }
-            }
-            // At most `count` per aligned window.
-            Algorithm::FixedWindow | Algorithm::SlidingWindow => {
-                for (i, t) in admitted.iter().enumerate() {
-                    let same = admitted[i..].iter().filter(|u| *u / w == t / w).count() as u64;
-                    if same > count {
-                        return Err(format!("{same} calls in the window starting {}", t / w * w));
+                // At most `count` units per aligned window.
+                Algorithm::FixedWindow | Algorithm::SlidingWindow => {
+                    let same = admitted[i..]
+                        .iter()
+                        .take_while(|c| c.0 / w == a / w)
+                        .count();
+                    let used = units(&admitted[i..i + same]);
+                    if used > count {
+                        return Err(format!("{used} units in the window starting {}", a / w * w));
                     }
                 }
-            }
-            // At most count + floor(t / T) in any interval of length t.
-            Algorithm::TokenBucket => {
-                let interval = w.div_ceil(count);
-                for (i, a) in admitted.iter().enumerate() {
-                    for (j, b) in admitted.iter().enumerate().skip(i) {
-                        let calls = (j - i + 1) as u64;
-                        if calls > count + (b - a) / interval {
-                            return Err(format!("{calls} calls within {} µs", b - a));
+                // At most count + floor(t / T) units in any interval of length t.
+                Algorithm::TokenBucket => {
+                    let interval = w.div_ceil(count);
+                    for j in i..admitted.len() {
+                        let (b, used) = (admitted[j].0, units(&admitted[i..=j]));
+                        if used > count + (b - a) / interval {
+                            return Err(format!("{used} units within {} µs", b - a));
                         }
                     }
                 }
@@ -967,10 +1101,12 @@ mod differential {
             .unwrap();
         let backends = Backends {
             // Generous: a loaded machine must not turn a slow reply into a failure.
-            redis: Limiter::redis(&server.url())
-                .unwrap()
-                .timeout(Duration::from_secs(10)),
-            memory: Limiter::memory(),
+            redis: Box::leak(Box::new(
+                Limiter::redis(&server.url())
+                    .unwrap()
+                    .timeout(Duration::from_secs(10)),
+            )),
+            memory: Box::leak(Box::new(Limiter::memory())),
         };
         let runner = TestRunner::new(Config {
             cases,
@@ -1008,6 +1144,49 @@ mod differential {
             .unwrap();
         // The generated calls must reach denials, or the retry checks prove nothing.
         assert!(denials.get() > 300, "only {} denials", denials.get());
+    }
+
+    /// The memory arithmetic alone, on many more cases: every algorithm keeps its bound
+    /// and an exact `retry_after` through clocks that go back and forth. (Two memory
+    /// limiters stand in for the two backends, so their answers are compared too.)
+    #[test]
+    fn memory_keeps_every_bound_through_clocks_that_go_back() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let backends = Backends {
+            redis: Box::leak(Box::new(Limiter::memory())),
+            memory: Box::leak(Box::new(Limiter::memory())),
+        };
+        let mut runner = TestRunner::new(Config {
+            cases: 256,
+            failure_persistence: None,
+            ..Config::default()
+        });
+        let case_no = Cell::new(0u64);
+        let backs = Cell::new(0usize);
+        runner
+            .run(&case(), |case| {
+                case_no.set(case_no.get() + 1);
+                backs.set(backs.get() + case.calls.iter().filter(|c| c.back_us > 0).count());
+                runtime.block_on(async {
+                    for algorithm in ALGORITHMS {
+                        let key = format!("memory:{}:{}", case_no.get(), algorithm.name());
+                        let admitted = run(&backends, algorithm, &key, &case).await?;
+                        for rule in &case.rules {
+                            if let Err(violation) = within_bound(algorithm, *rule, &admitted) {
+                                return Err(TestCaseError::fail(format!(
+                                    "{algorithm:?} broke {rule}: {violation}"
+                                )));
+                            }
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .unwrap();
+        assert!(backs.get() > 500, "only {} clocks behind", backs.get());
     }
 
     /// One key checked with changing subsets of its rules, in changing order (a deploy

@@ -14,9 +14,12 @@
 //!   of which is the `(count - n + 1)`-th newest entry overall;
 //! - never (`n > count`): denied with [`RawDecision::NEVER`].
 //!
-//! An admitted check appends `n` entries at `now'`, and trims the entries outside the
-//! longest window; a peek or a denial writes nothing. The key lives for the longest window
-//! (plus the lag and the TTL margin) after each write.
+//! An admitted check trims the entries outside the longest window and appends `n` entries
+//! at `now'`; a peek or a denial writes nothing, not even a trim: a later check from a
+//! clock behind is counted at the newest entry, and an entry trimmed at a newer time may
+//! still be inside its windows (only an admitted check makes its own time the newest
+//! entry's). The key lives for the longest window (plus the lag and the TTL margin) after
+//! each write.
 //!
 //! `scripts/sliding_log.lua` is the same arithmetic on a Redis ZSET (score = timestamp),
 //! whose members are ids made by the client, so that a re-sent check is counted once.
@@ -78,13 +81,7 @@ pub(crate) fn check(
     let log = &mut state.log;
     let Clamp { at_us: now, lag_us } = Clamp::new(now_us, log.back().copied());
     let longest = longest_window_us(rules);
-    // A peek writes nothing, so it leaves stale entries in place; every count below skips
-    // them by itself, as the script's ZCOUNTs do.
-    if consume {
-        while log.front().is_some_and(|&s| !in_window(s, longest, now)) {
-            log.pop_front();
-        }
-    }
+    // Stale entries are skipped by every count, as the script's ZCOUNTs do.
     let decision = decide(
         rules.iter().map(|rule| figures(log, rule, now, cost)),
         cost,
@@ -93,6 +90,9 @@ pub(crate) fn check(
     );
     let mut ttl = None;
     if consume && decision.allowed {
+        while log.front().is_some_and(|&s| !in_window(s, longest, now)) {
+            log.pop_front();
+        }
         log.extend((0..cost).map(|_| now));
         ttl = Some(ttl_us(longest + lag_us));
     }

@@ -34,21 +34,11 @@ if newest then
         lag = now - clock
     end
 end
--- A peek, and a re-run, write nothing, so they leave stale entries in place; the ZCOUNTs
--- skip them.
-local trim = consume and not seen
-if trim then
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', now - longest)
-end
 
 for i = 0, rules - 1 do
     local count, window = struct.unpack('<dd', numbers, 16 * i + 25)
-    local inside
-    if trim and window == longest then
-        inside = redis.call('ZCARD', key) -- trimmed just above
-    else
-        inside = redis.call('ZCOUNT', key, now - window + 1, '+inf')
-    end
+    -- Stale entries are skipped here; only an admitted check trims them (see below).
+    local inside = redis.call('ZCOUNT', key, now - window + 1, '+inf')
     local left = count - inside
     if left < 0 then
         left = 0
@@ -86,7 +76,11 @@ for i = 0, rules - 1 do
     end
 end
 
-if trim and not denied then
+-- Only an admitted check trims, as its own entries become the newest: a later check from a
+-- clock behind is counted at the newest entry, and an entry trimmed at a newer time could
+-- still be inside its windows. A peek, a denial and a re-run write nothing.
+if consume and not seen and not denied then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', now - longest)
     if cost == 1 then
         redis.call('ZADD', key, now, id)
     else

@@ -255,8 +255,14 @@ mod tests {
         assert_eq!(first[5].len(), 16);
         assert_ne!(first[5], second[5], "a fresh id per check");
         assert_eq!(first[5][..8], second[5][..8], "one prefix per process");
-        assert_eq!(args(evalsha(&request(Algorithm::SlidingLog, false))).len(), 5);
-        assert_eq!(args(evalsha(&request(Algorithm::FixedWindow, true))).len(), 5);
+        assert_eq!(
+            args(evalsha(&request(Algorithm::SlidingLog, false))).len(),
+            5
+        );
+        assert_eq!(
+            args(evalsha(&request(Algorithm::FixedWindow, true))).len(),
+            5
+        );
         assert_eq!(args(eval(&request(Algorithm::SlidingLog, true))).len(), 6);
         assert!(rerun_is_harmless(Algorithm::SlidingLog));
         assert!(!rerun_is_harmless(Algorithm::TokenBucket));
