@@ -548,7 +548,7 @@ mod scripts {
         // index 1, 2^53 + 1, which a double cannot hold. The script must answer in full.
         let reset: u64 = ((1 << 47) - 3) / 5;
         let per_second = (1_000, 1_000_000);
-        let half = (reset + 1) / 2;
+        let half = reset.div_ceil(2);
         for (name, script, window, now) in [
             // reset_after: the window.
             ("sliding_log", SLIDING_LOG, reset, NOW),
@@ -617,7 +617,7 @@ mod scripts {
         let server = RedisServer::start();
         let mut conn = server.connection();
         let rules = [(3, 60_000_000), (10, 3_600_000_000)];
-        let mut run = |conn: &mut redis::Connection, cost, at, id: &[u8]| {
+        let run = |conn: &mut redis::Connection, cost, at, id: &[u8]| {
             let cmd = command(SLIDING_LOG, "k", true, NOW + at, cost, &rules, id);
             spelled_out(cmd.query(conn).unwrap(), &rules).unwrap()
         };

@@ -21,7 +21,7 @@ use crate::Rule;
 /// updating any (so a denial consumes nothing), and takes time from the backend's clock.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Algorithm {
-    /// Exact: one log entry per admitted call; never more than `count` in any window.
+    /// Exact: one log entry per admitted unit; never more than `count` in any window.
     #[default]
     SlidingLog,
     /// One counter per rule per aligned window.

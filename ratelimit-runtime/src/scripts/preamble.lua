@@ -1,7 +1,14 @@
--- What every script starts with. script.rs composes each script from fragments:
--- preamble.lua, state.lua (for the scripts that keep their state in one string), the
--- algorithm's own file, then reply.lua. The arithmetic is that of src/algorithm/*.rs,
--- which documents it; keep the two in step.
+-- What every script starts with. scripts/sources.rs composes each script from fragments,
+-- in this order:
+--   preamble.lua   the protocol, the time, the variables the other fragments share;
+--   state.lua      (the string-state algorithms) reads the key, opens the loop over rules;
+--   <algorithm>    the algorithm's arithmetic for one rule (the sliding log opens its loop);
+--   bind.lua       the binding rule's choice, and the end of the loop;
+--   expiry.lua     the TTL of a write;
+--   save.lua       (the string-state algorithms) writes the state; the sliding log's own
+--                  write is sliding_log_add.lua;
+--   reply.lua      the answer.
+-- The arithmetic is that of src/algorithm/*.rs, which documents it; keep the two in step.
 --
 -- KEYS[1]  the key
 -- ARGV[1]  the numbers of the check, each a little-endian double (struct '<d'):
@@ -21,8 +28,10 @@
 -- are doubles: `a % b` is a - floor(a / b) * b, exact but for a / b rounding up to the
 -- next integer, which leaves it negative by exactly b; the code adds b back.
 --
--- A script runs on every check, so it creates few closures and no tables on the common
--- path; its cost is measured in instructions per check with redis-server under callgrind
+-- A script runs on every check, so it creates no closures or tables on the common path
+-- (each costs allocations and garbage collection): the fragments are plain code, composed
+-- in sequence, some of them opening or closing the loop over the rules. The cost is
+-- measured in instructions per check with redis-server under callgrind
 -- (scripts/bench-instructions).
 
 local key = KEYS[1]
@@ -46,32 +55,9 @@ local clock, lag = now, 0
 -- retry_after of a call that can never pass: its cost is above a rule's count.
 local NEVER = math.huge
 
--- The binding rule, as algorithm::decide chooses it: among the rules that deny the call,
--- the one with the largest retry_after (ties: lowest index); when none does, the one with
--- the least left (ties: lowest index). Each script calls bind once per rule, in order.
+-- The binding rule so far (bind.lua), and the denying rule that frees up last.
 local denied, denied_left, denied_reset, denied_retry = nil, 0, 0, 0
 local binding, binding_count, least, reset
-local function bind(i, count, left, reset_after, retry)
-    if retry > 0 then
-        if retry > denied_retry then
-            denied, denied_left, denied_reset, denied_retry = i, left, reset_after, retry
-        end
-    elseif not least or left < least then
-        binding, binding_count, least, reset = i, count, left, reset_after
-    end
-end
-
--- A key's TTL in ms for state that matters `needed` µs more: whole ms rounded up, plus a
--- one-second margin (algorithm::ttl_us).
-local function ttl_ms(needed)
-    local r = needed % 1000
-    if r < 0 then
-        r = r + 1000
-    end
-    local ms = (needed - r) / 1000 + 1000
-    if r > 0 then
-        ms = ms + 1
-    end
-    return ms
-end
+-- Set by the sliding log when a check ran before (see sliding_log.lua).
+local seen = false
 
