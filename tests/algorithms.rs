@@ -440,15 +440,16 @@ mod scripts {
         assert_eq!(later, NOW + 121_000_000);
 
         // Token bucket, T = 600 ms: the first write's expiry covers the whole burst span
-        // (60 s) plus the margin, so later writes keep it until a tat outgrows it.
+        // (60 s) plus the margin, so later writes keep it until a tat comes within the
+        // margin of it.
         let (ttl, expires) = write(TOKEN_BUCKET, "token_bucket", NOW);
         assert!((60_800..=61_000).contains(&ttl), "{ttl}");
         assert_eq!(expires, NOW + 61_000_000);
-        let (kept, same) = write(TOKEN_BUCKET, "token_bucket", NOW + 60_400_000); // tat: 61 s
+        let (kept, same) = write(TOKEN_BUCKET, "token_bucket", NOW + 59_400_000); // tat: 60 s
         assert!(kept <= ttl && same == expires, "{kept} {same}");
-        let (moved, later) = write(TOKEN_BUCKET, "token_bucket", NOW + 60_400_001);
+        let (moved, later) = write(TOKEN_BUCKET, "token_bucket", NOW + 59_400_001);
         assert!((60_800..=61_000).contains(&moved), "{moved}");
-        assert_eq!(later, NOW + 60_400_001 + 61_000_000);
+        assert_eq!(later, NOW + 59_400_001 + 61_000_000);
     }
 
     #[test]

@@ -144,17 +144,21 @@ pub(crate) fn decide(
 /// decides. Every script computes the same as `ttl_ms(needed_us)`:
 /// `floor((needed_us + 999) / 1000) + 1000`.
 pub(crate) fn ttl_us(needed_us: u64) -> u64 {
-    const MARGIN_MS: u64 = 1000;
     needed_us
         .div_ceil(1000)
-        .saturating_add(MARGIN_MS)
+        .saturating_add(MARGIN_US / 1000)
         .saturating_mul(1000)
 }
 
+/// How much longer than its state matters a key always lives: one second. A check whose
+/// clock is behind the key's (see [`Clamp`]) by less than this never finds the key
+/// expired while its state still matters to it.
+pub(crate) const MARGIN_US: u64 = 1_000_000;
+
 /// The expiry a write of the fixed window, sliding window or token bucket leaves: their
-/// scripts move a key's expiry only when the state written would outlive it, and then to
-/// [`ttl_us`]`(reach_us)` from now; otherwise `SET ... KEEPTTL` keeps it, which costs Redis
-/// less than setting it again.
+/// scripts move a key's expiry only when the state written would outlive it (with the
+/// [`MARGIN_US`]), and then to [`ttl_us`]`(reach_us)` from now; otherwise `SET ...
+/// KEEPTTL` keeps it, which costs Redis less than setting it again.
 ///
 /// `expires_at_us` is the key's expiry as the state records it (0 for a new key), moved
 /// when the expiry moves. `needed_us` is how long the state just written matters;
@@ -170,7 +174,7 @@ pub(crate) fn extend_expiry(
     needed_us: u64,
     reach_us: u64,
 ) -> Option<u64> {
-    if *expires_at_us >= now_us.saturating_add(needed_us) {
+    if *expires_at_us >= now_us.saturating_add(needed_us).saturating_add(MARGIN_US) {
         return None;
     }
     let ttl = ttl_us(reach_us.max(needed_us));
@@ -385,17 +389,14 @@ mod tests {
             Some(1_002_000)
         );
         assert_eq!(expires, 6_002_000);
-        // Covered, up to the last µs.
-        assert_eq!(
-            extend_expiry(&mut expires, 5_500_000, 502_000, 502_000),
-            None
-        );
+        // Covered with the one-second margin, up to the last µs.
+        assert_eq!(extend_expiry(&mut expires, 5_000_000, 2_000, 2_000), None);
         assert_eq!(expires, 6_002_000);
         assert_eq!(
-            extend_expiry(&mut expires, 5_500_000, 502_001, 502_001),
-            Some(1_503_000)
+            extend_expiry(&mut expires, 5_000_000, 2_001, 2_001),
+            Some(1_003_000)
         );
-        assert_eq!(expires, 7_003_000);
+        assert_eq!(expires, 6_003_000);
     }
 
     #[test]

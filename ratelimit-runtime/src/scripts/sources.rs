@@ -3,9 +3,8 @@
 // backend/redis/script.rs and by the tests that EVAL the scripts, so both run exactly the
 // same text.
 //
-// The string-state algorithms name themselves for state.lua in one line here: NAME, the
-// bytes of a record (SIZE), and the offset in a record of a time a check is never counted
-// before (LATEST: the window's start), if any.
+// The string-state algorithms describe their value for state.lua in one line here (see
+// state.lua).
 
 /// The sliding log's script.
 pub const SLIDING_LOG: &str = concat!(
@@ -20,7 +19,7 @@ pub const SLIDING_LOG: &str = concat!(
 /// The fixed window's script.
 pub const FIXED_WINDOW: &str = concat!(
     include_str!("preamble.lua"),
-    "local NAME, SIZE, LATEST = 'fixed_window', 32, 16\n",
+    "local NAME, SIZE, LATEST, HEAD = 'fixed_window', 32, true, '<c12dddd'\n",
     include_str!("state.lua"),
     include_str!("fixed_window.lua"),
     include_str!("bind.lua"),
@@ -32,7 +31,7 @@ pub const FIXED_WINDOW: &str = concat!(
 /// The sliding window's script.
 pub const SLIDING_WINDOW: &str = concat!(
     include_str!("preamble.lua"),
-    "local NAME, SIZE, LATEST = 'sliding_window', 40, 16\n",
+    "local NAME, SIZE, LATEST, HEAD = 'sliding_window', 40, true, '<c14dddd'\n",
     include_str!("muldiv.lua"),
     include_str!("state.lua"),
     include_str!("sliding_window.lua"),
@@ -45,7 +44,7 @@ pub const SLIDING_WINDOW: &str = concat!(
 /// The token bucket's script.
 pub const TOKEN_BUCKET: &str = concat!(
     include_str!("preamble.lua"),
-    "local NAME, SIZE, LATEST = 'token_bucket', 24, nil\n",
+    "local NAME, SIZE, LATEST, HEAD = 'token_bucket', 24, false, '<c12dddd'\n",
     include_str!("state.lua"),
     include_str!("token_bucket.lua"),
     include_str!("bind.lua"),

@@ -1,7 +1,8 @@
 -- For the scripts that keep a key's state in one string: the fixed window, the sliding
--- window and the token bucket. sources.rs sets NAME (the algorithm's name), SIZE (a
--- record's bytes) and LATEST (the offset in a record of a time the check must not be
--- counted before, or nil) just above.
+-- window and the token bucket. sources.rs sets, just above, NAME (the algorithm's name),
+-- SIZE (a record's bytes), LATEST (true when a record's third number is a time a check is
+-- never counted before: a window's start) and HEAD (the struct format of the name, the
+-- expiry and rule 0's first three numbers, read at once).
 --
 -- The value is NAME, the key's expiry in µs (the script's clock), then per rule of the
 -- last write a record of SIZE bytes: count, window_us, then the algorithm's own numbers;
@@ -12,13 +13,15 @@
 
 local state = redis.call('GET', key)
 local expires = 0
--- Where the records start.
-local first = #NAME + 9
+-- Where the records start; rule 0's record's count and window, read with the header.
+local first, c0, w0 = #NAME + 9
 if state then
-    if #state >= first - 1 + SIZE and (#state - first + 1) % SIZE == 0
-        and string.sub(state, 1, #NAME) == NAME then
-        expires = struct.unpack('<d', state, #NAME + 1)
-    else
+    local alg, latest
+    if #state >= first - 1 + SIZE and (#state - first + 1) % SIZE == 0 then
+        -- HEAD: the name, the expiry, then rule 0's count, window and third number.
+        alg, expires, c0, w0, latest = struct.unpack(HEAD, state)
+    end
+    if alg ~= NAME then
         local held = 'a value the limiter did not write'
         for _, other in ipairs({{'fixed_window', 32}, {'sliding_window', 40}, {'token_bucket', 24}}) do
             local n = other[1]
@@ -29,9 +32,13 @@ if state then
         end
         return redis.error_reply('key ' .. key .. ' holds ' .. held .. ', not ' .. NAME)
     end
-    -- Never count before the latest such time of any record (algorithm::Clamp).
+    -- Never count before the latest such time of any record (algorithm::Clamp). The
+    -- third number of a record is that time where there is one (LATEST).
     if LATEST then
-        for p = first + LATEST, #state, SIZE do
+        if latest > now then
+            now = latest
+        end
+        for p = first + SIZE + 16, #state, SIZE do
             local t = struct.unpack('<d', state, p)
             if t > now then
                 now = t
@@ -55,9 +62,12 @@ for i = 0, rules - 1 do
     local p
     if state then
         p = first + i * SIZE
-        local c, w
-        if p < #state then
-            c, w = struct.unpack('<dd', state, p)
+        local c, w = c0, w0
+        if i > 0 then
+            c = nil
+            if p < #state then
+                c, w = struct.unpack('<dd', state, p)
+            end
         end
         if c ~= count or w ~= window then
             p = nil
