@@ -1,10 +1,13 @@
 
--- The TTL, in ms, of a write (an admitted check): for state that matters `reach` µs more
--- from the time counted at, so `reach + lag` from the caller's clock (which PX is relative
--- to), whole ms rounded up, plus a one-second margin (algorithm::ttl_us). nil when the
--- check writes nothing.
+-- The TTL, in ms, when a write (an admitted check) moves the key's expiry: when the state
+-- written would outlive it (it matters `needed + lag` µs more from the caller's clock)
+-- with the margin of one second (algorithm::extend_expiry), or on Redis 5 and 6 (no
+-- REDIS_VERSION_NUM), which cannot keep it. The TTL covers `reach + lag` µs (far enough
+-- for the writes after it too), whole ms rounded up, plus the margin (algorithm::ttl_us).
+-- nil when the check writes nothing or keeps the expiry.
 local ms
-if consume and not denied and not seen then
+if consume and not denied
+    and (expires < clock + needed + lag + 1000000 or not redis.REDIS_VERSION_NUM) then
     local span = reach + lag
     local r = span % 1000
     if r < 0 then

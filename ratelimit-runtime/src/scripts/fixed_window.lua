@@ -9,7 +9,10 @@
     reset_after = window - reset_after
     local calls = 0
     if p then
-        local s, k = struct.unpack('<dd', state, p + 16)
+        local s, k = x0, y0
+        if p ~= first then
+            s, k = struct.unpack('<dd', state, p + 16)
+        end
         if s == start then
             calls = k
         end

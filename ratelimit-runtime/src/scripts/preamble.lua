@@ -58,6 +58,4 @@ local NEVER = math.huge
 -- The binding rule so far (bind.lua), and the denying rule that frees up last.
 local denied, denied_left, denied_reset, denied_retry = nil, 0, 0, 0
 local binding, binding_count, least, reset
--- Set by the sliding log when a check ran before (see sliding_log.lua).
-local seen = false
 

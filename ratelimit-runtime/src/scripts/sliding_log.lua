@@ -5,13 +5,15 @@
 -- unique per check, the same in a re-sent command), and its units are the members id,
 -- id .. 2, ..., id .. cost. A check whose id is already present ran before (its reply was
 -- lost): it writes nothing and answers admitted, as the first run did, with the figures
--- of the log without its own entries.
+-- of the log without its own entries (sliding_log_add.lua). The id is looked up only
+-- where the answer depends on it: by the ZADD NX of an admitted check, and for a denial.
 --
 -- Numbers reach redis.call as numbers, which Redis formats exactly; `..` would format
 -- them with %.14g and lose digits.
 
--- The longest window: how long the key's entries matter after a write (expiry.lua).
-local reach = 0
+-- The longest window: how long the key's entries matter after a write; a write always
+-- moves the expiry (expiry.lua).
+local expires, needed, reach = 0, 0, 0
 for i = 0, rules - 1 do
     local window = struct.unpack('<d', numbers, 16 * i + 33)
     if window > reach then
@@ -20,10 +22,6 @@ for i = 0, rules - 1 do
 end
 
 local id = ARGV[2]
-if consume then
-    -- The score of this check's entries when it ran before; false when it did not.
-    seen = redis.call('ZSCORE', key, id)
-end
 -- Never count before the newest entry (algorithm::Clamp).
 local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]
 if newest then
@@ -45,18 +43,7 @@ for i = 0, rules - 1 do
     end
     -- The call's entries are the last to leave.
     local reset_after, retry = window, 0
-    if seen then
-        -- The first run's figures: without its own entries, admitted.
-        if tonumber(seen) > now - window then
-            left = left + cost
-        end
-        if left > count then
-            left = count
-        end
-        if left < cost then
-            left = cost
-        end
-    elseif cost > left then
+    if cost > left then
         reset_after = 0
         if inside > 0 then
             reset_after = newest + window - now

@@ -9,7 +9,10 @@
     local start = now - e
     local curr, prev = 0, 0
     if p then
-        local s, sc, sp = struct.unpack('<ddd', state, p + 16)
+        local s, sc, sp = x0, y0, z0
+        if p ~= first then
+            s, sc, sp = struct.unpack('<ddd', state, p + 16)
+        end
         if s == start then
             curr, prev = sc, sp
         elseif s + w == start then

@@ -19,7 +19,7 @@ pub const SLIDING_LOG: &str = concat!(
 /// The fixed window's script.
 pub const FIXED_WINDOW: &str = concat!(
     include_str!("preamble.lua"),
-    "local NAME, SIZE, LATEST, HEAD = 'fixed_window', 32, true, '<c12dddd'\n",
+    "local NAME, SIZE, LATEST, HEAD = 'fixed_window', 32, true, '<c12ddddd'\n",
     include_str!("state.lua"),
     include_str!("fixed_window.lua"),
     include_str!("bind.lua"),
@@ -31,7 +31,7 @@ pub const FIXED_WINDOW: &str = concat!(
 /// The sliding window's script.
 pub const SLIDING_WINDOW: &str = concat!(
     include_str!("preamble.lua"),
-    "local NAME, SIZE, LATEST, HEAD = 'sliding_window', 40, true, '<c14dddd'\n",
+    "local NAME, SIZE, LATEST, HEAD = 'sliding_window', 40, true, '<c14dddddd'\n",
     include_str!("muldiv.lua"),
     include_str!("state.lua"),
     include_str!("sliding_window.lua"),

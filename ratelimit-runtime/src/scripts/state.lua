@@ -2,7 +2,7 @@
 -- window and the token bucket. sources.rs sets, just above, NAME (the algorithm's name),
 -- SIZE (a record's bytes), LATEST (true when a record's third number is a time a check is
 -- never counted before: a window's start) and HEAD (the struct format of the name, the
--- expiry and rule 0's first three numbers, read at once).
+-- expiry and the first record, read at once).
 --
 -- The value is NAME, the key's expiry in µs (the script's clock), then per rule of the
 -- last write a record of SIZE bytes: count, window_us, then the algorithm's own numbers;
@@ -13,13 +13,14 @@
 
 local state = redis.call('GET', key)
 local expires = 0
--- Where the records start; rule 0's record's count and window, read with the header.
-local first, c0, w0 = #NAME + 9
+-- Where the records start; the first record's numbers (count, window, then the
+-- algorithm's own: x0, y0, z0 as it has them), read with the header.
+local first, c0, w0, x0, y0, z0 = #NAME + 9
 if state then
-    local alg, latest
+    local alg
     if #state >= first - 1 + SIZE and (#state - first + 1) % SIZE == 0 then
-        -- HEAD: the name, the expiry, then rule 0's count, window and third number.
-        alg, expires, c0, w0, latest = struct.unpack(HEAD, state)
+        -- HEAD: the name, the expiry, then the first record.
+        alg, expires, c0, w0, x0, y0, z0 = struct.unpack(HEAD, state)
     end
     if alg ~= NAME then
         local held = 'a value the limiter did not write'
@@ -35,8 +36,8 @@ if state then
     -- Never count before the latest such time of any record (algorithm::Clamp). The
     -- third number of a record is that time where there is one (LATEST).
     if LATEST then
-        if latest > now then
-            now = latest
+        if x0 > now then
+            now = x0
         end
         for p = first + SIZE + 16, #state, SIZE do
             local t = struct.unpack('<d', state, p)
@@ -55,7 +56,7 @@ local records, needed, reach = '', 0, 0
 
 -- The loop over the rules, which the algorithm's file continues and bind.lua ends. Rule i
 -- (0-based) has `count` and `window`, and `p`, the byte where its record starts in the
--- state, or nil. The next check with the same rules finds each at its place; a rule found
+-- state, or nil (when `p == first`, its numbers are x0, y0, z0 above). The next check with the same rules finds each at its place; a rule found
 -- elsewhere (the rules changed) is still used, and one not found starts empty.
 for i = 0, rules - 1 do
     local count, window = struct.unpack('<dd', numbers, 16 * i + 25)

@@ -16,7 +16,10 @@
     local burst = count * interval
     local ahead = 0
     if p then
-        local tat = struct.unpack('<d', state, p + 16)
+        local tat = x0
+        if p ~= first then
+            tat = struct.unpack('<d', state, p + 16)
+        end
         if tat > now then
             ahead = tat - now
         end
