@@ -33,8 +33,11 @@ mod api {
                 let first = l.check(&key, &RULES).algorithm(algorithm).await.unwrap();
                 assert!(first.allowed, "{algorithm:?}");
                 assert_eq!((first.limit, first.remaining, first.rule_index), (2, 1, 0));
+                // A peek tells what is left now, and whether a call of its cost would pass.
                 let peek = l.peek(&key, &RULES).algorithm(algorithm).await.unwrap();
-                assert_eq!((peek.allowed, peek.remaining), (true, 0), "{algorithm:?}");
+                assert_eq!((peek.allowed, peek.remaining), (true, 1), "{algorithm:?}");
+                let two = l.peek(&key, &RULES).cost(2).algorithm(algorithm).await.unwrap();
+                assert_eq!((two.allowed, two.remaining), (false, 1), "{algorithm:?}");
                 assert!(l.check(&key, &RULES).algorithm(algorithm).await.unwrap().allowed);
 
                 let denied = l.check(&key, &RULES).algorithm(algorithm).await.unwrap();
@@ -47,6 +50,45 @@ mod api {
                 l.reset(&key).await.unwrap();
                 let fresh = l.check(&key, &RULES).algorithm(algorithm).await.unwrap();
                 assert_eq!((fresh.allowed, fresh.remaining), (true, 1), "{algorithm:?}");
+            }
+        }
+
+        async fn a_clock_behind_the_key_never_discards_newer_state() {
+            let l = support::limiter();
+            // 1 s windows; the newer window is full, then a check reads a clock 600 ms
+            // behind, in the window before. Counting it there would find that window empty.
+            let rules = [Rule::new(2, Duration::from_secs(1))];
+            let t = Duration::from_secs(1_700_000_000);
+            let all = [Algorithm::SlidingLog, COUNTING[0], COUNTING[1], COUNTING[2]];
+            for algorithm in all {
+                let key = format!("behind:{}", algorithm.name());
+                let at = |now| l.check(&key, &rules).algorithm(algorithm).at(now);
+                let newer = t + Duration::from_millis(100);
+                assert!(at(newer).await.unwrap().allowed, "{algorithm:?}");
+                assert!(at(newer).await.unwrap().allowed, "{algorithm:?}");
+                let behind = at(t - Duration::from_millis(500)).await.unwrap();
+                assert!(!behind.allowed, "{algorithm:?} admitted a third call: {behind:?}");
+                // The next call on the newer clock is still denied: nothing was lost.
+                assert!(!at(newer).await.unwrap().allowed, "{algorithm:?}");
+            }
+        }
+
+        async fn a_cost_uses_that_many_units_or_none() {
+            let l = support::limiter();
+            let all = [Algorithm::SlidingLog, COUNTING[0], COUNTING[1], COUNTING[2]];
+            for algorithm in all {
+                let key = format!("cost:{}", algorithm.name());
+                let check = |cost| l.check(&key, &RULES).cost(cost).algorithm(algorithm);
+                let too_many = check(3).await.unwrap();
+                assert!(!too_many.allowed, "{algorithm:?}");
+                assert_eq!(too_many.retry_after, None, "{algorithm:?}: never");
+                assert_eq!((too_many.remaining, too_many.rule), (2, RULES[0]));
+                let both = check(2).await.unwrap();
+                assert_eq!((both.allowed, both.remaining), (true, 0), "{algorithm:?}");
+                let denied = check(1).await.unwrap();
+                assert!(!denied.allowed && denied.retry_after.is_some(), "{algorithm:?}");
+                let peek = l.peek(&key, &[RULES[1]]).algorithm(algorithm).await.unwrap();
+                assert_eq!(peek.remaining, 98, "{algorithm:?}: 2 units of the day's 100");
             }
         }
 
@@ -69,17 +111,19 @@ mod api {
     }
 }
 
-/// `EVAL`s the algorithms' scripts directly, with the shared protocol: `KEYS[1]`, and
-/// `ARGV[1]` = consume, now_us (0: server TIME), count, window_us, ... as little-endian
-/// doubles.
+/// `EVAL`s the algorithms' scripts directly, with the shared protocol: `KEYS[1]`,
+/// `ARGV[1]` = consume, now_us (0: server TIME), cost, count, window_us, ... as
+/// little-endian doubles, and `ARGV[2]` = the check's id (read by the sliding log).
 mod scripts {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
     use crate::support::RedisServer;
 
-    const FIXED_WINDOW: &str = include_str!("../ratelimit-runtime/src/scripts/fixed_window.lua");
-    const SLIDING_WINDOW: &str =
-        include_str!("../ratelimit-runtime/src/scripts/sliding_window.lua");
-    const TOKEN_BUCKET: &str = include_str!("../ratelimit-runtime/src/scripts/token_bucket.lua");
-    const SLIDING_LOG: &str = include_str!("../ratelimit-runtime/src/scripts/sliding_log.lua");
+    /// The scripts exactly as the runtime composes them.
+    mod sources {
+        include!("../ratelimit-runtime/src/scripts/sources.rs");
+    }
+    use sources::{FIXED_WINDOW, SLIDING_LOG, SLIDING_WINDOW, TOKEN_BUCKET};
     const ALL: [(&str, &str); 3] = [
         ("fixed_window", FIXED_WINDOW),
         ("sliding_window", SLIDING_WINDOW),
@@ -118,7 +162,7 @@ mod scripts {
         redis::cmd("PTTL").arg(key).query(conn).unwrap()
     }
 
-    /// The script's reply as it comes.
+    /// The script's reply as it comes, for a call of cost 1 with an id of its own.
     fn eval_reply(
         conn: &mut redis::Connection,
         script: &str,
@@ -127,7 +171,22 @@ mod scripts {
         now_us: u64,
         rules: &[(u64, u64)],
     ) -> redis::RedisResult<redis::Value> {
-        let head = [u64::from(consume), now_us];
+        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed).to_le_bytes();
+        command(script, key, consume, now_us, 1, rules, &id).query(conn)
+    }
+
+    /// The EVAL of one check, as the runtime encodes it.
+    fn command(
+        script: &str,
+        key: &str,
+        consume: bool,
+        now_us: u64,
+        cost: u64,
+        rules: &[(u64, u64)],
+        id: &[u8],
+    ) -> redis::Cmd {
+        let head = [u64::from(consume), now_us, cost];
         let numbers: Vec<u8> = head
             .into_iter()
             .chain(
@@ -137,12 +196,30 @@ mod scripts {
             )
             .flat_map(|n| (n as f64).to_le_bytes())
             .collect();
-        redis::cmd("EVAL")
-            .arg(script)
-            .arg(1)
-            .arg(key)
-            .arg(numbers)
-            .query(conn)
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(script).arg(1).arg(key).arg(numbers).arg(id);
+        eval
+    }
+
+    /// A reply as `[allowed, rule_index, remaining, reset_after_us, retry_after_us]`,
+    /// the short form of an admitted call spelled out, and "never" (-1) as `u64::MAX`.
+    fn spelled_out(reply: redis::Value, rules: &[(u64, u64)]) -> redis::RedisResult<[u64; 5]> {
+        Ok(match reply {
+            redis::Value::Int(short) => {
+                let short = u64::try_from(short).expect("a short form is not negative");
+                let rule_index = short % 64;
+                let base = rules[rule_index as usize].0 + 1;
+                [1, rule_index, short / 64 % base, short / 64 / base, 0]
+            }
+            long => {
+                let numbers: Vec<i64> = redis::FromRedisValue::from_redis_value(long)?;
+                let numbers: Vec<u64> = numbers
+                    .into_iter()
+                    .map(|n| if n == -1 { u64::MAX } else { n as u64 })
+                    .collect();
+                numbers.try_into().expect("five numbers")
+            }
+        })
     }
 
     /// The script's reply as `[allowed, rule_index, remaining, reset_after_us,
@@ -155,19 +232,9 @@ mod scripts {
         now_us: u64,
         rules: &[(u64, u64)],
     ) -> redis::RedisResult<[u64; 5]> {
-        Ok(
-            match eval_reply(conn, script, key, consume, now_us, rules)? {
-                redis::Value::Int(short) => {
-                    let short = u64::try_from(short).expect("a short form is not negative");
-                    let rule_index = short % 64;
-                    let count = rules[rule_index as usize].0;
-                    [1, rule_index, short / 64 % count, short / 64 / count, 0]
-                }
-                long => {
-                    let numbers: Vec<u64> = redis::FromRedisValue::from_redis_value(long)?;
-                    numbers.try_into().expect("five numbers")
-                }
-            },
+        spelled_out(
+            eval_reply(conn, script, key, consume, now_us, rules)?,
+            rules,
         )
     }
 
@@ -189,7 +256,7 @@ mod scripts {
             &[(3, 1_000), (2, 250)],
             &[
                 (400, true, [1, 1, 1, 100, 0]),
-                (499, false, [1, 1, 0, 1, 0]),
+                (499, false, [1, 1, 1, 1, 0]),
                 (499, true, [1, 1, 0, 1, 0]),
                 (499, true, [0, 1, 0, 1, 1]),
                 (500, true, [1, 0, 0, 500, 0]),
@@ -213,7 +280,7 @@ mod scripts {
                 (1_249, true, [0, 0, 0, 751, 1]),
                 (1_250, true, [1, 0, 0, 1_750, 0]),
                 (1_300, true, [0, 0, 0, 1_700, 200]),
-                (1_500, false, [1, 0, 0, 1_500, 0]),
+                (1_500, false, [1, 0, 1, 1_500, 0]),
                 (1_500, true, [1, 0, 0, 1_500, 0]),
                 (3_000, true, [1, 0, 3, 2_000, 0]),
             ],
@@ -373,15 +440,16 @@ mod scripts {
         assert_eq!(later, NOW + 121_000_000);
 
         // Token bucket, T = 600 ms: the first write's expiry covers the whole burst span
-        // (60 s) plus the margin, so later writes keep it until a tat outgrows it.
+        // (60 s) plus the margin, so later writes keep it until a tat comes within the
+        // margin of it.
         let (ttl, expires) = write(TOKEN_BUCKET, "token_bucket", NOW);
         assert!((60_800..=61_000).contains(&ttl), "{ttl}");
         assert_eq!(expires, NOW + 61_000_000);
-        let (kept, same) = write(TOKEN_BUCKET, "token_bucket", NOW + 60_400_000); // tat: 61 s
+        let (kept, same) = write(TOKEN_BUCKET, "token_bucket", NOW + 59_400_000); // tat: 60 s
         assert!(kept <= ttl && same == expires, "{kept} {same}");
-        let (moved, later) = write(TOKEN_BUCKET, "token_bucket", NOW + 60_400_001);
+        let (moved, later) = write(TOKEN_BUCKET, "token_bucket", NOW + 59_400_001);
         assert!((60_800..=61_000).contains(&moved), "{moved}");
-        assert_eq!(later, NOW + 60_400_001 + 61_000_000);
+        assert_eq!(later, NOW + 59_400_001 + 61_000_000);
     }
 
     #[test]
@@ -401,7 +469,7 @@ mod scripts {
         );
         // a starts over.
         let reply = eval(&mut conn, FIXED_WINDOW, "k", false, NOW, &[a]).unwrap();
-        assert_eq!(reply, [1, 0, 2, 1_000_000, 0]);
+        assert_eq!(reply, [1, 0, 3, 1_000_000, 0]);
     }
 
     #[test]
@@ -476,24 +544,25 @@ mod scripts {
     fn a_short_answer_at_the_edge_of_exact_doubles_loses_nothing() {
         let server = RedisServer::start();
         let mut conn = server.connection();
-        // Rule 1 binds the first call with 2 remaining and reset_after * 3 = 2^47 - 2, so
-        // reset_after * count + remaining = 2^47 exactly: times 64 plus the rule index 1,
-        // 2^53 + 1, which a double cannot hold. The script must answer in full.
-        let reset: u64 = ((1 << 47) - 2) / 3;
+        // Rule 1 binds the first call with 3 remaining and reset_after * 5 = 2^47 - 3, so
+        // reset_after * (count + 1) + remaining = 2^47 exactly: times 64 plus the rule
+        // index 1, 2^53 + 1, which a double cannot hold. The script must answer in full.
+        let reset: u64 = ((1 << 47) - 3) / 5;
         let per_second = (1_000, 1_000_000);
+        let half = reset.div_ceil(2);
         for (name, script, window, now) in [
             // reset_after: the window.
             ("sliding_log", SLIDING_LOG, reset, NOW),
             // reset_after: what is left of the aligned window, here all but 1 µs.
             ("fixed_window", FIXED_WINDOW, reset + 1, reset + 2),
-            // reset_after: the window after this one too; `now` starts a window.
-            ("sliding_window", SLIDING_WINDOW, reset / 2, reset),
+            // reset_after: 2w - e, the window after this one too; 1 µs into a window.
+            ("sliding_window", SLIDING_WINDOW, half, half + 1),
             // reset_after: the emission interval, window / count.
-            ("token_bucket", TOKEN_BUCKET, 3 * reset, NOW),
+            ("token_bucket", TOKEN_BUCKET, 4 * reset, NOW),
         ] {
-            let rules = [per_second, (3, window)];
+            let rules = [per_second, (4, window)];
             let reply = eval(&mut conn, script, name, true, now, &rules).unwrap();
-            assert_eq!(reply, [1, 1, 2, reset, 0], "{name}");
+            assert_eq!(reply, [1, 1, 3, reset, 0], "{name}");
         }
     }
 
@@ -533,13 +602,75 @@ mod scripts {
         }
     }
 
+    /// The sliding log's entries, as (member, score).
+    fn entries(conn: &mut redis::Connection, key: &str) -> Vec<(Vec<u8>, u64)> {
+        redis::cmd("ZRANGE")
+            .arg(key)
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query(conn)
+            .unwrap()
+    }
+
+    #[test]
+    fn a_re_sent_sliding_log_check_is_counted_once_and_answered_alike() {
+        let server = RedisServer::start();
+        let mut conn = server.connection();
+        let rules = [(3, 60_000_000), (10, 3_600_000_000)];
+        let run = |conn: &mut redis::Connection, cost, at, id: &[u8]| {
+            let cmd = command(SLIDING_LOG, "k", true, NOW + at, cost, &rules, id);
+            spelled_out(cmd.query(conn).unwrap(), &rules).unwrap()
+        };
+        let first = run(&mut conn, 1, 0, b"id-0000000000001");
+        assert_eq!(first, [1, 0, 2, 60_000_000, 0]);
+        // The same command again, as a connection layer re-sends it: nothing more counted.
+        assert_eq!(run(&mut conn, 1, 0, b"id-0000000000001"), first);
+        assert_eq!(entries(&mut conn, "k").len(), 1);
+        // A cost of 2 takes the last two units; re-run later, it still answers admitted
+        // (a fresh check would be denied now) and adds nothing.
+        let second = run(&mut conn, 2, 10, b"id-0000000000002");
+        assert_eq!(second, [1, 0, 0, 60_000_000, 0]);
+        assert_eq!(run(&mut conn, 2, 10, b"id-0000000000002"), second);
+        assert_eq!(run(&mut conn, 2, 20, b"id-0000000000002"), second);
+        let members: Vec<Vec<u8>> = entries(&mut conn, "k").into_iter().map(|e| e.0).collect();
+        assert_eq!(
+            members,
+            [
+                &b"id-0000000000001"[..],
+                b"id-0000000000002",
+                b"id-00000000000022"
+            ]
+        );
+        assert_eq!(run(&mut conn, 1, 30, b"id-0000000000003")[0], 0);
+        assert_eq!(entries(&mut conn, "k").len(), 3);
+    }
+
+    #[test]
+    fn a_cost_above_a_count_answers_never_and_writes_nothing() {
+        let server = RedisServer::start();
+        let mut conn = server.connection();
+        let rules = [(10, 1_000_000), (3, 60_000_000)];
+        for (name, script) in ALL.into_iter().chain([("sliding_log", SLIDING_LOG)]) {
+            let reply = command(script, name, true, NOW, 4, &rules, b"one-id-for-never")
+                .query(&mut conn)
+                .unwrap();
+            let reply = spelled_out(reply, &rules).unwrap();
+            assert_eq!(reply[..3], [0, 1, 3], "{name}");
+            assert_eq!(reply[4], u64::MAX, "{name}: retry_after -1");
+            let exists: bool = redis::cmd("EXISTS").arg(name).query(&mut conn).unwrap();
+            assert!(!exists, "{name}");
+        }
+    }
+
     /// The weighted count `ceil(prev * (w - e) / w)` and the retry times, as documented in
     /// `algorithm/sliding_window.rs`, in u128.
     fn sliding_window_reference(count: u64, w: u64, e: u64, curr: u64, prev: u64) -> [u64; 5] {
         let mul_div = |a: u64, b: u64, d: u64| (a as u128 * b as u128 / d as u128) as u64;
         let weighted = (prev as u128 * (w - e) as u128).div_ceil(w as u128) as u64;
+        // A peek: what is left now.
         if curr + 1 + weighted <= count {
-            return [1, 0, count - curr - 1 - weighted, 2 * w - e, 0];
+            return [1, 0, count - curr - weighted, 2 * w - e, 0];
         }
         let retry = if curr < count {
             w - mul_div(w, count - curr - 1, prev) - e
@@ -660,6 +791,11 @@ mod differential {
     struct Call {
         /// µs after the previous call.
         gap_us: u64,
+        /// µs before the previous call instead, when not 0: a clock behind the key's state
+        /// (bounded in [`run`] so that the backends' expiry still agrees).
+        back_us: u64,
+        /// Units the call uses, often 1, sometimes above a rule's count.
+        cost: u64,
         consume: bool,
         /// Which of the case's rules the call checks (bit i: rule i; none set: all), and
         /// whether in reverse order.
@@ -718,11 +854,21 @@ mod differential {
             3 => 0u64..10_000_000,
             1 => 0u64..200_000_000_000,
         ];
-        (gap, prop::bool::weighted(0.8)).prop_map(|(gap_us, consume)| Call {
-            gap_us,
-            consume,
-            pick: 0,
-            reversed: false,
+        let back = prop_oneof![
+            12 => Just(0u64),
+            1 => 1u64..2_000,
+            1 => 1u64..5_000_000,
+        ];
+        let cost = prop_oneof![6 => Just(1u64), 3 => 2u64..=4, 1 => 5u64..=8];
+        (gap, back, cost, prop::bool::weighted(0.8)).prop_map(|(gap_us, back_us, cost, consume)| {
+            Call {
+                gap_us,
+                back_us,
+                cost,
+                consume,
+                pick: 0,
+                reversed: false,
+            }
         })
     }
 
@@ -753,8 +899,8 @@ mod differential {
     }
 
     struct Backends {
-        redis: Limiter,
-        memory: Limiter,
+        redis: &'static Limiter,
+        memory: &'static Limiter,
     }
 
     impl Backends {
@@ -764,14 +910,24 @@ mod differential {
             algorithm: Algorithm,
             key: &str,
             rules: &[Rule],
+            cost: u64,
             consume: bool,
             now_us: u64,
         ) -> Result<Decision, TestCaseError> {
-            let now = Duration::from_micros(now_us);
-            let redis =
-                crate::support::run_at(&self.redis, algorithm, key, rules, consume, now).await;
-            let memory =
-                crate::support::run_at(&self.memory, algorithm, key, rules, consume, now).await;
+            let run = |limiter: &'static Limiter| async move {
+                let check = if consume {
+                    limiter.check(key, rules)
+                } else {
+                    limiter.peek(key, rules)
+                };
+                check
+                    .cost(cost)
+                    .algorithm(algorithm)
+                    .at(Duration::from_micros(now_us))
+                    .await
+            };
+            let redis = run(self.redis).await;
+            let memory = run(self.memory).await;
             let (redis, memory) = match (redis, memory) {
                 (Ok(r), Ok(m)) => (r, m),
                 (r, m) => return Err(TestCaseError::fail(format!("redis {r:?}, memory {m:?}"))),
@@ -779,47 +935,104 @@ mod differential {
             prop_assert_eq!(
                 redis,
                 memory,
-                "{:?} {} at {} (consume {})",
+                "{:?} {} at {} (cost {}, consume {})",
                 algorithm,
                 key,
                 now_us,
+                cost,
                 consume
             );
-            prop_assert_eq!(redis.allowed, redis.retry_after.is_none());
+            let never = rules.iter().any(|r| cost > r.count());
+            prop_assert_eq!(redis.allowed, redis.retry_after.is_none() && !never);
             prop_assert_eq!(redis.rule, rules[redis.rule_index]);
             Ok(redis)
         }
     }
 
+    /// The TTL margin (1 s) every key's expiry carries past the time its state matters.
+    const MARGIN_US: u64 = 1_000_000;
+
+    /// The times of a case's calls: forwards by `gap_us`, or back by `back_us`, but never
+    /// so far back that the backends' expiry would part. The memory backend forgets a key
+    /// whose expiry has passed on its explicit clock, where the Redis server (on its own
+    /// clock) keeps it; and a key's expiry is at least the margin past the time its state
+    /// matters. So once a call may have found the key expired (at least the margin after
+    /// the last write), no later call goes more than the margin before it: the state it
+    /// forgot is then stale on both sides.
+    struct Times {
+        now: u64,
+        floor: u64,
+        last_write: u64,
+    }
+
+    impl Times {
+        fn new(start_us: u64) -> Self {
+            Times {
+                now: start_us,
+                floor: start_us,
+                last_write: start_us,
+            }
+        }
+
+        /// The time of `call`.
+        fn next(&mut self, call: &Call) -> u64 {
+            self.now = if call.back_us > 0 {
+                self.now.saturating_sub(call.back_us).max(self.floor)
+            } else {
+                self.now + call.gap_us
+            };
+            if self.now >= self.last_write + MARGIN_US {
+                self.floor = self.floor.max(self.now - MARGIN_US);
+            }
+            self.now
+        }
+
+        /// A call at `now_us` wrote the key.
+        fn wrote(&mut self, now_us: u64) {
+            self.last_write = self.last_write.max(now_us);
+        }
+    }
+
     /// Runs one case's calls for `algorithm` on both backends and checks, on the way, that
-    /// `retry_after` is exact for the binding rule; returns the times of admitted calls.
+    /// `retry_after` is exact for the binding rule; returns the admitted calls, each as
+    /// (the time it was counted at, its cost).
     async fn run(
         backends: &Backends,
         algorithm: Algorithm,
         key: &str,
         case: &Case,
-    ) -> Result<Vec<u64>, TestCaseError> {
-        let mut now = case.start_us;
+    ) -> Result<Vec<(u64, u64)>, TestCaseError> {
+        let mut times = Times::new(case.start_us);
+        // The latest time an admitted call was counted at: a call from an older clock is
+        // counted there (never before the key's stored state).
+        let mut counted_at = 0;
         let mut admitted = Vec::new();
         for call in &case.calls {
-            now += call.gap_us;
+            let now = times.next(call);
             let rules = case.rules_of(call);
             let d = backends
-                .check(algorithm, key, &rules, call.consume, now)
+                .check(algorithm, key, &rules, call.cost, call.consume, now)
                 .await?;
             if d.allowed {
                 if call.consume {
-                    admitted.push(now);
+                    counted_at = counted_at.max(now);
+                    admitted.push((counted_at, call.cost));
+                    times.wrote(now);
                 }
                 continue;
             }
-            prop_assert_eq!(d.remaining, 0);
-            let retry = d.retry_after.expect("denied").as_micros() as u64;
+            let Some(retry) = d.retry_after else {
+                prop_assert!(call.cost > d.limit, "never, for a cost within the count");
+                continue;
+            };
+            let retry = retry.as_micros() as u64;
             prop_assert!(retry > 0, "denied with retry_after 0");
-            // The binding rule alone, on the same key: still denied a µs early, admitted on time.
+            prop_assert!(d.remaining < call.cost, "denied with enough left");
+            // The binding rule alone, on the same key: still denied a µs early, admitted on
+            // time, from the same clock.
             let binding = [d.rule];
             let early = backends
-                .check(algorithm, key, &binding, false, now + retry - 1)
+                .check(algorithm, key, &binding, call.cost, false, now + retry - 1)
                 .await?;
             prop_assert!(
                 !early.allowed,
@@ -827,44 +1040,50 @@ mod differential {
                 algorithm
             );
             let on_time = backends
-                .check(algorithm, key, &binding, false, now + retry)
+                .check(algorithm, key, &binding, call.cost, false, now + retry)
                 .await?;
             prop_assert!(on_time.allowed, "{:?}: denied at retry_after", algorithm);
         }
         Ok(admitted)
     }
 
-    /// The bound `algorithm` promises for `rule`, over the admitted calls' times.
-    fn within_bound(algorithm: Algorithm, rule: Rule, admitted: &[u64]) -> Result<(), String> {
+    /// The bound `algorithm` promises for `rule`, over the admitted calls, each as (the
+    /// time it was counted at, its cost), in order.
+    fn within_bound(
+        algorithm: Algorithm,
+        rule: Rule,
+        admitted: &[(u64, u64)],
+    ) -> Result<(), String> {
         let (count, w) = (rule.count(), rule.window().as_micros() as u64);
-        match algorithm {
-            // At most `count` in any window [t, t + w).
-            Algorithm::SlidingLog => {
-                for (i, t) in admitted.iter().enumerate() {
-                    if let Some(later) = admitted.get(i + count as usize) {
-                        if later - t < w {
-                            return Err(format!("{} calls within {} µs", count + 1, later - t));
-                        }
+        let units = |calls: &[(u64, u64)]| calls.iter().map(|c| c.1).sum::<u64>();
+        for (i, &(a, _)) in admitted.iter().enumerate() {
+            match algorithm {
+                // At most `count` units in any window [t, t + w).
+                Algorithm::SlidingLog => {
+                    let within = admitted[i..].iter().take_while(|c| c.0 < a + w).count();
+                    let used = units(&admitted[i..i + within]);
+                    if used > count {
+                        return Err(format!("{used} units within {w} µs from {a}"));
                     }
                 }
-            }
-            // At most `count` per aligned window.
-            Algorithm::FixedWindow | Algorithm::SlidingWindow => {
-                for (i, t) in admitted.iter().enumerate() {
-                    let same = admitted[i..].iter().filter(|u| *u / w == t / w).count() as u64;
-                    if same > count {
-                        return Err(format!("{same} calls in the window starting {}", t / w * w));
+                // At most `count` units per aligned window.
+                Algorithm::FixedWindow | Algorithm::SlidingWindow => {
+                    let same = admitted[i..]
+                        .iter()
+                        .take_while(|c| c.0 / w == a / w)
+                        .count();
+                    let used = units(&admitted[i..i + same]);
+                    if used > count {
+                        return Err(format!("{used} units in the window starting {}", a / w * w));
                     }
                 }
-            }
-            // At most count + floor(t / T) in any interval of length t.
-            Algorithm::TokenBucket => {
-                let interval = w.div_ceil(count);
-                for (i, a) in admitted.iter().enumerate() {
-                    for (j, b) in admitted.iter().enumerate().skip(i) {
-                        let calls = (j - i + 1) as u64;
-                        if calls > count + (b - a) / interval {
-                            return Err(format!("{calls} calls within {} µs", b - a));
+                // At most count + floor(t / T) units in any interval of length t.
+                Algorithm::TokenBucket => {
+                    let interval = w.div_ceil(count);
+                    for j in i..admitted.len() {
+                        let (b, used) = (admitted[j].0, units(&admitted[i..=j]));
+                        if used > count + (b - a) / interval {
+                            return Err(format!("{used} units within {} µs", b - a));
                         }
                     }
                 }
@@ -883,10 +1102,12 @@ mod differential {
             .unwrap();
         let backends = Backends {
             // Generous: a loaded machine must not turn a slow reply into a failure.
-            redis: Limiter::redis(&server.url())
-                .unwrap()
-                .timeout(Duration::from_secs(10)),
-            memory: Limiter::memory(),
+            redis: Box::leak(Box::new(
+                Limiter::redis(&server.url())
+                    .unwrap()
+                    .timeout(Duration::from_secs(10)),
+            )),
+            memory: Box::leak(Box::new(Limiter::memory())),
         };
         let runner = TestRunner::new(Config {
             cases,
@@ -924,6 +1145,49 @@ mod differential {
             .unwrap();
         // The generated calls must reach denials, or the retry checks prove nothing.
         assert!(denials.get() > 300, "only {} denials", denials.get());
+    }
+
+    /// The memory arithmetic alone, on many more cases: every algorithm keeps its bound
+    /// and an exact `retry_after` through clocks that go back and forth. (Two memory
+    /// limiters stand in for the two backends, so their answers are compared too.)
+    #[test]
+    fn memory_keeps_every_bound_through_clocks_that_go_back() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let backends = Backends {
+            redis: Box::leak(Box::new(Limiter::memory())),
+            memory: Box::leak(Box::new(Limiter::memory())),
+        };
+        let mut runner = TestRunner::new(Config {
+            cases: 256,
+            failure_persistence: None,
+            ..Config::default()
+        });
+        let case_no = Cell::new(0u64);
+        let backs = Cell::new(0usize);
+        runner
+            .run(&case(), |case| {
+                case_no.set(case_no.get() + 1);
+                backs.set(backs.get() + case.calls.iter().filter(|c| c.back_us > 0).count());
+                runtime.block_on(async {
+                    for algorithm in ALGORITHMS {
+                        let key = format!("memory:{}:{}", case_no.get(), algorithm.name());
+                        let admitted = run(&backends, algorithm, &key, &case).await?;
+                        for rule in &case.rules {
+                            if let Err(violation) = within_bound(algorithm, *rule, &admitted) {
+                                return Err(TestCaseError::fail(format!(
+                                    "{algorithm:?} broke {rule}: {violation}"
+                                )));
+                            }
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .unwrap();
+        assert!(backs.get() > 500, "only {} clocks behind", backs.get());
     }
 
     /// One key checked with changing subsets of its rules, in changing order (a deploy

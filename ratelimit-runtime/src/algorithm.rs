@@ -1,6 +1,11 @@
 //! How rules are counted. The arithmetic lives here, apart from storage: the memory
 //! backend runs these functions, and each `scripts/<algorithm>.lua` is the same arithmetic
 //! for Redis. Both answer a [`RawDecision`] in microseconds, so they can be compared exactly.
+//!
+//! What every algorithm shares is here, once: how a call's `cost` is judged ([`Figures`]),
+//! which rule binds ([`decide`]), how time is kept from running backwards ([`Clamp`]) and
+//! how long a key lives ([`ttl_us`], [`extend_expiry`]). An algorithm only computes each
+//! rule's [`Figures`] from its state and writes the state back.
 
 mod fixed_window;
 mod sliding_log;
@@ -16,7 +21,7 @@ use crate::Rule;
 /// updating any (so a denial consumes nothing), and takes time from the backend's clock.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Algorithm {
-    /// Exact: one log entry per admitted call; never more than `count` in any window.
+    /// Exact: one log entry per admitted unit; never more than `count` in any window.
     #[default]
     SlidingLog,
     /// One counter per rule per aligned window.
@@ -39,6 +44,97 @@ impl Algorithm {
     }
 }
 
+/// The time a check is counted at: never earlier than the key's stored state.
+///
+/// A check can read an older time than the state it finds: the memory backend reads its
+/// clock before taking the key's lock, and Redis's `TIME` steps back when a failover
+/// promotes a server whose clock is behind. Counting such a check at its own time would
+/// treat newer state as stale (a window that has not started yet), and so forget calls.
+/// It is counted at the state's latest time instead (`at = max(now, latest)`), and its
+/// durations are answered from the caller's own `now`: `retry_after` and `reset_after`
+/// grow by `lag = at - now`, so that a call at `now + retry_after` on the same clock
+/// passes, exactly as without a lag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Clamp {
+    /// The time the check is counted at.
+    pub at_us: u64,
+    /// `at - now`: how far behind the state the caller's clock is.
+    pub lag_us: u64,
+}
+
+impl Clamp {
+    /// `now_us`, moved up to `latest_us`, the newest time the key's state records.
+    pub fn new(now_us: u64, latest_us: Option<u64>) -> Self {
+        let at_us = latest_us.map_or(now_us, |latest| latest.max(now_us));
+        Clamp {
+            at_us,
+            lag_us: at_us - now_us,
+        }
+    }
+}
+
+/// One rule's view of a call of `cost` units, at the time the check is counted at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Figures {
+    /// Units the rule would admit now.
+    pub left: u64,
+    /// Until the rule's window is fully free: after the call when the rule admits it, as
+    /// things stand when it does not.
+    pub reset_after_us: u64,
+    /// 0 when the rule admits the call; else until it would, exactly; else
+    /// [`RawDecision::NEVER`] when the cost is above the rule's count.
+    pub retry_after_us: u64,
+}
+
+/// The decision for a call of `cost` units, from each rule's [`Figures`] in the rules'
+/// order; `lag_us` as [`Clamp`] computed it.
+///
+/// The call passes when every rule admits it. The binding rule is then the one with the
+/// least left (ties: lowest index), and `remaining` what it has left after the call (a
+/// check) or now (a peek). Otherwise the binding rule is the denying one with the largest
+/// `retry_after` (ties: lowest index; a cost that can never pass is the largest), and
+/// `remaining` what it has left now. Every script makes the same choice in its `bind`.
+pub(crate) fn decide(
+    figures: impl IntoIterator<Item = Figures>,
+    cost: u64,
+    consume: bool,
+    lag_us: u64,
+) -> RawDecision {
+    let mut denied: Option<(usize, Figures)> = None;
+    let mut tightest: Option<(usize, Figures)> = None;
+    for (i, f) in figures.into_iter().enumerate() {
+        if f.retry_after_us > 0 {
+            if denied.map_or(true, |(_, d)| f.retry_after_us > d.retry_after_us) {
+                denied = Some((i, f));
+            }
+        } else if tightest.map_or(true, |(_, t)| f.left < t.left) {
+            tightest = Some((i, f));
+        }
+    }
+    let later = |us: u64| us.saturating_add(lag_us);
+    if let Some((rule_index, f)) = denied {
+        let retry_after_us = match f.retry_after_us {
+            RawDecision::NEVER => RawDecision::NEVER,
+            retry => later(retry),
+        };
+        return RawDecision {
+            allowed: false,
+            rule_index,
+            remaining: f.left,
+            reset_after_us: later(f.reset_after_us),
+            retry_after_us,
+        };
+    }
+    let (rule_index, f) = tightest.expect("at least one rule");
+    RawDecision {
+        allowed: true,
+        rule_index,
+        remaining: if consume { f.left - cost } else { f.left },
+        reset_after_us: later(f.reset_after_us),
+        retry_after_us: 0,
+    }
+}
+
 /// How long a key must live after a write, as the scripts' `PEXPIRE` sets it: `needed_us`
 /// rounded up to whole milliseconds, plus a one-second margin, in µs.
 ///
@@ -48,17 +144,21 @@ impl Algorithm {
 /// decides. Every script computes the same as `ttl_ms(needed_us)`:
 /// `floor((needed_us + 999) / 1000) + 1000`.
 pub(crate) fn ttl_us(needed_us: u64) -> u64 {
-    const MARGIN_MS: u64 = 1000;
     needed_us
         .div_ceil(1000)
-        .saturating_add(MARGIN_MS)
+        .saturating_add(MARGIN_US / 1000)
         .saturating_mul(1000)
 }
 
+/// How much longer than its state matters a key always lives: one second. A check whose
+/// clock is behind the key's (see [`Clamp`]) by less than this never finds the key
+/// expired while its state still matters to it.
+pub(crate) const MARGIN_US: u64 = 1_000_000;
+
 /// The expiry a write of the fixed window, sliding window or token bucket leaves: their
-/// scripts move a key's expiry only when the state written would outlive it, and then to
-/// [`ttl_us`]`(reach_us)` from now; otherwise `SET ... KEEPTTL` keeps it, which costs Redis
-/// less than setting it again.
+/// scripts move a key's expiry only when the state written would outlive it (with the
+/// [`MARGIN_US`]), and then to [`ttl_us`]`(reach_us)` from now; otherwise `SET ...
+/// KEEPTTL` keeps it, which costs Redis less than setting it again.
 ///
 /// `expires_at_us` is the key's expiry as the state records it (0 for a new key), moved
 /// when the expiry moves. `needed_us` is how long the state just written matters;
@@ -74,7 +174,7 @@ pub(crate) fn extend_expiry(
     needed_us: u64,
     reach_us: u64,
 ) -> Option<u64> {
-    if *expires_at_us >= now_us.saturating_add(needed_us) {
+    if *expires_at_us >= now_us.saturating_add(needed_us).saturating_add(MARGIN_US) {
         return None;
     }
     let ttl = ttl_us(reach_us.max(needed_us));
@@ -128,13 +228,14 @@ impl KeyState {
         }
     }
 
-    /// Checks `rules` at `now_us`; records the call when `consume` and every rule admits it.
-    pub fn check(&mut self, rules: &[Rule], now_us: u64, consume: bool) -> Outcome {
+    /// Checks a call of `cost` units (at least 1) against `rules` at `now_us`; records it
+    /// when `consume` and every rule admits it.
+    pub fn check(&mut self, rules: &[Rule], now_us: u64, cost: u64, consume: bool) -> Outcome {
         match self {
-            KeyState::SlidingLog(s) => sliding_log::check(s, rules, now_us, consume),
-            KeyState::FixedWindow(s) => fixed_window::check(s, rules, now_us, consume),
-            KeyState::SlidingWindow(s) => sliding_window::check(s, rules, now_us, consume),
-            KeyState::TokenBucket(s) => token_bucket::check(s, rules, now_us, consume),
+            KeyState::SlidingLog(s) => sliding_log::check(s, rules, now_us, cost, consume),
+            KeyState::FixedWindow(s) => fixed_window::check(s, rules, now_us, cost, consume),
+            KeyState::SlidingWindow(s) => sliding_window::check(s, rules, now_us, cost, consume),
+            KeyState::TokenBucket(s) => token_bucket::check(s, rules, now_us, cost, consume),
         }
     }
 }
@@ -169,35 +270,116 @@ pub(crate) mod testing {
         }
     }
 
-    /// Calls `check(rules, now, consume)` every `step` µs from 1,234 µs until `denials`
-    /// denials, and requires each denial's `retry_after` to be exact for its binding rule
-    /// alone: a peek one µs earlier is denied, a peek on time is admitted.
+    /// Calls `check(rules, now, cost, consume)` every `step` µs from 1,234 µs, with the
+    /// costs of `costs` in turn, until `denials` denials, and requires each denial's
+    /// `retry_after` to be exact for its binding rule alone: a peek of the same cost one µs
+    /// earlier is denied, one on time is admitted.
     pub fn assert_retry_after_is_exact(
-        mut check: impl FnMut(&[Rule], u64, bool) -> RawDecision,
+        mut check: impl FnMut(&[Rule], u64, u64, bool) -> RawDecision,
         rules: &[Rule],
+        costs: &[u64],
         step: u64,
         denials: usize,
     ) {
         let mut now = 1_234;
         let mut seen = 0;
-        while seen < denials {
-            let d = check(rules, now, true);
+        for &cost in costs.iter().cycle() {
+            if seen == denials {
+                break;
+            }
+            let d = check(rules, now, cost, true);
             if d.allowed {
                 now += step;
                 continue;
             }
             seen += 1;
+            assert_ne!(d.retry_after_us, RawDecision::NEVER, "cost {cost}");
             let binding = [rules[d.rule_index]];
-            assert!(!check(&binding, now + d.retry_after_us - 1, false).allowed);
+            let early = check(&binding, now + d.retry_after_us - 1, cost, false);
+            assert!(!early.allowed, "cost {cost} passed 1 µs early");
             now += d.retry_after_us;
-            assert!(check(&binding, now, false).allowed);
+            assert!(check(&binding, now, cost, false).allowed, "cost {cost}");
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{extend_expiry, ttl_us};
+    use super::testing::rule;
+    use super::{extend_expiry, ttl_us, Algorithm, KeyState};
+    use crate::decision::RawDecision;
+
+    const ALL: [Algorithm; 4] = [
+        Algorithm::SlidingLog,
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::TokenBucket,
+    ];
+
+    #[test]
+    fn a_cost_above_a_count_is_denied_for_ever_and_consumes_nothing() {
+        let rules = [rule(10, 1_000), rule(3, 100)];
+        for algorithm in ALL {
+            let mut s = KeyState::new(algorithm);
+            assert!(s.check(&rules, 5_000, 1, true).decision.allowed);
+            let never = s.check(&rules, 5_000, 4, true);
+            assert!(!never.decision.allowed, "{algorithm:?}");
+            assert_eq!(never.decision.rule_index, 1, "{algorithm:?}");
+            assert_eq!(never.decision.retry_after_us, RawDecision::NEVER);
+            assert_eq!(never.decision.remaining, 2, "{algorithm:?}: left now");
+            assert_eq!(never.ttl_us, None);
+            // Nothing was consumed: 2 units of the 3 are still there.
+            let d = s.check(&rules, 5_000, 2, true).decision;
+            assert_eq!((d.allowed, d.remaining), (true, 0), "{algorithm:?}");
+        }
+    }
+
+    #[test]
+    fn a_cost_uses_that_many_units_of_every_rule() {
+        let rules = [rule(10, 1_000_000), rule(4, 1_000_000)];
+        for algorithm in ALL {
+            let mut s = KeyState::new(algorithm);
+            let d = s.check(&rules, 0, 3, true).decision;
+            assert_eq!(
+                (d.allowed, d.rule_index, d.remaining),
+                (true, 1, 1),
+                "{algorithm:?}"
+            );
+            let peek = s.check(&rules, 0, 1, false).decision;
+            assert_eq!((peek.rule_index, peek.remaining), (1, 1), "{algorithm:?}");
+            let denied = s.check(&rules, 0, 2, true).decision;
+            assert!(!denied.allowed, "{algorithm:?}");
+            assert_eq!(denied.remaining, 1, "{algorithm:?}: left now");
+            // The denial took nothing: the last unit still passes, under both rules.
+            let last = s.check(&rules, 0, 1, true).decision;
+            assert_eq!((last.allowed, last.remaining), (true, 0), "{algorithm:?}");
+        }
+    }
+
+    #[test]
+    fn an_older_now_never_discards_newer_state() {
+        // Two windows of 1 ms: the newer one full, then a check from 600 µs in the past
+        // (the previous window) must still find it full.
+        let rules = [rule(2, 1_000)];
+        for algorithm in ALL {
+            let mut s = KeyState::new(algorithm);
+            assert!(s.check(&rules, 10_100, 1, true).decision.allowed);
+            assert!(s.check(&rules, 10_100, 1, true).decision.allowed);
+            let late = s.check(&rules, 9_500, 1, true).decision;
+            assert!(!late.allowed, "{algorithm:?}: {late:?}");
+            // Answered from the caller's clock: a call from it passes exactly on time.
+            let retry = late.retry_after_us;
+            assert!(
+                !s.check(&rules, 9_500 + retry - 1, 1, false)
+                    .decision
+                    .allowed
+            );
+            assert!(
+                s.check(&rules, 9_500 + retry, 1, false).decision.allowed,
+                "{algorithm:?}"
+            );
+        }
+    }
 
     #[test]
     fn expiry_moves_only_when_the_state_would_outlive_it() {
@@ -207,17 +389,14 @@ mod tests {
             Some(1_002_000)
         );
         assert_eq!(expires, 6_002_000);
-        // Covered, up to the last µs.
-        assert_eq!(
-            extend_expiry(&mut expires, 5_500_000, 502_000, 502_000),
-            None
-        );
+        // Covered with the one-second margin, up to the last µs.
+        assert_eq!(extend_expiry(&mut expires, 5_000_000, 2_000, 2_000), None);
         assert_eq!(expires, 6_002_000);
         assert_eq!(
-            extend_expiry(&mut expires, 5_500_000, 502_001, 502_001),
-            Some(1_503_000)
+            extend_expiry(&mut expires, 5_000_000, 2_001, 2_001),
+            Some(1_003_000)
         );
-        assert_eq!(expires, 7_003_000);
+        assert_eq!(expires, 6_003_000);
     }
 
     #[test]

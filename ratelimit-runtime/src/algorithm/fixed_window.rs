@@ -1,20 +1,22 @@
 //! Fixed window: one counter per rule per aligned window.
 //!
-//! A rule of `count` per `window` (µs) counts calls in windows aligned to the epoch: the
+//! A rule of `count` per `window` (µs) counts units in windows aligned to the epoch: the
 //! window holding `now` starts at `floor(now / window) * window` and ends one window later.
-//! Per rule, with `n` the calls counted in the current window (0 when the stored counter
-//! belongs to any other window, so stale state decides exactly like absent state):
+//! A check is counted at `now' = max(now, latest stored window start)` (see
+//! [`super::Clamp`]): a stored window that starts after `now` is newer state, never stale.
+//! Per rule, with `calls` the units counted in the current window at `now'` (0 when the
+//! stored counter belongs to an earlier window, so stale state decides exactly like absent
+//! state) and a call of `n` units:
 //!
-//! - the rule admits the call when `n + 1 <= count`;
-//! - admitted: `remaining = count - n - 1`, `reset_after = window end - now`;
-//! - denied: `remaining = 0`, `reset_after = retry_after = window end - now` (the next
-//!   window starts empty, so a call at `now + retry_after` passes this rule).
+//! - left now: `count - calls`; the rule admits the call when `calls + n <= count`;
+//! - admitted: `reset_after = window end - now'`;
+//! - denied: `reset_after = retry_after = window end - now'` (the next window starts
+//!   empty, so a call at `now' + retry_after` passes this rule);
+//! - never (`n > count`): denied with [`RawDecision::NEVER`].
 //!
 //! The call is admitted when every rule admits it, and then counted in every rule's
-//! current window; a denial or a peek writes nothing. The decision's binding rule is, when
-//! admitted, the one with the least `remaining` (ties: lowest index) and, when denied, the
-//! denying rule with the largest `retry_after` (ties: lowest index). A peek answers exactly
-//! what a consuming check would.
+//! current window; a denial or a peek writes nothing. The binding rule is chosen by
+//! [`super::decide`].
 //!
 //! A write stores the counters of the rules it checked, and only those: when a call site's
 //! rules change, the rules it keeps keep their counts, new ones start empty and the others
@@ -25,7 +27,7 @@
 //! `scripts/fixed_window.lua` is the same arithmetic for Redis; both are exact for times
 //! and windows below 2^53 µs.
 
-use super::{extend_expiry, Outcome};
+use super::{decide, extend_expiry, Clamp, Figures, Outcome};
 use crate::decision::RawDecision;
 use crate::Rule;
 
@@ -51,6 +53,11 @@ impl State {
             .find(|(r, _)| r == rule)
             .map(|&(_, w)| w)
     }
+
+    /// The latest window start stored, for any rule.
+    fn latest_us(&self) -> Option<u64> {
+        self.windows.iter().map(|(_, w)| w.start_us).max()
+    }
 }
 
 /// One rule's view of the call.
@@ -58,61 +65,50 @@ struct Verdict {
     start_us: u64,
     calls: u64,
     end_us: u64,
+    figures: Figures,
 }
 
-fn verdict(state: &State, rule: &Rule, now_us: u64) -> Verdict {
-    let window_us = rule.window_us();
+fn verdict(state: &State, rule: &Rule, now_us: u64, cost: u64) -> Verdict {
+    let (count, window_us) = (rule.count(), rule.window_us());
     let start_us = now_us / window_us * window_us;
     let calls = match state.window(rule) {
         Some(w) if w.start_us == start_us => w.calls,
         _ => 0,
     };
+    let end_us = start_us + window_us;
+    let left = count.saturating_sub(calls);
+    let retry_after_us = if cost > count {
+        RawDecision::NEVER
+    } else if cost > left {
+        end_us - now_us
+    } else {
+        0
+    };
     Verdict {
         start_us,
         calls,
-        end_us: start_us + window_us,
+        end_us,
+        figures: Figures {
+            left,
+            reset_after_us: end_us - now_us,
+            retry_after_us,
+        },
     }
 }
 
-/// Checks `rules` at `now_us`, counting the call when `consume` and every rule admits it.
-pub(crate) fn check(state: &mut State, rules: &[Rule], now_us: u64, consume: bool) -> Outcome {
-    let verdicts: Vec<Verdict> = rules.iter().map(|r| verdict(state, r, now_us)).collect();
-    let denied = rules
-        .iter()
-        .zip(&verdicts)
-        .enumerate()
-        .filter(|(_, (rule, v))| v.calls >= rule.count())
-        // Largest retry wins; `max_by_key` keeps the last of equals, so compare reversed
-        // indices to keep the lowest.
-        .max_by_key(|&(i, (_, v))| (v.end_us - now_us, std::cmp::Reverse(i)));
-    if let Some((i, (_, v))) = denied {
-        let wait_us = v.end_us - now_us;
-        return Outcome {
-            decision: RawDecision {
-                allowed: false,
-                rule_index: i,
-                remaining: 0,
-                reset_after_us: wait_us,
-                retry_after_us: wait_us,
-            },
-            ttl_us: None,
-        };
-    }
-    let (i, remaining) = rules
-        .iter()
-        .zip(&verdicts)
-        .map(|(rule, v)| rule.count() - v.calls - 1)
-        .enumerate()
-        .min_by_key(|&(i, remaining)| (remaining, i))
-        .expect("at least one rule");
-    let decision = RawDecision {
-        allowed: true,
-        rule_index: i,
-        remaining,
-        reset_after_us: verdicts[i].end_us - now_us,
-        retry_after_us: 0,
-    };
-    if !consume {
+/// Checks a call of `cost` units against `rules` at `now_us`, counting it when `consume`
+/// and every rule admits it.
+pub(crate) fn check(
+    state: &mut State,
+    rules: &[Rule],
+    now_us: u64,
+    cost: u64,
+    consume: bool,
+) -> Outcome {
+    let Clamp { at_us: now, lag_us } = Clamp::new(now_us, state.latest_us());
+    let verdicts: Vec<Verdict> = rules.iter().map(|r| verdict(state, r, now, cost)).collect();
+    let decision = decide(verdicts.iter().map(|v| v.figures), cost, consume, lag_us);
+    if !consume || !decision.allowed {
         return Outcome {
             decision,
             ttl_us: None,
@@ -124,7 +120,7 @@ pub(crate) fn check(state: &mut State, rules: &[Rule], now_us: u64, consume: boo
         .map(|(rule, v)| {
             let window = Window {
                 start_us: v.start_us,
-                calls: v.calls + 1,
+                calls: v.calls + cost,
             };
             (*rule, window)
         })
@@ -134,14 +130,11 @@ pub(crate) fn check(state: &mut State, rules: &[Rule], now_us: u64, consume: boo
         .map(|v| v.end_us)
         .max()
         .expect("at least one rule");
+    // From the caller's `now`, which the key's expiry (the script's PX) is relative to.
+    let needed_us = last_end_us - now_us;
     Outcome {
         decision,
-        ttl_us: extend_expiry(
-            &mut state.expires_at_us,
-            now_us,
-            last_end_us - now_us,
-            last_end_us - now_us,
-        ),
+        ttl_us: extend_expiry(&mut state.expires_at_us, now_us, needed_us, needed_us),
     }
 }
 
@@ -155,20 +148,20 @@ mod tests {
         let rules = [rule(2, 1_000)];
         let mut s = State::default();
         // Window [10_000, 11_000).
-        let first = check(&mut s, &rules, 10_400, true);
+        let first = check(&mut s, &rules, 10_400, 1, true);
         assert_eq!(first.decision, raw(true, 0, 1, 600, 0));
         assert_eq!(first.ttl_us, Some((1 + 1000) * 1000));
         assert_eq!(
-            check(&mut s, &rules, 10_999, true).decision,
+            check(&mut s, &rules, 10_999, 1, true).decision,
             raw(true, 0, 0, 1, 0)
         );
         assert_eq!(
-            check(&mut s, &rules, 10_999, true).decision,
+            check(&mut s, &rules, 10_999, 1, true).decision,
             raw(false, 0, 0, 1, 1)
         );
         // The next window starts empty, however recently the last one filled.
         assert_eq!(
-            check(&mut s, &rules, 11_000, true).decision,
+            check(&mut s, &rules, 11_000, 1, true).decision,
             raw(true, 0, 1, 1_000, 0)
         );
     }
@@ -179,31 +172,35 @@ mod tests {
         let mut s = State::default();
         let now = 1_700_000_000_100_000;
         assert_eq!(
-            check(&mut s, &rules, now, true).decision,
+            check(&mut s, &rules, now, 1, true).decision,
             raw(true, 0, 0, 150_000, 0)
         );
-        let denied = check(&mut s, &rules, now + 149_999, true).decision;
+        let denied = check(&mut s, &rules, now + 149_999, 1, true).decision;
         assert_eq!(denied, raw(false, 0, 0, 1, 1));
-        assert!(check(&mut s, &rules, now + 150_000, true).decision.allowed);
+        assert!(
+            check(&mut s, &rules, now + 150_000, 1, true)
+                .decision
+                .allowed
+        );
     }
 
     #[test]
     fn denied_calls_consume_nothing() {
         let rules = [rule(3, 1_000), rule(1, 100)];
         let mut s = State::default();
-        assert!(check(&mut s, &rules, 0, true).decision.allowed);
+        assert!(check(&mut s, &rules, 0, 1, true).decision.allowed);
         // The 100 µs rule is full; the 1 ms rule must not count the denied calls.
         for _ in 0..5 {
-            let d = check(&mut s, &rules, 50, true);
+            let d = check(&mut s, &rules, 50, 1, true);
             assert_eq!(d.decision, raw(false, 1, 0, 50, 50));
             assert_eq!(d.ttl_us, None);
         }
         assert_eq!(
-            check(&mut s, &rules, 100, true).decision,
+            check(&mut s, &rules, 100, 1, true).decision,
             raw(true, 1, 0, 100, 0)
         );
         assert_eq!(
-            check(&mut s, &rules, 200, true).decision,
+            check(&mut s, &rules, 200, 1, true).decision,
             raw(true, 0, 0, 800, 0)
         );
     }
@@ -213,8 +210,9 @@ mod tests {
         let mut s = State::default();
         let rules = [rule(2, 700), rule(5, 3_000)];
         assert_retry_after_is_exact(
-            |rules, now, consume| check(&mut s, rules, now, consume).decision,
+            |rules, now, cost, consume| check(&mut s, rules, now, cost, consume).decision,
             &rules,
+            &[1, 2, 1, 1, 2],
             37,
             6,
         );
@@ -226,20 +224,20 @@ mod tests {
         let mut s = State::default();
         // Ties on remaining pick the lowest index.
         assert_eq!(
-            check(&mut s, &rules, 0, true).decision,
+            check(&mut s, &rules, 0, 1, true).decision,
             raw(true, 0, 1, 1_000, 0)
         );
         assert_eq!(
-            check(&mut s, &rules, 0, true).decision,
+            check(&mut s, &rules, 0, 1, true).decision,
             raw(true, 0, 0, 1_000, 0)
         );
         // Both 2-call rules deny; the 10 ms one frees last.
         assert_eq!(
-            check(&mut s, &rules, 10, true).decision,
+            check(&mut s, &rules, 10, 1, true).decision,
             raw(false, 1, 0, 9_990, 9_990)
         );
         assert_eq!(
-            check(&mut s, &rules, 10, true).decision,
+            check(&mut s, &rules, 10, 1, true).decision,
             raw(false, 1, 0, 9_990, 9_990)
         );
     }
@@ -248,23 +246,31 @@ mod tests {
     fn equal_retries_bind_the_lowest_index() {
         let rules = [rule(1, 1_000), rule(1, 1_000), rule(1, 500)];
         let mut s = State::default();
-        check(&mut s, &rules, 0, true);
+        check(&mut s, &rules, 0, 1, true);
         assert_eq!(
-            check(&mut s, &rules, 5, true).decision,
+            check(&mut s, &rules, 5, 1, true).decision,
             raw(false, 0, 0, 995, 995)
         );
     }
 
     #[test]
-    fn peek_answers_like_a_check_and_writes_nothing() {
+    fn peek_tells_what_is_left_now_and_writes_nothing() {
         let rules = [rule(2, 1_000)];
         let mut s = State::default();
-        for now in [0, 1, 2] {
-            let peek = check(&mut s, &rules, now, false);
+        for now in [0, 1] {
+            let peek = check(&mut s, &rules, now, 1, false);
             assert_eq!(peek.ttl_us, None);
-            assert_eq!(peek.decision, check(&mut s, &rules, now, true).decision);
+            let counted = check(&mut s, &rules, now, 1, true).decision;
+            let left_now = counted.remaining + 1;
+            assert_eq!(
+                peek.decision,
+                RawDecision {
+                    remaining: left_now,
+                    ..counted
+                }
+            );
         }
-        let peek = check(&mut s, &rules, 3, false);
+        let peek = check(&mut s, &rules, 3, 1, false);
         assert_eq!(peek.decision, raw(false, 0, 0, 997, 997));
     }
 
@@ -272,13 +278,13 @@ mod tests {
     fn ttl_covers_the_last_rule_window() {
         let rules = [rule(5, 1_000), rule(5, 60_000_000)];
         let mut s = State::default();
-        let d = check(&mut s, &rules, 59_000_000, true);
+        let d = check(&mut s, &rules, 59_000_000, 1, true);
         // 1 s of the minute left, rounded up to whole ms, plus the one-second margin.
         assert_eq!(d.ttl_us, Some((1_000 + 1_000) * 1_000));
         // Counted in the same windows: the expiry already covers them.
-        assert_eq!(check(&mut s, &rules, 59_000_001, true).ttl_us, None);
+        assert_eq!(check(&mut s, &rules, 59_000_001, 1, true).ttl_us, None);
         // The next minute outlives it.
-        let d = check(&mut s, &rules, 60_000_000, true);
+        let d = check(&mut s, &rules, 60_000_000, 1, true);
         assert_eq!(d.ttl_us, Some((60_000 + 1_000) * 1_000));
     }
 
@@ -286,20 +292,20 @@ mod tests {
     fn a_write_keeps_only_the_rules_it_checked() {
         let (short, long) = (rule(3, 1_000), rule(5, 10_000));
         let mut s = State::default();
-        check(&mut s, &[short, long], 0, true);
-        check(&mut s, &[short, long], 1, true);
+        check(&mut s, &[short, long], 0, 1, true);
+        check(&mut s, &[short, long], 1, 1, true);
         // The long rule keeps its count when checked alone, in any position.
         assert_eq!(
-            check(&mut s, &[long], 2, true).decision,
+            check(&mut s, &[long], 2, 1, true).decision,
             raw(true, 0, 2, 9_998, 0)
         );
         // The short rule was not in that write: it starts empty again.
         assert_eq!(
-            check(&mut s, &[long, short], 3, false).decision,
-            raw(true, 0, 1, 9_997, 0)
+            check(&mut s, &[long, short], 3, 1, false).decision,
+            raw(true, 0, 2, 9_997, 0)
         );
         assert_eq!(
-            check(&mut s, &[short], 3, true).decision,
+            check(&mut s, &[short], 3, 1, true).decision,
             raw(true, 0, 2, 997, 0)
         );
     }

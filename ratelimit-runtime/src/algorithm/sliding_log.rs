@@ -1,16 +1,36 @@
-//! The sliding log: one timestamp per admitted call; a rule is full when its window holds
-//! `count` of them. Exact, at the cost of one entry per admitted call.
+//! The sliding log: one timestamp per admitted unit; a rule is full when its window holds
+//! `count` of them. Exact, at the cost of one entry per admitted unit.
 //!
-//! `scripts/sliding_log.lua` is the same arithmetic on a Redis ZSET (score = timestamp);
-//! keep the two in step.
+//! An entry at `s` is inside a window `w` at `now` iff `s > now - w`. A check is counted
+//! at `now' = max(now, newest entry)` (see [`super::Clamp`]), so the log only ever grows
+//! at its end and no entry is ever newer than the time it is judged at. Per rule, with
+//! `inside` the entries of its window and a call of `n` units:
+//!
+//! - left now: `count - inside`; the rule admits the call when `inside + n <= count`;
+//! - admitted: `reset_after = w` (the call's entries are the last to leave);
+//! - denied: `reset_after` = until the newest entry leaves, and `retry_after` = until
+//!   enough of the window's entries have left for `n` more: the window's entries are the
+//!   newest `inside` of the log, so its oldest `inside - (count - n)` must leave, the last
+//!   of which is the `(count - n + 1)`-th newest entry overall;
+//! - never (`n > count`): denied with [`RawDecision::NEVER`].
+//!
+//! An admitted check trims the entries outside the longest window and appends `n` entries
+//! at `now'`; a peek or a denial writes nothing, not even a trim: a later check from a
+//! clock behind is counted at the newest entry, and an entry trimmed at a newer time may
+//! still be inside its windows (only an admitted check makes its own time the newest
+//! entry's). The key lives for the longest window (plus the lag and the TTL margin) after
+//! each write.
+//!
+//! `scripts/sliding_log.lua` is the same arithmetic on a Redis ZSET (score = timestamp),
+//! whose members are ids made by the client, so that a re-sent check is counted once.
 
 use std::collections::VecDeque;
 
-use super::{longest_window_us, ttl_us, Outcome};
+use super::{decide, longest_window_us, ttl_us, Clamp, Figures, Outcome};
 use crate::decision::RawDecision;
 use crate::Rule;
 
-/// The timestamps (µs) of admitted calls, ascending.
+/// The timestamps (µs) of admitted units, ascending.
 #[derive(Debug, Default)]
 pub(crate) struct State {
     log: VecDeque<u64>,
@@ -22,75 +42,62 @@ fn in_window(s: u64, window_us: u64, now_us: u64) -> bool {
     s.saturating_add(window_us) > now_us
 }
 
-pub(crate) fn check(state: &mut State, rules: &[Rule], now_us: u64, consume: bool) -> Outcome {
-    let log = &mut state.log;
-    let longest = longest_window_us(rules);
-    // A peek writes nothing, so it leaves stale entries in place; every count below skips
-    // them by itself, as the script's ZCOUNTs do.
-    if consume {
-        while log.front().is_some_and(|&s| !in_window(s, longest, now_us)) {
-            log.pop_front();
-        }
-    }
+fn figures(log: &VecDeque<u64>, rule: &Rule, now_us: u64, cost: u64) -> Figures {
+    let (count, window) = (rule.count(), rule.window_us());
     let total = log.len();
-
-    // (rule index, retry_after) of the full rule that frees up last.
-    let mut denied: Option<(usize, u64)> = None;
-    // (rule index, remaining) of the admitting rule with the least left.
-    let mut tightest: Option<(usize, u64)> = None;
-    for (i, rule) in rules.iter().enumerate() {
-        let window = rule.window_us();
-        let inside = total - log.partition_point(|&s| !in_window(s, window, now_us));
-        let count = rule.count();
-        if inside as u64 >= count {
-            // The window's entries are the newest `inside`; the call may pass once the
-            // `inside - count + 1` oldest of them have left, the last of which sits at
-            // `total - count` overall.
-            let must_leave = log[total - count as usize];
-            let retry = must_leave.saturating_add(window) - now_us;
-            if denied.map_or(true, |(_, r)| retry > r) {
-                denied = Some((i, retry));
-            }
-        } else {
-            let remaining = count - inside as u64 - 1;
-            if tightest.map_or(true, |(_, r)| remaining < r) {
-                tightest = Some((i, remaining));
-            }
-        }
-    }
-
-    if let Some((rule_index, retry_after_us)) = denied {
-        let newest = *log.back().expect("a full rule has entries");
-        let window = rules[rule_index].window_us();
-        return Outcome {
-            decision: RawDecision {
-                allowed: false,
-                rule_index,
-                remaining: 0,
-                reset_after_us: newest.saturating_add(window) - now_us,
-                retry_after_us,
-            },
-            ttl_us: None,
+    let inside = (total - log.partition_point(|&s| !in_window(s, window, now_us))) as u64;
+    let left = count.saturating_sub(inside);
+    if cost <= left {
+        return Figures {
+            left,
+            reset_after_us: window,
+            retry_after_us: 0,
         };
     }
+    let reset_after_us = log
+        .back()
+        .filter(|_| inside > 0)
+        .map_or(0, |&newest| newest + window - now_us);
+    let retry_after_us = if cost > count {
+        RawDecision::NEVER
+    } else {
+        let must_leave = log[total - (count - cost) as usize - 1];
+        must_leave + window - now_us
+    };
+    Figures {
+        left,
+        reset_after_us,
+        retry_after_us,
+    }
+}
 
-    let (rule_index, remaining) = tightest.expect("at least one rule");
+pub(crate) fn check(
+    state: &mut State,
+    rules: &[Rule],
+    now_us: u64,
+    cost: u64,
+    consume: bool,
+) -> Outcome {
+    let log = &mut state.log;
+    let Clamp { at_us: now, lag_us } = Clamp::new(now_us, log.back().copied());
+    let longest = longest_window_us(rules);
+    // Stale entries are skipped by every count, as the script's ZCOUNTs do.
+    let decision = decide(
+        rules.iter().map(|rule| figures(log, rule, now, cost)),
+        cost,
+        consume,
+        lag_us,
+    );
     let mut ttl = None;
-    if consume {
-        // Tests may move time backwards; keep the log sorted anyway.
-        let at = log.partition_point(|&s| s <= now_us);
-        log.insert(at, now_us);
-        ttl = Some(ttl_us(longest));
+    if consume && decision.allowed {
+        while log.front().is_some_and(|&s| !in_window(s, longest, now)) {
+            log.pop_front();
+        }
+        log.extend((0..cost).map(|_| now));
+        ttl = Some(ttl_us(longest + lag_us));
     }
     Outcome {
-        decision: RawDecision {
-            allowed: true,
-            rule_index,
-            remaining,
-            // The call just admitted is the last to leave the binding window.
-            reset_after_us: rules[rule_index].window_us(),
-            retry_after_us: 0,
-        },
+        decision,
         ttl_us: ttl,
     }
 }
@@ -132,7 +139,7 @@ mod tests {
     fn admits_count_per_window_then_denies_until_the_oldest_leaves() {
         let rules = [rule(2, 10)];
         let mut s = State::default();
-        let c = |s: &mut State, at| check(s, &rules, at, true);
+        let c = |s: &mut State, at| check(s, &rules, at, 1, true);
         assert_eq!(c(&mut s, T0).decision, allowed(0, 1, 10 * SEC));
         assert_eq!(c(&mut s, T0 + 3 * SEC).decision, allowed(0, 0, 10 * SEC));
         assert_eq!(
@@ -153,20 +160,20 @@ mod tests {
         let rules = [rule(3, 10), rule(5, 100)];
         let mut s = State::default();
         assert_eq!(
-            check(&mut s, &rules, T0, true).decision,
+            check(&mut s, &rules, T0, 1, true).decision,
             allowed(0, 2, 10 * SEC)
         );
         for i in 1..3 {
-            check(&mut s, &rules, T0 + i, true);
+            check(&mut s, &rules, T0 + i, 1, true);
         }
         // Rule 0 is full until T0 + 10 s.
         assert_eq!(
-            check(&mut s, &rules, T0 + SEC, true).decision,
+            check(&mut s, &rules, T0 + SEC, 1, true).decision,
             denied(0, 10 * SEC - SEC + 2, 9 * SEC)
         );
         // Rule 0 is free again; rule 1 has one call left after this one.
         assert_eq!(
-            check(&mut s, &rules, T0 + 20 * SEC, true).decision,
+            check(&mut s, &rules, T0 + 20 * SEC, 1, true).decision,
             allowed(1, 1, 100 * SEC)
         );
         assert_eq!(s.log.len(), 4, "the denial recorded nothing");
@@ -176,10 +183,10 @@ mod tests {
     fn when_several_rules_are_full_the_one_freeing_up_last_binds() {
         let rules = [rule(2, 10), rule(2, 100)];
         let mut s = State::default();
-        check(&mut s, &rules, T0, true);
-        check(&mut s, &rules, T0 + 1, true);
+        check(&mut s, &rules, T0, 1, true);
+        check(&mut s, &rules, T0 + 1, 1, true);
         assert_eq!(
-            check(&mut s, &rules, T0 + SEC, true).decision,
+            check(&mut s, &rules, T0 + SEC, 1, true).decision,
             denied(1, 100 * SEC - SEC + 1, 100 * SEC - SEC)
         );
     }
@@ -189,35 +196,102 @@ mod tests {
         let rules = [rule(2, 10), rule(2, 10)];
         let mut s = State::default();
         assert_eq!(
-            check(&mut s, &rules, T0, true).decision,
+            check(&mut s, &rules, T0, 1, true).decision,
             allowed(0, 1, 10 * SEC)
         );
-        check(&mut s, &rules, T0, true);
+        check(&mut s, &rules, T0, 1, true);
         assert_eq!(
-            check(&mut s, &rules, T0, true).decision,
+            check(&mut s, &rules, T0, 1, true).decision,
             denied(0, 10 * SEC, 10 * SEC)
         );
     }
 
     #[test]
-    fn peek_answers_like_a_check_and_writes_nothing() {
+    fn peek_tells_what_is_left_now_and_writes_nothing() {
         let rules = [rule(2, 10)];
         let mut s = State::default();
-        check(&mut s, &rules, T0, true);
-        let peek = check(&mut s, &rules, T0 + SEC, false);
+        assert_eq!(
+            check(&mut s, &rules, T0, 1, false).decision,
+            allowed(0, 2, 10 * SEC)
+        );
+        check(&mut s, &rules, T0, 1, true);
+        let peek = check(&mut s, &rules, T0 + SEC, 1, false);
         assert_eq!(peek.ttl_us, None);
         assert_eq!(s.log, [T0]);
+        assert_eq!(peek.decision, allowed(0, 1, 10 * SEC));
+        // Would a call of 2 pass? Not before the entry at T0 leaves.
         assert_eq!(
-            peek.decision,
-            check(&mut s, &rules, T0 + SEC, true).decision
+            check(&mut s, &rules, T0 + SEC, 2, false).decision,
+            RawDecision {
+                remaining: 1,
+                ..denied(0, 9 * SEC, 9 * SEC)
+            }
+        );
+        assert_eq!(
+            check(&mut s, &rules, T0 + SEC, 1, true).decision,
+            allowed(0, 0, 10 * SEC)
         );
         // Stale entries are skipped, not trimmed, by a peek.
         let later = T0 + 60 * SEC;
         assert_eq!(
-            check(&mut s, &rules, later, false).decision,
-            allowed(0, 1, 10 * SEC)
+            check(&mut s, &rules, later, 1, false).decision,
+            allowed(0, 2, 10 * SEC)
         );
         assert_eq!(s.log.len(), 2);
+    }
+
+    #[test]
+    fn a_cost_uses_that_many_entries_of_every_rule_or_none() {
+        let rules = [rule(5, 10), rule(3, 1)];
+        let mut s = State::default();
+        assert_eq!(
+            check(&mut s, &rules, T0, 2, true).decision,
+            allowed(1, 1, SEC)
+        );
+        assert_eq!(s.log, [T0, T0]);
+        // 2 more would make 4 of 3 in the 1 s rule: denied until both leave, consuming nothing.
+        assert_eq!(
+            check(&mut s, &rules, T0 + 1, 2, true).decision,
+            RawDecision {
+                remaining: 1,
+                ..denied(1, SEC - 1, SEC - 1)
+            }
+        );
+        assert_eq!(s.log.len(), 2);
+        assert_eq!(
+            check(&mut s, &rules, T0 + SEC, 3, true).decision,
+            allowed(0, 0, 10 * SEC)
+        );
+        // The 10 s rule is full: 2 units pass once the 2 oldest entries leave.
+        assert_eq!(
+            check(&mut s, &rules, T0 + 2 * SEC, 2, true).decision,
+            denied(0, 9 * SEC, 8 * SEC)
+        );
+    }
+
+    #[test]
+    fn a_cost_above_a_count_never_passes() {
+        let rules = [rule(5, 10), rule(3, 1)];
+        let mut s = State::default();
+        check(&mut s, &rules, T0, 1, true);
+        let d = check(&mut s, &rules, T0, 4, true);
+        assert_eq!(
+            d.decision,
+            RawDecision {
+                remaining: 2,
+                ..denied(1, SEC, RawDecision::NEVER)
+            }
+        );
+        assert_eq!((d.ttl_us, s.log.len()), (None, 1));
+        // Never, even on an empty log.
+        let d = check(&mut State::default(), &rules, T0, 6, false).decision;
+        assert_eq!(
+            d,
+            RawDecision {
+                remaining: 5,
+                ..denied(0, 0, RawDecision::NEVER)
+            }
+        );
     }
 
     #[test]
@@ -225,36 +299,52 @@ mod tests {
         let rules = [rule(1, 10), rule(5, 60)];
         let mut s = State::default();
         assert_eq!(
-            check(&mut s, &rules, T0, true).ttl_us,
+            check(&mut s, &rules, T0, 1, true).ttl_us,
             Some(61 * SEC),
             "longest window plus the 1 s margin"
         );
-        assert_eq!(check(&mut s, &rules, T0, true).ttl_us, None, "denied");
+        assert_eq!(check(&mut s, &rules, T0, 1, true).ttl_us, None, "denied");
     }
 
     #[test]
     fn stale_entries_decide_like_no_entries() {
         let rules = [rule(2, 10)];
         let mut stale = State::default();
-        check(&mut stale, &rules, T0, true);
-        check(&mut stale, &rules, T0, true);
+        check(&mut stale, &rules, T0, 1, true);
+        check(&mut stale, &rules, T0, 1, true);
         let later = T0 + 10 * SEC;
         let mut fresh = State::default();
         for consume in [false, true, true, true] {
             assert_eq!(
-                check(&mut stale, &rules, later, consume),
-                check(&mut fresh, &rules, later, consume)
+                check(&mut stale, &rules, later, 1, consume),
+                check(&mut fresh, &rules, later, 1, consume)
             );
         }
     }
 
     #[test]
-    fn time_moving_backwards_keeps_the_log_sorted() {
-        let rules = [rule(10, 10)];
+    fn an_older_now_is_counted_at_the_newest_entry() {
+        let rules = [rule(3, 10)];
         let mut s = State::default();
-        for at in [T0 + 5, T0 + 1, T0 + 3, T0 + 3] {
-            check(&mut s, &rules, at, true);
-        }
-        assert_eq!(s.log, [T0 + 1, T0 + 3, T0 + 3, T0 + 5]);
+        check(&mut s, &rules, T0 + 5 * SEC, 1, true);
+        // 4 s behind the newest entry: counted at it, answered from the caller's clock.
+        let d = check(&mut s, &rules, T0 + SEC, 1, true);
+        assert_eq!(d.decision, allowed(0, 1, 14 * SEC));
+        assert_eq!(d.ttl_us, Some(15 * SEC));
+        assert_eq!(s.log, [T0 + 5 * SEC, T0 + 5 * SEC]);
+        check(&mut s, &rules, T0 + 5 * SEC, 1, true);
+        // Full until the entries leave at T0 + 15 s, 14 s from this caller's now.
+        let d = check(&mut s, &rules, T0 + SEC, 1, true).decision;
+        assert_eq!(d, denied(0, 14 * SEC, 14 * SEC));
+        assert!(
+            !check(&mut s, &rules, T0 + 15 * SEC - 1, 1, false)
+                .decision
+                .allowed
+        );
+        assert!(
+            check(&mut s, &rules, T0 + 15 * SEC, 1, false)
+                .decision
+                .allowed
+        );
     }
 }

@@ -1,31 +1,31 @@
 //! Sliding window: the weighted two-window counter (O(1) memory per rule, approximate).
 //!
-//! A rule of `count` per `window` (µs) counts calls in windows aligned to the epoch, like
-//! the fixed window, and estimates the calls in the sliding window ending now as the
+//! A rule of `count` per `window` (µs) counts units in windows aligned to the epoch, like
+//! the fixed window, and estimates the units in the sliding window ending now as the
 //! current window's count plus the previous window's count weighted by how much of it the
-//! sliding window still overlaps. Per rule, with `w` the window, `e = now mod w` the time
-//! elapsed in the current window, `curr` and `prev` the counts of the current and previous
-//! aligned windows (0 for any window not stored, so stale state decides exactly like absent
-//! state), and the weighted previous count rounded up,
-//! `W = ceil(prev * (w - e) / w)`:
+//! sliding window still overlaps. A check is counted at `now' = max(now, latest stored
+//! window start)` (see [`super::Clamp`]). Per rule, with `w` the window, `e = now' mod w`
+//! the time elapsed in the current window, `curr` and `prev` the counts of the current and
+//! previous aligned windows (0 for any window not stored, so stale state decides exactly
+//! like absent state), the weighted previous count rounded up,
+//! `W = ceil(prev * (w - e) / w)`, and a call of `n` units:
 //!
-//! - the rule admits the call when the estimate including it stays within the rule:
-//!   `curr + 1 + W <= count` (so never more than `count` in one aligned window);
-//! - admitted: `remaining = count - curr - 1 - W` (calls that would still pass at this
-//!   instant), `reset_after = 2w - e` (the end of the next window, when the estimate
+//! - left now: `count - curr - W`; the rule admits the call when the estimate including
+//!   it stays within the rule: `curr + n + W <= count` (so never more than `count` in one
+//!   aligned window);
+//! - admitted: `reset_after = 2w - e` (the end of the next window, when the estimate
 //!   reaches 0 with nothing more admitted);
-//! - denied: `remaining = 0`, `reset_after` = until the estimate reaches 0 (`2w - e` when
-//!   `curr > 0`, else `w - e`), and `retry_after` = the exact time until the rule would
-//!   admit a call: with `k = count - curr - 1 >= 0`, when the previous window's weight has
-//!   shrunk to `k`, at `e' = w - floor(w * k / prev)` in this window (`e' = w`, the next
-//!   window's start, when that is 0); with `curr >= count`, in the next window at
-//!   `e' = w - floor(w * (count - 1) / curr)`.
+//! - denied: `reset_after` = until the estimate reaches 0 (`2w - e` when `curr > 0`, else
+//!   `w - e`), and `retry_after` = the exact time until the rule would admit the call:
+//!   with `k = count - curr - n >= 0`, when the previous window's weight has shrunk to
+//!   `k`, at `e' = w - floor(w * k / prev)` in this window (`e' = w`, the next window's
+//!   start, when that is 0); with `curr + n > count`, in the next window, where `curr`
+//!   becomes the previous count, at `e' = w - floor(w * (count - n) / curr)`;
+//! - never (`n > count`): denied with [`RawDecision::NEVER`].
 //!
 //! The call is admitted when every rule admits it, and then counted in every rule's
-//! current window; a denial or a peek writes nothing. The decision's binding rule is, when
-//! admitted, the one with the least `remaining` (ties: lowest index) and, when denied, the
-//! denying rule with the largest `retry_after` (ties: lowest index). A peek answers exactly
-//! what a consuming check would.
+//! current window; a denial or a peek writes nothing. The binding rule is chosen by
+//! [`super::decide`].
 //!
 //! All arithmetic is on integers, exact. `scripts/sliding_window.lua` computes the same
 //! products-then-quotients in doubles directly while a product stays below 2^52, and by a
@@ -37,7 +37,7 @@
 //! after which the current count no longer weighs on anything: a write that would outlive
 //! its expiry moves it there plus the TTL margin (see [`super::extend_expiry`]).
 
-use super::{extend_expiry, Outcome};
+use super::{decide, extend_expiry, Clamp, Figures, Outcome};
 use crate::decision::RawDecision;
 use crate::Rule;
 
@@ -67,35 +67,21 @@ impl State {
             .find(|(r, _)| r == rule)
             .map(|&(_, w)| w)
     }
+
+    /// The latest window start stored, for any rule.
+    fn latest_us(&self) -> Option<u64> {
+        self.windows.iter().map(|(_, w)| w.start_us).max()
+    }
 }
 
 /// One rule's view of the call.
 struct Verdict {
-    count: u64,
     window_us: u64,
     start_us: u64,
     elapsed_us: u64,
     curr: u64,
     prev: u64,
-    /// `W`, the previous window's weighted count, rounded up.
-    weighted_prev: u64,
-}
-
-impl Verdict {
-    fn admits(&self) -> bool {
-        self.curr + 1 + self.weighted_prev <= self.count
-    }
-
-    fn retry_after_us(&self) -> u64 {
-        let (w, e) = (self.window_us, self.elapsed_us);
-        if self.curr < self.count {
-            let k = self.count - self.curr - 1;
-            // Denied with room in this window: `W > k`, so `prev > k >= 0`.
-            w - mul_div(w, k, self.prev) - e
-        } else {
-            (w - e) + w - mul_div(w, self.count - 1, self.curr)
-        }
-    }
+    figures: Figures,
 }
 
 /// `floor(a * b / d)`, exact.
@@ -103,69 +89,58 @@ fn mul_div(a: u64, b: u64, d: u64) -> u64 {
     (u128::from(a) * u128::from(b) / u128::from(d)) as u64
 }
 
-fn verdict(state: &State, rule: &Rule, now_us: u64) -> Verdict {
-    let window_us = rule.window_us();
-    let elapsed_us = now_us % window_us;
-    let start_us = now_us - elapsed_us;
+fn verdict(state: &State, rule: &Rule, now_us: u64, cost: u64) -> Verdict {
+    let (count, w) = (rule.count(), rule.window_us());
+    let e = now_us % w;
+    let start_us = now_us - e;
     let (curr, prev) = match state.windows(rule) {
-        Some(w) if w.start_us == start_us => (w.curr, w.prev),
-        Some(w) if w.start_us.checked_add(window_us) == Some(start_us) => (0, w.curr),
+        Some(s) if s.start_us == start_us => (s.curr, s.prev),
+        Some(s) if s.start_us.checked_add(w) == Some(start_us) => (0, s.curr),
         _ => (0, 0),
     };
-    let overlap = u128::from(prev) * u128::from(window_us - elapsed_us);
+    let weighted_prev = (u128::from(prev) * u128::from(w - e)).div_ceil(u128::from(w)) as u64;
+    let left = count.saturating_sub(curr + weighted_prev);
+    let mut figures = Figures {
+        left,
+        reset_after_us: 2 * w - e,
+        retry_after_us: 0,
+    };
+    if cost > left {
+        if curr == 0 {
+            figures.reset_after_us = w - e;
+        }
+        figures.retry_after_us = if cost > count {
+            RawDecision::NEVER
+        } else if curr + cost <= count {
+            // Denied with room in this window: `W > k`, so `prev > k >= 0`.
+            w - mul_div(w, count - curr - cost, prev) - e
+        } else {
+            (w - e) + w - mul_div(w, count - cost, curr)
+        };
+    }
     Verdict {
-        count: rule.count(),
-        window_us,
+        window_us: w,
         start_us,
-        elapsed_us,
+        elapsed_us: e,
         curr,
         prev,
-        weighted_prev: overlap.div_ceil(u128::from(window_us)) as u64,
+        figures,
     }
 }
 
-/// Checks `rules` at `now_us`, counting the call when `consume` and every rule admits it.
-pub(crate) fn check(state: &mut State, rules: &[Rule], now_us: u64, consume: bool) -> Outcome {
-    let verdicts: Vec<Verdict> = rules.iter().map(|r| verdict(state, r, now_us)).collect();
-    let denied = verdicts
-        .iter()
-        .enumerate()
-        .filter(|(_, v)| !v.admits())
-        .map(|(i, v)| (i, v, v.retry_after_us()))
-        // Largest retry wins; `max_by_key` keeps the last of equals, so compare reversed
-        // indices to keep the lowest.
-        .max_by_key(|&(i, _, retry)| (retry, std::cmp::Reverse(i)));
-    if let Some((i, v, retry_after_us)) = denied {
-        let reset_after_us = if v.curr > 0 {
-            2 * v.window_us - v.elapsed_us
-        } else {
-            v.window_us - v.elapsed_us
-        };
-        return Outcome {
-            decision: RawDecision {
-                allowed: false,
-                rule_index: i,
-                remaining: 0,
-                reset_after_us,
-                retry_after_us,
-            },
-            ttl_us: None,
-        };
-    }
-    let (i, remaining) = verdicts
-        .iter()
-        .map(|v| v.count - v.curr - 1 - v.weighted_prev)
-        .enumerate()
-        .min_by_key(|&(i, remaining)| (remaining, i))
-        .expect("at least one rule");
-    let decision = RawDecision {
-        allowed: true,
-        rule_index: i,
-        remaining,
-        reset_after_us: 2 * verdicts[i].window_us - verdicts[i].elapsed_us,
-        retry_after_us: 0,
-    };
-    if !consume {
+/// Checks a call of `cost` units against `rules` at `now_us`, counting it when `consume`
+/// and every rule admits it.
+pub(crate) fn check(
+    state: &mut State,
+    rules: &[Rule],
+    now_us: u64,
+    cost: u64,
+    consume: bool,
+) -> Outcome {
+    let Clamp { at_us: now, lag_us } = Clamp::new(now_us, state.latest_us());
+    let verdicts: Vec<Verdict> = rules.iter().map(|r| verdict(state, r, now, cost)).collect();
+    let decision = decide(verdicts.iter().map(|v| v.figures), cost, consume, lag_us);
+    if !consume || !decision.allowed {
         return Outcome {
             decision,
             ttl_us: None,
@@ -177,17 +152,19 @@ pub(crate) fn check(state: &mut State, rules: &[Rule], now_us: u64, consume: boo
         .map(|(rule, v)| {
             let windows = Windows {
                 start_us: v.start_us,
-                curr: v.curr + 1,
+                curr: v.curr + cost,
                 prev: v.prev,
             };
             (*rule, windows)
         })
         .collect();
+    // From the caller's `now`, which the key's expiry (the script's PX) is relative to.
     let needed_us = verdicts
         .iter()
         .map(|v| 2 * v.window_us - v.elapsed_us)
         .max()
-        .expect("at least one rule");
+        .expect("at least one rule")
+        + lag_us;
     Outcome {
         decision,
         ttl_us: extend_expiry(&mut state.expires_at_us, now_us, needed_us, needed_us),
@@ -204,7 +181,7 @@ mod tests {
         let rules = [rule(4, 1_000)];
         let mut s = State::default();
         for (i, now) in [100, 200, 300, 400].into_iter().enumerate() {
-            let d = check(&mut s, &rules, now, true);
+            let d = check(&mut s, &rules, now, 1, true);
             assert_eq!(d.decision, raw(true, 0, 3 - i as u64, 2_000 - now, 0));
             // The first write's expiry (the next window's end, plus the margin) covers
             // the others.
@@ -213,29 +190,29 @@ mod tests {
         }
         // The window is full: it frees when 4 * (1000 - e') / 1000 rounds up to 3, e' = 250.
         assert_eq!(
-            check(&mut s, &rules, 500, true).decision,
+            check(&mut s, &rules, 500, 1, true).decision,
             raw(false, 0, 0, 1_500, 750)
         );
         assert_eq!(
-            check(&mut s, &rules, 1_249, true).decision,
+            check(&mut s, &rules, 1_249, 1, true).decision,
             raw(false, 0, 0, 751, 1)
         );
         assert_eq!(
-            check(&mut s, &rules, 1_250, true).decision,
+            check(&mut s, &rules, 1_250, 1, true).decision,
             raw(true, 0, 0, 1_750, 0)
         );
         // 1 + ceil(4 * 0.7) = 4: full until the weight drops to 2, at e' = 500.
         assert_eq!(
-            check(&mut s, &rules, 1_300, true).decision,
+            check(&mut s, &rules, 1_300, 1, true).decision,
             raw(false, 0, 0, 1_700, 200)
         );
         assert_eq!(
-            check(&mut s, &rules, 1_500, true).decision,
+            check(&mut s, &rules, 1_500, 1, true).decision,
             raw(true, 0, 0, 1_500, 0)
         );
         // Two windows later nothing of the first remains.
         assert_eq!(
-            check(&mut s, &rules, 3_000, true).decision,
+            check(&mut s, &rules, 3_000, 1, true).decision,
             raw(true, 0, 3, 2_000, 0)
         );
     }
@@ -246,9 +223,9 @@ mod tests {
         let mut s = State::default();
         // An empty previous window: the current one alone holds the budget.
         for now in [10_000, 10_001, 10_002] {
-            assert!(check(&mut s, &rules, now, true).decision.allowed);
+            assert!(check(&mut s, &rules, now, 1, true).decision.allowed);
         }
-        let d = check(&mut s, &rules, 10_999, true).decision;
+        let d = check(&mut s, &rules, 10_999, 1, true).decision;
         assert_eq!(d, raw(false, 0, 0, 1_001, 1 + 1_000 - 666));
     }
 
@@ -256,10 +233,10 @@ mod tests {
     fn an_idle_previous_window_denies_on_weight_alone() {
         let rules = [rule(2, 1_000)];
         let mut s = State::default();
-        check(&mut s, &rules, 900, true);
-        check(&mut s, &rules, 901, true);
+        check(&mut s, &rules, 900, 1, true);
+        check(&mut s, &rules, 901, 1, true);
         // At 1_100 the current window is empty but 2 * 0.9 rounds up to 2.
-        let d = check(&mut s, &rules, 1_100, false).decision;
+        let d = check(&mut s, &rules, 1_100, 1, false).decision;
         // k = 1: the weight must fall to 1, at e' = 1000 - floor(1000 / 2) = 500.
         assert_eq!(d, raw(false, 0, 0, 900, 400));
     }
@@ -269,12 +246,12 @@ mod tests {
         let rules = [rule(2, 250_000)];
         let mut s = State::default();
         let start = 1_700_000_000_000_000;
-        assert!(check(&mut s, &rules, start + 1, true).decision.allowed);
-        assert!(check(&mut s, &rules, start + 2, true).decision.allowed);
-        let d = check(&mut s, &rules, start + 3, true).decision;
+        assert!(check(&mut s, &rules, start + 1, 1, true).decision.allowed);
+        assert!(check(&mut s, &rules, start + 2, 1, true).decision.allowed);
+        let d = check(&mut s, &rules, start + 3, 1, true).decision;
         assert_eq!(d, raw(false, 0, 0, 499_997, 249_997 + 125_000));
         assert!(
-            check(&mut s, &rules, start + 375_000, true)
+            check(&mut s, &rules, start + 375_000, 1, true)
                 .decision
                 .allowed
         );
@@ -284,15 +261,15 @@ mod tests {
     fn denied_calls_consume_nothing() {
         let rules = [rule(10, 1_000), rule(1, 100)];
         let mut s = State::default();
-        assert!(check(&mut s, &rules, 0, true).decision.allowed);
+        assert!(check(&mut s, &rules, 0, 1, true).decision.allowed);
         for _ in 0..5 {
-            let d = check(&mut s, &rules, 40, true);
+            let d = check(&mut s, &rules, 40, 1, true);
             assert!(!d.decision.allowed);
             assert_eq!(d.decision.rule_index, 1);
             assert_eq!(d.ttl_us, None);
         }
         // Rule 0 counted only the admitted call, and will count this one.
-        assert!(check(&mut s, &rules, 200, true).decision.allowed);
+        assert!(check(&mut s, &rules, 200, 1, true).decision.allowed);
         assert_eq!(s.windows(&rules[0]).map(|w| w.curr), Some(2));
     }
 
@@ -301,8 +278,9 @@ mod tests {
         let mut s = State::default();
         let rules = [rule(3, 700), rule(7, 5_000), rule(2, 333)];
         assert_retry_after_is_exact(
-            |rules, now, consume| check(&mut s, rules, now, consume).decision,
+            |rules, now, cost, consume| check(&mut s, rules, now, cost, consume).decision,
             &rules,
+            &[1, 2, 1, 1, 2],
             23,
             12,
         );
@@ -313,33 +291,41 @@ mod tests {
         let rules = [rule(2, 1_000), rule(2, 10_000), rule(5, 10_000)];
         let mut s = State::default();
         assert_eq!(
-            check(&mut s, &rules, 0, true).decision,
+            check(&mut s, &rules, 0, 1, true).decision,
             raw(true, 0, 1, 2_000, 0)
         );
         assert_eq!(
-            check(&mut s, &rules, 0, true).decision,
+            check(&mut s, &rules, 0, 1, true).decision,
             raw(true, 0, 0, 2_000, 0)
         );
         // Rules 0 and 1 deny; rule 1's window ends last.
-        let d = check(&mut s, &rules, 0, true).decision;
+        let d = check(&mut s, &rules, 0, 1, true).decision;
         assert_eq!(d, raw(false, 1, 0, 20_000, 10_000 + 5_000));
         let both = [rule(1, 1_000), rule(1, 1_000), rule(2, 1_000)];
         let mut s = State::default();
-        check(&mut s, &both, 0, true);
+        check(&mut s, &both, 0, 1, true);
         assert_eq!(
-            check(&mut s, &both, 10, true).decision,
+            check(&mut s, &both, 10, 1, true).decision,
             raw(false, 0, 0, 1_990, 1_990)
         );
     }
 
     #[test]
-    fn peek_answers_like_a_check_and_writes_nothing() {
+    fn peek_tells_what_is_left_now_and_writes_nothing() {
         let rules = [rule(2, 1_000)];
         let mut s = State::default();
-        for now in [0, 1, 2] {
-            let peek = check(&mut s, &rules, now, false);
+        for now in [0, 1] {
+            let peek = check(&mut s, &rules, now, 1, false);
             assert_eq!(peek.ttl_us, None);
-            assert_eq!(peek.decision, check(&mut s, &rules, now, true).decision);
+            let counted = check(&mut s, &rules, now, 1, true).decision;
+            let left_now = counted.remaining + 1;
+            assert_eq!(
+                peek.decision,
+                RawDecision {
+                    remaining: left_now,
+                    ..counted
+                }
+            );
         }
     }
 
@@ -347,13 +333,13 @@ mod tests {
     fn stale_state_decides_like_absent_state() {
         let rules = [rule(2, 1_000)];
         let mut s = State::default();
-        check(&mut s, &rules, 500, true);
-        check(&mut s, &rules, 501, true);
+        check(&mut s, &rules, 500, 1, true);
+        check(&mut s, &rules, 501, 1, true);
         let mut fresh = State::default();
         for now in [2_000, 7_000] {
             assert_eq!(
-                check(&mut s, &rules, now, false).decision,
-                check(&mut fresh, &rules, now, false).decision
+                check(&mut s, &rules, now, 1, false).decision,
+                check(&mut fresh, &rules, now, 1, false).decision
             );
         }
     }
@@ -362,16 +348,16 @@ mod tests {
     fn a_write_keeps_only_the_rules_it_checked() {
         let (short, long) = (rule(3, 1_000), rule(5, 10_000));
         let mut s = State::default();
-        check(&mut s, &[short, long], 0, true);
-        check(&mut s, &[short, long], 0, true);
+        check(&mut s, &[short, long], 0, 1, true);
+        check(&mut s, &[short, long], 0, 1, true);
         assert_eq!(
-            check(&mut s, &[long], 1, true).decision,
+            check(&mut s, &[long], 1, 1, true).decision,
             raw(true, 0, 2, 19_999, 0)
         );
         // Not in that write: the short rule starts empty.
         assert_eq!(
-            check(&mut s, &[short], 2, false).decision,
-            raw(true, 0, 2, 1_998, 0)
+            check(&mut s, &[short], 2, 1, false).decision,
+            raw(true, 0, 3, 1_998, 0)
         );
     }
 }

@@ -1,27 +1,30 @@
 //! Token bucket as GCRA (the redis-cell / redis_rate design): one theoretical arrival time
 //! (`tat`) per rule.
 //!
-//! A rule of `count` per `window` (µs) allows a burst of `count` and refills one call every
+//! A rule of `count` per `window` (µs) allows a burst of `count` and refills one unit every
 //! emission interval `T = ceil(window / count)` µs. Rounding `T` up keeps the steady rate
 //! at or below the promised one; the burst span `count * T` (at least `window`, by less
-//! than `count` µs more) lets exactly `count` calls through at once. In any interval of
-//! length `t` a rule admits at most `count + floor(t / T)` calls.
+//! than `count` µs more) lets exactly `count` units through at once. In any interval of
+//! length `t` a rule admits at most `count + floor(t / T)` units.
 //!
 //! Per rule, with `tat' = max(tat, now)` (a missing or past `tat` is `now`, so stale state
-//! decides exactly like absent state) and `d = tat' + T - now` (how far ahead the call
-//! would push the rule):
+//! decides exactly like absent state) and, for a call of `n` units, `d = tat' + n * T - now`
+//! (how far ahead the call would push the rule):
 //!
-//! - the rule admits the call when `d <= count * T`;
-//! - admitted: `remaining = floor((count * T - d) / T)` (calls that would still pass at this
-//!   instant), `reset_after = d` (until the new `tat`, when the bucket is full again);
-//! - denied: `remaining = 0`, `reset_after = tat' - now`, `retry_after = d - count * T`
-//!   (at `now + retry_after` the call fits exactly).
+//! - left now: `floor((count * T - (tat' - now)) / T)`; the rule admits the call when
+//!   `d <= count * T`;
+//! - admitted: `reset_after = d` (until the new `tat`, when the bucket is full again);
+//! - denied: `reset_after = tat' - now`, `retry_after = d - count * T` (at
+//!   `now + retry_after` the call fits exactly);
+//! - never (`n > count`): denied with [`RawDecision::NEVER`].
+//!
+//! Time never runs backwards here without any clamp: a check that reads an older `now`
+//! than a stored `tat` finds that `tat` further ahead, and so counts it in full; nothing
+//! newer is ever discarded (see [`super::Clamp`] for the algorithms that need one).
 //!
 //! The call is admitted when every rule admits it, and then every rule's `tat` becomes
-//! `now + d`; a denial or a peek writes nothing. The decision's binding rule is, when
-//! admitted, the one with the least `remaining` (ties: lowest index) and, when denied, the
-//! denying rule with the largest `retry_after` (ties: lowest index). A peek answers exactly
-//! what a consuming check would.
+//! `now + d`; a denial or a peek writes nothing. The binding rule is chosen by
+//! [`super::decide`].
 //!
 //! A write stores the `tat` of the rules it checked, and only those, as the fixed window
 //! does (which explains why). The key lives at least until the latest `tat`: a write that
@@ -30,7 +33,7 @@
 //! [`super::extend_expiry`]). `scripts/token_bucket.lua` is the same arithmetic for Redis;
 //! both are exact while times, windows and counts stay below 2^53.
 
-use super::{extend_expiry, Outcome};
+use super::{decide, extend_expiry, Figures, Outcome};
 use crate::decision::RawDecision;
 use crate::Rule;
 
@@ -51,69 +54,62 @@ impl State {
 
 /// One rule's view of the call.
 struct Verdict {
-    /// The emission interval `T`.
-    interval_us: u64,
     /// `count * T`.
     burst_us: u64,
-    /// `tat' - now`.
-    ahead_us: u64,
-    /// `d = tat' + T - now`.
+    /// `d = tat' + n * T - now`.
     after_us: u64,
+    figures: Figures,
 }
 
-impl Verdict {
-    fn admits(&self) -> bool {
-        self.after_us <= self.burst_us
-    }
-}
-
-fn verdict(state: &State, rule: &Rule, now_us: u64) -> Verdict {
-    let interval_us = rule.window_us().div_ceil(rule.count());
+fn verdict(state: &State, rule: &Rule, now_us: u64, cost: u64) -> Verdict {
+    let count = rule.count();
+    let interval_us = rule.window_us().div_ceil(count);
+    let burst_us = count * interval_us;
     let ahead_us = state.tat(rule).map_or(0, |tat| tat.saturating_sub(now_us));
+    let left = burst_us.saturating_sub(ahead_us) / interval_us;
+    // `n * T` only when it cannot pass the burst span: `n <= count`.
+    let after_us = ahead_us + cost.min(count + 1) * interval_us;
+    let figures = if cost > count {
+        Figures {
+            left,
+            reset_after_us: ahead_us,
+            retry_after_us: RawDecision::NEVER,
+        }
+    } else if after_us > burst_us {
+        Figures {
+            left,
+            reset_after_us: ahead_us,
+            retry_after_us: after_us - burst_us,
+        }
+    } else {
+        Figures {
+            left,
+            reset_after_us: after_us,
+            retry_after_us: 0,
+        }
+    };
     Verdict {
-        interval_us,
-        burst_us: rule.count() * interval_us,
-        ahead_us,
-        after_us: ahead_us + interval_us,
+        burst_us,
+        after_us,
+        figures,
     }
 }
 
-/// Checks `rules` at `now_us`, recording the call when `consume` and every rule admits it.
-pub(crate) fn check(state: &mut State, rules: &[Rule], now_us: u64, consume: bool) -> Outcome {
-    let verdicts: Vec<Verdict> = rules.iter().map(|r| verdict(state, r, now_us)).collect();
-    let denied = verdicts
+/// Checks a call of `cost` units against `rules` at `now_us`, recording it when `consume`
+/// and every rule admits it.
+pub(crate) fn check(
+    state: &mut State,
+    rules: &[Rule],
+    now_us: u64,
+    cost: u64,
+    consume: bool,
+) -> Outcome {
+    let verdicts: Vec<Verdict> = rules
         .iter()
-        .enumerate()
-        .filter(|(_, v)| !v.admits())
-        // Largest retry wins; `max_by_key` keeps the last of equals, so compare reversed
-        // indices to keep the lowest.
-        .max_by_key(|&(i, v)| (v.after_us - v.burst_us, std::cmp::Reverse(i)));
-    if let Some((i, v)) = denied {
-        return Outcome {
-            decision: RawDecision {
-                allowed: false,
-                rule_index: i,
-                remaining: 0,
-                reset_after_us: v.ahead_us,
-                retry_after_us: v.after_us - v.burst_us,
-            },
-            ttl_us: None,
-        };
-    }
-    let (i, remaining) = verdicts
-        .iter()
-        .map(|v| (v.burst_us - v.after_us) / v.interval_us)
-        .enumerate()
-        .min_by_key(|&(i, remaining)| (remaining, i))
-        .expect("at least one rule");
-    let decision = RawDecision {
-        allowed: true,
-        rule_index: i,
-        remaining,
-        reset_after_us: verdicts[i].after_us,
-        retry_after_us: 0,
-    };
-    if !consume {
+        .map(|r| verdict(state, r, now_us, cost))
+        .collect();
+    let decision = decide(verdicts.iter().map(|v| v.figures), cost, consume, 0);
+    if !consume || !decision.allowed {
         return Outcome {
             decision,
             ttl_us: None,
@@ -148,36 +144,36 @@ mod tests {
         let rules = [rule(4, 1_000)];
         let mut s = State::default();
         let now = 1_700_000_000_000_000;
-        let first = check(&mut s, &rules, now, true);
+        let first = check(&mut s, &rules, now, 1, true);
         assert_eq!(first.decision, raw(true, 0, 3, 250, 0));
         assert_eq!(first.ttl_us, Some((1 + 1_000) * 1_000));
         assert_eq!(
-            check(&mut s, &rules, now, true).decision,
+            check(&mut s, &rules, now, 1, true).decision,
             raw(true, 0, 2, 500, 0)
         );
         assert_eq!(
-            check(&mut s, &rules, now, true).decision,
+            check(&mut s, &rules, now, 1, true).decision,
             raw(true, 0, 1, 750, 0)
         );
-        let last = check(&mut s, &rules, now, true);
+        let last = check(&mut s, &rules, now, 1, true);
         assert_eq!(last.decision, raw(true, 0, 0, 1_000, 0));
         // The first write's margin still covers the latest tat.
         assert_eq!(last.ttl_us, None);
         assert_eq!(
-            check(&mut s, &rules, now, true).decision,
+            check(&mut s, &rules, now, 1, true).decision,
             raw(false, 0, 0, 1_000, 250)
         );
         assert_eq!(
-            check(&mut s, &rules, now + 100, true).decision,
+            check(&mut s, &rules, now + 100, 1, true).decision,
             raw(false, 0, 0, 900, 150)
         );
         assert_eq!(
-            check(&mut s, &rules, now + 250, true).decision,
+            check(&mut s, &rules, now + 250, 1, true).decision,
             raw(true, 0, 0, 1_000, 0)
         );
         // Half an interval later, nothing has refilled in whole calls yet.
         assert_eq!(
-            check(&mut s, &rules, now + 375, true).decision,
+            check(&mut s, &rules, now + 375, 1, true).decision,
             raw(false, 0, 0, 875, 125)
         );
     }
@@ -188,14 +184,14 @@ mod tests {
         let rules = [rule(3, 1_000)];
         let mut s = State::default();
         for _ in 0..3 {
-            assert!(check(&mut s, &rules, 0, true).decision.allowed);
+            assert!(check(&mut s, &rules, 0, 1, true).decision.allowed);
         }
         assert_eq!(
-            check(&mut s, &rules, 333, true).decision,
+            check(&mut s, &rules, 333, 1, true).decision,
             raw(false, 0, 0, 669, 1)
         );
         assert_eq!(
-            check(&mut s, &rules, 334, true).decision,
+            check(&mut s, &rules, 334, 1, true).decision,
             raw(true, 0, 0, 1_002, 0)
         );
     }
@@ -206,29 +202,33 @@ mod tests {
         let mut s = State::default();
         let now = 1_700_000_000_123_456;
         assert_eq!(
-            check(&mut s, &rules, now, true).decision,
+            check(&mut s, &rules, now, 1, true).decision,
             raw(true, 0, 1, 150_000, 0)
         );
         assert_eq!(
-            check(&mut s, &rules, now + 1, true).decision,
+            check(&mut s, &rules, now + 1, 1, true).decision,
             raw(true, 0, 0, 299_999, 0)
         );
-        let denied = check(&mut s, &rules, now + 2, true).decision;
+        let denied = check(&mut s, &rules, now + 2, 1, true).decision;
         assert_eq!(denied, raw(false, 0, 0, 299_998, 149_998));
-        assert!(check(&mut s, &rules, now + 150_000, true).decision.allowed);
+        assert!(
+            check(&mut s, &rules, now + 150_000, 1, true)
+                .decision
+                .allowed
+        );
     }
 
     #[test]
     fn stale_state_decides_like_absent_state() {
         let rules = [rule(2, 1_000)];
         let mut s = State::default();
-        check(&mut s, &rules, 0, true);
-        check(&mut s, &rules, 0, true);
+        check(&mut s, &rules, 0, 1, true);
+        check(&mut s, &rules, 0, 1, true);
         let mut fresh = State::default();
         for now in [1_000, 5_000] {
             assert_eq!(
-                check(&mut s, &rules, now, false).decision,
-                check(&mut fresh, &rules, now, false).decision
+                check(&mut s, &rules, now, 1, false).decision,
+                check(&mut fresh, &rules, now, 1, false).decision
             );
         }
     }
@@ -237,20 +237,20 @@ mod tests {
     fn denied_calls_consume_nothing() {
         let rules = [rule(10, 1_000), rule(1, 100)];
         let mut s = State::default();
-        assert!(check(&mut s, &rules, 0, true).decision.allowed);
+        assert!(check(&mut s, &rules, 0, 1, true).decision.allowed);
         for _ in 0..5 {
-            let d = check(&mut s, &rules, 40, true);
+            let d = check(&mut s, &rules, 40, 1, true);
             assert_eq!(d.decision, raw(false, 1, 0, 60, 60));
             assert_eq!(d.ttl_us, None);
         }
         // Rule 0 counted only the admitted call: 8 left after this one.
         assert_eq!(
-            check(&mut s, &rules, 100, true).decision,
+            check(&mut s, &rules, 100, 1, true).decision,
             raw(true, 1, 0, 100, 0)
         );
         assert_eq!(
-            check(&mut s, &rules, 200, false).decision,
-            raw(true, 1, 0, 100, 0)
+            check(&mut s, &rules, 200, 1, false).decision,
+            raw(true, 1, 1, 100, 0)
         );
         assert_eq!(s.tat(&rules[0]), Some(200));
     }
@@ -260,8 +260,9 @@ mod tests {
         let mut s = State::default();
         let rules = [rule(3, 700), rule(7, 5_000)];
         assert_retry_after_is_exact(
-            |rules, now, consume| check(&mut s, rules, now, consume).decision,
+            |rules, now, cost, consume| check(&mut s, rules, now, cost, consume).decision,
             &rules,
+            &[1, 2, 1, 1, 2],
             29,
             8,
         );
@@ -273,39 +274,47 @@ mod tests {
         let mut s = State::default();
         // Remaining 1, 1, 4: the tie goes to rule 0.
         assert_eq!(
-            check(&mut s, &rules, 0, true).decision,
+            check(&mut s, &rules, 0, 1, true).decision,
             raw(true, 0, 1, 500, 0)
         );
         assert_eq!(
-            check(&mut s, &rules, 0, true).decision,
+            check(&mut s, &rules, 0, 1, true).decision,
             raw(true, 0, 0, 1_000, 0)
         );
         // Rules 0 and 1 deny: retry 500 and 5000; rule 1 frees last.
         assert_eq!(
-            check(&mut s, &rules, 0, true).decision,
+            check(&mut s, &rules, 0, 1, true).decision,
             raw(false, 1, 0, 10_000, 5_000)
         );
         // Equal retries bind the lowest index.
         let both = [rule(1, 1_000), rule(1, 1_000), rule(2, 1_000)];
         let mut s = State::default();
-        check(&mut s, &both, 0, true);
+        check(&mut s, &both, 0, 1, true);
         assert_eq!(
-            check(&mut s, &both, 10, true).decision,
+            check(&mut s, &both, 10, 1, true).decision,
             raw(false, 0, 0, 990, 990)
         );
     }
 
     #[test]
-    fn peek_answers_like_a_check_and_writes_nothing() {
+    fn peek_tells_what_is_left_now_and_writes_nothing() {
         let rules = [rule(2, 1_000)];
         let mut s = State::default();
-        for now in [0, 1, 2] {
-            let peek = check(&mut s, &rules, now, false);
+        for now in [0, 1] {
+            let peek = check(&mut s, &rules, now, 1, false);
             assert_eq!(peek.ttl_us, None);
-            assert_eq!(peek.decision, check(&mut s, &rules, now, true).decision);
+            let counted = check(&mut s, &rules, now, 1, true).decision;
+            let left_now = counted.remaining + 1;
+            assert_eq!(
+                peek.decision,
+                RawDecision {
+                    remaining: left_now,
+                    ..counted
+                }
+            );
         }
         assert_eq!(
-            check(&mut s, &rules, 3, false).decision,
+            check(&mut s, &rules, 3, 1, false).decision,
             raw(false, 0, 0, 997, 497)
         );
     }
@@ -313,16 +322,16 @@ mod tests {
     #[test]
     fn the_expiry_moves_to_the_burst_span_once_a_tat_outgrows_it() {
         // T = 600 ms, a burst span of 60 s: the first write's expiry, at 61 s, covers
-        // the whole burst at once and every call made before time moves past 60.4 s.
+        // the whole burst at once, with the one-second margin; the next tat outgrows it.
         let rules = [rule(100, 60_000_000)];
         let mut s = State::default();
-        let ttl = |s: &mut State, now: u64| check(s, &rules, now, true).ttl_us;
+        let ttl = |s: &mut State, now: u64| check(s, &rules, now, 1, true).ttl_us;
         assert_eq!(ttl(&mut s, 0), Some((60_000 + 1_000) * 1_000));
         for _ in 1..100 {
             assert_eq!(ttl(&mut s, 0), None);
         }
-        assert_eq!(ttl(&mut s, 60_400_000), None); // tat 61.0 s
-        assert_eq!(ttl(&mut s, 60_400_001), Some((60_000 + 1_000) * 1_000));
+        // tat 60.6 s, to be kept until 61.6 s.
+        assert_eq!(ttl(&mut s, 600_000), Some((60_000 + 1_000) * 1_000));
     }
 
     #[test]
@@ -330,15 +339,15 @@ mod tests {
         // T = 500 µs and 2500 µs.
         let (short, long) = (rule(2, 1_000), rule(4, 10_000));
         let mut s = State::default();
-        check(&mut s, &[short, long], 0, true);
+        check(&mut s, &[short, long], 0, 1, true);
         assert_eq!(
-            check(&mut s, &[long], 0, true).decision,
+            check(&mut s, &[long], 0, 1, true).decision,
             raw(true, 0, 2, 5_000, 0)
         );
         // Not in that write: the short rule's bucket is full again.
         assert_eq!(
-            check(&mut s, &[short], 0, false).decision,
-            raw(true, 0, 1, 500, 0)
+            check(&mut s, &[short], 0, 1, false).decision,
+            raw(true, 0, 2, 500, 0)
         );
     }
 }

@@ -209,6 +209,7 @@ impl Shard {
             key,
             rules,
             algorithm,
+            cost,
             consume,
             ..
         } = *request;
@@ -234,7 +235,7 @@ impl Shard {
                 // nothing leaves the (still expired) entry for the sweep.
                 slot.state = KeyState::new(algorithm);
             }
-            let outcome = slot.state.check(rules, now_us, consume);
+            let outcome = slot.state.check(rules, now_us, cost, consume);
             if let Some(ttl) = outcome.ttl_us {
                 slot.expires_at_us = now_us.saturating_add(ttl);
             }
@@ -243,7 +244,7 @@ impl Shard {
         }
 
         let mut state = KeyState::new(algorithm);
-        let outcome = state.check(rules, now_us, consume);
+        let outcome = state.check(rules, now_us, cost, consume);
         // A peek, or a denial, of an absent key stores nothing.
         if let Some(ttl) = outcome.ttl_us {
             self.insert(
@@ -486,7 +487,8 @@ mod tests {
         let d = backend
             .check_now(&request("k", Algorithm::SlidingLog, false))
             .unwrap();
-        assert_eq!((d.allowed, d.remaining), (true, 2));
+        // All 3 left: a peek tells what is left now.
+        assert_eq!((d.allowed, d.remaining), (true, 3));
         assert_eq!(backend.stored_keys(), 0);
     }
 

@@ -1,0 +1,12 @@
+    -- The binding rule, as algorithm::decide chooses it from this rule's `left` (units
+    -- left now), `reset_after` and `retry` (0 when the rule admits the call): among the
+    -- rules that deny the call, the one with the largest retry (ties: lowest index); when
+    -- none does, the one with the least left (ties: lowest index).
+    if retry > 0 then
+        if retry > denied_retry then
+            denied, denied_left, denied_reset, denied_retry = i, left, reset_after, retry
+        end
+    elseif not least or left < least then
+        binding, binding_count, least, reset = i, count, left, reset_after
+    end
+end

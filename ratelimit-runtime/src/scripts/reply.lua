@@ -1,0 +1,26 @@
+
+-- The answer (see algorithm::decide). Durations were computed at the time the check is
+-- counted at; `lag` turns them into durations from the caller's clock.
+if denied then
+    local retry = -1
+    if denied_retry ~= NEVER then
+        retry = denied_retry + lag
+    end
+    return {0, denied, denied_left, denied_reset + lag, retry}
+end
+-- What is left after a check; now, for a peek.
+local remaining = least
+if consume then
+    remaining = least - cost
+end
+reset = reset + lag
+-- An admitted call answers with one integer,
+-- (reset_after * (count + 1) + remaining) * 64 + rule_index over the binding rule's
+-- count (remaining <= count), when a double holds it exactly: when
+-- reset_after * (count + 1) + remaining < 2^47, which keeps it below 2^53. A table costs
+-- Redis more to send than a check's arithmetic (see backend::redis::script::decode).
+local short = reset * (binding_count + 1) + remaining
+if binding < 64 and short < 140737488355328 then
+    return short * 64 + binding
+end
+return {1, binding, remaining, reset, 0}
