@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use redis_ratelimit::__private::{CallSite, SiteConfig};
 use redis_ratelimit::{
-    Algorithm, BackendError, BackendErrorKind, LimitType, Limiter, RateLimitError, Rule,
+    Algorithm, BackendError, BackendErrorKind, Breaker, LimitType, Limiter, RateLimitError, Rule,
 };
 use support::RedisServer;
 
@@ -33,9 +33,12 @@ static SITE: CallSite = CallSite::new(SiteConfig {
     message: "too many requests",
 });
 
+/// A limiter whose every check reaches the connection layer: the circuit breaker, which
+/// would answer for it after a few failures, has tests of its own (tests/outage.rs).
 fn limiter(server: &RedisServer, fail_open: bool) -> Limiter {
     Limiter::redis(&server.url())
         .unwrap()
+        .breaker(Breaker::never())
         .fail_open(fail_open)
         .timeout(TIMEOUT)
 }
@@ -287,6 +290,7 @@ async fn checks_on_connections_killed_mid_call_are_never_counted_twice() {
     let limiter: &'static Limiter = Box::leak(Box::new(
         Limiter::redis(&server.url())
             .unwrap()
+            .breaker(Breaker::never())
             .fail_open(false)
             .timeout(Duration::from_secs(2)),
     ));
