@@ -32,6 +32,7 @@ tokio::task_local! {
 pub struct RequestContext {
     ip: Option<IpAddr>,
     user_id: Option<Arc<str>>,
+    exempt: bool,
 }
 
 impl RequestContext {
@@ -50,6 +51,19 @@ impl RequestContext {
     pub fn with_user_id(mut self, user_id: impl Into<Arc<str>>) -> Self {
         self.user_id = Some(user_id.into());
         self
+    }
+
+    /// Marks the request exempt: guarded calls made while serving it skip their check and
+    /// count nothing. Exempting is the application's decision (internal health checkers,
+    /// admins recognised by the auth layer): an exempt caller has no limit at all.
+    pub fn with_exempt(mut self, exempt: bool) -> Self {
+        self.exempt = exempt;
+        self
+    }
+
+    /// Whether the request is exempt from rate limits.
+    pub fn is_exempt(&self) -> bool {
+        self.exempt
     }
 
     /// The client IP, if known.

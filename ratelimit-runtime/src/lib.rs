@@ -18,7 +18,10 @@ mod global;
 pub mod key;
 mod limit_type;
 mod limiter;
+mod observe;
+mod overrides;
 mod rule;
+mod rule_text;
 #[doc(hidden)]
 pub mod site;
 
@@ -30,3 +33,4 @@ pub use global::{global, init, REDIS_URL_ENV};
 pub use limit_type::LimitType;
 pub use limiter::{Breaker, Check, Limiter};
 pub use rule::Rule;
+pub use rule_text::ParseRuleError;
