@@ -28,8 +28,7 @@ pub use ratelimit_macros::rate_limiter;
 pub use ratelimit_runtime::{
     clock, context, global, init, key, Algorithm, BackendError, BackendErrorKind, Breaker, Check,
     ConfigError, Decision, InitError, LimitType, Limiter, ParseRuleError, RateLimitError,
-    RequestContext, Rule,
-    REDIS_URL_ENV,
+    RequestContext, Rule, REDIS_URL_ENV,
 };
 
 #[cfg(feature = "axum")]

@@ -17,7 +17,9 @@ use support::RedisServer;
 static SNAPSHOTTER: LazyLock<Snapshotter> = LazyLock::new(|| {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
-    recorder.install().expect("the only recorder of this binary");
+    recorder
+        .install()
+        .expect("the only recorder of this binary");
     snapshotter
 });
 
@@ -50,13 +52,20 @@ fn seen() -> Seen {
             ("ratelimit_checks_total", DebugValue::Counter(n)) if n > 0 => {
                 let labels: Vec<&str> = key.labels().map(|l| l.key()).collect();
                 assert_eq!(labels, ["site", "algorithm", "outcome"]);
-                let name = format!("{}/{}/{}", label("site"), label("algorithm"), label("outcome"));
+                let name = format!(
+                    "{}/{}/{}",
+                    label("site"),
+                    label("algorithm"),
+                    label("outcome")
+                );
                 *seen.checks.entry(name).or_default() += n;
             }
             ("ratelimit_check_duration_seconds", DebugValue::Histogram(samples))
                 if !samples.is_empty() =>
             {
-                assert!(samples.iter().all(|s| s.into_inner() >= 0.0 && s.into_inner() < 5.0));
+                assert!(samples
+                    .iter()
+                    .all(|s| s.into_inner() >= 0.0 && s.into_inner() < 5.0));
                 *seen.durations.entry(label("backend")).or_default() += samples.len();
             }
             _ => {}
@@ -66,11 +75,17 @@ fn seen() -> Seen {
 }
 
 fn counts<const N: usize>(entries: [(&str, u64); N]) -> BTreeMap<String, u64> {
-    entries.into_iter().map(|(k, n)| (k.to_owned(), n)).collect()
+    entries
+        .into_iter()
+        .map(|(k, n)| (k.to_owned(), n))
+        .collect()
 }
 
 fn durations<const N: usize>(entries: [(&str, usize); N]) -> BTreeMap<String, usize> {
-    entries.into_iter().map(|(k, n)| (k.to_owned(), n)).collect()
+    entries
+        .into_iter()
+        .map(|(k, n)| (k.to_owned(), n))
+        .collect()
 }
 
 static MEMORY: LazyLock<Limiter> = LazyLock::new(Limiter::memory);
@@ -131,8 +146,9 @@ async fn exempt_requests_are_not_checked_and_count_nothing() {
 async fn checks_on_redis_are_timed_as_redis() {
     let _turn = turn().await;
     let server = RedisServer::start();
-    let limiter: &'static Limiter =
-        Box::leak(Box::new(Limiter::redis(&server.url()).unwrap().rules_poll(None)));
+    let limiter: &'static Limiter = Box::leak(Box::new(
+        Limiter::redis(&server.url()).unwrap().rules_poll(None),
+    ));
     for _ in 0..3 {
         let _ = on_redis(limiter, "tom").await;
     }
@@ -170,7 +186,13 @@ async fn a_dead_redis_counts_fallback_answers_as_fallback_and_timed_as_memory() 
     on_redis(limiter, "ann").await.unwrap();
     on_redis(limiter, "ann").await.unwrap();
     assert!(on_redis(limiter, "ann").await.is_err());
-    assert!(limiter.check("direct", &[Rule::per_minute(5)]).await.unwrap().allowed);
+    assert!(
+        limiter
+            .check("direct", &[Rule::per_minute(5)])
+            .await
+            .unwrap()
+            .allowed
+    );
     let seen = seen();
     assert_eq!(
         seen.checks,
@@ -198,7 +220,10 @@ async fn a_dead_redis_fail_open_counts_errors_and_lets_calls_through() {
     for _ in 0..5 {
         on_redis(limiter, "bob").await.unwrap();
     }
-    assert!(limiter.check("direct", &[Rule::per_minute(5)]).await.is_err());
+    assert!(limiter
+        .check("direct", &[Rule::per_minute(5)])
+        .await
+        .is_err());
     let seen = seen();
     assert_eq!(
         seen.checks,

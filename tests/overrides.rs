@@ -146,7 +146,13 @@ async fn an_override_stored_in_redis_is_picked_up_within_the_delay_and_removed()
     assert_eq!(admitted(limiter, "b", 7).await, 5);
 
     hdel(&server, "ops.send");
-    until_in_force(limiter, "ops.send", &[Rule::per_minute(2)], PICKED_UP_WITHIN).await;
+    until_in_force(
+        limiter,
+        "ops.send",
+        &[Rule::per_minute(2)],
+        PICKED_UP_WITHIN,
+    )
+    .await;
     assert_eq!(admitted(limiter, "c", 3).await, 2);
 }
 
@@ -171,7 +177,13 @@ async fn a_malformed_stored_value_is_ignored_with_one_warning() {
     assert!(text.contains("5 per fortnight"), "{text}");
     // A fixed value is read as usual.
     hset(&server, "ops.send", "6/minute");
-    until_in_force(limiter, "ops.send", &[Rule::per_minute(6)], PICKED_UP_WITHIN).await;
+    until_in_force(
+        limiter,
+        "ops.send",
+        &[Rule::per_minute(6)],
+        PICKED_UP_WITHIN,
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -184,7 +196,13 @@ async fn redis_down_never_blocks_a_check_and_the_last_rules_read_stay() {
     );
     admitted(limiter, "a", 1).await;
     hset(&server, "ops.send", "4/minute");
-    until_in_force(limiter, "ops.send", &[Rule::per_minute(4)], PICKED_UP_WITHIN).await;
+    until_in_force(
+        limiter,
+        "ops.send",
+        &[Rule::per_minute(4)],
+        PICKED_UP_WITHIN,
+    )
+    .await;
     server.kill();
     // Reads fail from now on; checks go to the fallback, with the override, at once.
     tokio::time::sleep(Duration::from_millis(2_500)).await;
@@ -203,7 +221,9 @@ async fn exempt_requests_skip_the_check_even_without_an_identity() {
     let limiter = leak(Limiter::memory());
     let exempt = RequestContext::new().with_exempt(true);
     for _ in 0..3 {
-        context::scope(exempt.clone(), by_ip(limiter)).await.unwrap();
+        context::scope(exempt.clone(), by_ip(limiter))
+            .await
+            .unwrap();
     }
     let ip = RequestContext::new().with_ip([192, 0, 2, 1].into());
     context::scope(ip.clone(), by_ip(limiter)).await.unwrap();
@@ -302,7 +322,11 @@ async fn child_picks_up_the_override() {
         panic!("{CHILD_TEST} only runs as a child of the test that starts it, which sets its environment");
     };
     let set_at: u64 = set_at.parse().unwrap();
-    let limiter = leak(Limiter::redis(&url).unwrap().timeout(Duration::from_secs(2)));
+    let limiter = leak(
+        Limiter::redis(&url)
+            .unwrap()
+            .timeout(Duration::from_secs(2)),
+    );
     // Its own identity, so the two children's counts do not mix.
     let me = format!("child-{}", std::process::id());
     assert_eq!(admitted(limiter, &me, 1).await, 1);

@@ -106,7 +106,9 @@ pub fn parse_rule_list(text: &str) -> Result<Vec<ParsedRule>, RuleTextError> {
              e.g. \"5/minute, 20/hour\""
         )));
     }
-    text.split(',').map(|rule| parse_rule(rule.trim())).collect()
+    text.split(',')
+        .map(|rule| parse_rule(rule.trim()))
+        .collect()
 }
 
 /// `time` units of `unit_ms` milliseconds, if a rule can count such a window.
@@ -298,7 +300,14 @@ mod tests {
                 },
             ])
         );
-        for bad in ["", "  ", ",", "5/minute,", "5/minute,,1/s", "5/minute, ten/s"] {
+        for bad in [
+            "",
+            "  ",
+            ",",
+            "5/minute,",
+            "5/minute,,1/s",
+            "5/minute, ten/s",
+        ] {
             assert!(parse_rule_list(bad).is_err(), "{bad:?}");
         }
         assert!(parse_rule_list("5/minute, 0/s")

@@ -286,8 +286,10 @@ impl Limiter {
     pub fn rules_in_force(&self, path: &str) -> Vec<Rule> {
         let path = path.strip_suffix(DUPLICATE_SUFFIX).unwrap_or(path);
         let compiled = crate::site::compiled_rules(path);
-        self.overrides
-            .in_force(path, compiled.as_ref().map(|(prefix, rules)| (*prefix, *rules)))
+        self.overrides.in_force(
+            path,
+            compiled.as_ref().map(|(prefix, rules)| (*prefix, *rules)),
+        )
     }
 
     /// The rules in force for a guarded function of key `prefix` and `path` compiled with
@@ -304,7 +306,8 @@ impl Limiter {
             if unknown_prefix {
                 self.overrides.watch_prefix(prefix);
             }
-            self.overrides.ensure_polling(redis, every, self.timeout.max(Duration::from_secs(1)));
+            self.overrides
+                .ensure_polling(redis, every, self.timeout.max(Duration::from_secs(1)));
         }
         rules
     }
@@ -484,11 +487,7 @@ impl Limiter {
     /// What a failed check answers: the fallback's decision, or the error. An error about
     /// the key itself (another algorithm's state) would be the same anywhere: only a
     /// backend that cannot answer hands over to the fallback.
-    async fn on_failure(
-        &self,
-        request: &Request<'_>,
-        err: BackendError,
-    ) -> Answer {
+    async fn on_failure(&self, request: &Request<'_>, err: BackendError) -> Answer {
         match &self.fallback {
             Some(fallback) if err.kind() != BackendErrorKind::Command => {
                 self.warn_backend_failed(request.key, &err, "counting on the fallback");

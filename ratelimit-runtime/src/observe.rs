@@ -199,8 +199,14 @@ mod tests {
             backend: "memory",
             fallback: true,
         };
-        assert_eq!(answer(Ok(decision(true)), AnsweredBy::REDIS), Outcome::Allowed);
-        assert_eq!(answer(Ok(decision(false)), AnsweredBy::MEMORY), Outcome::Limited);
+        assert_eq!(
+            answer(Ok(decision(true)), AnsweredBy::REDIS),
+            Outcome::Allowed
+        );
+        assert_eq!(
+            answer(Ok(decision(false)), AnsweredBy::MEMORY),
+            Outcome::Limited
+        );
         assert_eq!(answer(failed(), AnsweredBy::REDIS), Outcome::Error);
         assert_eq!(answer(Ok(decision(true)), fallback), Outcome::Fallback);
         assert_eq!(answer(Ok(decision(false)), fallback), Outcome::Fallback);

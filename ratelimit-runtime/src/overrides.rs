@@ -54,7 +54,8 @@ impl SiteRules {
     }
 
     fn duplicate(&self) -> Option<Rule> {
-        self.duplicate_rule.then(|| self.rules[self.rules.len() - 1])
+        self.duplicate_rule
+            .then(|| self.rules[self.rules.len() - 1])
     }
 }
 
@@ -149,7 +150,7 @@ impl Overrides {
     /// whether `prefix` is not yet among those read from Redis.
     pub fn lookup(&self, prefix: &str, path: &str, compiled: SiteRules) -> (SiteRules, bool) {
         let table = self.table.load();
-        let unknown_prefix = !table.prefixes.iter().any(|known| *known == prefix);
+        let unknown_prefix = !table.prefixes.contains(&prefix);
         if table.local.is_empty() && table.stored.is_empty() {
             return (compiled, unknown_prefix);
         }
@@ -157,7 +158,10 @@ impl Overrides {
             .local
             .get(path)
             .or_else(|| table.stored.get(prefix)?.get(path));
-        (entry.map_or(compiled, |e| e.apply(compiled)), unknown_prefix)
+        (
+            entry.map_or(compiled, |e| e.apply(compiled)),
+            unknown_prefix,
+        )
     }
 
     /// Adds `prefix` to those the poller reads.
@@ -410,8 +414,7 @@ fn log_changes(
                 target: "redis_ratelimit",
                 prefix,
                 path = &**path,
-                rules = ?entry.rules,
-                duplicate_rule = ?entry.duplicate,
+                rules = %Described(entry),
                 "rate limit rules overridden from Redis",
             );
         }
@@ -423,6 +426,32 @@ fn log_changes(
             path = &**path,
             "rate limit rule override removed; the compiled rules are back in force",
         );
+    }
+}
+
+/// An entry in the attribute's terms: `[5 per 60s, 20 per 3600s], duplicate rule none`.
+struct Described<'a>(&'a Entry);
+
+impl std::fmt::Display for Described<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.rules {
+            Some(rules) => {
+                f.write_str("[")?;
+                for (i, rule) in rules.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{rule}")?;
+                }
+                f.write_str("]")?;
+            }
+            None => f.write_str("compiled")?,
+        }
+        match self.0.duplicate {
+            None => Ok(()),
+            Some(None) => f.write_str(", duplicate rule none"),
+            Some(Some(rule)) => write!(f, ", duplicate rule {rule}"),
+        }
     }
 }
 
@@ -486,7 +515,9 @@ impl Poller {
                         overrides.apply_stored(prefix, fields);
                     }
                     Ok(Err(err)) => overrides.read_failed(&key, &err),
-                    Err(_) => overrides.read_failed(&key, &format!("no answer within {:?}", self.timeout)),
+                    Err(_) => {
+                        overrides.read_failed(&key, &format!("no answer within {:?}", self.timeout))
+                    }
                 }
             }
             // Not held while sleeping: a dropped limiter ends the poller at its next turn.
@@ -608,7 +639,9 @@ mod tests {
         let jitter = Jitter::new();
         let every = Duration::from_secs(1);
         let sleeps: Vec<Duration> = (0..1000).map(|_| jitter.around(every)).collect();
-        assert!(sleeps.iter().all(|d| *d >= every.mul_f64(0.8) && *d < every.mul_f64(1.2)));
+        assert!(sleeps
+            .iter()
+            .all(|d| *d >= every.mul_f64(0.8) && *d < every.mul_f64(1.2)));
         assert!(sleeps.iter().any(|d| *d < every.mul_f64(0.9)));
         assert!(sleeps.iter().any(|d| *d > every.mul_f64(1.1)));
     }

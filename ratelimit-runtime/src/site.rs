@@ -214,7 +214,9 @@ struct Registered {
 
 /// The key prefix and compiled rules of the first call site seen counting under `path`.
 pub(crate) fn compiled_rules(path: &str) -> Option<(&'static str, SiteRules)> {
-    let sites = SITES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let sites = SITES
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let first = sites.as_ref()?.get(path)?;
     Some((first.site.config.prefix, first.site.compiled_rules()))
 }

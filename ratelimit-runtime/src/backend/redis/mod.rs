@@ -189,7 +189,10 @@ impl RedisBackend {
     /// this runtime's connections: what the rule-override poller reads. Not timed here (the
     /// caller times it); bytes that are not UTF-8 are replaced, so such a value reads as
     /// malformed.
-    pub(crate) async fn hash_fields(&self, key: &str) -> Result<Vec<(String, String)>, BackendError> {
+    pub(crate) async fn hash_fields(
+        &self,
+        key: &str,
+    ) -> Result<Vec<(String, String)>, BackendError> {
         let mut hgetall = redis::cmd("HGETALL");
         hgetall.arg(key);
         // A read: sending it twice changes nothing.
@@ -200,7 +203,10 @@ impl RedisBackend {
         let pairs: Vec<(Vec<u8>, Vec<u8>)> = redis::from_redis_value(reply).map_err(|err| {
             BackendError::new(
                 BackendErrorKind::Command,
-                format!("Redis at {} answered HGETALL {key} with something else than a hash: {err}", self.address),
+                format!(
+                    "Redis at {} answered HGETALL {key} with something else than a hash: {err}",
+                    self.address
+                ),
             )
         })?;
         Ok(pairs
