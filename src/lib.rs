@@ -27,8 +27,8 @@
 pub use ratelimit_macros::rate_limiter;
 pub use ratelimit_runtime::{
     clock, context, global, init, key, Algorithm, BackendError, BackendErrorKind, Breaker, Check,
-    ConfigError, Decision, InitError, LimitType, Limiter, RateLimitError, RequestContext, Rule,
-    REDIS_URL_ENV,
+    ConfigError, Decision, InitError, LimitType, Limiter, ParseRuleError, RateLimitError,
+    RequestContext, Rule, REDIS_URL_ENV,
 };
 
 #[cfg(feature = "actix")]

@@ -8,6 +8,8 @@ use quote::{quote, ToTokens};
 use syn::parse::{Parse, ParseStream};
 use syn::{parenthesized, Expr, ExprPath, Ident, LitBool, LitInt, LitStr, Path, Token};
 
+use ratelimit_rule_text::{too_large, too_long, window_ms as window};
+
 use crate::item::{ItemFn, Returns};
 
 mod kw {
@@ -35,11 +37,6 @@ const ARGUMENTS: &str = "rules, prevent_duplicate, prevent_duplicate_rule, limit
 const NAME_FORM: &str = "a name is one or more segments of ASCII letters, digits, `_`, `.` and \
                          `-`, separated by `::` or `/` (e.g. \"billing::send_invoice\", \
                          \"api/v2/orders\")";
-
-const RULE_FORMS: &str =
-    "expected \"N/unit\", \"N/<k><unit>\", \"N per unit\" or \"N per k units\" \
-     (e.g. \"10/minute\", \"10/60s\", \"20 per 2 minutes\"), with units ms, s, m, h, d or \
-     millisecond(s), sec(s), second(s), min(s), minute(s), hour(s), day(s)";
 
 /// The validated arguments of one `#[rate_limiter(...)]`.
 pub struct Args {
@@ -93,11 +90,8 @@ impl Rule {
         window_ms: 5_000,
     };
 
-    /// The runtime's `Rule::MAX_WINDOW` (2^52 µs) in whole milliseconds.
-    const MAX_WINDOW_MS: u64 = (1 << 52) / 1_000;
-
     /// The runtime's `Rule::MAX_COUNT`: figures stay exact in the Lua scripts' doubles.
-    const MAX_COUNT: u64 = 1 << 52;
+    const MAX_COUNT: u64 = ratelimit_rule_text::MAX_COUNT;
 }
 
 /// `limit_type = ...`; expands to the runtime's variant name.
@@ -681,13 +675,6 @@ fn parse_count(lit: &LitInt) -> syn::Result<u64> {
     }
 }
 
-fn too_large(count: u64) -> String {
-    format!(
-        "a count of {count} is too large: the most is {} (2^52)",
-        Rule::MAX_COUNT
-    )
-}
-
 fn parse_time(lit: &LitInt) -> syn::Result<u64> {
     match lit.base10_parse::<u64>()? {
         0 => Err(syn::Error::new(
@@ -696,19 +683,6 @@ fn parse_time(lit: &LitInt) -> syn::Result<u64> {
         )),
         time => Ok(time),
     }
-}
-
-/// `time` units of `unit_ms` in milliseconds, if the runtime can count such a window.
-fn window(time: u64, unit_ms: u64) -> Option<u64> {
-    time.checked_mul(unit_ms)
-        .filter(|ms| *ms <= Rule::MAX_WINDOW_MS)
-}
-
-fn too_long(time: u64, unit_ms: u64) -> String {
-    format!(
-        "a window of {time} x {unit_ms} ms is too long: the longest is {} ms (about 142 years)",
-        Rule::MAX_WINDOW_MS
-    )
 }
 
 /// The value named by `ident` (case-insensitively), or an error on it listing the choices.
@@ -730,162 +704,21 @@ fn choose<T: Copy>(ident: &Ident, what: &str, choices: &[(&str, T)]) -> syn::Res
         })
 }
 
-/// A rule written as a string, with errors on the literal.
+/// A rule written as a string, with errors on the literal. The grammar and its messages are
+/// the runtime's (`ratelimit_rule_text`), which also reads rules stored in Redis.
 fn parse_rule_text(lit: &LitStr) -> syn::Result<Rule> {
-    let text = lit.value();
-    let error = |what: String| syn::Error::new(lit.span(), what);
-    match RuleText::parse(&text) {
-        Some(RuleText { count: 0, .. }) => Err(error(format!(
-            "rule \"{text}\" admits no calls: the count must be at least 1"
-        ))),
-        Some(RuleText { time: 0, .. }) => Err(error(format!(
-            "rule \"{text}\" has an empty window: the time must be at least 1"
-        ))),
-        Some(RuleText { count, .. }) if count > Rule::MAX_COUNT => Err(error(too_large(count))),
-        Some(RuleText {
-            count,
-            time,
-            unit_ms,
-        }) => match window(time, unit_ms) {
-            Some(window_ms) => Ok(Rule { count, window_ms }),
-            None => Err(error(too_long(time, unit_ms))),
-        },
-        None => Err(error(format!("cannot parse rule \"{text}\": {RULE_FORMS}"))),
-    }
-}
-
-/// The parts of a rule string; numbers that overflow `u64` make the string unparsable.
-#[derive(Debug, PartialEq, Eq)]
-struct RuleText {
-    count: u64,
-    time: u64,
-    unit_ms: u64,
-}
-
-impl RuleText {
-    fn parse(text: &str) -> Option<RuleText> {
-        let text = text.trim();
-        let (count, period) = match text.split_once('/') {
-            Some((count, period)) => (count, period),
-            None => {
-                let mut words = text.splitn(2, char::is_whitespace);
-                let count = words.next()?;
-                let rest = words.next()?.trim_start();
-                let (per, period) = rest.split_at(rest.find(char::is_whitespace)?);
-                if !per.eq_ignore_ascii_case("per") {
-                    return None;
-                }
-                (count, period)
-            }
-        };
-        let count = parse_digits(count.trim())?;
-        let period = period.trim();
-        let digits = period.find(|c: char| !c.is_ascii_digit())?;
-        let time = match digits {
-            0 => 1,
-            _ => parse_digits(&period[..digits])?,
-        };
-        let unit_ms = unit_ms(period[digits..].trim_start())?;
-        Some(RuleText {
-            count,
-            time,
-            unit_ms,
+    ratelimit_rule_text::parse_rule(&lit.value())
+        .map(|rule| Rule {
+            count: rule.count,
+            window_ms: rule.window_ms,
         })
-    }
-}
-
-/// Plain decimal digits (no sign, no underscores) that fit in `u64`.
-fn parse_digits(text: &str) -> Option<u64> {
-    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    text.parse().ok()
-}
-
-fn unit_ms(unit: &str) -> Option<u64> {
-    let unit = unit.to_ascii_lowercase();
-    let ms = match unit.as_str() {
-        "ms" | "msec" | "msecs" | "millisecond" | "milliseconds" => 1,
-        "s" | "sec" | "secs" | "second" | "seconds" => 1_000,
-        "m" | "min" | "mins" | "minute" | "minutes" => 60_000,
-        "h" | "hr" | "hrs" | "hour" | "hours" => 3_600_000,
-        "d" | "day" | "days" => 86_400_000,
-        _ => return None,
-    };
-    Some(ms)
+        .map_err(|err| syn::Error::new(lit.span(), err))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use syn::parse_quote;
-
-    fn text(count: u64, time: u64, unit_ms: u64) -> Option<RuleText> {
-        Some(RuleText {
-            count,
-            time,
-            unit_ms,
-        })
-    }
-
-    #[test]
-    fn rule_strings_of_the_documented_forms_parse() {
-        assert_eq!(RuleText::parse("10/minute"), text(10, 1, 60_000));
-        assert_eq!(RuleText::parse("10/60s"), text(10, 60, 1_000));
-        assert_eq!(RuleText::parse("20 per 2 minutes"), text(20, 2, 60_000));
-        assert_eq!(RuleText::parse("5/second"), text(5, 1, 1_000));
-        assert_eq!(RuleText::parse("1000/day"), text(1000, 1, 86_400_000));
-    }
-
-    #[test]
-    fn rule_strings_accept_every_unit_spelling_in_any_case() {
-        let spellings: &[(&[&str], u64)] = &[
-            (&["ms", "msec", "millisecond", "milliseconds"], 1),
-            (&["s", "sec", "secs", "second", "seconds"], 1_000),
-            (&["m", "min", "mins", "minute", "minutes"], 60_000),
-            (&["h", "hr", "hour", "hours"], 3_600_000),
-            (&["d", "day", "days"], 86_400_000),
-        ];
-        for (names, ms) in spellings {
-            for name in *names {
-                for name in [name.to_string(), name.to_uppercase()] {
-                    assert_eq!(RuleText::parse(&format!("3/{name}")), text(3, 1, *ms));
-                    assert_eq!(RuleText::parse(&format!("3/7{name}")), text(3, 7, *ms));
-                    assert_eq!(RuleText::parse(&format!("3 / 7 {name}")), text(3, 7, *ms));
-                    assert_eq!(RuleText::parse(&format!("3 per {name}")), text(3, 1, *ms));
-                    assert_eq!(
-                        RuleText::parse(&format!(" 3  PER 7 {name} ")),
-                        text(3, 7, *ms)
-                    );
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn malformed_rule_strings_are_rejected() {
-        for bad in [
-            "",
-            "10",
-            "/minute",
-            "10/",
-            "10/fortnight",
-            "10 minute",
-            "10 per",
-            "ten/minute",
-            "-1/minute",
-            "+1/minute",
-            "1_000/minute",
-            "10/-5s",
-            "10/5.5s",
-            "10 per 2 per minutes",
-            "10/2/minutes",
-            "99999999999999999999/s",
-            "1/99999999999999999999s",
-        ] {
-            assert_eq!(RuleText::parse(bad), None, "{bad:?}");
-        }
-    }
 
     fn args(tokens: TokenStream) -> syn::Result<Args> {
         let item: ItemFn = parse_quote!(
@@ -971,7 +804,7 @@ mod tests {
 
     #[test]
     fn windows_the_runtime_cannot_count_are_rejected() {
-        let max_days = Rule::MAX_WINDOW_MS / 86_400_000;
+        let max_days = ratelimit_rule_text::MAX_WINDOW_MS / 86_400_000;
         assert!(args(quote!(rules(rule(count = 1, time = #max_days, unit = DAYS)))).is_ok());
         let over = max_days + 1;
         let errors = messages(quote!(rules(rule(count = 1, time = #over, unit = DAYS))));

@@ -20,7 +20,10 @@ mod global;
 pub mod key;
 mod limit_type;
 mod limiter;
+mod observe;
+mod overrides;
 mod rule;
+mod rule_text;
 #[doc(hidden)]
 pub mod site;
 #[cfg(feature = "tonic")]
@@ -38,3 +41,4 @@ pub use global::{global, init, REDIS_URL_ENV};
 pub use limit_type::LimitType;
 pub use limiter::{Breaker, Check, Limiter};
 pub use rule::Rule;
+pub use rule_text::ParseRuleError;

@@ -17,6 +17,8 @@ use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::RedisBackend;
 use crate::backend::{Backend, Request};
 use crate::clock::Clock;
+use crate::observe::{Answer, AnsweredBy, Observation, PROGRAMMATIC};
+use crate::overrides::{Overrides, SiteRules, DEFAULT_POLL, DUPLICATE_SUFFIX};
 use crate::{Algorithm, BackendError, BackendErrorKind, ConfigError, Decision, Rule};
 
 /// Checks rules against a backend: Redis (shared by every process) or the embedded
@@ -46,11 +48,16 @@ pub struct Limiter {
     fallback: Option<Box<Limiter>>,
     deny_cache: Option<DenyCache>,
     warnings: WarnThrottle,
+    /// Rules overridden at run time, in process or stored in Redis.
+    overrides: Arc<Overrides>,
+    /// How often the overrides stored in Redis are read; `None`: never.
+    rules_poll: Option<Duration>,
 }
 
 enum Store {
-    // Boxed: its connections make it several times larger than the other variants.
-    Redis(Box<RedisBackend>),
+    // Behind a pointer: its connections make it several times larger than the other
+    // variants. Shared with the rule-override poller.
+    Redis(Arc<RedisBackend>),
     Memory(MemoryBackend),
     /// Built from an invalid environment; every check fails with this error.
     Misconfigured(ConfigError),
@@ -74,7 +81,7 @@ impl Limiter {
     /// assert!(err.to_string().contains("redis://"));
     /// ```
     pub fn redis(url: &str) -> Result<Limiter, ConfigError> {
-        Ok(Limiter::with_store(Store::Redis(Box::new(
+        Ok(Limiter::with_store(Store::Redis(Arc::new(
             RedisBackend::new(url)?,
         ))))
     }
@@ -134,6 +141,8 @@ impl Limiter {
             fallback: None,
             deny_cache: None,
             warnings: WarnThrottle::default(),
+            overrides: Overrides::new(),
+            rules_poll: Some(DEFAULT_POLL),
         }
     }
 
@@ -193,6 +202,114 @@ impl Limiter {
     pub fn deny_cache(mut self, enabled: bool) -> Self {
         self.deny_cache = enabled.then(DenyCache::new);
         self
+    }
+
+    /// How often this limiter reads the rule overrides stored in Redis (default every
+    /// second, each wait drawn within ± 20 % so that instances spread their reads); `None`
+    /// never reads them (overrides set with [`override_rules`](Self::override_rules) still
+    /// apply). No effect on the embedded backend.
+    ///
+    /// Operators override a call site's rules for every instance at once by writing its
+    /// path (the function's path, or its `name`) and rule strings into the hash
+    /// `{prefix}rules` (the prefix of the site's keys, `rate_limit:` by default):
+    ///
+    /// ```text
+    /// HSET rate_limit:rules my_app::handlers::send_code "5/minute, 20/hour"
+    /// HSET rate_limit:rules my_app::handlers::send_code#duplicate "1/10s"   # or "none"
+    /// HDEL rate_limit:rules my_app::handlers::send_code                      # compiled rules again
+    /// ```
+    ///
+    /// Each instance applies a change within one interval plus a round trip of its next
+    /// read (1.2 s + the round trip by default), from the first guarded check of a site
+    /// with that prefix on. Reads run in a task of their own, started on the runtime of a
+    /// check: a check never waits for them, and while Redis cannot answer, the rules last
+    /// read stay in force. A malformed value is ignored with one warning (the compiled rules
+    /// stay in force for that path). The ordinary rules and the duplicate-submission rule
+    /// (field `{path}#duplicate`) are overridden separately: an override of the rules keeps
+    /// the compiled duplicate-submission rule.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_ratelimit::Limiter;
+    ///
+    /// let limiter = Limiter::redis("redis://127.0.0.1:6379")?.rules_poll(Some(Duration::from_secs(5)));
+    /// # Ok::<(), redis_ratelimit::ConfigError>(())
+    /// ```
+    pub fn rules_poll(mut self, every: Option<Duration>) -> Self {
+        self.rules_poll = every;
+        self
+    }
+
+    /// Overrides, in this process, the rules of the guarded functions whose key path is
+    /// `path` (the function's path, or its `name`), whatever their key prefix. It wins over
+    /// an override stored in Redis for the same path, and applies from the next check on.
+    ///
+    /// `path` may end in `#duplicate` to override the duplicate-submission rule instead: at
+    /// most one rule, or none to check without it. Overriding the ordinary rules keeps the
+    /// compiled duplicate-submission rule.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_ratelimit::{Limiter, Rule};
+    ///
+    /// let limiter = Limiter::memory();
+    /// limiter.override_rules("my_app::send_code", &[Rule::per_minute(5), Rule::per_hour(20)]);
+    /// assert_eq!(limiter.rules_in_force("my_app::send_code"), [Rule::per_minute(5), Rule::per_hour(20)]);
+    /// limiter.override_rules("my_app::send_code#duplicate", &[Rule::new(1, Duration::from_secs(10))]);
+    /// limiter.clear_override("my_app::send_code");
+    /// limiter.clear_override("my_app::send_code#duplicate");
+    /// assert!(limiter.rules_in_force("my_app::send_code").is_empty());
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// When `rules` is empty for a plain path ([`clear_override`](Self::clear_override)
+    /// restores the compiled rules), or holds more than one rule for a `#duplicate` path.
+    pub fn override_rules(&self, path: &str, rules: &[Rule]) {
+        self.overrides.set_local(path, Some(rules));
+    }
+
+    /// Removes the in-process override of `path` (or `path#duplicate`) set with
+    /// [`override_rules`](Self::override_rules): the rules stored in Redis for it, if any,
+    /// else the compiled ones, are in force again.
+    pub fn clear_override(&self, path: &str) {
+        self.overrides.set_local(path, None);
+    }
+
+    /// The rules this limiter checks the guarded functions of key path `path` against now:
+    /// the compiled rules of the first such function checked in this process, with this
+    /// limiter's overrides applied, the duplicate-submission rule last. Before any of them
+    /// has been checked, only what is overridden (empty when nothing is).
+    ///
+    /// Overrides stored in Redis show here once this limiter has read them (see
+    /// [`rules_poll`](Self::rules_poll)).
+    pub fn rules_in_force(&self, path: &str) -> Vec<Rule> {
+        let path = path.strip_suffix(DUPLICATE_SUFFIX).unwrap_or(path);
+        let compiled = crate::site::compiled_rules(path);
+        self.overrides.in_force(
+            path,
+            compiled.as_ref().map(|(prefix, rules)| (*prefix, *rules)),
+        )
+    }
+
+    /// The rules in force for a guarded function of key `prefix` and `path` compiled with
+    /// `compiled`. Starts reading the overrides stored under `prefix` if this limiter does
+    /// not yet. Lock-free and allocation-free once a prefix is known.
+    pub(crate) fn site_rules(
+        &self,
+        prefix: &'static str,
+        path: &str,
+        compiled: SiteRules,
+    ) -> SiteRules {
+        let (rules, unknown_prefix) = self.overrides.lookup(prefix, path, compiled);
+        if let (Store::Redis(redis), Some(every)) = (&self.store, self.rules_poll) {
+            if unknown_prefix {
+                self.overrides.watch_prefix(prefix);
+            }
+            self.overrides
+                .ensure_polling(redis, every, self.timeout.max(Duration::from_secs(1)));
+        }
+        rules
     }
 
     /// Whether this limiter lets guarded calls through when the backend fails.
@@ -301,7 +418,7 @@ impl Limiter {
 
     /// Runs `request`: from the deny cache, on the store, or, when the store fails, on the
     /// fallback.
-    pub(crate) async fn run(&self, request: Request<'_>) -> Result<Decision, BackendError> {
+    pub(crate) async fn run(&self, request: Request<'_>) -> Answer {
         if let Some(answer) = self.answer_now(&request) {
             return answer;
         }
@@ -318,7 +435,10 @@ impl Limiter {
             Ok(raw) => {
                 let decision = raw.into_decision(request.rules);
                 self.remember(&request, &decision);
-                Ok(decision)
+                Answer {
+                    result: Ok(decision),
+                    by: AnsweredBy::REDIS,
+                }
             }
             Err(err) => self.on_failure(&request, err).await,
         }
@@ -326,20 +446,36 @@ impl Limiter {
 
     /// The answer to `request` when it needs no waiting: a cached denial, or a check of the
     /// embedded backend, which is synchronous. `None` when it must go to Redis.
-    fn answer_now(&self, request: &Request<'_>) -> Option<Result<Decision, BackendError>> {
+    fn answer_now(&self, request: &Request<'_>) -> Option<Answer> {
         if let Some(denial) = self.deny_cache.as_ref().and_then(|c| c.lookup(request)) {
-            return Some(Ok(denial));
+            return Some(Answer {
+                result: Ok(denial),
+                by: self.answered_by(),
+            });
         }
         let raw = match &self.store {
             Store::Memory(memory) => memory.check_now(request),
             Store::Misconfigured(err) => Err(misconfigured(err)),
             Store::Redis(_) => return None,
         };
-        Some(raw.map(|raw| {
+        let result = raw.map(|raw| {
             let decision = raw.into_decision(request.rules);
             self.remember(request, &decision);
             decision
-        }))
+        });
+        Some(Answer {
+            result,
+            by: self.answered_by(),
+        })
+    }
+
+    /// The `backend` label of this limiter's own answers (a misconfigured limiter is a Redis
+    /// one whose URL was invalid).
+    fn answered_by(&self) -> AnsweredBy {
+        match self.store {
+            Store::Memory(_) => AnsweredBy::MEMORY,
+            Store::Redis(_) | Store::Misconfigured(_) => AnsweredBy::REDIS,
+        }
     }
 
     fn remember(&self, request: &Request<'_>, decision: &Decision) {
@@ -351,21 +487,27 @@ impl Limiter {
     /// What a failed check answers: the fallback's decision, or the error. An error about
     /// the key itself (another algorithm's state) would be the same anywhere: only a
     /// backend that cannot answer hands over to the fallback.
-    async fn on_failure(
-        &self,
-        request: &Request<'_>,
-        err: BackendError,
-    ) -> Result<Decision, BackendError> {
+    async fn on_failure(&self, request: &Request<'_>, err: BackendError) -> Answer {
         match &self.fallback {
             Some(fallback) if err.kind() != BackendErrorKind::Command => {
                 self.warn_backend_failed(request.key, &err, "counting on the fallback");
-                match fallback.answer_now(request) {
+                let answer = match fallback.answer_now(request) {
                     Some(answer) => answer,
                     // A fallback on Redis of its own: boxed, as the future is recursive.
                     None => Box::pin(fallback.run(*request)).await,
+                };
+                Answer {
+                    by: AnsweredBy {
+                        fallback: true,
+                        ..answer.by
+                    },
+                    ..answer
                 }
             }
-            _ => Err(err),
+            _ => Answer {
+                result: Err(err),
+                by: self.answered_by(),
+            },
         }
     }
 
@@ -415,6 +557,7 @@ impl fmt::Debug for Limiter {
             .field("breaker", &self.breaker.config())
             .field("fallback", &self.fallback)
             .field("deny_cache", &self.deny_cache.is_some())
+            .field("rules_poll", &self.rules_poll)
             .finish()
     }
 }
@@ -427,7 +570,9 @@ pub struct Check<'a> {
     limiter: &'a Limiter,
     request: Request<'a>,
     /// The check under way, once polled.
-    running: Option<BoxFuture<'a, Result<Decision, BackendError>>>,
+    running: Option<BoxFuture<'a, Answer>>,
+    /// Its span and metrics, from the first poll to the answer.
+    observation: Option<Observation>,
 }
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -445,6 +590,7 @@ impl<'a> Check<'a> {
                 now_us: None,
             },
             running: None,
+            observation: None,
         }
     }
 
@@ -488,15 +634,31 @@ impl Future for Check<'_> {
                 !this.request.rules.is_empty(),
                 "a rate-limit check needs at least one rule"
             );
+            let observation = Observation::start(PROGRAMMATIC, &this.request);
             // The embedded backend answers at once: no future to allocate.
-            if let Some(answer) = this.limiter.answer_now(&this.request) {
-                return Poll::Ready(answer);
+            let answer = observation
+                .span()
+                .in_scope(|| this.limiter.answer_now(&this.request));
+            if let Some(answer) = answer {
+                observation.finish(&answer);
+                return Poll::Ready(answer.result);
             }
+            this.observation = Some(observation);
         }
         let running = this
             .running
             .get_or_insert_with(|| Box::pin(this.limiter.run(this.request)));
-        running.as_mut().poll(cx)
+        let polled = match &this.observation {
+            Some(observation) => observation.span().in_scope(|| running.as_mut().poll(cx)),
+            None => running.as_mut().poll(cx),
+        };
+        let Poll::Ready(answer) = polled else {
+            return Poll::Pending;
+        };
+        if let Some(observation) = this.observation.take() {
+            observation.finish(&answer);
+        }
+        Poll::Ready(answer.result)
     }
 }
 

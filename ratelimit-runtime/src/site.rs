@@ -7,9 +7,13 @@ use std::fmt;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
+use tracing::Instrument as _;
+
 use crate::backend::Request;
 use crate::context::RequestContext;
 use crate::key::{function_path, KeyTemplate};
+use crate::observe::Observation;
+use crate::overrides::SiteRules;
 use crate::{Algorithm, LimitType, Limiter, RateLimitError, Rule};
 
 /// One guarded function's static configuration, as written in its attribute.
@@ -34,7 +38,16 @@ pub struct CallSite {
     name: Option<&'static str>,
     /// Where the attribute is written (`file:line:column`), to tell sites apart in warnings.
     location: &'static str,
-    template: OnceLock<KeyTemplate>,
+    built: OnceLock<Built>,
+}
+
+/// What a call site builds on its first call.
+#[derive(Debug)]
+struct Built {
+    template: KeyTemplate,
+    /// The path part of its keys: the `name`, or the function's path. Also the site's
+    /// metric label and the field of its rule overrides.
+    path: Box<str>,
 }
 
 impl CallSite {
@@ -43,7 +56,7 @@ impl CallSite {
             config,
             name: None,
             location: "",
-            template: OnceLock::new(),
+            built: OnceLock::new(),
         }
     }
 
@@ -69,12 +82,31 @@ impl CallSite {
     /// Built once per call site; this first call also registers the site's path, so that
     /// two sites counting one path differently are reported (see [`register`]).
     fn template(&'static self, probe: &str) -> &'static KeyTemplate {
-        self.template.get_or_init(|| {
-            let function = function_path(probe);
-            let path = self.name.unwrap_or(&function);
-            register(self, path, &function);
-            KeyTemplate::new(self.config.prefix, self.config.limit_type, path)
-        })
+        &self
+            .built
+            .get_or_init(|| {
+                let function = function_path(probe);
+                let path = self.name.unwrap_or(&function);
+                register(self, path, &function);
+                Built {
+                    template: KeyTemplate::new(self.config.prefix, self.config.limit_type, path),
+                    path: path.into(),
+                }
+            })
+            .template
+    }
+
+    /// The path part of this site's keys, once built (always, once a key was made).
+    fn path(&'static self) -> &'static str {
+        self.built.get().map_or("", |built| &built.path)
+    }
+
+    /// The rules as compiled.
+    fn compiled_rules(&self) -> SiteRules {
+        SiteRules {
+            rules: self.config.rules,
+            duplicate_rule: self.config.duplicate_rule,
+        }
     }
 
     /// The key for an identity given by the attribute's `by = ...`.
@@ -83,7 +115,7 @@ impl CallSite {
     }
 
     /// The key for the identity the limit type reads from the request context
-    /// (none for `GLOBAL`).
+    /// (none for `GLOBAL`). The expansion asks for it only when the request is not exempt.
     pub fn key_from_context(
         &'static self,
         probe: &str,
@@ -112,6 +144,10 @@ impl CallSite {
     ///
     /// A cost above a rule's count can never pass: the backend denies it without a time to
     /// retry at, and it is refused with `retry_after: Duration::MAX`.
+    ///
+    /// The rules are the compiled ones unless overridden (see
+    /// [`Limiter::override_rules`]). The expansion does not call it for an exempt request
+    /// ([`RequestContext::is_exempt`]), which counts nothing.
     pub async fn check(
         &'static self,
         limiter: &Limiter,
@@ -120,20 +156,28 @@ impl CallSite {
     ) -> Result<(), RateLimitError> {
         debug_assert!(cost > 0, "a guarded call's cost is at least 1");
         let config = &self.config;
+        let path = self.path();
+        let rules = limiter.site_rules(config.prefix, path, self.compiled_rules());
         let request = Request {
             key: &key,
-            rules: config.rules,
+            rules: rules.rules,
             algorithm: config.algorithm,
             cost,
             consume: true,
             now_us: None,
         };
-        let result = limiter.run(request).await;
+        let observation = Observation::start(path, &request);
+        let answer = limiter
+            .run(request)
+            .instrument(observation.span().clone())
+            .await;
+        observation.finish(&answer);
+        let result = answer.result;
         if let Ok(decision) = &result {
             crate::context::record(crate::context::SiteDecision {
                 decision: *decision,
-                rules: config.rules,
-                duplicate_rule: config.duplicate_rule,
+                rules: rules.rules,
+                duplicate_rule: rules.duplicate_rule,
             });
         }
         match result {
@@ -161,6 +205,15 @@ struct Registered {
     site: &'static CallSite,
     /// The guarded function's own path.
     function: String,
+}
+
+/// The key prefix and compiled rules of the first call site seen counting under `path`.
+pub(crate) fn compiled_rules(path: &str) -> Option<(&'static str, SiteRules)> {
+    let sites = SITES
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let first = sites.as_ref()?.get(path)?;
+    Some((first.site.config.prefix, first.site.compiled_rules()))
 }
 
 /// Records that `site`, guarding `function`, counts under `path`, and warns when another

@@ -184,6 +184,43 @@ impl RedisBackend {
     }
 }
 
+impl RedisBackend {
+    /// Every field and value of the hash at `key` (none when it does not exist), through
+    /// this runtime's connections: what the rule-override poller reads. Not timed here (the
+    /// caller times it); bytes that are not UTF-8 are replaced, so such a value reads as
+    /// malformed.
+    pub(crate) async fn hash_fields(
+        &self,
+        key: &str,
+    ) -> Result<Vec<(String, String)>, BackendError> {
+        let mut hgetall = redis::cmd("HGETALL");
+        hgetall.arg(key);
+        // A read: sending it twice changes nothing.
+        let reply = self
+            .send(&hgetall, true)
+            .await
+            .map_err(|failure| self.error(key, failure))?;
+        let pairs: Vec<(Vec<u8>, Vec<u8>)> = redis::from_redis_value(reply).map_err(|err| {
+            BackendError::new(
+                BackendErrorKind::Command,
+                format!(
+                    "Redis at {} answered HGETALL {key} with something else than a hash: {err}",
+                    self.address
+                ),
+            )
+        })?;
+        Ok(pairs
+            .into_iter()
+            .map(|(field, value)| {
+                (
+                    String::from_utf8_lossy(&field).into_owned(),
+                    String::from_utf8_lossy(&value).into_owned(),
+                )
+            })
+            .collect())
+    }
+}
+
 /// Sends `command` on `link` once. A connection that fails is closed, so that the next
 /// call makes a new one.
 async fn attempt(link: &mut Link, command: &Cmd) -> Result<Value, Failure> {

@@ -1,0 +1,214 @@
+//! What each check tells an operator: a `tracing` span `ratelimit.check`, a `debug` event
+//! when it is limited, and with feature `metrics` the counter `ratelimit_checks_total` and
+//! the histogram `ratelimit_check_duration_seconds` (see the README, "Operating it").
+//!
+//! Cheap when nobody listens: a span or event whose level no subscriber enables costs a
+//! cached interest check, and its fields (plain numbers and `&str`s) are never formatted.
+//! Without feature `metrics` nothing here reads the clock.
+
+use tracing::field::Empty;
+use tracing::Span;
+
+use crate::backend::Request;
+use crate::{Algorithm, BackendError, Decision};
+
+/// The `site` of checks made through [`Limiter::check`](crate::Limiter::check) and
+/// [`Limiter::peek`](crate::Limiter::peek), whose keys are the caller's own.
+pub(crate) const PROGRAMMATIC: &str = "programmatic";
+
+/// Who answered a check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct AnsweredBy {
+    /// `redis` or `memory`: the backend that answered, or that failed to.
+    pub backend: &'static str,
+    /// Whether the limiter's fallback answered, its own backend failing.
+    pub fallback: bool,
+}
+
+impl AnsweredBy {
+    pub const REDIS: AnsweredBy = AnsweredBy {
+        backend: "redis",
+        fallback: false,
+    };
+    pub const MEMORY: AnsweredBy = AnsweredBy {
+        backend: "memory",
+        fallback: false,
+    };
+}
+
+/// A check's answer and who gave it.
+pub(crate) struct Answer {
+    pub result: Result<Decision, BackendError>,
+    pub by: AnsweredBy,
+}
+
+/// The `outcome` label: exactly one per check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// The backend admitted the call (or, for a peek, would).
+    Allowed,
+    /// The backend denied it (also from the deny cache).
+    Limited,
+    /// The backend failed and no fallback answered.
+    Error,
+    /// The backend failed and the fallback answered (admitting the call or not).
+    Fallback,
+}
+
+impl Outcome {
+    fn of(answer: &Answer) -> Outcome {
+        match &answer.result {
+            _ if answer.by.fallback => Outcome::Fallback,
+            Ok(decision) if decision.allowed => Outcome::Allowed,
+            Ok(_) => Outcome::Limited,
+            Err(_) => Outcome::Error,
+        }
+    }
+
+    pub const fn label(self) -> &'static str {
+        match self {
+            Outcome::Allowed => "allowed",
+            Outcome::Limited => "limited",
+            Outcome::Error => "error",
+            Outcome::Fallback => "fallback",
+        }
+    }
+}
+
+/// The `algorithm` label.
+pub(crate) const fn algorithm_label(algorithm: Algorithm) -> &'static str {
+    match algorithm {
+        Algorithm::SlidingLog => "sliding_log",
+        Algorithm::FixedWindow => "fixed_window",
+        Algorithm::SlidingWindow => "sliding_window",
+        Algorithm::TokenBucket => "token_bucket",
+    }
+}
+
+/// One check being watched, from before it runs to its answer.
+pub(crate) struct Observation {
+    span: Span,
+    #[cfg(feature = "metrics")]
+    site: &'static str,
+    #[cfg(feature = "metrics")]
+    algorithm: Algorithm,
+    #[cfg(feature = "metrics")]
+    started: std::time::Instant,
+}
+
+impl Observation {
+    /// Opens the span of a check of `request` made by `site` (the key's path part, or
+    /// [`PROGRAMMATIC`]).
+    pub fn start(site: &'static str, request: &Request<'_>) -> Observation {
+        let span = tracing::debug_span!(
+            target: "redis_ratelimit",
+            "ratelimit.check",
+            site,
+            key = request.key,
+            algorithm = algorithm_label(request.algorithm),
+            cost = request.cost,
+            peek = !request.consume,
+            outcome = Empty,
+            remaining = Empty,
+            retry_after_ms = Empty,
+        );
+        Observation {
+            span,
+            #[cfg(feature = "metrics")]
+            site,
+            #[cfg(feature = "metrics")]
+            algorithm: request.algorithm,
+            #[cfg(feature = "metrics")]
+            started: std::time::Instant::now(),
+        }
+    }
+
+    /// The check's span, to run the check in.
+    pub fn span(&self) -> &Span {
+        &self.span
+    }
+
+    /// Records `answer`: on the span, as a `debug` event when the call is limited, and in
+    /// the metrics.
+    pub fn finish(self, answer: &Answer) -> Outcome {
+        let outcome = Outcome::of(answer);
+        if !self.span.is_disabled() {
+            self.span.record("outcome", outcome.label());
+            if let Ok(decision) = &answer.result {
+                self.span.record("remaining", decision.remaining);
+                if let Some(retry_after) = decision.retry_after {
+                    self.span
+                        .record("retry_after_ms", retry_after.as_millis() as u64);
+                }
+            }
+        }
+        if let Ok(decision) = &answer.result {
+            if !decision.allowed {
+                tracing::debug!(
+                    target: "redis_ratelimit",
+                    parent: &self.span,
+                    limit = decision.limit,
+                    retry_after_ms = decision.retry_after.map(|d| d.as_millis() as u64),
+                    "rate limited"
+                );
+            }
+        }
+        #[cfg(feature = "metrics")]
+        {
+            metrics::counter!(
+                "ratelimit_checks_total",
+                "site" => self.site,
+                "algorithm" => algorithm_label(self.algorithm),
+                "outcome" => outcome.label(),
+            )
+            .increment(1);
+            metrics::histogram!(
+                "ratelimit_check_duration_seconds",
+                "backend" => answer.by.backend,
+            )
+            .record(self.started.elapsed().as_secs_f64());
+        }
+        outcome
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::Rule;
+
+    fn decision(allowed: bool) -> Decision {
+        Decision {
+            allowed,
+            limit: 1,
+            remaining: 0,
+            reset_after: Duration::from_secs(1),
+            retry_after: (!allowed).then_some(Duration::from_secs(1)),
+            rule: Rule::per_second(1),
+            rule_index: 0,
+        }
+    }
+
+    #[test]
+    fn every_answer_has_exactly_one_outcome() {
+        let answer = |result, by| Outcome::of(&Answer { result, by });
+        let failed = || Err(BackendError::timeout(Duration::from_millis(1)));
+        let fallback = AnsweredBy {
+            backend: "memory",
+            fallback: true,
+        };
+        assert_eq!(
+            answer(Ok(decision(true)), AnsweredBy::REDIS),
+            Outcome::Allowed
+        );
+        assert_eq!(
+            answer(Ok(decision(false)), AnsweredBy::MEMORY),
+            Outcome::Limited
+        );
+        assert_eq!(answer(failed(), AnsweredBy::REDIS), Outcome::Error);
+        assert_eq!(answer(Ok(decision(true)), fallback), Outcome::Fallback);
+        assert_eq!(answer(Ok(decision(false)), fallback), Outcome::Fallback);
+    }
+}

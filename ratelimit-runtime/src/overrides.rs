@@ -1,0 +1,648 @@
+//! Rule overrides: a call site's rules replaced at run time, for every instance at once
+//! (stored in Redis, under the hash `{prefix}rules`) or in one process
+//! ([`Limiter::override_rules`](crate::Limiter::override_rules)).
+//!
+//! The hot path reads one [`ArcSwap`] (no lock, no allocation) and, only when some override
+//! exists, looks the site's path up in a map. Rule lists are interned (`&'static`), so a check
+//! under an override holds no reference count either, and a framework layer can keep them
+//! for its response headers.
+//!
+//! Redis is read by a poller task: started by the first guarded check that finds none
+//! running (on that check's Tokio runtime, with `tokio::spawn`), it reads every prefix's hash
+//! with `HGETALL` every [`DEFAULT_POLL`] ± 20 %, and stops when the limiter is dropped or its
+//! runtime shuts down (the next check then starts another). A check never waits for it: until
+//! its first read lands, and while Redis cannot answer, the rules last read stay in force.
+
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+
+use crate::backend::redis::RedisBackend;
+use crate::Rule;
+
+/// How often each instance reads the stored overrides by default (± 20 %).
+pub(crate) const DEFAULT_POLL: Duration = Duration::from_secs(1);
+
+/// The suffix of the field that overrides a site's duplicate-submission rule.
+pub(crate) const DUPLICATE_SUFFIX: &str = "#duplicate";
+
+/// The value of a `{path}#duplicate` field that removes the duplicate-submission rule.
+const NO_DUPLICATE: &str = "none";
+
+/// The most distinct rule lists interned over a process's life: past it, new overrides
+/// are ignored with a warning (each list costs a few dozen bytes, kept until exit).
+const MAX_INTERNED: usize = 4_096;
+
+/// The rules a guarded call is checked against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SiteRules {
+    /// Every rule, the duplicate-submission rule last when `duplicate_rule`.
+    pub rules: &'static [Rule],
+    pub duplicate_rule: bool,
+}
+
+impl SiteRules {
+    fn ordinary(&self) -> &'static [Rule] {
+        match self.duplicate_rule {
+            true => &self.rules[..self.rules.len() - 1],
+            false => self.rules,
+        }
+    }
+
+    fn duplicate(&self) -> Option<Rule> {
+        self.duplicate_rule
+            .then(|| self.rules[self.rules.len() - 1])
+    }
+}
+
+/// What is overridden for one path.
+#[derive(Clone, Debug, Default)]
+struct Entry {
+    /// The ordinary rules, instead of the compiled ones.
+    rules: Option<&'static [Rule]>,
+    /// The duplicate-submission rule (`Some(None)`: none), instead of the compiled one.
+    duplicate: Option<Option<Rule>>,
+    /// The last composition: the compiled rules it was made for, and the result.
+    composed: std::sync::OnceLock<(SiteRules, SiteRules)>,
+}
+
+impl PartialEq for Entry {
+    fn eq(&self, other: &Entry) -> bool {
+        self.rules == other.rules && self.duplicate == other.duplicate
+    }
+}
+
+impl Entry {
+    /// `compiled` with this entry's overrides applied. Composed once per entry and table
+    /// (sites sharing a path share their compiled rules, or were warned about it).
+    fn apply(&self, compiled: SiteRules) -> SiteRules {
+        if let Some((made_for, composed)) = self.composed.get() {
+            if *made_for == compiled {
+                return *composed;
+            }
+        }
+        let rules = self.rules.unwrap_or_else(|| compiled.ordinary());
+        let duplicate = self.duplicate.unwrap_or_else(|| compiled.duplicate());
+        let composed = match duplicate {
+            None => SiteRules {
+                rules,
+                duplicate_rule: false,
+            },
+            Some(duplicate) => {
+                let mut all = rules.to_vec();
+                all.push(duplicate);
+                SiteRules {
+                    // Beyond the interning bound, the override's own list without the
+                    // duplicate rule would be wrong: keep what was compiled.
+                    rules: match intern(&all) {
+                        Some(all) => all,
+                        None => return compiled,
+                    },
+                    duplicate_rule: true,
+                }
+            }
+        };
+        let _ = self.composed.set((compiled, composed));
+        composed
+    }
+}
+
+/// Everything overridden, swapped whole on every change.
+#[derive(Clone, Debug, Default)]
+struct Table {
+    /// The prefixes whose hash the poller reads: those of the sites checked so far.
+    prefixes: Vec<&'static str>,
+    /// Set in process, for sites of any prefix; they win over stored ones.
+    local: HashMap<Box<str>, Entry>,
+    /// Read from Redis, by prefix then path.
+    stored: HashMap<&'static str, HashMap<Box<str>, Entry>>,
+}
+
+/// A limiter's overrides, shared with its poller.
+pub(crate) struct Overrides {
+    table: ArcSwap<Table>,
+    /// Serialises writers: each builds the next table from the current one.
+    write: Mutex<()>,
+    /// Whether a poller task is running.
+    polling: AtomicBool,
+    /// The last malformed value warned about, by prefix and field: one warning per value.
+    malformed: Mutex<HashMap<(String, String), String>>,
+    /// Whether the last read failed, so that an outage is logged once.
+    failing: AtomicBool,
+}
+
+impl Overrides {
+    pub fn new() -> Arc<Overrides> {
+        Arc::new(Overrides {
+            table: ArcSwap::from_pointee(Table::default()),
+            write: Mutex::new(()),
+            polling: AtomicBool::new(false),
+            malformed: Mutex::new(HashMap::new()),
+            failing: AtomicBool::new(false),
+        })
+    }
+
+    /// The rules in force for a site of `prefix` and `path` compiled with `compiled`, and
+    /// whether `prefix` is not yet among those read from Redis.
+    pub fn lookup(&self, prefix: &str, path: &str, compiled: SiteRules) -> (SiteRules, bool) {
+        let table = self.table.load();
+        let unknown_prefix = !table.prefixes.contains(&prefix);
+        if table.local.is_empty() && table.stored.is_empty() {
+            return (compiled, unknown_prefix);
+        }
+        let entry = table
+            .local
+            .get(path)
+            .or_else(|| table.stored.get(prefix)?.get(path));
+        (
+            entry.map_or(compiled, |e| e.apply(compiled)),
+            unknown_prefix,
+        )
+    }
+
+    /// Adds `prefix` to those the poller reads.
+    pub fn watch_prefix(&self, prefix: &'static str) {
+        self.update(|table| {
+            if table.prefixes.contains(&prefix) {
+                return false;
+            }
+            table.prefixes.push(prefix);
+            true
+        });
+    }
+
+    /// Sets (or with `None`, clears) the in-process override of `field`.
+    ///
+    /// # Panics
+    ///
+    /// On a rule list that `field` cannot hold (see [`Limiter::override_rules`](crate::Limiter::override_rules)).
+    pub fn set_local(&self, field: &str, rules: Option<&[Rule]>) {
+        let (path, value) = match rules {
+            None => (path_of(field), None),
+            Some(rules) => {
+                let (path, value) = Value::of_rules(field, rules);
+                (path, Some(value))
+            }
+        };
+        let entry = match value.map(|value| value.intern(field)).transpose() {
+            Ok(entry) => entry,
+            Err(why) => {
+                tracing::warn!(target: "redis_ratelimit", field, "ignoring a rule override: {why}");
+                return;
+            }
+        };
+        self.update(|table| {
+            let current = table.local.remove(path).unwrap_or_default();
+            let mut next = current.clone();
+            match entry {
+                Some(Value::Rules(rules)) => next.rules = Some(rules),
+                Some(Value::Duplicate(rule)) => next.duplicate = Some(rule),
+                None if field.ends_with(DUPLICATE_SUFFIX) => next.duplicate = None,
+                None => next.rules = None,
+            }
+            let changed = next != current;
+            if changed {
+                next.composed = Default::default();
+            }
+            if next.rules.is_some() || next.duplicate.is_some() {
+                table.local.insert(path.into(), next);
+            }
+            changed
+        });
+    }
+
+    /// The compiled rules for `path` with the overrides applied, or the overrides alone
+    /// when no site of that path has been checked yet.
+    pub fn in_force(&self, path: &str, compiled: Option<(&str, SiteRules)>) -> Vec<Rule> {
+        match compiled {
+            Some((prefix, compiled)) => self.lookup(prefix, path, compiled).0.rules.to_vec(),
+            None => {
+                let table = self.table.load();
+                let entry = table
+                    .local
+                    .get(path)
+                    .or_else(|| table.stored.values().find_map(|hash| hash.get(path)));
+                entry.map_or_else(Vec::new, |entry| {
+                    let mut rules = entry.rules.unwrap_or_default().to_vec();
+                    rules.extend(entry.duplicate.flatten());
+                    rules
+                })
+            }
+        }
+    }
+
+    /// Replaces what was read from `prefix`'s hash with `fields`. A malformed value is
+    /// skipped (its path keeps its compiled rules) with one warning per value.
+    fn apply_stored(&self, prefix: &'static str, fields: Vec<(String, String)>) {
+        let mut read: HashMap<Box<str>, Entry> = HashMap::new();
+        let mut malformed_now = HashSet::new();
+        for (field, text) in &fields {
+            match Value::parse(field, text).and_then(|value| value.intern(field)) {
+                Ok(value) => {
+                    let entry = read.entry(path_of(field).into()).or_default();
+                    match value {
+                        Value::Rules(rules) => entry.rules = Some(rules),
+                        Value::Duplicate(rule) => entry.duplicate = Some(rule),
+                    }
+                }
+                Err(why) => {
+                    malformed_now.insert(field.clone());
+                    self.warn_malformed(prefix, field, text, &why);
+                }
+            }
+        }
+        self.forget_malformed(prefix, &malformed_now);
+        self.update(|table| {
+            let before = table.stored.get(prefix);
+            if before.map_or(read.is_empty(), |before| *before == read) {
+                return false;
+            }
+            log_changes(prefix, before, &read);
+            if read.is_empty() {
+                table.stored.remove(prefix);
+            } else {
+                table.stored.insert(prefix, std::mem::take(&mut read));
+            }
+            true
+        });
+    }
+
+    fn warn_malformed(&self, prefix: &str, field: &str, text: &str, why: &str) {
+        let mut warned = self
+            .malformed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let slot = (prefix.to_owned(), field.to_owned());
+        if warned.get(&slot).map(String::as_str) == Some(text) {
+            return;
+        }
+        tracing::warn!(
+            target: "redis_ratelimit",
+            hash = %format_args!("{prefix}rules"),
+            field,
+            value = text,
+            "ignoring a malformed rate limit rule override ({why}); the compiled rules stay \
+             in force for `{}`",
+            path_of(field),
+        );
+        warned.insert(slot, text.to_owned());
+    }
+
+    /// Forgets the malformed values of `prefix` that are no longer there, so that writing
+    /// one of them again warns again.
+    fn forget_malformed(&self, prefix: &str, still: &HashSet<String>) {
+        let mut warned = self
+            .malformed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        warned.retain(|(p, field), _| p != prefix || still.contains(field));
+    }
+
+    /// Builds the next table with `change` (which says whether it changed anything) and
+    /// publishes it.
+    fn update(&self, change: impl FnOnce(&mut Table) -> bool) {
+        let _writer = self.write.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut next = Table::clone(&self.table.load());
+        if change(&mut next) {
+            self.table.store(Arc::new(next));
+        }
+    }
+
+    /// Starts the poller for `redis` on the current Tokio runtime, unless one runs or there
+    /// is no runtime. Never blocks.
+    pub fn ensure_polling(
+        self: &Arc<Self>,
+        redis: &Arc<RedisBackend>,
+        every: Duration,
+        timeout: Duration,
+    ) {
+        if self.polling.load(Ordering::Relaxed) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if self.polling.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let poller = Poller {
+            overrides: Arc::downgrade(self),
+            redis: Arc::downgrade(redis),
+            every,
+            timeout,
+        };
+        runtime.spawn(poller.run());
+    }
+}
+
+/// The field's path: `path` for `path` and for `path#duplicate`.
+fn path_of(field: &str) -> &str {
+    field.strip_suffix(DUPLICATE_SUFFIX).unwrap_or(field)
+}
+
+/// One field's value, understood.
+enum Value<R> {
+    /// Of a `path` field: the ordinary rules.
+    Rules(R),
+    /// Of a `path#duplicate` field: the duplicate-submission rule, or none.
+    Duplicate(Option<Rule>),
+}
+
+impl Value<Vec<Rule>> {
+    fn parse(field: &str, text: &str) -> Result<Self, String> {
+        if field.ends_with(DUPLICATE_SUFFIX) {
+            if text.trim().eq_ignore_ascii_case(NO_DUPLICATE) {
+                return Ok(Value::Duplicate(None));
+            }
+            return text
+                .parse::<Rule>()
+                .map(|rule| Value::Duplicate(Some(rule)))
+                .map_err(|err| format!("{err}, or \"{NO_DUPLICATE}\""));
+        }
+        Rule::parse_list(text)
+            .map(Value::Rules)
+            .map_err(|err| err.to_string())
+    }
+
+    fn intern(self, field: &str) -> Result<Value<&'static [Rule]>, String> {
+        match self {
+            Value::Duplicate(rule) => Ok(Value::Duplicate(rule)),
+            Value::Rules(rules) => intern(&rules).map(Value::Rules).ok_or_else(|| {
+                format!(
+                    "more than {MAX_INTERNED} distinct rule lists were set in this process; \
+                     `{field}` keeps its rules"
+                )
+            }),
+        }
+    }
+}
+
+impl<'a> Value<&'a [Rule]> {
+    /// The value `rules` sets for `field`, and the field's path.
+    fn of_rules(field: &'a str, rules: &'a [Rule]) -> (&'a str, Value<Vec<Rule>>) {
+        let path = path_of(field);
+        if path.len() != field.len() {
+            assert!(
+                rules.len() <= 1,
+                "`{field}` takes at most one rule: the duplicate-submission rule, or none"
+            );
+            return (path, Value::Duplicate(rules.first().copied()));
+        }
+        assert!(
+            !rules.is_empty(),
+            "an override needs at least one rule; `clear_override` restores the compiled rules"
+        );
+        (path, Value::Rules(rules.to_vec()))
+    }
+}
+
+/// Logs, at info level, what a new read of `prefix`'s hash changes.
+fn log_changes(
+    prefix: &str,
+    before: Option<&HashMap<Box<str>, Entry>>,
+    after: &HashMap<Box<str>, Entry>,
+) {
+    let empty = HashMap::new();
+    let before = before.unwrap_or(&empty);
+    for (path, entry) in after {
+        if before.get(path) != Some(entry) {
+            tracing::info!(
+                target: "redis_ratelimit",
+                prefix,
+                path = &**path,
+                rules = %Described(entry),
+                "rate limit rules overridden from Redis",
+            );
+        }
+    }
+    for path in before.keys().filter(|path| !after.contains_key(*path)) {
+        tracing::info!(
+            target: "redis_ratelimit",
+            prefix,
+            path = &**path,
+            "rate limit rule override removed; the compiled rules are back in force",
+        );
+    }
+}
+
+/// An entry in the attribute's terms: `[5 per 60s, 20 per 3600s], duplicate rule none`.
+struct Described<'a>(&'a Entry);
+
+impl std::fmt::Display for Described<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.rules {
+            Some(rules) => {
+                f.write_str("[")?;
+                for (i, rule) in rules.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{rule}")?;
+                }
+                f.write_str("]")?;
+            }
+            None => f.write_str("compiled")?,
+        }
+        match self.0.duplicate {
+            None => Ok(()),
+            Some(None) => f.write_str(", duplicate rule none"),
+            Some(Some(rule)) => write!(f, ", duplicate rule {rule}"),
+        }
+    }
+}
+
+/// `rules` as a list that lives as long as the process, shared by every equal list; `None`
+/// past [`MAX_INTERNED`] lists.
+fn intern(rules: &[Rule]) -> Option<&'static [Rule]> {
+    static INTERNED: Mutex<Option<HashSet<&'static [Rule]>>> = Mutex::new(None);
+    let mut interned = INTERNED.lock().unwrap_or_else(PoisonError::into_inner);
+    let interned = interned.get_or_insert_with(HashSet::new);
+    if let Some(rules) = interned.get(rules) {
+        return Some(rules);
+    }
+    if interned.len() >= MAX_INTERNED {
+        return None;
+    }
+    let rules: &'static [Rule] = Box::leak(rules.into());
+    interned.insert(rules);
+    Some(rules)
+}
+
+/// The task that reads the stored overrides of one limiter.
+struct Poller {
+    overrides: Weak<Overrides>,
+    redis: Weak<RedisBackend>,
+    every: Duration,
+    timeout: Duration,
+}
+
+/// Marks the poller stopped when its task ends, also when its runtime drops it.
+struct Stopped(Weak<Overrides>);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        if let Some(overrides) = self.0.upgrade() {
+            overrides.polling.store(false, Ordering::Release);
+        }
+    }
+}
+
+impl Poller {
+    async fn run(self) {
+        let _stopped = Stopped(self.overrides.clone());
+        let jitter = Jitter::new();
+        loop {
+            let (Some(overrides), Some(redis)) = (self.overrides.upgrade(), self.redis.upgrade())
+            else {
+                return;
+            };
+            let prefixes = overrides.table.load().prefixes.clone();
+            for prefix in prefixes {
+                let key = format!("{prefix}rules");
+                let read = tokio::time::timeout(self.timeout, redis.hash_fields(&key)).await;
+                match read {
+                    Ok(Ok(fields)) => {
+                        if overrides.failing.swap(false, Ordering::Relaxed) {
+                            tracing::info!(
+                                target: "redis_ratelimit",
+                                "rate limit rule overrides are read from Redis again"
+                            );
+                        }
+                        overrides.apply_stored(prefix, fields);
+                    }
+                    Ok(Err(err)) => overrides.read_failed(&key, &err),
+                    Err(_) => {
+                        overrides.read_failed(&key, &format!("no answer within {:?}", self.timeout))
+                    }
+                }
+            }
+            // Not held while sleeping: a dropped limiter ends the poller at its next turn.
+            drop((overrides, redis));
+            tokio::time::sleep(jitter.around(self.every)).await;
+        }
+    }
+}
+
+impl Overrides {
+    /// Logs the first failed read of an outage; the rules last read stay in force.
+    fn read_failed(&self, key: &str, err: &dyn std::fmt::Display) {
+        if !self.failing.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                target: "redis_ratelimit",
+                hash = key,
+                error = %err,
+                "cannot read rate limit rule overrides from Redis; the rules last read stay in \
+                 force until it answers again"
+            );
+        } else {
+            tracing::debug!(target: "redis_ratelimit", hash = key, error = %err, "rule overrides not read");
+        }
+    }
+}
+
+/// Spreads instances' reads over time: each sleep is `every` ± 20 %.
+struct Jitter {
+    seed: RandomState,
+    turn: AtomicU64,
+}
+
+impl Jitter {
+    fn new() -> Self {
+        Jitter {
+            seed: RandomState::new(),
+            turn: AtomicU64::new(0),
+        }
+    }
+
+    fn around(&self, every: Duration) -> Duration {
+        let turn = self.turn.fetch_add(1, Ordering::Relaxed);
+        // A uniform fraction in [0.8, 1.2).
+        let unit = (self.seed.hash_one(turn) >> 11) as f64 / (1u64 << 53) as f64;
+        every.mul_f64(0.8 + 0.4 * unit)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const COMPILED: [Rule; 2] = [Rule::per_minute(10), Rule::new(1, Duration::from_secs(5))];
+    const SITE: SiteRules = SiteRules {
+        rules: &COMPILED,
+        duplicate_rule: true,
+    };
+
+    #[test]
+    fn without_overrides_the_compiled_rules_are_in_force() {
+        let overrides = Overrides::new();
+        assert_eq!(overrides.lookup("p:", "app::f", SITE), (SITE, true));
+        overrides.watch_prefix("p:");
+        assert_eq!(overrides.lookup("p:", "app::f", SITE), (SITE, false));
+    }
+
+    #[test]
+    fn an_override_replaces_the_ordinary_rules_and_keeps_the_duplicate_rule() {
+        let overrides = Overrides::new();
+        overrides.set_local("app::f", Some(&[Rule::per_minute(3), Rule::per_hour(9)]));
+        let (rules, _) = overrides.lookup("p:", "app::f", SITE);
+        assert_eq!(
+            rules.rules,
+            [Rule::per_minute(3), Rule::per_hour(9), COMPILED[1]]
+        );
+        assert!(rules.duplicate_rule);
+        // Another path is untouched.
+        assert_eq!(overrides.lookup("p:", "app::g", SITE).0, SITE);
+        // The duplicate rule goes only when overridden explicitly.
+        overrides.set_local("app::f#duplicate", Some(&[]));
+        let (rules, _) = overrides.lookup("p:", "app::f", SITE);
+        assert_eq!(rules.rules, [Rule::per_minute(3), Rule::per_hour(9)]);
+        assert!(!rules.duplicate_rule);
+        overrides.set_local("app::f", None);
+        overrides.set_local("app::f#duplicate", None);
+        assert_eq!(overrides.lookup("p:", "app::f", SITE).0, SITE);
+    }
+
+    #[test]
+    fn stored_values_are_parsed_per_field_and_malformed_ones_skipped() {
+        let overrides = Overrides::new();
+        let field = |f: &str, v: &str| (f.to_owned(), v.to_owned());
+        overrides.apply_stored(
+            "p:",
+            vec![
+                field("app::f", "5/minute, 20/hour"),
+                field("app::f#duplicate", "NONE"),
+                field("app::g", "5 per fortnight"),
+            ],
+        );
+        let (rules, _) = overrides.lookup("p:", "app::f", SITE);
+        assert_eq!(rules.rules, [Rule::per_minute(5), Rule::per_hour(20)]);
+        assert_eq!(overrides.lookup("p:", "app::g", SITE).0, SITE);
+        // Another prefix's sites are not touched by this hash.
+        assert_eq!(overrides.lookup("q:", "app::f", SITE).0, SITE);
+        overrides.apply_stored("p:", Vec::new());
+        assert_eq!(overrides.lookup("p:", "app::f", SITE).0, SITE);
+    }
+
+    #[test]
+    fn equal_lists_are_interned_once() {
+        let a = intern(&[Rule::per_second(7)]).unwrap();
+        let b = intern(&[Rule::per_second(7)]).unwrap();
+        assert!(std::ptr::eq(a, b));
+    }
+
+    #[test]
+    fn jitter_stays_within_twenty_percent() {
+        let jitter = Jitter::new();
+        let every = Duration::from_secs(1);
+        let sleeps: Vec<Duration> = (0..1000).map(|_| jitter.around(every)).collect();
+        assert!(sleeps
+            .iter()
+            .all(|d| *d >= every.mul_f64(0.8) && *d < every.mul_f64(1.2)));
+        assert!(sleeps.iter().any(|d| *d < every.mul_f64(0.9)));
+        assert!(sleeps.iter().any(|d| *d > every.mul_f64(1.1)));
+    }
+}

@@ -1,0 +1,236 @@
+//! Feature `metrics`: `ratelimit_checks_total` counts every check once, by site, algorithm
+//! and outcome, and `ratelimit_check_duration_seconds` times it by backend. Read through
+//! `metrics-util`'s `DebuggingRecorder`, installed once for this test binary; the tests take
+//! turns (each snapshot drains what the previous one did not see).
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use redis_ratelimit::context::{self, RequestContext};
+use redis_ratelimit::{rate_limiter, Algorithm, Breaker, Limiter, RateLimitError, Rule};
+use support::RedisServer;
+
+static SNAPSHOTTER: LazyLock<Snapshotter> = LazyLock::new(|| {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    recorder
+        .install()
+        .expect("the only recorder of this binary");
+    snapshotter
+});
+
+/// One test at a time, starting from a drained recorder.
+async fn turn() -> tokio::sync::MutexGuard<'static, ()> {
+    static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let guard = TURN.lock().await;
+    SNAPSHOTTER.snapshot();
+    guard
+}
+
+/// What was recorded since the last snapshot: counters as `site/algorithm/outcome -> n`,
+/// histograms as `backend -> number of samples`.
+#[derive(Debug, Default)]
+struct Seen {
+    checks: BTreeMap<String, u64>,
+    durations: BTreeMap<String, usize>,
+}
+
+fn seen() -> Seen {
+    let mut seen = Seen::default();
+    for (key, _, _, value) in SNAPSHOTTER.snapshot().into_vec() {
+        let key = key.key();
+        let label = |name: &str| {
+            key.labels()
+                .find(|l| l.key() == name)
+                .map_or_else(String::new, |l| l.value().to_owned())
+        };
+        match (key.name(), value) {
+            ("ratelimit_checks_total", DebugValue::Counter(n)) if n > 0 => {
+                let labels: Vec<&str> = key.labels().map(|l| l.key()).collect();
+                assert_eq!(labels, ["site", "algorithm", "outcome"]);
+                let name = format!(
+                    "{}/{}/{}",
+                    label("site"),
+                    label("algorithm"),
+                    label("outcome")
+                );
+                *seen.checks.entry(name).or_default() += n;
+            }
+            ("ratelimit_check_duration_seconds", DebugValue::Histogram(samples))
+                if !samples.is_empty() =>
+            {
+                assert!(samples
+                    .iter()
+                    .all(|s| s.into_inner() >= 0.0 && s.into_inner() < 5.0));
+                *seen.durations.entry(label("backend")).or_default() += samples.len();
+            }
+            _ => {}
+        }
+    }
+    seen
+}
+
+fn counts<const N: usize>(entries: [(&str, u64); N]) -> BTreeMap<String, u64> {
+    entries
+        .into_iter()
+        .map(|(k, n)| (k.to_owned(), n))
+        .collect()
+}
+
+fn durations<const N: usize>(entries: [(&str, usize); N]) -> BTreeMap<String, usize> {
+    entries
+        .into_iter()
+        .map(|(k, n)| (k.to_owned(), n))
+        .collect()
+}
+
+static MEMORY: LazyLock<Limiter> = LazyLock::new(Limiter::memory);
+
+#[rate_limiter(rules("2/minute"), limit_type = GLOBAL, limiter = MEMORY, name = "metrics.send")]
+async fn send() -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+#[rate_limiter(rules("2/minute"), limit_type = GLOBAL, limiter = MEMORY, algorithm = TOKEN_BUCKET)]
+async fn unnamed() -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+#[rate_limiter(rules("2/minute"), limit_type = CUSTOM, by = who, limiter = limiter, name = "metrics.redis")]
+async fn on_redis(limiter: &'static Limiter, who: &str) -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+#[tokio::test]
+async fn guarded_checks_count_per_site_and_outcome_and_direct_checks_as_programmatic() {
+    let _turn = turn().await;
+    for _ in 0..3 {
+        let _ = send().await;
+    }
+    unnamed().await.unwrap();
+    const ONE: [Rule; 1] = [Rule::per_minute(1)];
+    assert!(MEMORY.check("direct", &ONE).await.unwrap().allowed);
+    assert!(!MEMORY.check("direct", &ONE).await.unwrap().allowed);
+    assert!(!MEMORY.peek("direct", &ONE).await.unwrap().allowed);
+    let seen = seen();
+    assert_eq!(
+        seen.checks,
+        counts([
+            ("metrics.send/sliding_log/allowed", 2),
+            ("metrics.send/sliding_log/limited", 1),
+            ("metrics::unnamed/token_bucket/allowed", 1),
+            ("programmatic/sliding_log/allowed", 1),
+            ("programmatic/sliding_log/limited", 2),
+        ])
+    );
+    assert_eq!(seen.durations, durations([("memory", 7)]));
+}
+
+#[tokio::test]
+async fn exempt_requests_are_not_checked_and_count_nothing() {
+    let _turn = turn().await;
+    let exempt = RequestContext::new().with_exempt(true);
+    for _ in 0..5 {
+        context::scope(exempt.clone(), send()).await.unwrap();
+    }
+    let seen = seen();
+    assert!(seen.checks.is_empty(), "{seen:?}");
+    assert!(seen.durations.is_empty(), "{seen:?}");
+}
+
+#[tokio::test]
+async fn checks_on_redis_are_timed_as_redis() {
+    let _turn = turn().await;
+    let server = RedisServer::start();
+    let limiter: &'static Limiter = Box::leak(Box::new(
+        Limiter::redis(&server.url()).unwrap().rules_poll(None),
+    ));
+    for _ in 0..3 {
+        let _ = on_redis(limiter, "tom").await;
+    }
+    let d = limiter
+        .check("direct", &[Rule::per_minute(5)])
+        .algorithm(Algorithm::FixedWindow)
+        .await
+        .unwrap();
+    assert_eq!(d.remaining, 4);
+    let seen = seen();
+    assert_eq!(
+        seen.checks,
+        counts([
+            ("metrics.redis/sliding_log/allowed", 2),
+            ("metrics.redis/sliding_log/limited", 1),
+            ("programmatic/fixed_window/allowed", 1),
+        ])
+    );
+    assert_eq!(seen.durations, durations([("redis", 4)]));
+}
+
+#[tokio::test]
+async fn a_dead_redis_counts_fallback_answers_as_fallback_and_timed_as_memory() {
+    let _turn = turn().await;
+    let mut server = RedisServer::start();
+    let limiter: &'static Limiter = Box::leak(Box::new(
+        Limiter::redis(&server.url())
+            .unwrap()
+            .rules_poll(None)
+            .fallback(Limiter::memory()),
+    ));
+    on_redis(limiter, "ann").await.unwrap();
+    server.kill();
+    // Two more admitted by the fallback, which counts alone, then one denied by it.
+    on_redis(limiter, "ann").await.unwrap();
+    on_redis(limiter, "ann").await.unwrap();
+    assert!(on_redis(limiter, "ann").await.is_err());
+    assert!(
+        limiter
+            .check("direct", &[Rule::per_minute(5)])
+            .await
+            .unwrap()
+            .allowed
+    );
+    let seen = seen();
+    assert_eq!(
+        seen.checks,
+        counts([
+            ("metrics.redis/sliding_log/allowed", 1),
+            ("metrics.redis/sliding_log/fallback", 3),
+            ("programmatic/sliding_log/fallback", 1),
+        ])
+    );
+    assert_eq!(seen.durations, durations([("memory", 4), ("redis", 1)]));
+}
+
+#[tokio::test]
+async fn a_dead_redis_fail_open_counts_errors_and_lets_calls_through() {
+    let _turn = turn().await;
+    let mut server = RedisServer::start();
+    let limiter: &'static Limiter = Box::leak(Box::new(
+        Limiter::redis(&server.url())
+            .unwrap()
+            .rules_poll(None)
+            .timeout(Duration::from_millis(200))
+            .breaker(Breaker::DEFAULT),
+    ));
+    server.kill();
+    for _ in 0..5 {
+        on_redis(limiter, "bob").await.unwrap();
+    }
+    assert!(limiter
+        .check("direct", &[Rule::per_minute(5)])
+        .await
+        .is_err());
+    let seen = seen();
+    assert_eq!(
+        seen.checks,
+        counts([
+            ("metrics.redis/sliding_log/error", 5),
+            ("programmatic/sliding_log/error", 1),
+        ])
+    );
+    assert_eq!(seen.durations, durations([("redis", 6)]));
+}
