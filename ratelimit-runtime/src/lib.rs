@@ -26,6 +26,7 @@ mod rule;
 mod rule_text;
 #[doc(hidden)]
 pub mod site;
+mod throttle;
 #[cfg(feature = "tonic")]
 pub mod tonic;
 #[cfg(feature = "tower")]

@@ -1,10 +1,9 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod breaker;
 mod deny_cache;
@@ -19,6 +18,7 @@ use crate::backend::{Backend, Request};
 use crate::clock::Clock;
 use crate::observe::{Answer, AnsweredBy, Observation, PROGRAMMATIC};
 use crate::overrides::{Overrides, SiteRules, DEFAULT_POLL, DUPLICATE_SUFFIX};
+use crate::throttle::LogThrottle;
 use crate::{Algorithm, BackendError, BackendErrorKind, ConfigError, Decision, Rule};
 
 /// Checks rules against a backend: Redis (shared by every process) or the embedded
@@ -47,7 +47,7 @@ pub struct Limiter {
     /// Counts checks while the store cannot answer.
     fallback: Option<Box<Limiter>>,
     deny_cache: Option<DenyCache>,
-    warnings: WarnThrottle,
+    warnings: LogThrottle,
     /// Rules overridden at run time, in process or stored in Redis.
     overrides: Arc<Overrides>,
     /// How often the overrides stored in Redis are read; `None`: never.
@@ -140,7 +140,7 @@ impl Limiter {
             breaker: BreakerState::new(Breaker::DEFAULT),
             fallback: None,
             deny_cache: None,
-            warnings: WarnThrottle::default(),
+            warnings: LogThrottle::new(),
             overrides: Overrides::new(),
             rules_poll: Some(DEFAULT_POLL),
         }
@@ -521,7 +521,7 @@ impl Limiter {
     }
 
     /// Logs a backend failure that a fail-open limiter let through, at most once per
-    /// [`WarnThrottle::INTERVAL`], with the number of failures since the last warning.
+    /// [`LogThrottle::INTERVAL`], with the number of failures since the last warning.
     pub(crate) fn warn_fail_open(&self, key: &str, err: &BackendError) {
         self.warn_backend_failed(key, err, "letting the call through (fail-open)");
     }
@@ -671,44 +671,6 @@ impl fmt::Debug for Check<'_> {
     }
 }
 
-/// Lets one warning through per interval and counts the ones it holds back.
-#[derive(Default)]
-struct WarnThrottle {
-    /// Milliseconds since `epoch()` of the last warning, plus one (0: never warned).
-    last_ms: AtomicU64,
-    suppressed: AtomicU64,
-}
-
-impl WarnThrottle {
-    const INTERVAL: Duration = Duration::from_secs(10);
-
-    /// `Some(held back since the last warning)` when a warning may be logged now.
-    fn admit(&self) -> Option<u64> {
-        self.admit_at(epoch().elapsed().as_millis() as u64 + 1)
-    }
-
-    fn admit_at(&self, now: u64) -> Option<u64> {
-        let last = self.last_ms.load(Ordering::Relaxed);
-        let due = last == 0 || now.saturating_sub(last) >= Self::INTERVAL.as_millis() as u64;
-        if due
-            && self
-                .last_ms
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            Some(self.suppressed.swap(0, Ordering::Relaxed))
-        } else {
-            self.suppressed.fetch_add(1, Ordering::Relaxed);
-            None
-        }
-    }
-}
-
-fn epoch() -> Instant {
-    static EPOCH: once_cell::sync::Lazy<Instant> = once_cell::sync::Lazy::new(Instant::now);
-    *EPOCH
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -717,16 +679,5 @@ mod tests {
     fn limiter_is_send_and_sync() {
         fn assert_send_sync<T: Send + Sync>() {}
         assert_send_sync::<Limiter>();
-    }
-
-    #[test]
-    fn warnings_are_throttled_and_count_what_they_hold_back() {
-        let throttle = WarnThrottle::default();
-        let interval = WarnThrottle::INTERVAL.as_millis() as u64;
-        assert_eq!(throttle.admit_at(5), Some(0));
-        assert_eq!(throttle.admit_at(6), None);
-        assert_eq!(throttle.admit_at(4 + interval), None);
-        assert_eq!(throttle.admit_at(5 + interval), Some(2));
-        assert_eq!(throttle.admit_at(6 + interval), None);
     }
 }

@@ -69,7 +69,7 @@ impl From<RateLimitError> for Status {
                     RequestContext::current(),
                     Integration::Tonic,
                 );
-                tracing::error!(target: "redis_ratelimit", "{detail}");
+                problem::log_missing_identity(&detail);
                 Status::internal(detail)
             }
             RateLimitError::Backend(_) => {

@@ -213,7 +213,7 @@ fn counts(err: &BackendError) -> bool {
 }
 
 fn now_ms() -> u64 {
-    super::epoch().elapsed().as_millis() as u64 + 1
+    crate::throttle::epoch().elapsed().as_millis() as u64 + 1
 }
 
 impl fmt::Debug for BreakerState {

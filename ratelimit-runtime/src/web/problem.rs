@@ -1,6 +1,7 @@
 //! What a [`RateLimitError`] answers: a status and an RFC 9457 problem body, the same for
 //! every framework.
 
+use crate::throttle::LogThrottle;
 use crate::{LimitType, RateLimitError, RequestContext};
 
 /// The integration answering, for the advice a misconfiguration's message gives.
@@ -90,7 +91,7 @@ impl Problem {
             },
             RateLimitError::MissingIdentity { limit_type } => {
                 let detail = missing_identity(*limit_type, RequestContext::current(), integration);
-                tracing::error!(target: "redis_ratelimit", "{detail}");
+                log_missing_identity(&detail);
                 Problem {
                     status: 500,
                     detail,
@@ -132,13 +133,29 @@ impl Problem {
     }
 }
 
-/// Logs a fail-closed refusal's cause, which the client is not told.
+/// Logs a fail-closed refusal's cause, which the client is not told: once per
+/// [`LogThrottle::INTERVAL`], with how many were held back, as an outage refuses every
+/// request.
 pub(crate) fn log_backend_failure(cause: &crate::BackendError) {
-    tracing::error!(
-        target: "redis_ratelimit",
-        error = %cause,
-        "rate limiter backend failed; refusing the call (fail-closed)"
-    );
+    static THROTTLE: LogThrottle = LogThrottle::new();
+    if let Some(suppressed) = THROTTLE.admit() {
+        tracing::error!(
+            target: "redis_ratelimit",
+            error = %cause,
+            suppressed,
+            "rate limiter backend failed; refusing the call (fail-closed)"
+        );
+    }
+}
+
+/// Logs a request that reached a guarded call without its identity: a configuration
+/// error, which then hits every such request, so it is logged once per
+/// [`LogThrottle::INTERVAL`], with how many were held back.
+pub(crate) fn log_missing_identity(detail: &str) {
+    static THROTTLE: LogThrottle = LogThrottle::new();
+    if let Some(suppressed) = THROTTLE.admit() {
+        tracing::error!(target: "redis_ratelimit", suppressed, "{detail}");
+    }
 }
 
 /// Why a request reached a guarded call without the identity its limit type needs.
