@@ -5,11 +5,11 @@
 //! carries the key, whose path part is compared with the documented form. Call sites that
 //! still share a path (through `name`) are reported when they count it differently.
 
-use std::io;
-use std::sync::{Arc, LazyLock, Mutex};
+mod support;
+
+use std::sync::LazyLock;
 
 use redis_ratelimit::{rate_limiter, Limiter, RateLimitError};
-use tracing_subscriber::util::SubscriberInitExt as _;
 
 static LIMITER: LazyLock<Limiter> = LazyLock::new(Limiter::memory);
 
@@ -280,33 +280,6 @@ async fn free_functions_name_their_module_path() {
     );
 }
 
-/// What `tracing` logs while the returned guard lives, on this thread.
-fn capture_logs() -> (Arc<Mutex<Vec<u8>>>, impl Sized) {
-    #[derive(Clone)]
-    struct Buffer(Arc<Mutex<Vec<u8>>>);
-    impl io::Write for Buffer {
-        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
-        }
-    }
-    let logs = Arc::new(Mutex::new(Vec::new()));
-    let buffer = Buffer(logs.clone());
-    let guard = tracing_subscriber::fmt()
-        .with_writer(move || buffer.clone())
-        .without_time()
-        .finish()
-        .set_default();
-    (logs, guard)
-}
-
-fn text(logs: &Mutex<Vec<u8>>) -> String {
-    String::from_utf8(logs.lock().unwrap().clone()).unwrap()
-}
-
 #[tokio::test]
 async fn a_name_sets_the_key_path() {
     #[rate_limiter(
@@ -344,11 +317,11 @@ async fn sites_given_one_name_and_the_same_rules_share_a_budget_silently() {
         Ok(())
     }
 
-    let (logs, _guard) = capture_logs();
+    let (logs, _guard) = support::capture_logs();
     first().await.unwrap();
     let err = second().await.unwrap_err();
     assert!(matches!(err, RateLimitError::Limited { .. }), "{err:?}");
-    assert_eq!(text(&logs), "");
+    assert_eq!(logs.text(), "");
 }
 
 #[tokio::test]
@@ -372,13 +345,13 @@ async fn sites_sharing_a_path_with_different_rules_are_reported_once_naming_both
         Ok(())
     }
 
-    let (logs, _guard) = capture_logs();
+    let (logs, _guard) = support::capture_logs();
     strict().await.unwrap();
-    assert_eq!(text(&logs), "", "one site alone is not reported");
+    assert_eq!(logs.text(), "", "one site alone is not reported");
     lenient().await.unwrap();
     lenient().await.unwrap();
     strict().await.unwrap();
-    let logs = text(&logs);
+    let logs = logs.text();
     assert_eq!(logs.lines().count(), 1, "{logs}");
     let test =
         format!("{CRATE}::sites_sharing_a_path_with_different_rules_are_reported_once_naming_both");
@@ -419,10 +392,10 @@ async fn sites_sharing_a_path_with_different_algorithms_are_reported() {
         Ok(())
     }
 
-    let (logs, _guard) = capture_logs();
+    let (logs, _guard) = support::capture_logs();
     log().await.unwrap();
     bucket().await.unwrap();
-    let logs = text(&logs);
+    let logs = logs.text();
     assert!(
         logs.contains("with different algorithms, limit types, prefixes: "),
         "{logs}"

@@ -5,15 +5,12 @@
 
 mod support;
 
-use std::io;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use redis_ratelimit::context::{self, RequestContext};
 use redis_ratelimit::{rate_limiter, Limiter, RateLimitError, Rule};
 use support::RedisServer;
-use tracing_subscriber::util::SubscriberInitExt as _;
 
 /// The documented delay (the longest poll interval) and room for a busy machine.
 const PICKED_UP_WITHIN: Duration = Duration::from_millis(1_200 + 600);
@@ -158,7 +155,7 @@ async fn an_override_stored_in_redis_is_picked_up_within_the_delay_and_removed()
 
 #[tokio::test]
 async fn a_malformed_stored_value_is_ignored_with_one_warning() {
-    let (logs, _subscriber) = capture_logs();
+    let (logs, _subscriber) = support::capture_logs();
     let server = RedisServer::start();
     let limiter = leak(Limiter::redis(&server.url()).unwrap());
     admitted(limiter, "a", 1).await;
@@ -167,7 +164,7 @@ async fn a_malformed_stored_value_is_ignored_with_one_warning() {
     tokio::time::sleep(PICKED_UP_WITHIN + Duration::from_millis(1_200)).await;
     assert_eq!(limiter.rules_in_force("ops.send"), [Rule::per_minute(2)]);
     assert_eq!(admitted(limiter, "b", 3).await, 2);
-    let text = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
+    let text = logs.text();
     assert_eq!(
         text.matches("ignoring a malformed rate limit rule override")
             .count(),
@@ -239,48 +236,17 @@ async fn exempt_requests_skip_the_check_even_without_an_identity() {
     ));
 }
 
-/// What `tracing` logs while the returned guard lives, on this thread (the test's
-/// current-thread runtime runs the override reads on it too).
-fn capture_logs() -> (Arc<Mutex<Vec<u8>>>, impl Sized) {
-    #[derive(Clone)]
-    struct Buffer(Arc<Mutex<Vec<u8>>>);
-    impl io::Write for Buffer {
-        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
-        }
-    }
-    let logs = Arc::new(Mutex::new(Vec::new()));
-    let buffer = Buffer(logs.clone());
-    let guard = tracing_subscriber::fmt()
-        .with_writer(move || buffer.clone())
-        .without_time()
-        .finish()
-        .set_default();
-    (logs, guard)
-}
-
 const URL_ENV: &str = "RATELIMIT_CHILD_REDIS_URL";
 /// Milliseconds since the epoch at which the parent writes the override.
 const SET_AT_ENV: &str = "RATELIMIT_CHILD_SET_AT_MS";
 const CHILD_TEST: &str = "child_picks_up_the_override";
 const CHILDREN: usize = 2;
 
-fn epoch_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
-
 #[test]
 fn two_processes_both_pick_up_one_stored_override() {
     let server = RedisServer::start();
     // Late enough for both children to start and make their first check.
-    let set_at = epoch_ms() + 1_500;
+    let set_at = support::epoch_ms() + 1_500;
     let children: Vec<_> = (0..CHILDREN)
         .map(|_| {
             Command::new(std::env::current_exe().unwrap())
@@ -294,7 +260,9 @@ fn two_processes_both_pick_up_one_stored_override() {
                 .expect("start a child process")
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(set_at.saturating_sub(epoch_ms())));
+    std::thread::sleep(Duration::from_millis(
+        set_at.saturating_sub(support::epoch_ms()),
+    ));
     hset(&server, "ops.send", "5/minute");
 
     for child in children {
@@ -332,10 +300,10 @@ async fn child_picks_up_the_override() {
     assert_eq!(admitted(limiter, &me, 1).await, 1);
     assert_eq!(limiter.rules_in_force("ops.send"), [Rule::per_minute(2)]);
     while limiter.rules_in_force("ops.send") != [Rule::per_minute(5)] {
-        assert!(epoch_ms() < set_at + 5_000, "never picked up");
+        assert!(support::epoch_ms() < set_at + 5_000, "never picked up");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let picked_up_ms = epoch_ms().saturating_sub(set_at);
+    let picked_up_ms = support::epoch_ms().saturating_sub(set_at);
     // One was counted under the compiled rules already: 4 more pass, of 5.
     let admitted = 1 + admitted(limiter, &me, 6).await;
     println!("picked_up_ms={picked_up_ms} admitted={admitted}");

@@ -8,7 +8,7 @@
 mod support;
 
 use std::process::{Command, Stdio};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use redis_ratelimit::{Limiter, Rule};
 
@@ -23,17 +23,10 @@ const CHECKS_PER_CHILD: usize = 150;
 const CHILDREN: usize = 2;
 const CHILD_TEST: &str = "child_checks_the_shared_key";
 
-fn epoch_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
-
 #[test]
 fn processes_sharing_a_key_admit_exactly_the_limit_together() {
     let server = support::RedisServer::start();
-    let start_at = epoch_ms() + 500;
+    let start_at = support::epoch_ms() + 500;
     let children: Vec<_> = (0..CHILDREN)
         .map(|_| {
             Command::new(std::env::current_exe().unwrap())
@@ -84,7 +77,10 @@ async fn child_checks_the_shared_key() {
         .timeout(Duration::from_secs(2));
     limiter.check("warm-up", &RULES).await.unwrap();
     let start: u64 = start.parse().unwrap();
-    tokio::time::sleep(Duration::from_millis(start.saturating_sub(epoch_ms()))).await;
+    tokio::time::sleep(Duration::from_millis(
+        start.saturating_sub(support::epoch_ms()),
+    ))
+    .await;
 
     let limiter: &'static Limiter = Box::leak(Box::new(limiter));
     let key: &'static str = Box::leak(key.into_boxed_str());

@@ -216,3 +216,48 @@ pub async fn run_at(
     };
     check.algorithm(algorithm).at(now).await
 }
+
+/// Milliseconds since the UNIX epoch: a moment several processes can agree on.
+pub fn epoch_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// What `tracing` logged, as captured by [`capture_logs`].
+pub struct Logs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Logs {
+    /// Everything logged so far.
+    pub fn text(&self) -> String {
+        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+    }
+}
+
+/// What `tracing` logs while the returned guard lives, on this thread (a current-thread
+/// runtime's tasks included).
+pub fn capture_logs() -> (Logs, impl Sized) {
+    use std::sync::{Arc, Mutex};
+    use tracing_subscriber::util::SubscriberInitExt as _;
+
+    #[derive(Clone)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Buffer {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let logs = Arc::new(Mutex::new(Vec::new()));
+    let buffer = Buffer(logs.clone());
+    let guard = tracing_subscriber::fmt()
+        .with_writer(move || buffer.clone())
+        .without_time()
+        .finish()
+        .set_default();
+    (Logs(logs), guard)
+}
