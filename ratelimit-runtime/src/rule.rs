@@ -23,7 +23,7 @@ pub struct Rule {
 
 impl Rule {
     /// The largest count: 2^52, so that every figure stays exact in the Lua scripts' doubles.
-    pub const MAX_COUNT: u64 = 1 << 52;
+    pub const MAX_COUNT: u64 = ratelimit_rule_text::MAX_COUNT;
 
     /// The longest window: 2^52 µs (about 142 years), for the same reason.
     pub const MAX_WINDOW: Duration = Duration::from_micros(1 << 52);
