@@ -253,7 +253,7 @@ fn a_bad_url_is_a_clear_config_error() {
     let err = Limiter::redis("localhost:6379").unwrap_err();
     assert!(
         err.to_string()
-            .starts_with("invalid Redis URL; expected redis://"),
+            .starts_with("invalid Redis URL (it has no scheme); expected redis://"),
         "{err}"
     );
 }

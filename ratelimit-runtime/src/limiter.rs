@@ -67,23 +67,64 @@ impl Limiter {
     /// The default per-check timeout.
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
 
-    /// A limiter on the Redis server at `url` (`redis://[:password@]host[:port][/db]`,
-    /// or `unix:///path`; TLS `rediss://` is not supported).
+    /// A limiter on the Redis at `url`, in any of these forms:
     ///
-    /// Only validates the URL; the connection is made on first use and re-made
-    /// automatically whenever it breaks.
+    /// ```text
+    /// redis://[[user]:password@]host[:port][/db]        one server
+    /// rediss://...                                      TLS, verified against the system's roots
+    /// redis+cluster://host:port[,host:port...]          Redis Cluster, from seed nodes (rediss+cluster:// for TLS)
+    /// redis+sentinel://[[user]:password@]host:port[,host:port...]/master_name[/db]
+    ///                                                   the master the sentinels name, followed
+    ///                                                   through failovers (rediss+sentinel:// for TLS)
+    /// unix:///path/to/redis.sock[?db=N]
+    /// ```
+    ///
+    /// Only validates the URL; connections are made on first use and re-made automatically
+    /// whenever they break. In the sentinel form the credentials and database are the
+    /// master's; the sentinels are asked without. See the README's "Production" section.
     ///
     /// ```
     /// use redis_ratelimit::Limiter;
     ///
     /// assert!(Limiter::redis("redis://127.0.0.1:6379").is_ok());
+    /// assert!(Limiter::redis("redis+cluster://10.0.0.1:7000,10.0.0.2:7000").is_ok());
+    /// assert!(Limiter::redis("redis+sentinel://10.0.0.1:26379/mymaster").is_ok());
     /// let err = Limiter::redis("http://127.0.0.1").err().unwrap();
     /// assert!(err.to_string().contains("redis://"));
     /// ```
     pub fn redis(url: &str) -> Result<Limiter, ConfigError> {
-        Ok(Limiter::with_store(Store::Redis(Arc::new(
-            RedisBackend::new(url)?,
-        ))))
+        let backend = RedisBackend::new(url)?;
+        backend.limit_connect_timeout(Self::DEFAULT_TIMEOUT);
+        Ok(Limiter::with_store(Store::Redis(Arc::new(backend))))
+    }
+
+    /// Trusts the CA certificates in `pem` (PEM text) instead of the system's roots, for a
+    /// TLS URL (`rediss://`, `rediss+cluster://`, `rediss+sentinel://`). The server's
+    /// certificate must name the host in the URL (or, for a cluster or sentinel, the
+    /// addresses the nodes announce).
+    ///
+    /// ```no_run
+    /// use redis_ratelimit::Limiter;
+    ///
+    /// let pem = std::fs::read("/etc/redis/ca.crt").expect("the CA");
+    /// let limiter = Limiter::redis("rediss://redis.internal:6380")?.with_tls_ca(&pem)?;
+    /// # Ok::<(), redis_ratelimit::ConfigError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// When `pem` holds no certificate or an unreadable one, and when this limiter is not
+    /// on a TLS URL.
+    pub fn with_tls_ca(self, pem: &[u8]) -> Result<Limiter, ConfigError> {
+        match &self.store {
+            Store::Redis(backend) => backend.trust_ca(pem)?,
+            _ => {
+                return Err(ConfigError::new(
+                    "`with_tls_ca` applies to a Redis limiter on a TLS URL (`rediss://`)",
+                ))
+            }
+        }
+        Ok(self)
     }
 
     /// A limiter on the embedded in-process backend: no server, limits count per process.
@@ -154,8 +195,12 @@ impl Limiter {
     }
 
     /// How long one check may take before it counts as a backend failure (default 100 ms).
+    /// Connecting to Redis takes at most this long too (or 1 s, if that is shorter).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        if let Store::Redis(backend) = &self.store {
+            backend.limit_connect_timeout(timeout);
+        }
         self
     }
 

@@ -1,5 +1,6 @@
-//! The connections of one Redis backend: a few multiplexed connections for each Tokio
-//! runtime that checks.
+//! The connections to one Redis server (a [`Node`]): a few multiplexed connections for
+//! each Tokio runtime that checks. Every topology (one server, a Cluster's masters, the
+//! master a Sentinel names) sends through nodes.
 //!
 //! redis-rs drives a multiplexed connection with a task (writing the queued commands,
 //! reading the replies), spawned on the runtime that connects. A limiter is shared by
@@ -18,18 +19,22 @@
 use std::collections::HashMap;
 use std::io::IoSlice;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use redis::aio::{AsyncStream, MultiplexedConnection};
 use redis::{
-    AsyncConnectionConfig, Cmd, ConnectionAddr, ErrorKind, RedisError, RedisResult, Value,
+    AsyncConnectionConfig, Cmd, ConnectionAddr, ConnectionInfo, ErrorKind, RedisError,
+    RedisResult, Value,
 };
+use socket2::{SockRef, TcpKeepalive};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::runtime::{self, Handle};
 use tokio::sync::watch;
+
+use super::tls::Tls;
 
 /// How many multiplexed connections each runtime spreads its checks over. Redis answers a
 /// connection's pipelined commands in one batch; over a single connection it then idles
@@ -39,13 +44,40 @@ use tokio::sync::watch;
 /// already busier) a few percent.
 const CONNECTIONS: usize = 2;
 
-/// How long one connection attempt (TCP or Unix connect, AUTH, SELECT) may take.
+/// How long one connection attempt (connect, TLS, AUTH, SELECT) may take unless the
+/// limiter's check timeout is shorter.
 pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// A backend's connections, by runtime.
-pub(super) struct Connections {
-    client: redis::Client,
+/// After this many calls in a row on one connection got no answer in time, it is made anew:
+/// a half-open socket (a peer that vanished without closing, a black-holed route) otherwise
+/// fails every call until the kernel gives up on it.
+const TIMEOUTS_BEFORE_REBUILD: u32 = 3;
+
+/// TCP keepalive probes start after this much silence, and the kernel drops a connection
+/// whose written data has gone unacknowledged for [`USER_TIMEOUT`].
+const KEEPALIVE: Duration = Duration::from_secs(5);
+const USER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One Redis server's connections, by runtime.
+pub(super) struct Node {
+    endpoint: Endpoint,
     runtimes: RwLock<HashMap<runtime::Id, Arc<Pool>>>,
+}
+
+/// How to reach one server.
+#[derive(Clone)]
+pub(super) struct Endpoint {
+    pub info: ConnectionInfo,
+    pub options: Arc<Options>,
+}
+
+/// What every connection of a backend shares.
+#[derive(Default)]
+pub(super) struct Options {
+    /// Set for the `rediss…://` forms.
+    pub tls: Option<Tls>,
+    /// A connect's timeout in µs; 0 means [`CONNECT_TIMEOUT`].
+    connect_timeout_us: AtomicU64,
 }
 
 /// One runtime's connections: [`CONNECTIONS`] slots taking calls in turn.
@@ -80,6 +112,8 @@ pub(super) struct Link {
     writes: Arc<AtomicU64>,
     /// How many calls wait for a reply on this connection.
     waiting: Arc<AtomicUsize>,
+    /// How many calls in a row gave up waiting (timed out) before their reply came.
+    unanswered: Arc<AtomicU32>,
     slot: Arc<Slot>,
 }
 
@@ -94,8 +128,26 @@ impl Link {
     /// or an unreadable reply) leaves unknown whether the command ran.
     pub(super) async fn send(&mut self, command: &Cmd) -> RedisResult<Value> {
         self.waiting.fetch_add(1, Ordering::Relaxed);
-        let _done = Waited(&self.waiting);
-        command.query_async(&mut self.connection).await
+        let mut wait = Waited {
+            waiting: &self.waiting,
+            unanswered: &self.unanswered,
+            open: &self.open,
+            answered: false,
+        };
+        let reply = command.query_async(&mut self.connection).await;
+        wait.answered = true;
+        reply
+    }
+
+    /// Sends `ASKING` and then `command`, in one write: a Cluster node runs a command on a
+    /// slot being migrated to it only right after `ASKING` on the same connection.
+    pub(super) async fn send_asking(&mut self, command: &Cmd) -> RedisResult<Value> {
+        let mut asking = redis::pipe();
+        asking.cmd("ASKING").ignore().add_command(command.clone());
+        let reply: Vec<Value> = asking.query_async(&mut self.connection).await?;
+        reply.into_iter().next().ok_or_else(|| {
+            RedisError::from((ErrorKind::UnexpectedReturnType, "no reply after ASKING"))
+        })
     }
 
     /// Marks this connection broken: the next call to use it makes a new one instead.
@@ -108,13 +160,17 @@ impl Link {
     }
 }
 
-impl Connections {
+impl Node {
     /// Connects on first use; nothing starts before.
-    pub(super) fn new(client: redis::Client) -> Self {
-        Connections {
-            client,
+    pub(super) fn new(endpoint: Endpoint) -> Self {
+        Node {
+            endpoint,
             runtimes: RwLock::default(),
         }
+    }
+
+    pub(super) fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
     }
 
     /// The next connection in turn of the current runtime. When its slot holds none, or one
@@ -207,11 +263,9 @@ impl Connections {
     /// result when it ends.
     fn connect(&self, slot: &Arc<Slot>) -> watch::Receiver<Option<RedisResult<Link>>> {
         let (done, connecting) = watch::channel(None);
-        let (client, slot) = (self.client.clone(), slot.clone());
+        let (endpoint, slot) = (self.endpoint.clone(), slot.clone());
         tokio::spawn(async move {
-            let result = tokio::time::timeout(CONNECT_TIMEOUT, open(&client, &slot))
-                .await
-                .unwrap_or_else(|_| Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()));
+            let result = open(&endpoint, &slot).await;
             *lock(&slot) = match &result {
                 Ok(link) => State::Connected(link.clone()),
                 Err(_) => State::Idle,
@@ -233,33 +287,9 @@ impl State {
     }
 }
 
-/// Makes a connection to `client`'s server for `slot` and spawns its driver on the current
-/// runtime.
-async fn open(client: &redis::Client, slot: &Arc<Slot>) -> RedisResult<Link> {
-    let info = client.get_connection_info();
-    let stream: Pin<Box<dyn AsyncStream + Send + Sync>> = match info.addr() {
-        ConnectionAddr::Tcp(host, port) => {
-            Box::pin(tokio::net::TcpStream::connect((host.as_str(), *port)).await?)
-        }
-        #[cfg(unix)]
-        ConnectionAddr::Unix(path) => Box::pin(tokio::net::UnixStream::connect(path).await?),
-        // Refused by `RedisBackend::new`.
-        _ => {
-            return Err(RedisError::from((
-                ErrorKind::InvalidClientConfig,
-                "this kind of Redis address is not supported",
-            )))
-        }
-    };
-    let writes = Arc::new(AtomicU64::new(0));
-    let stream = CountWrites {
-        stream,
-        writes: writes.clone(),
-    };
-    // Answers are timed by the limiter.
-    let config = AsyncConnectionConfig::new().set_response_timeout(None);
-    let (connection, driver) =
-        MultiplexedConnection::new_with_config(info.redis_settings(), stream, config).await?;
+/// Makes a connection to `endpoint` for `slot` and spawns its driver on the current runtime.
+async fn open(endpoint: &Endpoint, slot: &Arc<Slot>) -> RedisResult<Link> {
+    let (connection, driver, writes) = endpoint.connect().await?;
     let open = Arc::new(AtomicBool::new(true));
     let closed = CloseOnDrop(open.clone());
     // The driver ends when the connection breaks (the commands queued then are never
@@ -273,16 +303,145 @@ async fn open(client: &redis::Client, slot: &Arc<Slot>) -> RedisResult<Link> {
         open,
         writes,
         waiting: Arc::default(),
+        unanswered: Arc::default(),
         slot: slot.clone(),
     })
 }
 
-/// Counts a call's wait for its reply as over, also when the call is dropped (timed out).
-struct Waited<'a>(&'a AtomicUsize);
+/// A connection's driver: it must be polled for the connection to work.
+type Driver = Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+impl Endpoint {
+    /// Connects (TCP with keepalive, TLS when configured, or a Unix socket) and sets the
+    /// connection up (AUTH, SELECT), within the connect timeout. Returns the connection,
+    /// its driver, and the count of its socket's writes.
+    async fn connect(&self) -> RedisResult<(MultiplexedConnection, Driver, Arc<AtomicU64>)> {
+        let timeout = self.options.connect_timeout();
+        let connecting = async {
+            let writes = Arc::new(AtomicU64::new(0));
+            let stream = CountWrites {
+                stream: self.stream().await?,
+                writes: writes.clone(),
+            };
+            // Answers are timed by the limiter.
+            let config = AsyncConnectionConfig::new().set_response_timeout(None);
+            let (connection, driver) =
+                MultiplexedConnection::new_with_config(self.info.redis_settings(), stream, config)
+                    .await?;
+            Ok((connection, Box::pin(driver) as Driver, writes))
+        };
+        tokio::time::timeout(timeout, connecting)
+            .await
+            .unwrap_or_else(|_| Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()))
+    }
+
+    /// Sends one command on a connection of its own, closed after the reply: for the rare
+    /// questions to sentinels and seed nodes.
+    pub(super) async fn query_once(&self, command: &Cmd) -> RedisResult<Value> {
+        let (mut connection, driver, _) = self.connect().await?;
+        let driver = tokio::spawn(driver);
+        let reply = tokio::time::timeout(
+            self.options.connect_timeout(),
+            command.query_async(&mut connection),
+        )
+        .await;
+        driver.abort();
+        reply.unwrap_or_else(|_| Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()))
+    }
+
+    /// A pub/sub connection, driven on the current runtime.
+    pub(super) async fn subscriber(&self) -> RedisResult<redis::aio::PubSub> {
+        let timeout = self.options.connect_timeout();
+        let subscribing = async {
+            redis::aio::PubSub::new(self.info.redis_settings(), self.stream().await?).await
+        };
+        tokio::time::timeout(timeout, subscribing)
+            .await
+            .unwrap_or_else(|_| Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()))
+    }
+
+    async fn stream(&self) -> RedisResult<Pin<Box<dyn AsyncStream + Send + Sync>>> {
+        Ok(match self.info.addr() {
+            ConnectionAddr::Tcp(host, port) => {
+                let tcp = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
+                detect_dead_peers(&tcp)?;
+                match &self.options.tls {
+                    Some(tls) => Box::pin(tls.handshake(host, tcp).await?),
+                    None => Box::pin(tcp),
+                }
+            }
+            #[cfg(unix)]
+            ConnectionAddr::Unix(path) => Box::pin(tokio::net::UnixStream::connect(path).await?),
+            // Not made by `target::parse`.
+            _ => {
+                return Err(RedisError::from((
+                    ErrorKind::InvalidClientConfig,
+                    "this kind of Redis address is not supported",
+                )))
+            }
+        })
+    }
+}
+
+impl Options {
+    pub fn new(tls: bool) -> Options {
+        Options {
+            tls: tls.then(Tls::default),
+            ..Options::default()
+        }
+    }
+
+    /// Connects take at most `limit` (the limiter's check timeout) when it is below
+    /// [`CONNECT_TIMEOUT`].
+    pub fn limit_connect_timeout(&self, limit: Duration) {
+        let timeout = limit.min(CONNECT_TIMEOUT).max(Duration::from_millis(1));
+        let us = u64::try_from(timeout.as_micros()).unwrap_or(u64::MAX);
+        self.connect_timeout_us.store(us, Ordering::Relaxed);
+    }
+
+    fn connect_timeout(&self) -> Duration {
+        match self.connect_timeout_us.load(Ordering::Relaxed) {
+            0 => CONNECT_TIMEOUT,
+            us => Duration::from_micros(us),
+        }
+    }
+}
+
+/// Keepalive probes and a user timeout, so that a peer that vanished without closing (a
+/// crashed host, a dropped route) is found out in seconds even while no call is waiting.
+fn detect_dead_peers(tcp: &tokio::net::TcpStream) -> std::io::Result<()> {
+    let socket = SockRef::from(tcp);
+    let keepalive = TcpKeepalive::new()
+        .with_time(KEEPALIVE)
+        .with_interval(KEEPALIVE / 2);
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "macos"))]
+    let keepalive = keepalive.with_retries(3);
+    socket.set_tcp_keepalive(&keepalive)?;
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    socket.set_tcp_user_timeout(Some(USER_TIMEOUT))?;
+    Ok(())
+}
+
+/// Counts a call's wait for its reply as over, also when the call is dropped (timed out);
+/// closes the connection once [`TIMEOUTS_BEFORE_REBUILD`] calls in a row went unanswered.
+struct Waited<'a> {
+    waiting: &'a AtomicUsize,
+    unanswered: &'a AtomicU32,
+    open: &'a AtomicBool,
+    answered: bool,
+}
 
 impl Drop for Waited<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.waiting.fetch_sub(1, Ordering::Relaxed);
+        if self.answered {
+            // Read first: a store on every call would contend for the line between cores.
+            if self.unanswered.load(Ordering::Relaxed) != 0 {
+                self.unanswered.store(0, Ordering::Relaxed);
+            }
+        } else if self.unanswered.fetch_add(1, Ordering::Relaxed) + 1 >= TIMEOUTS_BEFORE_REBUILD {
+            self.open.store(false, Ordering::Release);
+        }
     }
 }
 

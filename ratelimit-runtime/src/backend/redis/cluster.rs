@@ -1,0 +1,252 @@
+//! Redis Cluster: every check touches one key, so it runs on the master serving that key's
+//! hash slot, through that master's [`Node`].
+//!
+//! - The slot map is read with `CLUSTER SLOTS` from a known node (the masters known, then
+//!   the seeds) on first use, and again after a `MOVED`, a `READONLY` (the master was
+//!   demoted), or a master that cannot be reached. Calls that need a refresh at once share
+//!   one.
+//! - An `ASK` (a slot being migrated) is followed for that one command, with `ASKING`,
+//!   without changing the map.
+//! - `MOVED`, `ASK` and `READONLY` mean the command did not run, so following them never
+//!   counts a check twice; a node that breaks mid-call is handled as on one server.
+//! - No redirect loop outlives the limiter's timeout, which bounds every check.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use arc_swap::ArcSwapOption;
+use redis::{ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisError, RedisResult, Value};
+
+use super::connection::{Endpoint, Link, Node};
+use super::Redirect;
+
+/// The number of hash slots.
+const SLOTS: usize = 16384;
+
+pub(super) struct Cluster {
+    seeds: Vec<Endpoint>,
+    /// The masters by `host:port`, kept across refreshes so their connections stay.
+    nodes: Mutex<HashMap<String, Arc<Node>>>,
+    map: ArcSwapOption<SlotMap>,
+    /// Held by the refresh under way.
+    refreshing: tokio::sync::Mutex<()>,
+    /// How many refreshes have ended: a call that saw this count before it failed
+    /// refreshes only if no other refresh ended since.
+    refreshes: AtomicU64,
+}
+
+struct SlotMap {
+    masters: Vec<Arc<Node>>,
+    /// Each slot's index into `masters`; [`UNSERVED`] when no master serves it.
+    master_of: Box<[u16]>,
+}
+
+const UNSERVED: u16 = u16::MAX;
+
+impl Cluster {
+    pub fn new(seeds: Vec<Endpoint>) -> Cluster {
+        Cluster {
+            seeds,
+            nodes: Mutex::default(),
+            map: ArcSwapOption::empty(),
+            refreshing: tokio::sync::Mutex::new(()),
+            refreshes: AtomicU64::new(0),
+        }
+    }
+
+    /// A connection to the master serving `key`. When the map has none, or the master
+    /// cannot be reached, the map is read again first, once.
+    pub async fn link(&self, key: &str) -> RedisResult<Link> {
+        let slot = slot(key.as_bytes());
+        let seen = self.refreshes.load(Ordering::Acquire);
+        if let Some(node) = self.master(slot) {
+            match node.next().await {
+                Err(err) if err.kind() == ErrorKind::Io => {}
+                link => return link,
+            }
+        }
+        self.refresh(seen).await?;
+        match self.master(slot) {
+            Some(node) => node.next().await,
+            None => Err(RedisError::from((
+                ErrorKind::Server(redis::ServerErrorKind::ClusterDown),
+                "no master of the Redis Cluster serves the key's slot",
+            ))),
+        }
+    }
+
+    /// A connection for `key` in place of `broken`, after a call on it failed: its master
+    /// may have changed, so the map is read again.
+    pub async fn replace(&self, key: &str, broken: &Link) -> RedisResult<Link> {
+        let seen = self.refreshes.load(Ordering::Acquire);
+        broken.close();
+        self.refresh(seen).await?;
+        self.link(key).await
+    }
+
+    /// Where to send `key`'s command that Redis answered with `err`, if anywhere.
+    pub async fn redirect(&self, key: &str, err: &RedisError) -> Option<Redirect> {
+        let seen = self.refreshes.load(Ordering::Acquire);
+        if let Some((address, _slot)) = err.redirect_node() {
+            let asking = err.kind() == ErrorKind::Server(redis::ServerErrorKind::Ask);
+            if !asking {
+                // The slot moved for good (resharding, failover): others did too.
+                self.refresh(seen).await.ok()?;
+            }
+            let link = self.node(address)?.next().await.ok()?;
+            return Some(Redirect { link, asking });
+        }
+        if err.kind() == ErrorKind::Server(redis::ServerErrorKind::ReadOnly) {
+            self.refresh(seen).await.ok()?;
+            let link = self.link(key).await.ok()?;
+            return Some(Redirect {
+                link,
+                asking: false,
+            });
+        }
+        None
+    }
+
+    fn master(&self, slot: u16) -> Option<Arc<Node>> {
+        let map = self.map.load();
+        let map = map.as_ref()?;
+        let index = map.master_of[usize::from(slot)];
+        map.masters.get(usize::from(index)).cloned()
+    }
+
+    /// The node at `address` (`host:port`), made if new.
+    fn node(&self, address: &str) -> Option<Arc<Node>> {
+        let mut nodes = self.nodes.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(node) = nodes.get(address) {
+            return Some(node.clone());
+        }
+        let (host, port) = address.rsplit_once(':')?;
+        let seed = &self.seeds[0];
+        let info = ConnectionAddr::Tcp(host.trim_matches(['[', ']']).to_owned(), port.parse().ok()?)
+            .into_connection_info()
+            .ok()?
+            .set_redis_settings(seed.info.redis_settings().clone());
+        let node = Arc::new(Node::new(Endpoint {
+            info,
+            options: seed.options.clone(),
+        }));
+        nodes.insert(address.to_owned(), node.clone());
+        Some(node)
+    }
+
+    /// Reads the slot map again, unless a refresh ended since the caller saw `seen`.
+    async fn refresh(&self, seen: u64) -> RedisResult<()> {
+        let _refreshing = self.refreshing.lock().await;
+        if self.refreshes.load(Ordering::Acquire) != seen {
+            return Ok(());
+        }
+        let known = self.map.load_full();
+        let masters = known.iter().flat_map(|map| map.masters.iter());
+        let candidates = masters
+            .map(|node| node.endpoint().clone())
+            .chain(self.seeds.iter().cloned());
+        let mut failure = None;
+        for endpoint in candidates {
+            let asked = match endpoint.info.addr() {
+                ConnectionAddr::Tcp(host, _) => host.clone(),
+                _ => continue,
+            };
+            let reply = endpoint
+                .query_once(redis::cmd("CLUSTER").arg("SLOTS"))
+                .await
+                .and_then(|reply| self.read_map(reply, &asked));
+            match reply {
+                Ok(map) => {
+                    self.map.store(Some(Arc::new(map)));
+                    self.refreshes.fetch_add(1, Ordering::AcqRel);
+                    return Ok(());
+                }
+                Err(err) => failure = Some(err),
+            }
+        }
+        Err(failure.unwrap_or_else(|| {
+            RedisError::from((ErrorKind::Io, "no node of the Redis Cluster answered"))
+        }))
+    }
+
+    /// The map in a `CLUSTER SLOTS` reply from the node at `asked`: entries
+    /// `[first, last, [host, port, …], replicas…]`, an empty host meaning `asked`.
+    fn read_map(&self, reply: Value, asked: &str) -> RedisResult<SlotMap> {
+        let malformed = || {
+            RedisError::from((
+                ErrorKind::UnexpectedReturnType,
+                "the Redis Cluster answered CLUSTER SLOTS with something unexpected",
+            ))
+        };
+        let Value::Array(ranges) = reply else {
+            return Err(malformed());
+        };
+        let mut masters: Vec<Arc<Node>> = Vec::new();
+        let mut master_of = vec![UNSERVED; SLOTS].into_boxed_slice();
+        for range in ranges {
+            let Value::Array(range) = range else {
+                return Err(malformed());
+            };
+            let [Value::Int(first), Value::Int(last), Value::Array(master), ..] = &range[..] else {
+                return Err(malformed());
+            };
+            let [host, Value::Int(port), ..] = &master[..] else {
+                return Err(malformed());
+            };
+            let host = match host {
+                Value::BulkString(host) => String::from_utf8_lossy(host).into_owned(),
+                Value::SimpleString(host) => host.clone(),
+                _ => return Err(malformed()),
+            };
+            // "?" : the node does not know how to reach it (yet).
+            if host == "?" {
+                continue;
+            }
+            let host = if host.is_empty() { asked } else { &host };
+            let node = self.node(&format!("{host}:{port}")).ok_or_else(malformed)?;
+            let index = match masters.iter().position(|known| Arc::ptr_eq(known, &node)) {
+                Some(index) => index,
+                None => {
+                    masters.push(node);
+                    masters.len() - 1
+                }
+            };
+            let slots = usize::try_from(*first).map_err(|_| malformed())?
+                ..=usize::try_from(*last).map_err(|_| malformed())?;
+            for slot in master_of.get_mut(slots).ok_or_else(malformed)? {
+                *slot = index as u16;
+            }
+        }
+        Ok(SlotMap { masters, master_of })
+    }
+}
+
+/// The hash slot of `key`: of its hash tag (the text between the first `{` and the next
+/// `}`, when not empty) or else of the whole key.
+fn slot(key: &[u8]) -> u16 {
+    let tag = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            let close = rest.iter().position(|&b| b == b'}')?;
+            (close > 0).then(|| &rest[..close])
+        })
+        .unwrap_or(key);
+    crc16::State::<crc16::XMODEM>::calculate(tag) % SLOTS as u16
+}
+
+#[cfg(test)]
+mod tests {
+    use super::slot;
+
+    #[test]
+    fn slots_are_redis_clusters() {
+        // From `CLUSTER KEYSLOT` on a real server.
+        assert_eq!(slot(b"foo"), 12182);
+        assert_eq!(slot(b"somekey"), 11058);
+        assert_eq!(slot(b"{user1000}.following"), slot(b"user1000"));
+        assert_eq!(slot(b"foo{{bar}}zap"), slot(b"{bar"));
+    }
+}

@@ -1,0 +1,245 @@
+//! Sentinel: checks go to the master that the sentinels name, and follow it when they
+//! fail it over.
+//!
+//! After a failover the old master keeps accepting writes until the sentinels demote it
+//! (10-20 s), and what it counts then is lost: so the limiter moves at once.
+//! - A thread of the backend's own subscribes to a sentinel's `+switch-master`
+//!   notifications (the next sentinel when one goes away) and moves checks to the new
+//!   master as soon as one arrives, asking again after each (re)subscription in case one
+//!   was missed. No check ever waits on that thread.
+//! - The master is also asked for again when it answers `READONLY`, refuses connections or
+//!   breaks one; calls that need that at once share one question.
+//! - Moving swaps the master for the checks that start after; those already sent finish on
+//!   the connection they were sent on.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+use futures_util::StreamExt;
+use redis::{
+    ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisConnectionInfo, RedisError, RedisResult,
+    ServerErrorKind, Value,
+};
+
+use super::connection::{Endpoint, Link, Node, Options};
+
+/// How long the watcher waits before trying the next sentinel.
+const RESUBSCRIBE_AFTER: Duration = Duration::from_millis(200);
+
+pub(super) struct Sentinel {
+    shared: Arc<Shared>,
+    /// Set once the watcher thread has started.
+    watching: OnceLock<()>,
+}
+
+struct Shared {
+    sentinels: Vec<Endpoint>,
+    master_name: Box<str>,
+    /// Credentials and database for the master.
+    settings: RedisConnectionInfo,
+    options: Arc<Options>,
+    master: ArcSwapOption<Node>,
+    /// Held by the question to the sentinels under way.
+    resolving: tokio::sync::Mutex<()>,
+    /// How many times the master was asked for: a call that saw this count before it
+    /// failed asks only if no other call asked since.
+    resolves: AtomicU64,
+}
+
+impl Sentinel {
+    pub fn new(
+        sentinels: Vec<Endpoint>,
+        master_name: Box<str>,
+        settings: RedisConnectionInfo,
+        options: Arc<Options>,
+    ) -> Sentinel {
+        Sentinel {
+            shared: Arc::new(Shared {
+                sentinels,
+                master_name,
+                settings,
+                options,
+                master: ArcSwapOption::empty(),
+                resolving: tokio::sync::Mutex::new(()),
+                resolves: AtomicU64::new(0),
+            }),
+            watching: OnceLock::new(),
+        }
+    }
+
+    /// A connection to the master. The first call asks the sentinels for it; a master that
+    /// cannot be reached is asked for again, once.
+    pub async fn link(&self) -> RedisResult<Link> {
+        self.watching.get_or_init(|| watch(Arc::downgrade(&self.shared)));
+        let shared = &self.shared;
+        let seen = shared.resolves.load(Ordering::Acquire);
+        if let Some(node) = shared.master.load_full() {
+            match node.next().await {
+                Err(err) if err.kind() == ErrorKind::Io => {}
+                link => return link,
+            }
+        }
+        shared.resolve(seen).await?;
+        match shared.master.load_full() {
+            Some(node) => node.next().await,
+            None => Err(RedisError::from((ErrorKind::Io, "no master is known"))),
+        }
+    }
+
+    /// A connection in place of `broken`, after a call on it failed: the master may have
+    /// changed.
+    pub async fn replace(&self, broken: &Link) -> RedisResult<Link> {
+        let seen = self.shared.resolves.load(Ordering::Acquire);
+        broken.close();
+        self.shared.resolve(seen).await?;
+        self.link().await
+    }
+
+    /// After a `READONLY` answer (the master was demoted): a connection to the new one.
+    pub async fn redirect(&self, err: &RedisError) -> Option<Link> {
+        if err.kind() != ErrorKind::Server(ServerErrorKind::ReadOnly) {
+            return None;
+        }
+        let seen = self.shared.resolves.load(Ordering::Acquire);
+        self.shared.resolve(seen).await.ok()?;
+        self.link().await.ok()
+    }
+}
+
+impl Shared {
+    /// Asks the sentinels for the master, unless another call asked since `seen`.
+    async fn resolve(&self, seen: u64) -> RedisResult<()> {
+        let _resolving = self.resolving.lock().await;
+        if self.resolves.load(Ordering::Acquire) != seen {
+            return Ok(());
+        }
+        let mut failure = None;
+        for sentinel in &self.sentinels {
+            let mut ask = redis::cmd("SENTINEL");
+            ask.arg("get-master-addr-by-name").arg(&*self.master_name);
+            match sentinel.query_once(&ask).await {
+                Ok(Value::Array(address)) => {
+                    if let [host, port] = &address[..] {
+                        let host: String = redis::from_redis_value(host.clone())?;
+                        let port: u16 = redis::from_redis_value(port.clone())?;
+                        self.move_to(&host, port)?;
+                        self.resolves.fetch_add(1, Ordering::AcqRel);
+                        return Ok(());
+                    }
+                }
+                Ok(_) => {
+                    failure = Some(RedisError::from((
+                        ErrorKind::InvalidClientConfig,
+                        "the sentinels do not know the master named in the URL",
+                        self.master_name.to_string(),
+                    )))
+                }
+                Err(err) => failure = Some(err),
+            }
+        }
+        Err(failure
+            .unwrap_or_else(|| RedisError::from((ErrorKind::Io, "no sentinel answered"))))
+    }
+
+    /// Sends checks to the master at `host:port` from now on.
+    fn move_to(&self, host: &str, port: u16) -> RedisResult<()> {
+        let current = self.master.load();
+        if let Some(node) = current.as_ref() {
+            if let ConnectionAddr::Tcp(h, p) = node.endpoint().info.addr() {
+                if h == host && *p == port {
+                    return Ok(());
+                }
+            }
+        }
+        let info = ConnectionAddr::Tcp(host.to_owned(), port)
+            .into_connection_info()?
+            .set_redis_settings(self.settings.clone());
+        let node = Node::new(Endpoint {
+            info,
+            options: self.options.clone(),
+        });
+        self.master.store(Some(Arc::new(node)));
+        tracing::info!(
+            master = %self.master_name,
+            address = %format_args!("{host}:{port}"),
+            "rate limiting follows the sentinels to a new master"
+        );
+        Ok(())
+    }
+}
+
+/// Starts the thread that follows `+switch-master`; it ends within a second of the
+/// backend being dropped.
+fn watch(shared: Weak<Shared>) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build();
+    let Ok(runtime) = runtime else {
+        tracing::warn!("cannot start the sentinel watcher; failovers are followed on errors only");
+        return;
+    };
+    let spawned = std::thread::Builder::new()
+        .name("ratelimit-sentinel".into())
+        .spawn(move || runtime.block_on(follow(shared)));
+    if let Err(err) = spawned {
+        tracing::warn!(%err, "cannot start the sentinel watcher; failovers are followed on errors only");
+    }
+}
+
+async fn follow(shared: Weak<Shared>) {
+    for turn in 0.. {
+        let Some(strong) = shared.upgrade() else {
+            return;
+        };
+        let sentinel = strong.sentinels[turn % strong.sentinels.len()].clone();
+        let master_name = strong.master_name.clone();
+        drop(strong);
+        if let Err(err) = listen(&shared, &sentinel, &master_name).await {
+            tracing::debug!(%err, "lost the sentinel's notifications; trying the next one");
+        }
+        tokio::time::sleep(RESUBSCRIBE_AFTER).await;
+    }
+}
+
+/// Follows one sentinel's `+switch-master` notifications until its connection ends or the
+/// backend is dropped.
+async fn listen(shared: &Weak<Shared>, sentinel: &Endpoint, master_name: &str) -> RedisResult<()> {
+    let mut subscriber = sentinel.subscriber().await?;
+    subscriber.subscribe("+switch-master").await?;
+    // A switch may have happened while nobody listened.
+    match shared.upgrade() {
+        Some(shared) => {
+            let seen = shared.resolves.load(Ordering::Acquire);
+            shared.resolve(seen).await?;
+        }
+        None => return Ok(()),
+    }
+    let mut messages = subscriber.on_message();
+    loop {
+        let message = tokio::time::timeout(Duration::from_secs(1), messages.next()).await;
+        let Some(shared) = shared.upgrade() else {
+            return Ok(());
+        };
+        match message {
+            // Timed out: only to notice a dropped backend.
+            Err(_) => continue,
+            Ok(None) => {
+                return Err(RedisError::from((ErrorKind::Io, "the sentinel closed the connection")))
+            }
+            Ok(Some(message)) => {
+                // `<master name> <old ip> <old port> <new ip> <new port>`
+                let payload: String = message.get_payload()?;
+                let fields: Vec<&str> = payload.split(' ').collect();
+                if let [name, _, _, host, port] = fields[..] {
+                    if name == master_name {
+                        if let Ok(port) = port.parse() {
+                            shared.move_to(host, port)?;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
