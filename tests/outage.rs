@@ -4,8 +4,10 @@
 
 mod support;
 
-use std::io::Read;
-use std::net::TcpListener;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis_ratelimit::{BackendErrorKind, Breaker, Limiter, Rule};
@@ -32,6 +34,40 @@ fn black_hole() -> String {
         }
     });
     format!("redis://127.0.0.1:{port}/")
+}
+
+/// A TCP proxy on loopback to the Redis on `port`, whose connections can be frozen: a
+/// frozen connection stays open but passes nothing on, as a half-open connection (a peer
+/// that vanished, a dropped route) looks to a client. Connections made after a freeze work.
+/// Returns the proxy's URL and the freeze counter: add one to freeze.
+fn freezing_proxy(port: u16) -> (String, Arc<AtomicU64>) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+    let url = format!("redis://127.0.0.1:{}/", listener.local_addr().unwrap().port());
+    let freezes = Arc::new(AtomicU64::new(0));
+    let counter = freezes.clone();
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten().take(64) {
+            let born = freezes.load(Ordering::SeqCst);
+            let server = TcpStream::connect(("127.0.0.1", port)).expect("reach redis-server");
+            let directions = [
+                (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                (server, client),
+            ];
+            for (mut from, mut to) in directions {
+                let freezes = freezes.clone();
+                std::thread::spawn(move || {
+                    let mut buffer = [0u8; 4096];
+                    while let Ok(n @ 1..) = from.read(&mut buffer) {
+                        let live = freezes.load(Ordering::SeqCst) == born;
+                        if live && to.write_all(&buffer[..n]).is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        }
+    });
+    (url, counter)
 }
 
 fn evalsha_calls(server: &RedisServer) -> u64 {
@@ -74,6 +110,67 @@ async fn a_black_holed_redis_costs_microseconds_once_the_breaker_opens() {
         fast_failures >= checks - 10,
         "{fast_failures} fast failures"
     );
+}
+
+#[tokio::test]
+async fn a_connection_that_stops_answering_is_made_anew_after_three_timeouts() {
+    let server = RedisServer::start();
+    let (url, freezes) = freezing_proxy(server.port());
+    let limiter = Limiter::redis(&url)
+        .unwrap()
+        .timeout(TIMEOUT)
+        .breaker(Breaker::never());
+    const MANY: [Rule; 1] = [Rule::new(1000, Duration::from_secs(60))];
+    // Both of this runtime's connections are made and work.
+    for _ in 0..4 {
+        assert!(limiter.check("k", &MANY).await.unwrap().allowed);
+    }
+    freezes.fetch_add(1, Ordering::SeqCst);
+    // Each connection is given up after its third unanswered call: at most six checks
+    // time out, then checks are answered on new connections.
+    let mut timeouts = 0;
+    loop {
+        match limiter.check("k", &MANY).await {
+            Ok(decision) => {
+                assert!(decision.allowed);
+                break;
+            }
+            Err(err) => {
+                assert_eq!(err.kind(), BackendErrorKind::Timeout, "{err}");
+                timeouts += 1;
+                assert!(timeouts <= 6, "still timing out after {timeouts} checks");
+            }
+        }
+    }
+    assert!(timeouts >= 1);
+}
+
+#[tokio::test]
+async fn a_password_refused_at_connect_is_tried_again_at_the_next_check() {
+    let server = RedisServer::start();
+    let mut admin = server.connection();
+    let set_password = |admin: &mut redis::Connection, password: &str| {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("requirepass")
+            .arg(password)
+            .query::<()>(admin)
+            .unwrap();
+    };
+    set_password(&mut admin, "old-secret");
+    let url = format!("redis://:new-secret@127.0.0.1:{}/", server.port());
+    let limiter = Limiter::redis(&url)
+        .unwrap()
+        .timeout(TIMEOUT)
+        .breaker(Breaker::never());
+    let err = limiter.check("k", &FIVE_PER_MINUTE).await.unwrap_err();
+    assert_eq!(err.kind(), BackendErrorKind::Misconfigured, "{err}");
+    assert!(err.to_string().contains("password"), "{err}");
+    assert!(!err.to_string().contains("new-secret"), "{err}");
+
+    // The operator fixes the password: no restart needed.
+    set_password(&mut admin, "new-secret");
+    assert!(limiter.check("k", &FIVE_PER_MINUTE).await.unwrap().allowed);
 }
 
 #[tokio::test]
