@@ -2,6 +2,8 @@
 //! the test itself.
 #![allow(dead_code)] // each test binary uses a different part of this module
 
+pub mod tls;
+
 use std::collections::hash_map::RandomState;
 use std::ffi::OsStr;
 use std::future::Future;
