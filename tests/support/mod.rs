@@ -2,6 +2,7 @@
 //! the test itself.
 #![allow(dead_code)] // each test binary uses a different part of this module
 
+pub mod cluster;
 pub mod tls;
 
 use std::collections::hash_map::RandomState;
