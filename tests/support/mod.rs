@@ -2,18 +2,25 @@
 //! the test itself.
 #![allow(dead_code)] // each test binary uses a different part of this module
 
+pub mod cluster;
+pub mod tls;
+
+use std::collections::hash_map::RandomState;
+use std::ffi::OsStr;
 use std::future::Future;
+use std::hash::{BuildHasher, Hasher};
 use std::net::TcpListener;
+use std::ops::Deref;
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// A `redis-server` child process bound to 127.0.0.1 on a port of its own; killed on drop.
 pub struct RedisServer {
-    child: Option<Child>,
+    process: Option<RedisProcess>,
     port: u16,
-    dir: PathBuf,
+    dir: ScratchDir,
 }
 
 impl RedisServer {
@@ -21,15 +28,10 @@ impl RedisServer {
     /// installed: these tests never pass without a real Redis.
     pub fn start() -> RedisServer {
         let port = free_port();
-        let dir = std::env::temp_dir().join(format!(
-            "redis-ratelimit-test-{}-{port}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir).expect("create the redis-server working directory");
         let mut server = RedisServer {
-            child: None,
+            process: None,
             port,
-            dir,
+            dir: ScratchDir::new(&port.to_string()),
         };
         server.spawn();
         server
@@ -46,17 +48,12 @@ impl RedisServer {
 
     /// A plain synchronous connection, for inspecting and disturbing the server.
     pub fn connection(&self) -> redis::Connection {
-        redis::Client::open(self.url())
-            .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
-            .expect("connect to the test redis-server")
+        connect(self.port)
     }
 
     /// Kills the server (as a crash would) and waits until it is gone.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.process = None;
     }
 
     /// Starts the server again on the same port, empty.
@@ -66,66 +63,206 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) {
-        let mut command = Command::new("redis-server");
-        command
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .arg("--dir")
-            .arg(&self.dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
-        // If the test process dies without dropping us (abort, timeout kill), take the
-        // server down with it instead of leaking it.
-        // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
-        unsafe {
-            command.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
-        let child = command.spawn().unwrap_or_else(|e| {
-            panic!(
-                "cannot start redis-server ({e}). These tests need a real Redis: install it \
-                     (Debian: apt-get install -y redis-server) or run scripts/test, which does."
-            )
-        });
-        self.child = Some(child);
-        self.wait_until_ready();
-    }
-
-    fn wait_until_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let ping = redis::Client::open(self.url())
-                .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(200)))
-                .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
-            if ping.is_ok() {
-                return;
-            }
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                panic!(
-                    "redis-server on port {} exited at start: {status}",
-                    self.port
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "redis-server on port {} did not become ready within 10s",
-                self.port
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let mut process = RedisProcess::spawn_node(self.port, &self.dir, &[]);
+        process.wait_until_ready();
+        self.process = Some(process);
     }
 }
 
-impl Drop for RedisServer {
+/// One `redis-server` child (a data node or a sentinel) listening on 127.0.0.1:`port`,
+/// SIGKILLed on drop. It also dies with the thread that spawned it (`PR_SET_PDEATHSIG`), so a
+/// test that aborts leaks no server: start servers from the test's own thread, not from
+/// one that ends before the test does (`spawn_blocking`).
+pub struct RedisProcess {
+    child: Child,
+    port: u16,
+}
+
+impl RedisProcess {
+    /// `redis-server <args>`, where `args` make it listen on 127.0.0.1:`port`. Returns at
+    /// once: spawn several, then [`wait_until_ready`](Self::wait_until_ready) on each, and
+    /// they boot in parallel.
+    pub fn spawn(port: u16, args: impl IntoIterator<Item = impl AsRef<OsStr>>) -> RedisProcess {
+        let mut command = Command::new("redis-server");
+        command
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        RedisProcess {
+            child: spawn_dying_with_test(&mut command),
+            port,
+        }
+    }
+
+    /// A data node on 127.0.0.1:`port` that persists nothing, working in `dir` (created
+    /// if missing), with `extra` arguments; spawned as [`spawn`](Self::spawn) is.
+    pub fn spawn_node(port: u16, dir: &Path, extra: &[&str]) -> RedisProcess {
+        std::fs::create_dir_all(dir)
+            .unwrap_or_else(|e| panic!("create the redis-server directory {}: {e}", dir.display()));
+        let port_arg = port.to_string();
+        let mut args = [
+            "--port",
+            &port_arg,
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+            "--dir",
+        ]
+        .map(OsStr::new)
+        .to_vec();
+        args.push(dir.as_os_str());
+        args.extend(extra.iter().map(OsStr::new));
+        RedisProcess::spawn(port, args)
+    }
+
+    /// Waits until the server answers PING; panics if it exits or is not up within 10 s.
+    pub fn wait_until_ready(&mut self) {
+        let port = self.port;
+        wait_until(
+            &format!("redis-server on port {port} to answer PING"),
+            Duration::from_secs(10),
+            || {
+                if let Ok(Some(status)) = self.child.try_wait() {
+                    panic!("redis-server on port {port} exited at start: {status}");
+                }
+                query::<String>(port, &redis::cmd("PING"))
+            },
+        );
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+}
+
+impl Drop for RedisProcess {
     fn drop(&mut self) {
-        self.kill();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Spawns `command` (a Redis tool) so that the kernel kills it if the spawning thread dies
+/// without cleaning up (abort, timeout kill).
+pub fn spawn_dying_with_test(command: &mut Command) -> Child {
+    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        command.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    command.spawn().unwrap_or_else(|e| {
+        panic!(
+            "cannot start {:?} ({e}). These tests need a real Redis: install it \
+                 (Debian: apt-get install -y redis-server) or run scripts/test, which does.",
+            command.get_program()
+        )
+    })
+}
+
+/// Polls `ready` until it returns `Ok`, first every 10 ms, then less often (up to every
+/// 100 ms: long waits need not open hundreds of connections a second); after `timeout`
+/// panics, saying what was awaited and the last answer, so a topology that never settles
+/// fails with its state.
+pub fn wait_until<T>(
+    what: &str,
+    timeout: Duration,
+    mut ready: impl FnMut() -> Result<T, String>,
+) -> T {
+    let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_millis(10);
+    loop {
+        match ready() {
+            Ok(value) => return value,
+            Err(last) if Instant::now() >= deadline => {
+                panic!("timed out after {timeout:?} waiting for {what}; last: {last}")
+            }
+            Err(_) => std::thread::sleep(pause),
+        }
+        pause = (pause * 3 / 2).min(Duration::from_millis(100));
+    }
+}
+
+/// A plain synchronous connection to the server on 127.0.0.1:`port`.
+pub fn connect(port: u16) -> redis::Connection {
+    redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+        .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
+        .unwrap_or_else(|e| panic!("connect to the test redis-server on port {port}: {e}"))
+}
+
+/// A connection for one poll of the node at 127.0.0.1:`port`, with 1 s timeouts so that a
+/// stuck or dead node fails the poll instead of hanging it. Errors name the port.
+pub fn poll_connection(port: u16) -> Result<redis::Connection, String> {
+    let timeout = Some(Duration::from_secs(1));
+    redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+        .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(1)))
+        .and_then(|con| {
+            con.set_read_timeout(timeout)?;
+            con.set_write_timeout(timeout)?;
+            Ok(con)
+        })
+        .map_err(|e| format!("port {port}: {e}"))
+}
+
+/// `cmd` on a [`poll_connection`] to `port`.
+pub fn query<T: redis::FromRedisValue>(port: u16, cmd: &redis::Cmd) -> Result<T, String> {
+    cmd.query(&mut poll_connection(port)?)
+        .map_err(|e| format!("port {port}: {e}"))
+}
+
+/// `field`'s value in INFO-style text (`field:value` lines).
+pub fn info_field<'a>(text: &'a str, field: &str) -> Option<&'a str> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .map(str::trim)
+}
+
+/// `Ok` once the node on `port` is a replica whose link to its master is up (synced).
+pub fn replica_in_sync(port: u16) -> Result<(), String> {
+    let info: String = query(port, redis::cmd("INFO").arg("replication"))?;
+    match (
+        info_field(&info, "role"),
+        info_field(&info, "master_link_status"),
+    ) {
+        (Some("slave"), Some("up")) => Ok(()),
+        (role, link) => Err(format!("port {port}: role {role:?}, master link {link:?}")),
+    }
+}
+
+/// A directory of its own under the system temp dir, emptied when made (a crashed run
+/// with the same pid may have left files: a stale cluster config would be loaded) and
+/// removed on drop.
+pub struct ScratchDir(PathBuf);
+
+impl ScratchDir {
+    pub fn new(name: &str) -> ScratchDir {
+        let dir = std::env::temp_dir().join(format!(
+            "redis-ratelimit-test-{}-{name}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)
+            .unwrap_or_else(|e| panic!("create the test directory {}: {e}", dir.display()));
+        ScratchDir(dir)
+    }
+}
+
+impl Deref for ScratchDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -135,6 +272,41 @@ pub fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .expect("find a free loopback port")
         .port()
+}
+
+/// `n` distinct loopback ports that were free a moment ago, each with `port + offset` free
+/// too (a cluster node's bus port is its port + 10000; 0 asks for nothing more). They lie
+/// below Linux's ephemeral range (32768 and up), so no outgoing connection can take one
+/// before the server binds it, and each is held until all are found, so none comes twice.
+pub fn free_ports(n: usize, offset: u16) -> Vec<u16> {
+    const LOWEST: u16 = 10_000;
+    const EPHEMERAL: u16 = 32_768;
+    let span = u64::from(EPHEMERAL - offset - LOWEST);
+    let mut random = RandomState::new().build_hasher().finish();
+    let mut held = Vec::new();
+    for _ in 0..1000 {
+        if held.len() == n {
+            break;
+        }
+        random = random
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let port = LOWEST + ((random >> 33) % span) as u16;
+        let bind = |port: u16| TcpListener::bind(("127.0.0.1", port));
+        let listeners = match offset {
+            0 => bind(port).map(|l| vec![l]),
+            _ => bind(port).and_then(|l| Ok(vec![l, bind(port + offset)?])),
+        };
+        if let Ok(listeners) = listeners {
+            held.push((port, listeners));
+        }
+    }
+    assert_eq!(
+        held.len(),
+        n,
+        "too few free loopback ports (offset {offset})"
+    );
+    held.into_iter().map(|(port, _)| port).collect()
 }
 
 tokio::task_local! {
