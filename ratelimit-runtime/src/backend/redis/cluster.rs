@@ -123,10 +123,11 @@ impl Cluster {
         }
         let (host, port) = address.rsplit_once(':')?;
         let seed = &self.seeds[0];
-        let info = ConnectionAddr::Tcp(host.trim_matches(['[', ']']).to_owned(), port.parse().ok()?)
-            .into_connection_info()
-            .ok()?
-            .set_redis_settings(seed.info.redis_settings().clone());
+        let info =
+            ConnectionAddr::Tcp(host.trim_matches(['[', ']']).to_owned(), port.parse().ok()?)
+                .into_connection_info()
+                .ok()?
+                .set_redis_settings(seed.info.redis_settings().clone());
         let node = Arc::new(Node::new(Endpoint {
             info,
             options: seed.options.clone(),

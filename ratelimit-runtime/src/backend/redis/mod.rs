@@ -140,7 +140,12 @@ impl RedisBackend {
     /// Sends `command` on `key`'s server. Sends it again where Redis redirects it (it did
     /// not run), and once on a new connection when the first one broke and either the
     /// command did not run or running it twice counts it once (`rerun_is_harmless`).
-    async fn send(&self, key: &str, command: &Cmd, rerun_is_harmless: bool) -> Result<Value, Failure> {
+    async fn send(
+        &self,
+        key: &str,
+        command: &Cmd,
+        rerun_is_harmless: bool,
+    ) -> Result<Value, Failure> {
         let mut link = self.topology.link(key).await.map_err(Failure::Redis)?;
         let (mut asking, mut resent) = (false, false);
         for _ in 0..MAX_REDIRECTS {

@@ -72,7 +72,8 @@ impl Sentinel {
     /// A connection to the master. The first call asks the sentinels for it; a master that
     /// cannot be reached is asked for again, once.
     pub async fn link(&self) -> RedisResult<Link> {
-        self.watching.get_or_init(|| watch(Arc::downgrade(&self.shared)));
+        self.watching
+            .get_or_init(|| watch(Arc::downgrade(&self.shared)));
         let shared = &self.shared;
         let seen = shared.resolves.load(Ordering::Acquire);
         if let Some(node) = shared.master.load_full() {
@@ -139,8 +140,7 @@ impl Shared {
                 Err(err) => failure = Some(err),
             }
         }
-        Err(failure
-            .unwrap_or_else(|| RedisError::from((ErrorKind::Io, "no sentinel answered"))))
+        Err(failure.unwrap_or_else(|| RedisError::from((ErrorKind::Io, "no sentinel answered"))))
     }
 
     /// Sends checks to the master at `host:port` from now on.
@@ -226,7 +226,10 @@ async fn listen(shared: &Weak<Shared>, sentinel: &Endpoint, master_name: &str) -
             // Timed out: only to notice a dropped backend.
             Err(_) => continue,
             Ok(None) => {
-                return Err(RedisError::from((ErrorKind::Io, "the sentinel closed the connection")))
+                return Err(RedisError::from((
+                    ErrorKind::Io,
+                    "the sentinel closed the connection",
+                )))
             }
             Ok(Some(message)) => {
                 // `<master name> <old ip> <old port> <new ip> <new port>`

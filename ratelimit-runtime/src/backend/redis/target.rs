@@ -95,7 +95,11 @@ fn sentinel(rest: &str, tls: bool) -> Result<Target, ConfigError> {
         .redis_settings()
         .clone();
     // The credentials are the master's; sentinels are asked without.
-    let sentinels = Parts { user: "", ..parts.clone() }.servers("")?;
+    let sentinels = Parts {
+        user: "",
+        ..parts.clone()
+    }
+    .servers("")?;
     Ok(Target {
         shown: format!(
             "master `{master_name}` (sentinels {})",
@@ -150,7 +154,9 @@ fn server(url: &str) -> Result<ConnectionInfo, ConfigError> {
 }
 
 fn invalid(why: &str) -> ConfigError {
-    ConfigError::new(format!("invalid Redis URL ({why}); expected {ACCEPTED_URLS}"))
+    ConfigError::new(format!(
+        "invalid Redis URL ({why}); expected {ACCEPTED_URLS}"
+    ))
 }
 
 /// Whether `s` looks like a URL scheme, and so is safe to quote back (it holds no password).
@@ -197,7 +203,10 @@ mod tests {
         assert_eq!(seeds.len(), 2);
         assert_eq!(seeds[1].addr().to_string(), "10.0.0.2:7001");
         assert_eq!(seeds[1].redis_settings().password(), Some("pw"));
-        assert_eq!(&*cluster.shown, "the Redis Cluster at 10.0.0.1:7000,10.0.0.2:7001");
+        assert_eq!(
+            &*cluster.shown,
+            "the Redis Cluster at 10.0.0.1:7000,10.0.0.2:7001"
+        );
 
         let sentinel = parse("redis+sentinel://u:pw@127.0.0.1:26379,h:26380/main/3").unwrap();
         let Layout::Sentinel {
@@ -211,7 +220,10 @@ mod tests {
         assert_eq!(sentinels.len(), 2);
         assert_eq!(sentinels[0].redis_settings().password(), None);
         assert_eq!(&**master_name, "main");
-        assert_eq!((master.username(), master.password()), (Some("u"), Some("pw")));
+        assert_eq!(
+            (master.username(), master.password()),
+            (Some("u"), Some("pw"))
+        );
         assert_eq!(master.db(), 3);
     }
 
@@ -219,7 +231,13 @@ mod tests {
     fn other_schemes_are_rejected_with_the_accepted_forms() {
         let message = config_error("http://user:hunter2@127.0.0.1:6379");
         assert!(message.contains("`http://`"), "{message}");
-        for form in ["redis://", "rediss://", "redis+cluster://", "redis+sentinel://", "unix://"] {
+        for form in [
+            "redis://",
+            "rediss://",
+            "redis+cluster://",
+            "redis+sentinel://",
+            "unix://",
+        ] {
             assert!(message.contains(form), "{message}");
         }
         assert!(!message.contains("hunter2"), "{message}");

@@ -27,9 +27,8 @@ impl Tls {
     pub fn trust(&self, pem: &[u8]) -> Result<(), ConfigError> {
         let mut roots = RootCertStore::empty();
         for cert in CertificateDer::pem_slice_iter(pem) {
-            let cert = cert.map_err(|e| {
-                ConfigError::new(format!("the TLS CA is not readable PEM: {e}"))
-            })?;
+            let cert =
+                cert.map_err(|e| ConfigError::new(format!("the TLS CA is not readable PEM: {e}")))?;
             roots.add(cert).map_err(|e| {
                 ConfigError::new(format!("the TLS CA holds an unusable certificate: {e}"))
             })?;
@@ -60,16 +59,18 @@ impl Tls {
         TlsConnector::from(config)
             .connect(name, tcp)
             .await
-            .map_err(|e| match e.get_ref().and_then(|e| e.downcast_ref::<rustls::Error>()) {
-                // Trying again cannot help: say what to change.
-                Some(rustls::Error::InvalidCertificate(why)) => RedisError::from((
-                    ErrorKind::InvalidClientConfig,
-                    "the Redis server's TLS certificate is not trusted; for a private CA pass \
+            .map_err(
+                |e| match e.get_ref().and_then(|e| e.downcast_ref::<rustls::Error>()) {
+                    // Trying again cannot help: say what to change.
+                    Some(rustls::Error::InvalidCertificate(why)) => RedisError::from((
+                        ErrorKind::InvalidClientConfig,
+                        "the Redis server's TLS certificate is not trusted; for a private CA pass \
                      it with `Limiter::with_tls_ca`",
-                    format!("{host}: {why:?}"),
-                )),
-                _ => e.into(),
-            })
+                        format!("{host}: {why:?}"),
+                    )),
+                    _ => e.into(),
+                },
+            )
     }
 }
 
