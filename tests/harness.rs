@@ -1,5 +1,5 @@
 //! The test topologies themselves behave as their docs say: a TLS port that speaks only
-//! TLS, a cluster that routes and fails over.
+//! TLS, a cluster that routes and fails over, sentinels that fail over.
 
 mod support;
 
@@ -9,8 +9,9 @@ use std::net::TcpStream;
 use std::process::Command;
 use std::time::Duration;
 use support::cluster::RedisCluster;
+use support::sentinel::RedisSentinels;
 use support::tls::TlsRedisServer;
-use support::{wait_until, ScratchDir};
+use support::{info_field, wait_until, ScratchDir};
 
 fn port_of(url: &str) -> u16 {
     let authority = url.split("://").nth(1).unwrap().trim_end_matches('/');
@@ -119,4 +120,55 @@ fn cluster_routes_keys_to_three_masters_and_fails_over() {
     assert_eq!(cluster.ports().len(), 5);
     cluster.wait_until_ok();
     assert_eq!(cluster.master_of(&other_key), other_replica);
+}
+
+#[test]
+fn sentinel_failover_moves_the_master_and_demotes_the_old_one() {
+    let sentinels = RedisSentinels::start();
+    let (master, replica) = (sentinels.master(), sentinels.replica());
+    assert_ne!(master, replica);
+
+    let (old, new) = sentinels.failover();
+    assert_eq!((old, new), (master, replica));
+    assert_eq!(sentinels.master(), new);
+    assert_eq!(sentinels.replica(), old);
+
+    let ports: Vec<u16> = sentinels
+        .url()
+        .trim_start_matches("redis+sentinel://")
+        .trim_end_matches(&format!("/{}", RedisSentinels::MASTER_NAME))
+        .split(',')
+        .map(|s| port_of(&format!("redis://{s}")))
+        .collect();
+    assert_eq!(ports.len(), 3);
+    for sentinel in ports {
+        wait_until(
+            "every sentinel to report the new master",
+            Duration::from_secs(10),
+            || {
+                let mut con = sentinels.connection(sentinel);
+                let (_, port): (String, u16) = redis::cmd("SENTINEL")
+                    .arg("GET-MASTER-ADDR-BY-NAME")
+                    .arg(RedisSentinels::MASTER_NAME)
+                    .query(&mut con)
+                    .unwrap();
+                (port == new).then_some(()).ok_or(format!("{port}"))
+            },
+        );
+    }
+    wait_until(
+        "the old master to replicate the new one",
+        Duration::from_secs(20),
+        || {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut sentinels.connection(old))
+                .unwrap();
+            let role = info_field(&info, "role");
+            let of = info_field(&info, "master_port");
+            (role == Some("slave") && of == Some(&new.to_string()))
+                .then_some(())
+                .ok_or(format!("role {role:?}, master_port {of:?}"))
+        },
+    );
 }

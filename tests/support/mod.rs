@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 pub mod cluster;
+pub mod sentinel;
 pub mod tls;
 
 use std::collections::hash_map::RandomState;
