@@ -42,7 +42,10 @@ fn black_hole() -> String {
 /// Returns the proxy's URL and the freeze counter: add one to freeze.
 fn freezing_proxy(port: u16) -> (String, Arc<AtomicU64>) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
-    let url = format!("redis://127.0.0.1:{}/", listener.local_addr().unwrap().port());
+    let url = format!(
+        "redis://127.0.0.1:{}/",
+        listener.local_addr().unwrap().port()
+    );
     let freezes = Arc::new(AtomicU64::new(0));
     let counter = freezes.clone();
     std::thread::spawn(move || {

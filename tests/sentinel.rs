@@ -1,0 +1,186 @@
+//! Sentinel: a real master, replica and 3 sentinels started by each test. Checks go to the
+//! master the sentinels name, and move to the new one as soon as they fail it over, while
+//! the old master still accepts writes that would be lost.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis_ratelimit::{Limiter, Rule};
+use support::sentinel::RedisSentinels;
+
+const THREE_PER_MINUTE: [Rule; 1] = [Rule::new(3, Duration::from_secs(60))];
+
+fn limiter(sentinels: &RedisSentinels) -> Limiter {
+    Limiter::redis(&sentinels.url())
+        .unwrap()
+        .fail_open(false)
+        .timeout(Duration::from_secs(1))
+}
+
+fn exists(sentinels: &RedisSentinels, port: u16, key: &str) -> bool {
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query(&mut sentinels.connection(port))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn checks_count_exactly_on_the_master_the_sentinels_name() {
+    let sentinels = RedisSentinels::start();
+    let limiter = limiter(&sentinels);
+    let mut allowed = 0;
+    for _ in 0..5 {
+        allowed += u32::from(
+            limiter
+                .check("s:k", &THREE_PER_MINUTE)
+                .await
+                .unwrap()
+                .allowed,
+        );
+    }
+    assert_eq!(allowed, 3);
+    let entries: u64 = redis::cmd("ZCARD")
+        .arg("s:k")
+        .query(&mut sentinels.connection(sentinels.master()))
+        .unwrap();
+    assert_eq!(entries, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checks_move_to_the_new_master_at_once_after_a_failover() {
+    let sentinels = RedisSentinels::start();
+    let limiter = Arc::new(limiter(&sentinels));
+    // A steady load, counting its errors.
+    let (stop, errors) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let load = tokio::spawn({
+        let (limiter, stop, errors) = (limiter.clone(), stop.clone(), errors.clone());
+        async move {
+            let mut checks = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let key = format!("load:{}", checks % 100);
+                if limiter.check(&key, &THREE_PER_MINUTE).await.is_err() {
+                    errors.fetch_add(1, Ordering::Relaxed);
+                }
+                checks += 1;
+            }
+            checks
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let (_old, new) = sentinels.failover();
+    let moved = Instant::now();
+    let mut probe = 0;
+    loop {
+        let key = format!("after:{probe}");
+        probe += 1;
+        if limiter.check(&key, &THREE_PER_MINUTE).await.is_ok() && exists(&sentinels, new, &key) {
+            break;
+        }
+        assert!(
+            moved.elapsed() < Duration::from_secs(2),
+            "checks were still not written on the new master {new} 2 s after the failover"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let took = moved.elapsed();
+
+    // From then on every check is counted on the new master, exactly.
+    for i in 0..20 {
+        let key = format!("exact:{i}");
+        let mut allowed = 0;
+        for _ in 0..4 {
+            allowed += u32::from(
+                limiter
+                    .check(&key, &THREE_PER_MINUTE)
+                    .await
+                    .unwrap()
+                    .allowed,
+            );
+        }
+        assert_eq!(allowed, 3, "{key}");
+        assert!(exists(&sentinels, new, &key), "{key} is on the new master");
+    }
+
+    stop.store(true, Ordering::Relaxed);
+    let checks = load.await.unwrap();
+    let errors = errors.load(Ordering::Relaxed);
+    assert!(checks > 100, "the load ran: {checks} checks");
+    assert!(
+        errors < 20,
+        "{errors} failed checks around the failover ({took:?} to move)"
+    );
+}
+
+/// The case that loses counts: the sentinels lose sight of the master (a partition)
+/// while the application still reaches it, and fail it over. The old master cannot be
+/// demoted while they cannot reach it, so it keeps accepting writes, and what is counted
+/// there is lost. Checks must move as soon as the sentinels announce the new master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checks_leave_a_master_the_sentinels_can_no_longer_reach() {
+    let sentinels = RedisSentinels::start();
+    let limiter = limiter(&sentinels);
+    limiter.check("warm", &THREE_PER_MINUTE).await.unwrap();
+    let old = sentinels.master();
+
+    // The partition: the master now wants a password the sentinels do not have, and their
+    // connections are cut. The limiter's connections were authenticated before: they work.
+    let mut admin = sentinels.connection(old);
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg("partitioned")
+        .query::<()>(&mut admin)
+        .unwrap();
+    let clients: String = redis::cmd("CLIENT").arg("LIST").query(&mut admin).unwrap();
+    for client in clients
+        .lines()
+        .filter(|line| line.contains(" name=sentinel-"))
+    {
+        let id = client
+            .split(' ')
+            .find_map(|field| field.strip_prefix("id="));
+        redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("ID")
+            .arg(id.expect("CLIENT LIST names each client's id"))
+            .query::<()>(&mut admin)
+            .unwrap();
+    }
+
+    let cut = Instant::now();
+    let new = loop {
+        let master = sentinels.master();
+        if master != old {
+            break master;
+        }
+        assert!(
+            cut.elapsed() < Duration::from_secs(15),
+            "the sentinels did not fail over"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let switched = Instant::now();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let old_role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut admin).unwrap();
+    assert_eq!(
+        old_role.first(),
+        Some(&redis::Value::BulkString(b"master".to_vec())),
+        "the old master still takes writes"
+    );
+    for i in 0..20 {
+        let key = format!("after:{i}");
+        limiter.check(&key, &THREE_PER_MINUTE).await.unwrap();
+        assert!(
+            exists(&sentinels, new, &key),
+            "{key} was not written on the new master {new}, {:?} after the switch",
+            switched.elapsed()
+        );
+    }
+}
