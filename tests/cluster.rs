@@ -75,6 +75,27 @@ async fn keys_spread_over_every_master_count_exactly() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checks_over_tls_count_exactly_on_every_master() {
+    let cluster = &RedisCluster::start_tls();
+    let limiter = Limiter::redis(&cluster.tls_url())
+        .unwrap()
+        .with_tls_ca(&cluster.ca_pem())
+        .unwrap()
+        .fail_open(false)
+        .timeout(Duration::from_secs(1));
+    let keys: Vec<String> = (0..60).map(|i| format!("tls:{i}")).collect();
+    let masters: HashSet<u16> = keys.iter().map(|key| cluster.master_of(key)).collect();
+    assert_eq!(masters.len(), 3, "the keys cover every master");
+    assert!(allowed_per_key(&limiter, &keys, 4)
+        .await
+        .iter()
+        .all(|&n| n == 3));
+    for key in &keys {
+        assert_eq!(entries(cluster, key), 3, "{key}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_script_cache_flushed_on_every_node_is_reloaded() {
     let cluster = &RedisCluster::start();
     let limiter = limiter(cluster);

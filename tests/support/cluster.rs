@@ -1,6 +1,7 @@
 //! A real Redis Cluster of 3 masters and 3 replicas on loopback, to test slot routing,
 //! MOVED redirections, failovers and node crashes.
 
+use super::tls::write_certificates;
 use super::{
     connect, free_ports, info_field, poll_connection, query, replica_in_sync, wait_until,
     RedisProcess, ScratchDir,
@@ -21,6 +22,8 @@ pub struct RedisCluster {
     nodes: Vec<RedisProcess>,
     /// The masters right after creation: the seeds of [`url`](RedisCluster::url).
     seeds: Vec<u16>,
+    /// For a TLS cluster, each node's TLS port by its plain port, and the CA's PEM.
+    tls: Option<(Vec<(u16, u16)>, String)>,
     _dir: ScratchDir,
 }
 
@@ -41,12 +44,28 @@ impl RedisCluster {
     /// says cluster_state:ok, every node's CLUSTER SLOTS covers all 16384 slots with the same
     /// masters, and every replica is in sync with its master (so a failover can happen).
     pub fn start() -> RedisCluster {
-        let ports = free_ports(6, 10000);
+        RedisCluster::start_with(false)
+    }
+
+    /// The same cluster, speaking TLS to clients, between nodes and for replication
+    /// (`--tls-cluster yes --tls-replication yes`), with a certificate from a throwaway CA;
+    /// each node keeps a plain port for inspection. A node answers `CLUSTER SLOTS` with TLS
+    /// ports to TLS clients. See [`tls_url`](Self::tls_url) and [`ca_pem`](Self::ca_pem).
+    pub fn start_tls() -> RedisCluster {
+        RedisCluster::start_with(true)
+    }
+
+    fn start_with(tls: bool) -> RedisCluster {
+        // One call, so that no port comes twice; a TLS port's + 10000 is left unused.
+        let all = free_ports(if tls { 12 } else { 6 }, 10000);
+        let (ports, tls_ports) = all.split_at(6);
         let dir = ScratchDir::new(&format!("cluster-{}", ports[0]));
+        let ca_pem = tls.then(|| write_certificates(&dir));
         let mut nodes: Vec<RedisProcess> = ports
             .iter()
-            .map(|&port| {
-                let cluster_args = [
+            .enumerate()
+            .map(|(i, &port)| {
+                let mut args: Vec<String> = [
                     "--cluster-enabled",
                     "yes",
                     "--cluster-node-timeout",
@@ -55,15 +74,50 @@ impl RedisCluster {
                     "nodes.conf",
                     "--repl-diskless-sync-delay",
                     "0",
-                ];
-                RedisProcess::spawn_node(port, &dir.join(port.to_string()), &cluster_args)
+                ]
+                .map(String::from)
+                .to_vec();
+                if tls {
+                    let file = |name: &str| dir.join(name).to_string_lossy().into_owned();
+                    args.extend([
+                        "--tls-port".into(),
+                        tls_ports[i].to_string(),
+                        // The bus stays at port + 10000, which was found free.
+                        "--cluster-port".into(),
+                        (port + 10000).to_string(),
+                        "--tls-cluster".into(),
+                        "yes".into(),
+                        "--tls-replication".into(),
+                        "yes".into(),
+                        "--tls-cert-file".into(),
+                        file("server.crt"),
+                        "--tls-key-file".into(),
+                        file("server.key"),
+                        "--tls-ca-cert-file".into(),
+                        file("ca.crt"),
+                        "--tls-auth-clients".into(),
+                        "no".into(),
+                    ]);
+                }
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                RedisProcess::spawn_node(port, &dir.join(port.to_string()), &args)
             })
             .collect();
         nodes.iter_mut().for_each(RedisProcess::wait_until_ready);
-        create(&ports);
+        create(ports);
         let mut cluster = RedisCluster {
             nodes,
             seeds: Vec::new(),
+            tls: ca_pem.map(|pem| {
+                (
+                    ports
+                        .iter()
+                        .copied()
+                        .zip(tls_ports.iter().copied())
+                        .collect(),
+                    pem,
+                )
+            }),
             _dir: dir,
         };
         cluster.wait_until_ok();
@@ -74,6 +128,28 @@ impl RedisCluster {
         );
         cluster.seeds = cluster.masters();
         cluster
+    }
+
+    /// `rediss+cluster://127.0.0.1:t1,…`: the TLS ports of the three initial masters. Only
+    /// for [`start_tls`](Self::start_tls).
+    pub fn tls_url(&self) -> String {
+        let (tls_ports, _) = self.tls.as_ref().expect("a cluster from start_tls");
+        let seeds: Vec<String> = self
+            .seeds
+            .iter()
+            .map(|seed| {
+                let (_, tls) = tls_ports.iter().find(|(plain, _)| plain == seed).unwrap();
+                format!("127.0.0.1:{tls}")
+            })
+            .collect();
+        format!("rediss+cluster://{}", seeds.join(","))
+    }
+
+    /// The PEM of the CA that signed the nodes' certificate. Only for
+    /// [`start_tls`](Self::start_tls).
+    pub fn ca_pem(&self) -> Vec<u8> {
+        let (_, pem) = self.tls.as_ref().expect("a cluster from start_tls");
+        pem.clone().into_bytes()
     }
 
     /// `redis+cluster://127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3`: the three initial masters.

@@ -71,7 +71,7 @@ impl TlsRedisServer {
 
 /// Makes a CA and a server certificate signed by it for 127.0.0.1 and localhost, writes
 /// `ca.crt`, `server.crt` and `server.key` into `dir`, and returns the CA's PEM.
-fn write_certificates(dir: &Path) -> String {
+pub(super) fn write_certificates(dir: &Path) -> String {
     let generate = || KeyPair::generate().expect("generate a key pair");
     let mut ca_params = CertificateParams::new(Vec::new()).expect("CA parameters");
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
