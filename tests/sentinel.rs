@@ -184,3 +184,40 @@ async fn checks_leave_a_master_the_sentinels_can_no_longer_reach() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_checks_count_exactly_and_follow_a_failover() {
+    let sentinels = RedisSentinels::start_tls();
+    let limiter = Limiter::redis(&sentinels.tls_url())
+        .unwrap()
+        .with_tls_ca(&sentinels.ca_pem())
+        .unwrap()
+        .fail_open(false)
+        .timeout(Duration::from_secs(1));
+    let mut allowed = 0;
+    for _ in 0..5 {
+        allowed += u32::from(
+            limiter
+                .check("tls:k", &THREE_PER_MINUTE)
+                .await
+                .unwrap()
+                .allowed,
+        );
+    }
+    assert_eq!(allowed, 3);
+    assert!(exists(&sentinels, sentinels.master(), "tls:k"));
+
+    let (_old, new) = sentinels.failover();
+    let moved = Instant::now();
+    for probe in 0.. {
+        let key = format!("tls:after:{probe}");
+        if limiter.check(&key, &THREE_PER_MINUTE).await.is_ok() && exists(&sentinels, new, &key) {
+            break;
+        }
+        assert!(
+            moved.elapsed() < Duration::from_secs(2),
+            "still not on {new}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

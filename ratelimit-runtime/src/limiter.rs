@@ -81,7 +81,8 @@ impl Limiter {
     ///
     /// Only validates the URL; connections are made on first use and re-made automatically
     /// whenever they break. In the sentinel form the credentials and database are the
-    /// master's; the sentinels are asked without. See the README's "Production" section.
+    /// master's; the sentinels are asked without credentials, and with the same ones when
+    /// they require them. See the README's "Production" section.
     ///
     /// ```
     /// use redis_ratelimit::Limiter;

@@ -1,6 +1,7 @@
 //! A master, its replica and three Sentinels on loopback, to test discovering the master
 //! through Sentinel and living through a failover.
 
+use super::tls::write_certificates;
 use super::{connect, free_ports, query, replica_in_sync, wait_until, RedisProcess, ScratchDir};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -13,7 +14,16 @@ pub struct RedisSentinels {
     /// The two data nodes; which one is master changes with failovers.
     data: [RedisProcess; 2],
     sentinels: Vec<RedisProcess>,
+    tls: Option<Tls>,
     _dir: ScratchDir,
+}
+
+/// The TLS side of a set from [`start_tls`](RedisSentinels::start_tls).
+struct Tls {
+    /// Each data node's plain port by its TLS port (the one the sentinels name).
+    plain_of: HashMap<u16, u16>,
+    sentinel_ports: Vec<u16>,
+    ca_pem: String,
 }
 
 impl RedisSentinels {
@@ -24,39 +34,81 @@ impl RedisSentinels {
     /// reports the master, knows the 2 other sentinels, and has the replica as a healthy
     /// candidate for promotion (until then SENTINEL FAILOVER answers -NOGOODSLAVE).
     pub fn start() -> RedisSentinels {
-        let ports = free_ports(5, 0);
+        RedisSentinels::start_with(false)
+    }
+
+    /// The same set speaking TLS everywhere (to clients, for replication, between sentinels
+    /// and data nodes), with a certificate from a throwaway CA; every process keeps a plain
+    /// port for inspection, and the ports this API returns are those plain ones. See
+    /// [`tls_url`](Self::tls_url) and [`ca_pem`](Self::ca_pem).
+    pub fn start_tls() -> RedisSentinels {
+        RedisSentinels::start_with(true)
+    }
+
+    fn start_with(tls: bool) -> RedisSentinels {
+        let ports = free_ports(if tls { 10 } else { 5 }, 0);
         let (master, replica) = (ports[0], ports[1]);
         let dir = ScratchDir::new(&format!("sentinel-{master}"));
-        // Either node may have to serve a full sync (the other is promoted later): at once.
-        let sync_now = ["--repl-diskless-sync-delay", "0"];
-        let master_arg = master.to_string();
-        let replica_args = [
-            sync_now[0],
-            sync_now[1],
-            "--replicaof",
-            "127.0.0.1",
-            &master_arg,
-        ];
-        let mut data = [(master, &sync_now[..]), (replica, &replica_args[..])]
-            .map(|(port, args)| RedisProcess::spawn_node(port, &dir.join(port.to_string()), args));
+        let ca_pem = tls.then(|| write_certificates(&dir));
+        let file = |name: &str| dir.join(name).to_string_lossy().into_owned();
+        // `--tls-port` and the rest, as (name, value) for a command line or a conf file.
+        let tls_settings = |port: u16| {
+            [
+                ("tls-port", port.to_string()),
+                ("tls-cert-file", file("server.crt")),
+                ("tls-key-file", file("server.key")),
+                ("tls-ca-cert-file", file("ca.crt")),
+                ("tls-auth-clients", "no".into()),
+                ("tls-replication", "yes".into()),
+            ]
+        };
+        // The ports the sentinels monitor and name: the TLS ones in a TLS set.
+        let (named_master, named_replica) = if tls {
+            (ports[5], ports[6])
+        } else {
+            (master, replica)
+        };
+        let data_args = |port: u16, named: u16| {
+            // Either node may have to serve a full sync (the other is promoted later): at once.
+            let mut args = vec!["--repl-diskless-sync-delay".to_owned(), "0".to_owned()];
+            if port == replica {
+                args.extend(["--replicaof", "127.0.0.1"].map(String::from));
+                args.push(named_master.to_string());
+            }
+            if tls {
+                let settings = tls_settings(named).into_iter();
+                args.extend(settings.flat_map(|(name, value)| [format!("--{name}"), value]));
+            }
+            args
+        };
+        let mut data = [(master, named_master), (replica, named_replica)].map(|(port, named)| {
+            let args = data_args(port, named);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            RedisProcess::spawn_node(port, &dir.join(port.to_string()), &args)
+        });
         data.iter_mut().for_each(RedisProcess::wait_until_ready);
         // Sentinels learn replicas from the master's INFO: their first INFO comes as soon as
         // they connect, the next one 10 s later. Start them once the master lists the replica.
         wait_until("the replica to sync with the master", SETTLE, || {
             replica_in_sync(replica)
         });
-        let mut sentinels: Vec<RedisProcess> = ports[2..]
-            .iter()
-            .map(|&port| {
+        let mut sentinels: Vec<RedisProcess> = (2..5)
+            .map(|i| {
+                let port = ports[i];
                 let conf = dir.join(format!("sentinel-{port}.conf"));
                 let name = Self::MASTER_NAME;
-                let text = format!(
+                let mut text = format!(
                     "port {port}\nbind 127.0.0.1\n\
-                     sentinel monitor {name} 127.0.0.1 {master} 2\n\
+                     sentinel monitor {name} 127.0.0.1 {named_master} 2\n\
                      sentinel down-after-milliseconds {name} 1000\n\
                      sentinel failover-timeout {name} 5000\n\
                      sentinel parallel-syncs {name} 1\n"
                 );
+                if tls {
+                    for (name, value) in tls_settings(ports[i + 5]) {
+                        text += &format!("{name} {value}\n");
+                    }
+                }
                 std::fs::write(&conf, text)
                     .unwrap_or_else(|e| panic!("write {}: {e}", conf.display()));
                 RedisProcess::spawn(port, [conf.as_os_str(), "--sentinel".as_ref()])
@@ -68,18 +120,55 @@ impl RedisSentinels {
         let topology = RedisSentinels {
             data,
             sentinels,
+            tls: ca_pem.map(|ca_pem| Tls {
+                plain_of: HashMap::from([(named_master, master), (named_replica, replica)]),
+                sentinel_ports: ports[7..].to_vec(),
+                ca_pem,
+            }),
             _dir: dir,
         };
         for sentinel in topology.sentinel_ports() {
             wait_until(
                 &format!(
-                    "sentinel {sentinel} to know master {master}, replica {replica}, 2 sentinels"
+                    "sentinel {sentinel} to know master {named_master}, replica {named_replica}, \
+                     2 sentinels"
                 ),
                 SETTLE,
-                || sentinel_ready(sentinel, master, replica),
+                || sentinel_ready(sentinel, named_master, named_replica),
             );
         }
         topology
+    }
+
+    /// `rediss+sentinel://127.0.0.1:t1,127.0.0.1:t2,127.0.0.1:t3/mymaster`: the sentinels'
+    /// TLS ports. Only for [`start_tls`](Self::start_tls).
+    pub fn tls_url(&self) -> String {
+        let tls = self.tls.as_ref().expect("a set from start_tls");
+        let sentinels: Vec<String> = tls
+            .sentinel_ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        format!(
+            "rediss+sentinel://{}/{}",
+            sentinels.join(","),
+            Self::MASTER_NAME
+        )
+    }
+
+    /// The PEM of the CA that signed every process's certificate. Only for
+    /// [`start_tls`](Self::start_tls).
+    pub fn ca_pem(&self) -> Vec<u8> {
+        let tls = self.tls.as_ref().expect("a set from start_tls");
+        tls.ca_pem.clone().into_bytes()
+    }
+
+    /// The plain port of the data node the sentinels name by `port`.
+    fn plain(&self, port: u16) -> u16 {
+        self.tls
+            .as_ref()
+            .and_then(|tls| tls.plain_of.get(&port).copied())
+            .unwrap_or(port)
     }
 
     /// `redis+sentinel://127.0.0.1:s1,127.0.0.1:s2,127.0.0.1:s3/mymaster`.
@@ -99,7 +188,9 @@ impl RedisSentinels {
     /// The port of the master as the (first) sentinel reports it.
     pub fn master(&self) -> u16 {
         let sentinel = self.sentinel_ports()[0];
-        master_addr(sentinel).unwrap_or_else(|e| panic!("ask sentinel {sentinel}: {e}"))
+        let named =
+            master_addr(sentinel).unwrap_or_else(|e| panic!("ask sentinel {sentinel}: {e}"));
+        self.plain(named)
     }
 
     /// The port of the data node that is not the master.
@@ -123,7 +214,7 @@ impl RedisSentinels {
     /// may accept writes for a while (about 10 s), which is what tests probe.
     pub fn failover(&self) -> (u16, u16) {
         let sentinel = self.sentinel_ports()[0];
-        let old = self.master();
+        let old = master_addr(sentinel).unwrap_or_else(|e| panic!("ask sentinel {sentinel}: {e}"));
         let failover = redis::cmd("SENTINEL")
             .arg("FAILOVER")
             .arg(Self::MASTER_NAME)
@@ -145,7 +236,7 @@ impl RedisSentinels {
                 port => Err(format!("master still {port}")),
             },
         );
-        (old, new)
+        (self.plain(old), self.plain(new))
     }
 
     fn sentinel_ports(&self) -> Vec<u16> {

@@ -117,10 +117,16 @@ impl Shared {
             return Ok(());
         }
         let mut failure = None;
+        let mut ask = redis::cmd("SENTINEL");
+        ask.arg("get-master-addr-by-name").arg(&*self.master_name);
         for sentinel in &self.sentinels {
-            let mut ask = redis::cmd("SENTINEL");
-            ask.arg("get-master-addr-by-name").arg(&*self.master_name);
-            match sentinel.query_once(&ask).await {
+            let reply = match sentinel.query_once(&ask).await {
+                Err(err) if self.may_authenticate(&err) => {
+                    self.authenticated(sentinel).query_once(&ask).await
+                }
+                reply => reply,
+            };
+            match reply {
                 Ok(Value::Array(address)) => {
                     if let [host, port] = &address[..] {
                         let host: String = redis::from_redis_value(host.clone())?;
@@ -141,6 +147,21 @@ impl Shared {
             }
         }
         Err(failure.unwrap_or_else(|| RedisError::from((ErrorKind::Io, "no sentinel answered"))))
+    }
+
+    /// Whether `err` is a sentinel asking for credentials that the URL has. Sentinels
+    /// rarely require them, so they are asked without first.
+    fn may_authenticate(&self, err: &RedisError) -> bool {
+        err.code() == Some("NOAUTH") && self.settings.password().is_some()
+    }
+
+    /// `sentinel` with the URL's credentials.
+    fn authenticated(&self, sentinel: &Endpoint) -> Endpoint {
+        let settings = self.settings.clone().set_db(0);
+        Endpoint {
+            info: sentinel.info.clone().set_redis_settings(settings),
+            options: self.options.clone(),
+        }
     }
 
     /// Sends checks to the master at `host:port` from now on.
@@ -206,8 +227,18 @@ async fn follow(shared: Weak<Shared>) {
 /// Follows one sentinel's `+switch-master` notifications until its connection ends or the
 /// backend is dropped.
 async fn listen(shared: &Weak<Shared>, sentinel: &Endpoint, master_name: &str) -> RedisResult<()> {
+    let Some(strong) = shared.upgrade() else {
+        return Ok(());
+    };
     let mut subscriber = sentinel.subscriber().await?;
-    subscriber.subscribe("+switch-master").await?;
+    if let Err(err) = subscriber.subscribe("+switch-master").await {
+        if !strong.may_authenticate(&err) {
+            return Err(err);
+        }
+        subscriber = strong.authenticated(sentinel).subscriber().await?;
+        subscriber.subscribe("+switch-master").await?;
+    }
+    drop(strong);
     // A switch may have happened while nobody listened.
     match shared.upgrade() {
         Some(shared) => {

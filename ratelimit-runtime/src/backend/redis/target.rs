@@ -30,7 +30,8 @@ pub(super) enum Layout {
     /// A Redis Cluster, found from these seed nodes.
     Cluster(Vec<ConnectionInfo>),
     /// The master `master_name` that these sentinels watch; `master` holds the credentials
-    /// and database for it (the sentinels are asked without).
+    /// and database for it (the sentinels are asked without credentials, and with the same
+    /// ones if they require them).
     Sentinel {
         sentinels: Vec<ConnectionInfo>,
         master_name: Box<str>,
@@ -94,7 +95,7 @@ fn sentinel(rest: &str, tls: bool) -> Result<Target, ConfigError> {
     let master = server(&format!("redis://{}{}/{db}", parts.user, parts.hosts[0]))?
         .redis_settings()
         .clone();
-    // The credentials are the master's; sentinels are asked without.
+    // The credentials are the master's; sentinels are asked without, at first.
     let sentinels = Parts {
         user: "",
         ..parts.clone()
