@@ -4,9 +4,13 @@
 //! ```text
 //! cargo run --release --example loadgen -- --redis-url redis://127.0.0.1:6379 \
 //!     --keys 10000 --total 200000 --concurrency 64 --limit 100 --window-s 60 \
-//!     [--algorithm token_bucket] [--threads 1]
+//!     [--algorithm token_bucket] [--threads 1] [--deny-cache] [--tls-ca ca.pem]
 //! cargo run --release --example loadgen -- --memory ...
 //! ```
+//! `--redis-url` is passed as is to `Limiter::redis`, so it takes every form that does
+//! (see [`URL_FORMS`]); `--tls-ca PATH` trusts the CA certificates in a PEM file for a TLS
+//! URL, and `--deny-cache` turns the limiter's deny cache on.
+//!
 //! prints `RESULT name=redis-ratelimit ops=<checks/s> p50_us=<..> p99_us=<..> allowed=<..> denied=<..>`.
 
 use std::process::ExitCode;
@@ -19,6 +23,8 @@ use redis_ratelimit::{Algorithm, Limiter, Rule};
 struct Options {
     redis_url: String,
     memory: bool,
+    tls_ca: Option<String>,
+    deny_cache: bool,
     keys: u64,
     total: u64,
     concurrency: u64,
@@ -28,14 +34,26 @@ struct Options {
     threads: usize,
 }
 
-const USAGE: &str = "usage: loadgen [--redis-url URL | --memory] [--keys N] [--total N] \
-[--concurrency N] [--limit N] [--window-s N] [--threads N] \
+const USAGE: &str = "usage: loadgen [--redis-url URL | --memory] [--tls-ca PATH] [--deny-cache] \
+[--keys N] [--total N] [--concurrency N] [--limit N] [--window-s N] [--threads N] \
 [--algorithm sliding_log|fixed_window|sliding_window|token_bucket]";
+
+/// What `--redis-url` takes: every form of `Limiter::redis`.
+const URL_FORMS: &str = "\
+--redis-url URL, any form Limiter::redis takes (default redis://127.0.0.1:6379):
+  redis://[[user]:password@]host[:port][/db]
+  rediss://...                                TLS (--tls-ca PATH trusts a private CA)
+  redis+cluster://host:port[,host:port...]    Redis Cluster (rediss+cluster:// for TLS)
+  redis+sentinel://[[user]:password@]host:port[,host:port...]/master_name[/db]
+                                              (rediss+sentinel:// for TLS)
+  unix:///path/to/redis.sock[?db=N]";
 
 fn parse_options() -> Result<Options, String> {
     let mut o = Options {
         redis_url: "redis://127.0.0.1:6379".into(),
         memory: false,
+        tls_ca: None,
+        deny_cache: false,
         keys: 10_000,
         total: 200_000,
         concurrency: 64,
@@ -46,9 +64,21 @@ fn parse_options() -> Result<Options, String> {
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
-        if flag == "--memory" {
-            o.memory = true;
-            continue;
+        // Switches first: they take no value.
+        match flag.as_str() {
+            "--memory" => {
+                o.memory = true;
+                continue;
+            }
+            "--deny-cache" => {
+                o.deny_cache = true;
+                continue;
+            }
+            "-h" | "--help" => {
+                println!("{USAGE}\n\n{URL_FORMS}");
+                std::process::exit(0);
+            }
+            _ => {}
         }
         let value = args
             .next()
@@ -60,6 +90,7 @@ fn parse_options() -> Result<Options, String> {
         };
         match flag.as_str() {
             "--redis-url" => o.redis_url = value.clone(),
+            "--tls-ca" => o.tls_ca = Some(value.clone()),
             "--keys" => o.keys = number()?.max(1),
             "--total" => o.total = number()?,
             "--concurrency" => o.concurrency = number()?.max(1),
@@ -77,6 +108,11 @@ fn parse_options() -> Result<Options, String> {
             }
             _ => return Err(format!("unknown flag {flag}\n{USAGE}")),
         }
+    }
+    if o.memory && o.tls_ca.is_some() {
+        return Err(format!(
+            "--tls-ca applies to a Redis URL, not --memory\n{USAGE}"
+        ));
     }
     Ok(o)
 }
@@ -113,15 +149,11 @@ fn main() -> ExitCode {
 }
 
 async fn run(o: Options) -> ExitCode {
-    let limiter = if o.memory {
-        Limiter::memory()
-    } else {
-        match Limiter::redis(&o.redis_url) {
-            Ok(l) => l.timeout(Duration::from_secs(5)),
-            Err(e) => {
-                eprintln!("loadgen: {e}");
-                return ExitCode::from(2);
-            }
+    let limiter = match build_limiter(&o) {
+        Ok(limiter) => limiter.deny_cache(o.deny_cache),
+        Err(e) => {
+            eprintln!("loadgen: {e}");
+            return ExitCode::from(2);
         }
     };
     let rules = [Rule::new(o.limit, Duration::from_secs(o.window_s))];
@@ -190,4 +222,18 @@ async fn run(o: Options) -> ExitCode {
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
+}
+
+fn build_limiter(o: &Options) -> Result<Limiter, String> {
+    if o.memory {
+        return Ok(Limiter::memory());
+    }
+    let limiter = Limiter::redis(&o.redis_url)
+        .map_err(|e| e.to_string())?
+        .timeout(Duration::from_secs(5));
+    let Some(path) = &o.tls_ca else {
+        return Ok(limiter);
+    };
+    let pem = std::fs::read(path).map_err(|e| format!("--tls-ca {path}: {e}"))?;
+    limiter.with_tls_ca(&pem).map_err(|e| e.to_string())
 }
