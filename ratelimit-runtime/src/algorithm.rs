@@ -187,6 +187,56 @@ pub(crate) fn longest_window_us(rules: &[Rule]) -> u64 {
     rules.iter().map(Rule::window_us).max().unwrap_or(0)
 }
 
+/// The records of a key counted by the fixed window, the sliding window or the token
+/// bucket: per rule of the last write, the algorithm's numbers `X`, in that write's order.
+///
+/// A rule is looked up at its own place first and elsewhere only when the rules changed,
+/// as the scripts' `state.lua` does. A write of the same rules as the last (the steady
+/// state) updates the records in place, allocating nothing; other rules replace them.
+#[derive(Debug)]
+pub(crate) struct Records<X>(Vec<(Rule, X)>);
+
+impl<X> Default for Records<X> {
+    fn default() -> Self {
+        Records(Vec::new())
+    }
+}
+
+impl<X: Copy> Records<X> {
+    /// The record of `rule`, the `i`-th rule of a check.
+    pub fn get(&self, i: usize, rule: &Rule) -> Option<X> {
+        match self.0.get(i) {
+            Some((r, x)) if r == rule => Some(*x),
+            _ => self.0.iter().find(|(r, _)| r == rule).map(|&(_, x)| x),
+        }
+    }
+
+    /// Every record, in no particular order.
+    pub fn values(&self) -> impl Iterator<Item = X> + '_ {
+        self.0.iter().map(|&(_, x)| x)
+    }
+
+    /// Makes the records those of `rules`, rule `i`'s being `new(i, rule, its record
+    /// before this write)`.
+    pub fn write(&mut self, rules: &[Rule], mut new: impl FnMut(usize, &Rule, Option<X>) -> X) {
+        let same =
+            self.0.len() == rules.len() && self.0.iter().zip(rules).all(|((r, _), q)| r == q);
+        if same {
+            // Each rule finds its record at its own place, which no earlier rule writes.
+            for (i, (rule, x)) in self.0.iter_mut().enumerate() {
+                *x = new(i, rule, Some(*x));
+            }
+        } else {
+            let records = rules
+                .iter()
+                .enumerate()
+                .map(|(i, rule)| (*rule, new(i, rule, self.get(i, rule))))
+                .collect();
+            self.0 = records;
+        }
+    }
+}
+
 /// What one check did to a key's state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Outcome {

@@ -347,14 +347,15 @@ impl Limiter {
         path: &str,
         compiled: SiteRules,
     ) -> SiteRules {
+        let (Store::Redis(redis), Some(every)) = (&self.store, self.rules_poll) else {
+            return self.overrides.lookup_local(prefix, path, compiled);
+        };
         let (rules, unknown_prefix) = self.overrides.lookup(prefix, path, compiled);
-        if let (Store::Redis(redis), Some(every)) = (&self.store, self.rules_poll) {
-            if unknown_prefix {
-                self.overrides.watch_prefix(prefix);
-            }
-            self.overrides
-                .ensure_polling(redis, every, self.timeout.max(Duration::from_secs(1)));
+        if unknown_prefix {
+            self.overrides.watch_prefix(prefix);
         }
+        self.overrides
+            .ensure_polling(redis, every, self.timeout.max(Duration::from_secs(1)));
         rules
     }
 
@@ -462,12 +463,10 @@ impl Limiter {
         }
     }
 
-    /// Runs `request`: from the deny cache, on the store, or, when the store fails, on the
-    /// fallback.
-    pub(crate) async fn run(&self, request: Request<'_>) -> Answer {
-        if let Some(answer) = self.answer_now(&request) {
-            return answer;
-        }
+    /// Runs `request` on Redis, or, when it fails, on the fallback: a check that
+    /// [`answer_now`](Self::answer_now) (the deny cache, the embedded backend) could not
+    /// answer.
+    pub(crate) async fn wait(&self, request: Request<'_>) -> Answer {
         let Store::Redis(redis) = &self.store else {
             unreachable!("only Redis checks wait for an answer");
         };
@@ -492,7 +491,7 @@ impl Limiter {
 
     /// The answer to `request` when it needs no waiting: a cached denial, or a check of the
     /// embedded backend, which is synchronous. `None` when it must go to Redis.
-    fn answer_now(&self, request: &Request<'_>) -> Option<Answer> {
+    pub(crate) fn answer_now(&self, request: &Request<'_>) -> Option<Answer> {
         if let Some(denial) = self.deny_cache.as_ref().and_then(|c| c.lookup(request)) {
             return Some(Answer {
                 result: Ok(denial),
@@ -540,7 +539,7 @@ impl Limiter {
                 let answer = match fallback.answer_now(request) {
                     Some(answer) => answer,
                     // A fallback on Redis of its own: boxed, as the future is recursive.
-                    None => Box::pin(fallback.run(*request)).await,
+                    None => Box::pin(fallback.wait(*request)).await,
                 };
                 Answer {
                     by: AnsweredBy {
@@ -693,7 +692,7 @@ impl Future for Check<'_> {
         }
         let running = this
             .running
-            .get_or_insert_with(|| Box::pin(this.limiter.run(this.request)));
+            .get_or_insert_with(|| Box::pin(this.limiter.wait(this.request)));
         let polled = match &this.observation {
             Some(observation) => observation.span().in_scope(|| running.as_mut().poll(cx)),
             None => running.as_mut().poll(cx),

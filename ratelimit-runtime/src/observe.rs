@@ -2,8 +2,9 @@
 //! when it is limited, and with feature `metrics` the counter `ratelimit_checks_total` and
 //! the histogram `ratelimit_check_duration_seconds` (see the README, "Operating it").
 //!
-//! Cheap when nobody listens: a span or event whose level no subscriber enables costs a
-//! cached interest check, and its fields (plain numbers and `&str`s) are never formatted.
+//! Cheap when nobody listens: when no subscriber enables `DEBUG`, a check makes no span
+//! (one atomic load) and formats nothing; otherwise a span or event whose target no
+//! subscriber enables costs a cached interest check.
 //! Without feature `metrics` nothing here reads the clock.
 
 use tracing::field::Empty;
@@ -100,6 +101,13 @@ impl Observation {
     /// Opens the span of a check of `request` made by `site` (the key's path part, or
     /// [`PROGRAMMATIC`]).
     pub fn start(site: &'static str, request: &Request<'_>) -> Observation {
+        // Unless some subscriber enables DEBUG (one atomic load), no span at all: a span
+        // of a disabled callsite still evaluates its fields and, with tracing's `log`
+        // feature (which other crates turn on), asks `log` at its creation, every enter
+        // and exit, every record and its drop.
+        if !tracing::level_enabled!(tracing::Level::DEBUG) {
+            return Observation::of(Span::none(), site, request);
+        }
         let span = tracing::debug_span!(
             target: "redis_ratelimit",
             "ratelimit.check",
@@ -112,6 +120,11 @@ impl Observation {
             remaining = Empty,
             retry_after_ms = Empty,
         );
+        Observation::of(span, site, request)
+    }
+
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    fn of(span: Span, site: &'static str, request: &Request<'_>) -> Observation {
         Observation {
             span,
             #[cfg(feature = "metrics")]

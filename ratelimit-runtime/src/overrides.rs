@@ -125,6 +125,9 @@ struct Table {
 /// A limiter's overrides, shared with its poller.
 pub(crate) struct Overrides {
     table: ArcSwap<Table>,
+    /// Whether the table holds any override, so that a check of a limiter that reads no
+    /// prefixes from Redis (the embedded backend) need not load it while none does.
+    overridden: AtomicBool,
     /// Serialises writers: each builds the next table from the current one.
     write: Mutex<()>,
     /// Whether a poller task is running.
@@ -139,6 +142,7 @@ impl Overrides {
     pub fn new() -> Arc<Overrides> {
         Arc::new(Overrides {
             table: ArcSwap::from_pointee(Table::default()),
+            overridden: AtomicBool::new(false),
             write: Mutex::new(()),
             polling: AtomicBool::new(false),
             malformed: Mutex::new(HashMap::new()),
@@ -162,6 +166,15 @@ impl Overrides {
             entry.map_or(compiled, |e| e.apply(compiled)),
             unknown_prefix,
         )
+    }
+
+    /// The rules in force for a site of `path` compiled with `compiled`, for a limiter that
+    /// reads no overrides from Redis: no load of the table while nothing is overridden.
+    pub fn lookup_local(&self, prefix: &str, path: &str, compiled: SiteRules) -> SiteRules {
+        if !self.overridden.load(Ordering::Acquire) {
+            return compiled;
+        }
+        self.lookup(prefix, path, compiled).0
     }
 
     /// Adds `prefix` to those the poller reads.
@@ -308,7 +321,9 @@ impl Overrides {
         let _writer = self.write.lock().unwrap_or_else(PoisonError::into_inner);
         let mut next = Table::clone(&self.table.load());
         if change(&mut next) {
+            let overridden = !next.local.is_empty() || !next.stored.is_empty();
             self.table.store(Arc::new(next));
+            self.overridden.store(overridden, Ordering::Release);
         }
     }
 

@@ -27,7 +27,7 @@
 //! `scripts/fixed_window.lua` is the same arithmetic for Redis; both are exact for times
 //! and windows below 2^53 µs.
 
-use super::{decide, extend_expiry, Clamp, Figures, Outcome};
+use super::{decide, extend_expiry, Clamp, Figures, Outcome, Records};
 use crate::decision::RawDecision;
 use crate::Rule;
 
@@ -37,7 +37,7 @@ pub(crate) struct State {
     /// When the key expires, as the Redis value records it (0: never written).
     expires_at_us: u64,
     /// Looked up by rule, like the script's records of `count` and `window_us`.
-    windows: Vec<(Rule, Window)>,
+    windows: Records<Window>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -47,16 +47,9 @@ struct Window {
 }
 
 impl State {
-    fn window(&self, rule: &Rule) -> Option<Window> {
-        self.windows
-            .iter()
-            .find(|(r, _)| r == rule)
-            .map(|&(_, w)| w)
-    }
-
     /// The latest window start stored, for any rule.
     fn latest_us(&self) -> Option<u64> {
-        self.windows.iter().map(|(_, w)| w.start_us).max()
+        self.windows.values().map(|w| w.start_us).max()
     }
 }
 
@@ -68,10 +61,11 @@ struct Verdict {
     figures: Figures,
 }
 
-fn verdict(state: &State, rule: &Rule, now_us: u64, cost: u64) -> Verdict {
+/// `rule`'s view at `now_us`, from its stored window.
+fn verdict(stored: Option<Window>, rule: &Rule, now_us: u64, cost: u64) -> Verdict {
     let (count, window_us) = (rule.count(), rule.window_us());
     let start_us = now_us / window_us * window_us;
-    let calls = match state.window(rule) {
+    let calls = match stored {
         Some(w) if w.start_us == start_us => w.calls,
         _ => 0,
     };
@@ -106,30 +100,28 @@ pub(crate) fn check(
     consume: bool,
 ) -> Outcome {
     let Clamp { at_us: now, lag_us } = Clamp::new(now_us, state.latest_us());
-    let verdicts: Vec<Verdict> = rules.iter().map(|r| verdict(state, r, now, cost)).collect();
-    let decision = decide(verdicts.iter().map(|v| v.figures), cost, consume, lag_us);
+    let figures = rules
+        .iter()
+        .enumerate()
+        .map(|(i, r)| verdict(state.windows.get(i, r), r, now, cost).figures);
+    let decision = decide(figures, cost, consume, lag_us);
     if !consume || !decision.allowed {
         return Outcome {
             decision,
             ttl_us: None,
         };
     }
-    state.windows = rules
-        .iter()
-        .zip(&verdicts)
-        .map(|(rule, v)| {
-            let window = Window {
-                start_us: v.start_us,
-                calls: v.calls + cost,
-            };
-            (*rule, window)
-        })
-        .collect();
-    let last_end_us = verdicts
-        .iter()
-        .map(|v| v.end_us)
-        .max()
-        .expect("at least one rule");
+    // The verdicts again (a few operations per rule, cheaper than keeping them), now
+    // writing each rule's window.
+    let mut last_end_us = 0;
+    state.windows.write(rules, |_, rule, stored| {
+        let v = verdict(stored, rule, now, cost);
+        last_end_us = last_end_us.max(v.end_us);
+        Window {
+            start_us: v.start_us,
+            calls: v.calls + cost,
+        }
+    });
     // From the caller's `now`, which the key's expiry (the script's PX) is relative to.
     let needed_us = last_end_us - now_us;
     Outcome {

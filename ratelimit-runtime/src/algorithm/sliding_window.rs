@@ -37,7 +37,7 @@
 //! after which the current count no longer weighs on anything: a write that would outlive
 //! its expiry moves it there plus the TTL margin (see [`super::extend_expiry`]).
 
-use super::{decide, extend_expiry, Clamp, Figures, Outcome};
+use super::{decide, extend_expiry, Clamp, Figures, Outcome, Records};
 use crate::decision::RawDecision;
 use crate::Rule;
 
@@ -48,7 +48,7 @@ pub(crate) struct State {
     /// When the key expires, as the Redis value records it (0: never written).
     expires_at_us: u64,
     /// Looked up by rule, like the script's records of `count` and `window_us`.
-    windows: Vec<(Rule, Windows)>,
+    windows: Records<Windows>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -61,16 +61,9 @@ struct Windows {
 }
 
 impl State {
-    fn windows(&self, rule: &Rule) -> Option<Windows> {
-        self.windows
-            .iter()
-            .find(|(r, _)| r == rule)
-            .map(|&(_, w)| w)
-    }
-
     /// The latest window start stored, for any rule.
     fn latest_us(&self) -> Option<u64> {
-        self.windows.iter().map(|(_, w)| w.start_us).max()
+        self.windows.values().map(|w| w.start_us).max()
     }
 }
 
@@ -89,11 +82,12 @@ fn mul_div(a: u64, b: u64, d: u64) -> u64 {
     (u128::from(a) * u128::from(b) / u128::from(d)) as u64
 }
 
-fn verdict(state: &State, rule: &Rule, now_us: u64, cost: u64) -> Verdict {
+/// `rule`'s view at `now_us`, from its stored windows.
+fn verdict(stored: Option<Windows>, rule: &Rule, now_us: u64, cost: u64) -> Verdict {
     let (count, w) = (rule.count(), rule.window_us());
     let e = now_us % w;
     let start_us = now_us - e;
-    let (curr, prev) = match state.windows(rule) {
+    let (curr, prev) = match stored {
         Some(s) if s.start_us == start_us => (s.curr, s.prev),
         Some(s) if s.start_us.checked_add(w) == Some(start_us) => (0, s.curr),
         _ => (0, 0),
@@ -138,33 +132,30 @@ pub(crate) fn check(
     consume: bool,
 ) -> Outcome {
     let Clamp { at_us: now, lag_us } = Clamp::new(now_us, state.latest_us());
-    let verdicts: Vec<Verdict> = rules.iter().map(|r| verdict(state, r, now, cost)).collect();
-    let decision = decide(verdicts.iter().map(|v| v.figures), cost, consume, lag_us);
+    let figures = rules
+        .iter()
+        .enumerate()
+        .map(|(i, r)| verdict(state.windows.get(i, r), r, now, cost).figures);
+    let decision = decide(figures, cost, consume, lag_us);
     if !consume || !decision.allowed {
         return Outcome {
             decision,
             ttl_us: None,
         };
     }
-    state.windows = rules
-        .iter()
-        .zip(&verdicts)
-        .map(|(rule, v)| {
-            let windows = Windows {
-                start_us: v.start_us,
-                curr: v.curr + cost,
-                prev: v.prev,
-            };
-            (*rule, windows)
-        })
-        .collect();
+    // The verdicts again (cheaper than keeping them), now writing each rule's windows.
+    let mut needed_us = 0;
+    state.windows.write(rules, |_, rule, stored| {
+        let v = verdict(stored, rule, now, cost);
+        needed_us = needed_us.max(2 * v.window_us - v.elapsed_us);
+        Windows {
+            start_us: v.start_us,
+            curr: v.curr + cost,
+            prev: v.prev,
+        }
+    });
     // From the caller's `now`, which the key's expiry (the script's PX) is relative to.
-    let needed_us = verdicts
-        .iter()
-        .map(|v| 2 * v.window_us - v.elapsed_us)
-        .max()
-        .expect("at least one rule")
-        + lag_us;
+    let needed_us = needed_us + lag_us;
     Outcome {
         decision,
         ttl_us: extend_expiry(&mut state.expires_at_us, now_us, needed_us, needed_us),
@@ -270,7 +261,7 @@ mod tests {
         }
         // Rule 0 counted only the admitted call, and will count this one.
         assert!(check(&mut s, &rules, 200, 1, true).decision.allowed);
-        assert_eq!(s.windows(&rules[0]).map(|w| w.curr), Some(2));
+        assert_eq!(s.windows.get(0, &rules[0]).map(|w| w.curr), Some(2));
     }
 
     #[test]

@@ -33,7 +33,7 @@
 //! [`super::extend_expiry`]). `scripts/token_bucket.lua` is the same arithmetic for Redis;
 //! both are exact while times, windows and counts stay below 2^53.
 
-use super::{decide, extend_expiry, Figures, Outcome};
+use super::{decide, extend_expiry, Figures, Outcome, Records};
 use crate::decision::RawDecision;
 use crate::Rule;
 
@@ -43,13 +43,7 @@ pub(crate) struct State {
     /// When the key expires, as the Redis value records it (0: never written).
     expires_at_us: u64,
     /// Looked up by rule, like the script's records of `count` and `window_us`.
-    tats: Vec<(Rule, u64)>,
-}
-
-impl State {
-    fn tat(&self, rule: &Rule) -> Option<u64> {
-        self.tats.iter().find(|(r, _)| r == rule).map(|&(_, t)| t)
-    }
+    tats: Records<u64>,
 }
 
 /// One rule's view of the call.
@@ -61,11 +55,12 @@ struct Verdict {
     figures: Figures,
 }
 
-fn verdict(state: &State, rule: &Rule, now_us: u64, cost: u64) -> Verdict {
+/// `rule`'s view at `now_us`, from its stored tat.
+fn verdict(stored: Option<u64>, rule: &Rule, now_us: u64, cost: u64) -> Verdict {
     let count = rule.count();
     let interval_us = rule.window_us().div_ceil(count);
     let burst_us = count * interval_us;
-    let ahead_us = state.tat(rule).map_or(0, |tat| tat.saturating_sub(now_us));
+    let ahead_us = stored.map_or(0, |tat| tat.saturating_sub(now_us));
     let left = burst_us.saturating_sub(ahead_us) / interval_us;
     // `n * T` only when it cannot pass the burst span: `n <= count`.
     let after_us = ahead_us + cost.min(count + 1) * interval_us;
@@ -104,32 +99,28 @@ pub(crate) fn check(
     cost: u64,
     consume: bool,
 ) -> Outcome {
-    let verdicts: Vec<Verdict> = rules
+    let figures = rules
         .iter()
-        .map(|r| verdict(state, r, now_us, cost))
-        .collect();
-    let decision = decide(verdicts.iter().map(|v| v.figures), cost, consume, 0);
+        .enumerate()
+        .map(|(i, r)| verdict(state.tats.get(i, r), r, now_us, cost).figures);
+    let decision = decide(figures, cost, consume, 0);
     if !consume || !decision.allowed {
         return Outcome {
             decision,
             ttl_us: None,
         };
     }
-    state.tats = rules
-        .iter()
-        .zip(&verdicts)
-        .map(|(rule, v)| (*rule, now_us + v.after_us))
-        .collect();
-    let needed_us = verdicts.iter().map(|v| v.after_us).max();
-    let reach_us = verdicts.iter().map(|v| v.burst_us).max();
+    // The verdicts again (cheaper than keeping them), now writing each rule's tat.
+    let (mut needed_us, mut reach_us) = (0, 0);
+    state.tats.write(rules, |_, rule, stored| {
+        let v = verdict(stored, rule, now_us, cost);
+        needed_us = needed_us.max(v.after_us);
+        reach_us = reach_us.max(v.burst_us);
+        now_us + v.after_us
+    });
     Outcome {
         decision,
-        ttl_us: extend_expiry(
-            &mut state.expires_at_us,
-            now_us,
-            needed_us.expect("at least one rule"),
-            reach_us.expect("at least one rule"),
-        ),
+        ttl_us: extend_expiry(&mut state.expires_at_us, now_us, needed_us, reach_us),
     }
 }
 
@@ -252,7 +243,7 @@ mod tests {
             check(&mut s, &rules, 200, 1, false).decision,
             raw(true, 1, 1, 100, 0)
         );
-        assert_eq!(s.tat(&rules[0]), Some(200));
+        assert_eq!(s.tats.get(0, &rules[0]), Some(200));
     }
 
     #[test]

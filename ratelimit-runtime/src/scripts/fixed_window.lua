@@ -28,5 +28,9 @@
         needed, reach = reset_after, reset_after
     end
     if consume then
-        records = records .. struct.pack('<dddd', count, window, start, calls + cost)
+        if i == 0 then
+            r1, r2, r3, r4 = count, window, start, calls + cost
+        else
+            records = records .. struct.pack('<dddd', count, window, start, calls + cost)
+        end
     end

@@ -30,7 +30,9 @@
 --
 -- A script runs on every check, so it creates no closures or tables on the common path
 -- (each costs allocations and garbage collection): the fragments are plain code, composed
--- in sequence, some of them opening or closing the loop over the rules. The cost is
+-- in sequence, some of them opening or closing the loop over the rules. Numbers go to
+-- redis.call as integer text made with string.format('%d', ..): a Lua number argument is
+-- formatted by Redis with '%.17g', which costs several times a whole command. The cost is
 -- measured in instructions per check with redis-server under callgrind
 -- (scripts/bench-instructions).
 
@@ -39,14 +41,16 @@ local numbers = ARGV[1]
 local consume, now, cost = struct.unpack('<ddd', numbers)
 consume = consume == 1
 local rules = (#numbers - 24) / 16
+-- Redis TIME's reply (seconds, µs as text), when the script reads it.
+local time
 if now == 0 then
     -- Redis 7 replicates scripts by their effects; older servers must be asked to before
     -- a write may follow TIME.
     if not redis.REDIS_VERSION_NUM then
         redis.replicate_commands()
     end
-    local t = redis.call('TIME')
-    now = t[1] * 1000000 + t[2]
+    time = redis.call('TIME')
+    now = time[1] * 1000000 + time[2]
 end
 -- The caller's clock. A script that finds state newer than it counts the check at the
 -- state's time instead (algorithm::Clamp): it moves `now` there and sets `lag` to the

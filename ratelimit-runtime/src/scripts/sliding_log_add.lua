@@ -1,16 +1,19 @@
 
--- An admitted check adds its entries, and trims those outside the longest window. Only an
--- admitted check trims, as its own entries become the newest: a later check from a clock
--- behind is counted at the newest entry, and an entry trimmed at a newer time could still
--- be inside its windows. A peek and a denial write nothing.
+-- An admitted check adds its entries, and trims those outside the longest window (when
+-- sliding_log.lua found any). Only an admitted check trims, as its own entries become the
+-- newest: a later check from a clock behind is counted at the newest entry, and an entry
+-- trimmed at a newer time could still be inside its windows. A peek and a denial write
+-- nothing.
 --
 -- A re-run (the id is present: the first run was admitted) writes nothing either, and
 -- answers admitted as the first run did: its own entries, counted above, were not there
 -- then, so each rule had `cost` more left. A re-run found denied (its first run took the
 -- units it now finds missing) answers so for the rule that denied it.
 if ms then
-    if redis.call('ZADD', key, 'NX', now, id) == 1 then
-        redis.call('ZREMRANGEBYSCORE', key, '-inf', now - reach)
+    if redis.call('ZADD', key, 'NX', stamp, id) == 1 then
+        if stale then
+            redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - reach))
+        end
         if cost > 1 then
             -- In batches, as Lua's stack bounds the arguments of one call.
             local args = {}
@@ -18,14 +21,14 @@ if ms then
             while k <= cost do
                 local n = 0
                 while k <= cost and n < 1000 do
-                    args[2 * n + 1] = now
+                    args[2 * n + 1] = stamp
                     args[2 * n + 2] = id .. k
                     n, k = n + 1, k + 1
                 end
                 redis.call('ZADD', key, unpack(args, 1, 2 * n))
             end
         end
-        redis.call('PEXPIRE', key, ms)
+        redis.call('PEXPIRE', key, string.format('%d', ms))
     else
         least = least + cost
         if least > binding_count then

@@ -50,5 +50,9 @@
         needed, reach = 2 * w - e, 2 * w - e
     end
     if consume then
-        records = records .. struct.pack('<ddddd', count, w, start, curr + cost, prev)
+        if i == 0 then
+            r1, r2, r3, r4, r5 = count, w, start, curr + cost, prev
+        else
+            records = records .. struct.pack('<ddddd', count, w, start, curr + cost, prev)
+        end
     end

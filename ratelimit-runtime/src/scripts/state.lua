@@ -50,9 +50,13 @@ if state then
 end
 
 -- What a write needs, filled in per rule by the algorithm: the records of this check (only
--- its rules, in its order), how long from `now` the state written matters, and how far
--- ahead a write of the same rules can ever need (expiry.lua, save.lua).
+-- its rules, in its order: rule 0's numbers r1 .. r5, which save.lua packs with the
+-- header, then the others' records, packed), how long from `now` the state written
+-- matters, and how far ahead a write of the same rules can ever need (expiry.lua,
+-- save.lua). Rule 0 apart, a write of one rule makes one string: each string costs Redis
+-- an allocation, hashing and collection.
 local records, needed, reach = '', 0, 0
+local r1, r2, r3, r4, r5
 
 -- The loop over the rules, which the algorithm's file continues and bind.lua ends. Rule i
 -- (0-based) has `count` and `window`, and `p`, the byte where its record starts in the

@@ -48,5 +48,9 @@
         needed = after
     end
     if consume then
-        records = records .. struct.pack('<ddd', count, window, now + after)
+        if i == 0 then
+            r1, r2, r3 = count, window, now + after
+        else
+            records = records .. struct.pack('<ddd', count, window, now + after)
+        end
     end
