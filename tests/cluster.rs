@@ -60,15 +60,22 @@ async fn until_checks_work(limiter: &Limiter, prefix: &str, within: Duration) ->
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_spread_over_every_master_count_exactly() {
     let cluster = &RedisCluster::start();
-    let limiter = limiter(cluster);
-    let keys: Vec<String> = (0..300).map(|i| format!("spread:{i}")).collect();
+    assert_exact_on_every_master(cluster, &limiter(cluster), "spread", 300).await;
+}
+
+/// Checks `n` keys spread over the three masters 5 times each: 3 admitted per key, and 3
+/// entries on its master.
+async fn assert_exact_on_every_master(
+    cluster: &RedisCluster,
+    limiter: &Limiter,
+    prefix: &str,
+    n: usize,
+) {
+    let keys: Vec<String> = (0..n).map(|i| format!("{prefix}:{i}")).collect();
     let masters: HashSet<u16> = keys.iter().map(|key| cluster.master_of(key)).collect();
     assert_eq!(masters.len(), 3, "the keys cover every master");
-
-    assert!(allowed_per_key(&limiter, &keys, 5)
-        .await
-        .iter()
-        .all(|&n| n == 3));
+    let allowed = allowed_per_key(limiter, &keys, 5).await;
+    assert!(allowed.iter().all(|&n| n == 3), "{allowed:?}");
     for key in &keys {
         assert_eq!(entries(cluster, key), 3, "{key}");
     }
@@ -83,16 +90,7 @@ async fn checks_over_tls_count_exactly_on_every_master() {
         .unwrap()
         .fail_open(false)
         .timeout(Duration::from_secs(1));
-    let keys: Vec<String> = (0..60).map(|i| format!("tls:{i}")).collect();
-    let masters: HashSet<u16> = keys.iter().map(|key| cluster.master_of(key)).collect();
-    assert_eq!(masters.len(), 3, "the keys cover every master");
-    assert!(allowed_per_key(&limiter, &keys, 4)
-        .await
-        .iter()
-        .all(|&n| n == 3));
-    for key in &keys {
-        assert_eq!(entries(cluster, key), 3, "{key}");
-    }
+    assert_exact_on_every_master(cluster, &limiter, "tls", 60).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -20,6 +20,32 @@ fn limiter(sentinels: &RedisSentinels) -> Limiter {
         .timeout(Duration::from_secs(1))
 }
 
+/// How many of `tries` checks of `key` were admitted.
+async fn admitted(limiter: &Limiter, key: &str, tries: u32) -> u32 {
+    let mut admitted = 0;
+    for _ in 0..tries {
+        let decision = limiter.check(key, &THREE_PER_MINUTE).await;
+        admitted += u32::from(decision.unwrap_or_else(|e| panic!("{key}: {e}")).allowed);
+    }
+    admitted
+}
+
+/// Checks fresh keys until one is written on `master`, for at most 2 s.
+async fn until_written_on(limiter: &Limiter, sentinels: &RedisSentinels, master: u16) {
+    let moved = Instant::now();
+    for probe in 0.. {
+        let key = format!("after:{probe}");
+        if limiter.check(&key, &THREE_PER_MINUTE).await.is_ok() && exists(sentinels, master, &key) {
+            return;
+        }
+        assert!(
+            moved.elapsed() < Duration::from_secs(2),
+            "checks were still not written on the new master {master} 2 s after the failover"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 fn exists(sentinels: &RedisSentinels, port: u16, key: &str) -> bool {
     redis::cmd("EXISTS")
         .arg(key)
@@ -31,17 +57,7 @@ fn exists(sentinels: &RedisSentinels, port: u16, key: &str) -> bool {
 async fn checks_count_exactly_on_the_master_the_sentinels_name() {
     let sentinels = RedisSentinels::start();
     let limiter = limiter(&sentinels);
-    let mut allowed = 0;
-    for _ in 0..5 {
-        allowed += u32::from(
-            limiter
-                .check("s:k", &THREE_PER_MINUTE)
-                .await
-                .unwrap()
-                .allowed,
-        );
-    }
-    assert_eq!(allowed, 3);
+    assert_eq!(admitted(&limiter, "s:k", 5).await, 3);
     let entries: u64 = redis::cmd("ZCARD")
         .arg("s:k")
         .query(&mut sentinels.connection(sentinels.master()))
@@ -76,35 +92,13 @@ async fn checks_move_to_the_new_master_at_once_after_a_failover() {
 
     let (_old, new) = sentinels.failover();
     let moved = Instant::now();
-    let mut probe = 0;
-    loop {
-        let key = format!("after:{probe}");
-        probe += 1;
-        if limiter.check(&key, &THREE_PER_MINUTE).await.is_ok() && exists(&sentinels, new, &key) {
-            break;
-        }
-        assert!(
-            moved.elapsed() < Duration::from_secs(2),
-            "checks were still not written on the new master {new} 2 s after the failover"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_written_on(&limiter, &sentinels, new).await;
     let took = moved.elapsed();
 
     // From then on every check is counted on the new master, exactly.
     for i in 0..20 {
         let key = format!("exact:{i}");
-        let mut allowed = 0;
-        for _ in 0..4 {
-            allowed += u32::from(
-                limiter
-                    .check(&key, &THREE_PER_MINUTE)
-                    .await
-                    .unwrap()
-                    .allowed,
-            );
-        }
-        assert_eq!(allowed, 3, "{key}");
+        assert_eq!(admitted(&limiter, &key, 4).await, 3, "{key}");
         assert!(exists(&sentinels, new, &key), "{key} is on the new master");
     }
 
@@ -194,30 +188,9 @@ async fn over_tls_checks_count_exactly_and_follow_a_failover() {
         .unwrap()
         .fail_open(false)
         .timeout(Duration::from_secs(1));
-    let mut allowed = 0;
-    for _ in 0..5 {
-        allowed += u32::from(
-            limiter
-                .check("tls:k", &THREE_PER_MINUTE)
-                .await
-                .unwrap()
-                .allowed,
-        );
-    }
-    assert_eq!(allowed, 3);
+    assert_eq!(admitted(&limiter, "tls:k", 5).await, 3);
     assert!(exists(&sentinels, sentinels.master(), "tls:k"));
 
     let (_old, new) = sentinels.failover();
-    let moved = Instant::now();
-    for probe in 0.. {
-        let key = format!("tls:after:{probe}");
-        if limiter.check(&key, &THREE_PER_MINUTE).await.is_ok() && exists(&sentinels, new, &key) {
-            break;
-        }
-        assert!(
-            moved.elapsed() < Duration::from_secs(2),
-            "still not on {new}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_written_on(&limiter, &sentinels, new).await;
 }
