@@ -42,10 +42,36 @@ fn in_window(s: u64, window_us: u64, now_us: u64) -> bool {
     s.saturating_add(window_us) > now_us
 }
 
+/// How many of the log's oldest entries are outside a window `w` at `now`.
+///
+/// Searched from the oldest end, doubling the step, then by halves within the last step:
+/// each admitted check trims the entries outside the longest window, so that window has
+/// few of them, found in the log's first cache line, where a search by halves of the whole
+/// log would read a line every step.
+fn outside(log: &VecDeque<u64>, window_us: u64, now_us: u64) -> usize {
+    let stale = |i: usize| !in_window(log[i], window_us, now_us);
+    // `log[..lo]` is outside; the first entry inside is at `bound - 1` or before.
+    let (mut lo, mut bound) = (0, 1);
+    while bound <= log.len() && stale(bound - 1) {
+        lo = bound;
+        bound *= 2;
+    }
+    let mut hi = bound.min(log.len());
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if stale(mid) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
 fn figures(log: &VecDeque<u64>, rule: &Rule, now_us: u64, cost: u64) -> Figures {
     let (count, window) = (rule.count(), rule.window_us());
     let total = log.len();
-    let inside = (total - log.partition_point(|&s| !in_window(s, window, now_us))) as u64;
+    let inside = (total - outside(log, window, now_us)) as u64;
     let left = count.saturating_sub(inside);
     if cost <= left {
         return Figures {
@@ -132,6 +158,19 @@ mod tests {
             remaining: 0,
             reset_after_us,
             retry_after_us,
+        }
+    }
+
+    #[test]
+    fn outside_counts_the_entries_out_of_the_window() {
+        for len in 0..40u64 {
+            let log: VecDeque<u64> = (0..len).map(|i| 100 + 10 * i).collect();
+            for now in (0..len * 10 + 200).step_by(5) {
+                for window in [1, 10, 25, 1_000] {
+                    let expected = log.iter().filter(|&&s| !in_window(s, window, now)).count();
+                    assert_eq!(outside(&log, window, now), expected, "{len} {now} {window}");
+                }
+            }
         }
     }
 
