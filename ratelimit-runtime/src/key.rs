@@ -75,19 +75,23 @@ pub fn push_identity(out: &mut String, identity: impl fmt::Display) {
 struct Escaper<'a>(&'a mut String);
 
 impl fmt::Write for Escaper<'_> {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        for c in s.chars() {
-            if matches!(c, '%' | '#' | ':' | '{' | '}') || c.is_whitespace() || c.is_control() {
-                let mut utf8 = [0u8; 4];
-                for byte in c.encode_utf8(&mut utf8).bytes() {
-                    write!(self.0, "%{byte:02X}")?;
-                }
-            } else {
-                self.0.push(c);
+    fn write_str(&mut self, mut s: &str) -> fmt::Result {
+        // Runs of characters that need no escaping (most identities are one) go in whole.
+        while let Some((at, c)) = s.char_indices().find(|&(_, c)| needs_escaping(c)) {
+            self.0.push_str(&s[..at]);
+            let mut utf8 = [0u8; 4];
+            for byte in c.encode_utf8(&mut utf8).bytes() {
+                write!(self.0, "%{byte:02X}")?;
             }
+            s = &s[at + c.len_utf8()..];
         }
+        self.0.push_str(s);
         Ok(())
     }
+}
+
+fn needs_escaping(c: char) -> bool {
+    matches!(c, '%' | '#' | ':' | '{' | '}') || c.is_whitespace() || c.is_control()
 }
 
 /// Turns the `type_name` of a fn item declared inside a guarded function (the "probe")

@@ -168,11 +168,13 @@ impl CallSite {
         };
         let observation = Observation::start(path, &request);
         // The embedded backend answers at once, without a future to build or instrument.
+        // Redis's future is boxed: it is large (every topology's redirects and refreshes),
+        // and held inline it would make this future, which the guarded function's holds
+        // and moves, large for every backend.
         let answer = match observation.span().in_scope(|| limiter.answer_now(&request)) {
             Some(answer) => answer,
             None => {
-                limiter
-                    .wait(request)
+                Box::pin(limiter.wait(request))
                     .instrument(observation.span().clone())
                     .await
             }

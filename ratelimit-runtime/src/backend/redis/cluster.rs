@@ -12,6 +12,8 @@
 //! - No redirect loop outlives the limiter's timeout, which bounds every check.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -137,7 +139,13 @@ impl Cluster {
     }
 
     /// Reads the slot map again, unless a refresh ended since the caller saw `seen`.
-    async fn refresh(&self, seen: u64) -> RedisResult<()> {
+    /// Boxed: it is rare, and its connects (TLS included) held inline would make every
+    /// check's future several times larger.
+    fn refresh(&self, seen: u64) -> Pin<Box<dyn Future<Output = RedisResult<()>> + Send + '_>> {
+        Box::pin(self.read_slots(seen))
+    }
+
+    async fn read_slots(&self, seen: u64) -> RedisResult<()> {
         let _refreshing = self.refreshing.lock().await;
         if self.refreshes.load(Ordering::Acquire) != seen {
             return Ok(());

@@ -12,6 +12,8 @@
 //! - Moving swaps the master for the checks that start after; those already sent finish on
 //!   the connection they were sent on.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
@@ -111,7 +113,13 @@ impl Sentinel {
 
 impl Shared {
     /// Asks the sentinels for the master, unless another call asked since `seen`.
-    async fn resolve(&self, seen: u64) -> RedisResult<()> {
+    /// Boxed: it is rare, and its connects (TLS included) held inline would make every
+    /// check's future several times larger.
+    fn resolve(&self, seen: u64) -> Pin<Box<dyn Future<Output = RedisResult<()>> + Send + '_>> {
+        Box::pin(self.ask_sentinels(seen))
+    }
+
+    async fn ask_sentinels(&self, seen: u64) -> RedisResult<()> {
         let _resolving = self.resolving.lock().await;
         if self.resolves.load(Ordering::Acquire) != seen {
             return Ok(());
