@@ -65,6 +65,43 @@ async fn checks_count_exactly_on_the_master_the_sentinels_name() {
     assert_eq!(entries, 3);
 }
 
+/// Sentinels rarely require a password: the limiter asks them without, and with the URL's
+/// credentials when they answer NOAUTH (the credentials are the master's too).
+#[tokio::test]
+async fn sentinels_that_require_the_password_are_asked_with_it() {
+    let sentinels = RedisSentinels::start();
+    let master = sentinels.master();
+    // Connections made before the passwords keep working: they inspect the master.
+    let mut inspect = sentinels.connection(master);
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg("secret")
+        .query::<()>(&mut inspect)
+        .unwrap();
+    let url = sentinels.url();
+    for port in url["redis+sentinel://".len()..url.rfind('/').unwrap()]
+        .split(',')
+        .map(|host| host.rsplit_once(':').unwrap().1.parse::<u16>().unwrap())
+    {
+        redis::cmd("ACL")
+            .arg(&["SETUSER", "default", "resetpass", ">secret"])
+            .query::<()>(&mut sentinels.connection(port))
+            .unwrap();
+    }
+    let with_password = url.replacen("redis+sentinel://", "redis+sentinel://:secret@", 1);
+    let limiter = Limiter::redis(&with_password)
+        .unwrap()
+        .fail_open(false)
+        .timeout(Duration::from_secs(1));
+    assert_eq!(admitted(&limiter, "auth:k", 5).await, 3);
+    let entries: u64 = redis::cmd("ZCARD")
+        .arg("auth:k")
+        .query(&mut inspect)
+        .unwrap();
+    assert_eq!(entries, 3);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checks_move_to_the_new_master_at_once_after_a_failover() {
     let sentinels = RedisSentinels::start();
