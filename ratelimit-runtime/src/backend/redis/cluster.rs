@@ -12,15 +12,13 @@
 //! - No redirect loop outlives the limiter's timeout, which bounds every check.
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwapOption;
 use redis::{ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisError, RedisResult, Value};
 
 use super::connection::{Endpoint, Link, Node};
+use super::refresh::{Refresh, Refreshing};
 use super::Redirect;
 
 /// The number of hash slots.
@@ -31,11 +29,7 @@ pub(super) struct Cluster {
     /// The masters by `host:port`, kept across refreshes so their connections stay.
     nodes: Mutex<HashMap<String, Arc<Node>>>,
     map: ArcSwapOption<SlotMap>,
-    /// Held by the refresh under way.
-    refreshing: tokio::sync::Mutex<()>,
-    /// How many refreshes have ended: a call that saw this count before it failed
-    /// refreshes only if no other refresh ended since.
-    refreshes: AtomicU64,
+    map_refresh: Refresh,
 }
 
 struct SlotMap {
@@ -52,8 +46,7 @@ impl Cluster {
             seeds,
             nodes: Mutex::default(),
             map: ArcSwapOption::empty(),
-            refreshing: tokio::sync::Mutex::new(()),
-            refreshes: AtomicU64::new(0),
+            map_refresh: Refresh::new(),
         }
     }
 
@@ -61,7 +54,7 @@ impl Cluster {
     /// cannot be reached, the map is read again first, once.
     pub async fn link(&self, key: &str) -> RedisResult<Link> {
         let slot = slot(key.as_bytes());
-        let seen = self.refreshes.load(Ordering::Acquire);
+        let seen = self.map_refresh.mark();
         if let Some(node) = self.master(slot) {
             match node.next().await {
                 Err(err) if err.kind() == ErrorKind::Io => {}
@@ -81,7 +74,7 @@ impl Cluster {
     /// A connection for `key` in place of `broken`, after a call on it failed: its master
     /// may have changed, so the map is read again.
     pub async fn replace(&self, key: &str, broken: &Link) -> RedisResult<Link> {
-        let seen = self.refreshes.load(Ordering::Acquire);
+        let seen = self.map_refresh.mark();
         broken.close();
         self.refresh(seen).await?;
         self.link(key).await
@@ -89,7 +82,7 @@ impl Cluster {
 
     /// Where to send `key`'s command that Redis answered with `err`, if anywhere.
     pub async fn redirect(&self, key: &str, err: &RedisError) -> Option<Redirect> {
-        let seen = self.refreshes.load(Ordering::Acquire);
+        let seen = self.map_refresh.mark();
         if let Some((address, _slot)) = err.redirect_node() {
             let asking = err.kind() == ErrorKind::Server(redis::ServerErrorKind::Ask);
             if !asking {
@@ -138,18 +131,12 @@ impl Cluster {
         Some(node)
     }
 
-    /// Reads the slot map again, unless a refresh ended since the caller saw `seen`.
-    /// Boxed: it is rare, and its connects (TLS included) held inline would make every
-    /// check's future several times larger.
-    fn refresh(&self, seen: u64) -> Pin<Box<dyn Future<Output = RedisResult<()>> + Send + '_>> {
-        Box::pin(self.read_slots(seen))
+    /// Reads the slot map again, unless that was done since `seen` (see [`Refresh`]).
+    fn refresh(&self, seen: u64) -> Refreshing<'_> {
+        self.map_refresh.run(seen, self.read_slots())
     }
 
-    async fn read_slots(&self, seen: u64) -> RedisResult<()> {
-        let _refreshing = self.refreshing.lock().await;
-        if self.refreshes.load(Ordering::Acquire) != seen {
-            return Ok(());
-        }
+    async fn read_slots(&self) -> RedisResult<()> {
         let known = self.map.load_full();
         let masters = known.iter().flat_map(|map| map.masters.iter());
         let candidates = masters
@@ -168,7 +155,6 @@ impl Cluster {
             match reply {
                 Ok(map) => {
                     self.map.store(Some(Arc::new(map)));
-                    self.refreshes.fetch_add(1, Ordering::AcqRel);
                     return Ok(());
                 }
                 Err(err) => failure = Some(err),

@@ -41,6 +41,7 @@ use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 
 mod cluster;
 mod connection;
+mod refresh;
 mod script;
 mod sentinel;
 mod target;

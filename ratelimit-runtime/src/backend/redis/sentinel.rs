@@ -12,9 +12,6 @@
 //! - Moving swaps the master for the checks that start after; those already sent finish on
 //!   the connection they were sent on.
 
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
@@ -26,6 +23,7 @@ use redis::{
 };
 
 use super::connection::{Endpoint, Link, Node, Options};
+use super::refresh::{Refresh, Refreshing};
 
 /// How long the watcher waits before trying the next sentinel.
 const RESUBSCRIBE_AFTER: Duration = Duration::from_millis(200);
@@ -43,11 +41,8 @@ struct Shared {
     settings: RedisConnectionInfo,
     options: Arc<Options>,
     master: ArcSwapOption<Node>,
-    /// Held by the question to the sentinels under way.
-    resolving: tokio::sync::Mutex<()>,
-    /// How many times the master was asked for: a call that saw this count before it
-    /// failed asks only if no other call asked since.
-    resolves: AtomicU64,
+    /// Asking the sentinels for the master.
+    master_refresh: Refresh,
 }
 
 impl Sentinel {
@@ -64,8 +59,7 @@ impl Sentinel {
                 settings,
                 options,
                 master: ArcSwapOption::empty(),
-                resolving: tokio::sync::Mutex::new(()),
-                resolves: AtomicU64::new(0),
+                master_refresh: Refresh::new(),
             }),
             watching: OnceLock::new(),
         }
@@ -77,7 +71,7 @@ impl Sentinel {
         self.watching
             .get_or_init(|| watch(Arc::downgrade(&self.shared)));
         let shared = &self.shared;
-        let seen = shared.resolves.load(Ordering::Acquire);
+        let seen = shared.master_refresh.mark();
         if let Some(node) = shared.master.load_full() {
             match node.next().await {
                 Err(err) if err.kind() == ErrorKind::Io => {}
@@ -94,7 +88,7 @@ impl Sentinel {
     /// A connection in place of `broken`, after a call on it failed: the master may have
     /// changed.
     pub async fn replace(&self, broken: &Link) -> RedisResult<Link> {
-        let seen = self.shared.resolves.load(Ordering::Acquire);
+        let seen = self.shared.master_refresh.mark();
         broken.close();
         self.shared.resolve(seen).await?;
         self.link().await
@@ -105,25 +99,20 @@ impl Sentinel {
         if err.kind() != ErrorKind::Server(ServerErrorKind::ReadOnly) {
             return None;
         }
-        let seen = self.shared.resolves.load(Ordering::Acquire);
+        let seen = self.shared.master_refresh.mark();
         self.shared.resolve(seen).await.ok()?;
         self.link().await.ok()
     }
 }
 
 impl Shared {
-    /// Asks the sentinels for the master, unless another call asked since `seen`.
-    /// Boxed: it is rare, and its connects (TLS included) held inline would make every
-    /// check's future several times larger.
-    fn resolve(&self, seen: u64) -> Pin<Box<dyn Future<Output = RedisResult<()>> + Send + '_>> {
-        Box::pin(self.ask_sentinels(seen))
+    /// Asks the sentinels for the master, unless that was done since `seen` (see
+    /// [`Refresh`]).
+    fn resolve(&self, seen: u64) -> Refreshing<'_> {
+        self.master_refresh.run(seen, self.ask_sentinels())
     }
 
-    async fn ask_sentinels(&self, seen: u64) -> RedisResult<()> {
-        let _resolving = self.resolving.lock().await;
-        if self.resolves.load(Ordering::Acquire) != seen {
-            return Ok(());
-        }
+    async fn ask_sentinels(&self) -> RedisResult<()> {
         let mut failure = None;
         let mut ask = redis::cmd("SENTINEL");
         ask.arg("get-master-addr-by-name").arg(&*self.master_name);
@@ -140,7 +129,6 @@ impl Shared {
                         let host: String = redis::from_redis_value(host.clone())?;
                         let port: u16 = redis::from_redis_value(port.clone())?;
                         self.move_to(&host, port)?;
-                        self.resolves.fetch_add(1, Ordering::AcqRel);
                         return Ok(());
                     }
                 }
@@ -250,7 +238,7 @@ async fn listen(shared: &Weak<Shared>, sentinel: &Endpoint, master_name: &str) -
     // A switch may have happened while nobody listened.
     match shared.upgrade() {
         Some(shared) => {
-            let seen = shared.resolves.load(Ordering::Acquire);
+            let seen = shared.master_refresh.mark();
             shared.resolve(seen).await?;
         }
         None => return Ok(()),
