@@ -152,15 +152,7 @@ async fn a_connection_that_stops_answering_is_made_anew_after_three_timeouts() {
 async fn a_password_refused_at_connect_is_tried_again_at_the_next_check() {
     let server = RedisServer::start();
     let mut admin = server.connection();
-    let set_password = |admin: &mut redis::Connection, password: &str| {
-        redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("requirepass")
-            .arg(password)
-            .query::<()>(admin)
-            .unwrap();
-    };
-    set_password(&mut admin, "old-secret");
+    support::require_password(&mut admin, "old-secret");
     let url = format!("redis://:new-secret@127.0.0.1:{}/", server.port());
     let limiter = Limiter::redis(&url)
         .unwrap()
@@ -172,7 +164,7 @@ async fn a_password_refused_at_connect_is_tried_again_at_the_next_check() {
     assert!(!err.to_string().contains("new-secret"), "{err}");
 
     // The operator fixes the password: no restart needed.
-    set_password(&mut admin, "new-secret");
+    support::require_password(&mut admin, "new-secret");
     assert!(limiter.check("k", &FIVE_PER_MINUTE).await.unwrap().allowed);
 }
 

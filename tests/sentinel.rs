@@ -73,12 +73,7 @@ async fn sentinels_that_require_the_password_are_asked_with_it() {
     let master = sentinels.master();
     // Connections made before the passwords keep working: they inspect the master.
     let mut inspect = sentinels.connection(master);
-    redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("requirepass")
-        .arg("secret")
-        .query::<()>(&mut inspect)
-        .unwrap();
+    support::require_password(&mut inspect, "secret");
     let url = sentinels.url();
     for port in url["redis+sentinel://".len()..url.rfind('/').unwrap()]
         .split(',')
@@ -163,12 +158,7 @@ async fn checks_leave_a_master_the_sentinels_can_no_longer_reach() {
     // The partition: the master now wants a password the sentinels do not have, and their
     // connections are cut. The limiter's connections were authenticated before: they work.
     let mut admin = sentinels.connection(old);
-    redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("requirepass")
-        .arg("partitioned")
-        .query::<()>(&mut admin)
-        .unwrap();
+    support::require_password(&mut admin, "partitioned");
     let clients: String = redis::cmd("CLIENT").arg("LIST").query(&mut admin).unwrap();
     for client in clients
         .lines()

@@ -267,6 +267,17 @@ impl Drop for ScratchDir {
     }
 }
 
+/// `CONFIG SET requirepass password` over `connection`, which stays authenticated (as do
+/// the server's other connections): new connections must then give the password.
+pub fn require_password(connection: &mut redis::Connection, password: &str) {
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg(password)
+        .query::<()>(connection)
+        .unwrap_or_else(|e| panic!("CONFIG SET requirepass: {e}"));
+}
+
 /// A loopback port that was free a moment ago.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwapOption;
-use redis::{ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisError, RedisResult, Value};
+use redis::{ConnectionAddr, ErrorKind, RedisError, RedisResult, Value};
 
 use super::connection::{Endpoint, Link, Node};
 use super::refresh::{Refresh, Refreshing};
@@ -117,16 +117,12 @@ impl Cluster {
             return Some(node.clone());
         }
         let (host, port) = address.rsplit_once(':')?;
+        // Every node takes the seeds' credentials and TLS.
         let seed = &self.seeds[0];
-        let info =
-            ConnectionAddr::Tcp(host.trim_matches(['[', ']']).to_owned(), port.parse().ok()?)
-                .into_connection_info()
-                .ok()?
-                .set_redis_settings(seed.info.redis_settings().clone());
-        let node = Arc::new(Node::new(Endpoint {
-            info,
-            options: seed.options.clone(),
-        }));
+        let settings = seed.info.redis_settings().clone();
+        let host = host.trim_matches(['[', ']']);
+        let endpoint = Endpoint::tcp(host, port.parse().ok()?, settings, seed.options.clone());
+        let node = Arc::new(Node::new(endpoint.ok()?));
         nodes.insert(address.to_owned(), node.clone());
         Some(node)
     }

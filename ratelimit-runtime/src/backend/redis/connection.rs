@@ -26,8 +26,8 @@ use std::time::Duration;
 
 use redis::aio::{AsyncStream, MultiplexedConnection};
 use redis::{
-    AsyncConnectionConfig, Cmd, ConnectionAddr, ConnectionInfo, ErrorKind, RedisError, RedisResult,
-    Value,
+    AsyncConnectionConfig, Cmd, ConnectionAddr, ConnectionInfo, ErrorKind, IntoConnectionInfo,
+    RedisConnectionInfo, RedisError, RedisResult, Value,
 };
 use socket2::{SockRef, TcpKeepalive};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -312,6 +312,20 @@ async fn open(endpoint: &Endpoint, slot: &Arc<Slot>) -> RedisResult<Link> {
 type Driver = Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 impl Endpoint {
+    /// The server at `host:port` that a topology found (a Cluster's master, the master
+    /// sentinels name), reached with `settings` (credentials, database) and `options`.
+    pub(super) fn tcp(
+        host: &str,
+        port: u16,
+        settings: RedisConnectionInfo,
+        options: Arc<Options>,
+    ) -> RedisResult<Endpoint> {
+        let info = ConnectionAddr::Tcp(host.to_owned(), port)
+            .into_connection_info()?
+            .set_redis_settings(settings);
+        Ok(Endpoint { info, options })
+    }
+
     /// Connects (TCP with keepalive, TLS when configured, or a Unix socket) and sets the
     /// connection up (AUTH, SELECT), within the connect timeout. Returns the connection,
     /// its driver, and the count of its socket's writes.
@@ -384,6 +398,8 @@ impl Endpoint {
 }
 
 impl Options {
+    /// Connections speak TLS when `tls` (the `rediss…://` forms), trusting the system's
+    /// roots until [`Tls::trust`] says otherwise.
     pub fn new(tls: bool) -> Options {
         Options {
             tls: tls.then(Tls::default),

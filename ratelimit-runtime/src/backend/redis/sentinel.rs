@@ -18,8 +18,7 @@ use std::time::Duration;
 use arc_swap::ArcSwapOption;
 use futures_util::StreamExt;
 use redis::{
-    ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisConnectionInfo, RedisError, RedisResult,
-    ServerErrorKind, Value,
+    ConnectionAddr, ErrorKind, RedisConnectionInfo, RedisError, RedisResult, ServerErrorKind, Value,
 };
 
 use super::connection::{Endpoint, Link, Node, Options};
@@ -135,7 +134,8 @@ impl Shared {
                 Ok(_) => {
                     failure = Some(RedisError::from((
                         ErrorKind::InvalidClientConfig,
-                        "the sentinels do not know the master named in the URL",
+                        "the sentinels do not know the master named in the URL; check the name after \
+                         the hosts (`…/master_name`) against `sentinel monitor` in their configuration",
                         self.master_name.to_string(),
                     )))
                 }
@@ -170,13 +170,8 @@ impl Shared {
                 }
             }
         }
-        let info = ConnectionAddr::Tcp(host.to_owned(), port)
-            .into_connection_info()?
-            .set_redis_settings(self.settings.clone());
-        let node = Node::new(Endpoint {
-            info,
-            options: self.options.clone(),
-        });
+        let endpoint = Endpoint::tcp(host, port, self.settings.clone(), self.options.clone())?;
+        let node = Node::new(endpoint);
         self.master.store(Some(Arc::new(node)));
         tracing::info!(
             master = %self.master_name,
