@@ -202,6 +202,13 @@ impl<X> Default for Records<X> {
     }
 }
 
+impl<X> Records<X> {
+    /// Where the records are stored (for [`prefetch`]).
+    pub fn first(&self) -> *const (Rule, X) {
+        self.0.as_ptr()
+    }
+}
+
 impl<X: Copy> Records<X> {
     /// The record of `rule`, the `i`-th rule of a check.
     pub fn get(&self, i: usize, rule: &Rule) -> Option<X> {
@@ -278,6 +285,17 @@ impl KeyState {
         }
     }
 
+    /// Asks the processor to start loading the state's own memory (a log, or records),
+    /// so that it arrives while the key is being compared rather than after.
+    pub fn prefetch(&self) {
+        match self {
+            KeyState::SlidingLog(s) => s.ends().into_iter().for_each(prefetch),
+            KeyState::FixedWindow(s) => prefetch(s.windows.first()),
+            KeyState::SlidingWindow(s) => prefetch(s.windows.first()),
+            KeyState::TokenBucket(s) => prefetch(s.tats.first()),
+        }
+    }
+
     /// Checks a call of `cost` units (at least 1) against `rules` at `now_us`; records it
     /// when `consume` and every rule admits it.
     pub fn check(&mut self, rules: &[Rule], now_us: u64, cost: u64, consume: bool) -> Outcome {
@@ -288,6 +306,18 @@ impl KeyState {
             KeyState::TokenBucket(s) => token_bucket::check(s, rules, now_us, cost, consume),
         }
     }
+}
+
+/// A hint to load the cache line at `ptr`; it reads nothing and cannot fault.
+#[inline(always)]
+fn prefetch<T>(ptr: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch only hints the cache; any address is allowed.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(ptr.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = ptr;
 }
 
 /// Helpers shared by the algorithms' unit tests.

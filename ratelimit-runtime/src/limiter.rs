@@ -491,6 +491,7 @@ impl Limiter {
 
     /// The answer to `request` when it needs no waiting: a cached denial, or a check of the
     /// embedded backend, which is synchronous. `None` when it must go to Redis.
+    #[inline]
     pub(crate) fn answer_now(&self, request: &Request<'_>) -> Option<Answer> {
         if let Some(denial) = self.deny_cache.as_ref().and_then(|c| c.lookup(request)) {
             return Some(Answer {
@@ -681,9 +682,7 @@ impl Future for Check<'_> {
             );
             let observation = Observation::start(PROGRAMMATIC, &this.request);
             // The embedded backend answers at once: no future to allocate.
-            let answer = observation
-                .span()
-                .in_scope(|| this.limiter.answer_now(&this.request));
+            let answer = observation.in_scope(|| this.limiter.answer_now(&this.request));
             if let Some(answer) = answer {
                 observation.finish(&answer);
                 return Poll::Ready(answer.result);
@@ -694,7 +693,7 @@ impl Future for Check<'_> {
             .running
             .get_or_insert_with(|| Box::pin(this.limiter.wait(this.request)));
         let polled = match &this.observation {
-            Some(observation) => observation.span().in_scope(|| running.as_mut().poll(cx)),
+            Some(observation) => observation.in_scope(|| running.as_mut().poll(cx)),
             None => running.as_mut().poll(cx),
         };
         let Poll::Ready(answer) = polled else {

@@ -57,6 +57,7 @@ pub(crate) enum Outcome {
 }
 
 impl Outcome {
+    #[inline]
     fn of(answer: &Answer) -> Outcome {
         match &answer.result {
             _ if answer.by.fallback => Outcome::Fallback,
@@ -88,7 +89,9 @@ pub(crate) const fn algorithm_label(algorithm: Algorithm) -> &'static str {
 
 /// One check being watched, from before it runs to its answer.
 pub(crate) struct Observation {
-    span: Span,
+    /// `None` when no subscriber enabled `DEBUG` as the check began: then there is neither
+    /// a span to record on nor a `debug` event to send.
+    span: Option<Span>,
     #[cfg(feature = "metrics")]
     site: &'static str,
     #[cfg(feature = "metrics")]
@@ -100,31 +103,31 @@ pub(crate) struct Observation {
 impl Observation {
     /// Opens the span of a check of `request` made by `site` (the key's path part, or
     /// [`PROGRAMMATIC`]).
+    #[inline]
     pub fn start(site: &'static str, request: &Request<'_>) -> Observation {
         // Unless some subscriber enables DEBUG (one atomic load), no span at all: a span
         // of a disabled callsite still evaluates its fields and, with tracing's `log`
         // feature (which other crates turn on), asks `log` at its creation, every enter
         // and exit, every record and its drop.
-        if !tracing::level_enabled!(tracing::Level::DEBUG) {
-            return Observation::of(Span::none(), site, request);
-        }
-        let span = tracing::debug_span!(
-            target: "redis_ratelimit",
-            "ratelimit.check",
-            site,
-            key = request.key,
-            algorithm = algorithm_label(request.algorithm),
-            cost = request.cost,
-            peek = !request.consume,
-            outcome = Empty,
-            remaining = Empty,
-            retry_after_ms = Empty,
-        );
+        let span = tracing::level_enabled!(tracing::Level::DEBUG).then(|| {
+            tracing::debug_span!(
+                target: "redis_ratelimit",
+                "ratelimit.check",
+                site,
+                key = request.key,
+                algorithm = algorithm_label(request.algorithm),
+                cost = request.cost,
+                peek = !request.consume,
+                outcome = Empty,
+                remaining = Empty,
+                retry_after_ms = Empty,
+            )
+        });
         Observation::of(span, site, request)
     }
 
     #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
-    fn of(span: Span, site: &'static str, request: &Request<'_>) -> Observation {
+    fn of(span: Option<Span>, site: &'static str, request: &Request<'_>) -> Observation {
         Observation {
             span,
             #[cfg(feature = "metrics")]
@@ -136,34 +139,40 @@ impl Observation {
         }
     }
 
-    /// The check's span, to run the check in.
-    pub fn span(&self) -> &Span {
-        &self.span
+    /// Runs `f` in the check's span.
+    pub fn in_scope<T>(&self, f: impl FnOnce() -> T) -> T {
+        match &self.span {
+            Some(span) => span.in_scope(f),
+            None => f(),
+        }
+    }
+
+    /// The check's span, to run a future in.
+    pub fn span(&self) -> Span {
+        self.span.clone().unwrap_or_else(Span::none)
     }
 
     /// Records `answer`: on the span, as a `debug` event when the call is limited, and in
     /// the metrics.
+    #[inline]
     pub fn finish(self, answer: &Answer) -> Outcome {
         let outcome = Outcome::of(answer);
-        if !self.span.is_disabled() {
-            self.span.record("outcome", outcome.label());
+        if let Some(span) = &self.span {
+            span.record("outcome", outcome.label());
             if let Ok(decision) = &answer.result {
-                self.span.record("remaining", decision.remaining);
+                span.record("remaining", decision.remaining);
                 if let Some(retry_after) = decision.retry_after {
-                    self.span
-                        .record("retry_after_ms", retry_after.as_millis() as u64);
+                    span.record("retry_after_ms", retry_after.as_millis() as u64);
                 }
-            }
-        }
-        if let Ok(decision) = &answer.result {
-            if !decision.allowed {
-                tracing::debug!(
-                    target: "redis_ratelimit",
-                    parent: &self.span,
-                    limit = decision.limit,
-                    retry_after_ms = decision.retry_after.map(|d| d.as_millis() as u64),
-                    "rate limited"
-                );
+                if !decision.allowed {
+                    tracing::debug!(
+                        target: "redis_ratelimit",
+                        parent: span,
+                        limit = decision.limit,
+                        retry_after_ms = decision.retry_after.map(|d| d.as_millis() as u64),
+                        "rate limited"
+                    );
+                }
             }
         }
         #[cfg(feature = "metrics")]

@@ -171,11 +171,11 @@ impl CallSite {
         // Redis's future is boxed: it is large (every topology's redirects and refreshes),
         // and held inline it would make this future, which the guarded function's holds
         // and moves, large for every backend.
-        let answer = match observation.span().in_scope(|| limiter.answer_now(&request)) {
+        let answer = match observation.in_scope(|| limiter.answer_now(&request)) {
             Some(answer) => answer,
             None => {
                 Box::pin(limiter.wait(request))
-                    .instrument(observation.span().clone())
+                    .instrument(observation.span())
                     .await
             }
         };

@@ -37,11 +37,11 @@ pub(crate) struct State {
     /// When the key expires, as the Redis value records it (0: never written).
     expires_at_us: u64,
     /// Looked up by rule, like the script's records of `count` and `window_us`.
-    windows: Records<Window>,
+    pub(super) windows: Records<Window>,
 }
 
 #[derive(Clone, Copy, Debug)]
-struct Window {
+pub(super) struct Window {
     start_us: u64,
     calls: u64,
 }

@@ -36,6 +36,16 @@ pub(crate) struct State {
     log: VecDeque<u64>,
 }
 
+impl State {
+    /// Where the log's oldest and newest entries are stored (for [`super::prefetch`]):
+    /// a check reads the one and writes after the other, usually in two cache lines.
+    pub fn ends(&self) -> [*const u64; 2] {
+        let (front, back) = self.log.as_slices();
+        let newest = back.last().or(front.last()).map_or(front.as_ptr(), |s| s as *const u64);
+        [front.as_ptr(), newest]
+    }
+}
+
 /// An entry at `s` is inside a window `w` at `now` iff `s > now - w`, written so that it
 /// cannot underflow.
 fn in_window(s: u64, window_us: u64, now_us: u64) -> bool {
@@ -119,7 +129,11 @@ pub(crate) fn check(
         while log.front().is_some_and(|&s| !in_window(s, longest, now)) {
             log.pop_front();
         }
-        log.extend((0..cost).map(|_| now));
+        // One push per unit: `extend` from an iterator costs several times more for the
+        // usual single unit.
+        for _ in 0..cost {
+            log.push_back(now);
+        }
         ttl = Some(ttl_us(longest + lag_us));
     }
     Outcome {

@@ -48,11 +48,11 @@ pub(crate) struct State {
     /// When the key expires, as the Redis value records it (0: never written).
     expires_at_us: u64,
     /// Looked up by rule, like the script's records of `count` and `window_us`.
-    windows: Records<Windows>,
+    pub(super) windows: Records<Windows>,
 }
 
 #[derive(Clone, Copy, Debug)]
-struct Windows {
+pub(super) struct Windows {
     /// Start of the window `curr` counts.
     start_us: u64,
     curr: u64,

@@ -43,7 +43,7 @@ pub(crate) struct State {
     /// When the key expires, as the Redis value records it (0: never written).
     expires_at_us: u64,
     /// Looked up by rule, like the script's records of `count` and `window_us`.
-    tats: Records<u64>,
+    pub(super) tats: Records<u64>,
 }
 
 /// One rule's view of the call.

@@ -262,11 +262,16 @@ impl Shard {
 
     fn find(&self, hash: u64, key: &str) -> Option<u32> {
         let slots = &self.slots;
+        // A slot whose hash matches is almost always the key's: its state's memory is
+        // asked for before the key's text is compared, so the two cache misses overlap.
         self.index
             .find(hash, |&id| {
-                slots[id as usize]
-                    .as_ref()
-                    .is_some_and(|slot| &*slot.key == key)
+                slots[id as usize].as_ref().is_some_and(|slot| {
+                    slot.hash == hash && {
+                        slot.state.prefetch();
+                        &*slot.key == key
+                    }
+                })
             })
             .copied()
     }
