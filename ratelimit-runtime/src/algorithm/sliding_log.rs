@@ -41,7 +41,10 @@ impl State {
     /// a check reads the one and writes after the other, usually in two cache lines.
     pub fn ends(&self) -> [*const u64; 2] {
         let (front, back) = self.log.as_slices();
-        let newest = back.last().or(front.last()).map_or(front.as_ptr(), |s| s as *const u64);
+        let newest = back
+            .last()
+            .or(front.last())
+            .map_or(front.as_ptr(), |s| s as *const u64);
         [front.as_ptr(), newest]
     }
 }
