@@ -5,7 +5,6 @@
 
 mod support;
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use redis_ratelimit::context::{self, RequestContext};
@@ -249,15 +248,10 @@ fn two_processes_both_pick_up_one_stored_override() {
     let set_at = support::epoch_ms() + 1_500;
     let children: Vec<_> = (0..CHILDREN)
         .map(|_| {
-            Command::new(std::env::current_exe().unwrap())
-                .args([CHILD_TEST, "--exact", "--ignored", "--nocapture"])
-                .args(["--test-threads", "1"])
-                .env(URL_ENV, server.url())
-                .env(SET_AT_ENV, set_at.to_string())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .expect("start a child process")
+            support::spawn_child_test(
+                CHILD_TEST,
+                &[(URL_ENV, server.url()), (SET_AT_ENV, set_at.to_string())],
+            )
         })
         .collect();
     std::thread::sleep(Duration::from_millis(
@@ -266,20 +260,14 @@ fn two_processes_both_pick_up_one_stored_override() {
     hset(&server, "ops.send", "5/minute");
 
     for child in children {
-        let output = child.wait_with_output().unwrap();
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(output.status.success(), "child failed: {stdout}");
-        let report = stdout
-            .lines()
-            .find_map(|line| line.split_once("picked_up_ms=").map(|(_, rest)| rest))
-            .unwrap_or_else(|| panic!("no report in the child's output: {stdout}"));
-        let (picked_up_ms, admitted) = report.trim().split_once(" admitted=").unwrap();
+        let report = support::child_report(child, "picked_up_ms=");
+        let (picked_up_ms, admitted) = report.split_once(" admitted=").unwrap();
         let picked_up_ms: u64 = picked_up_ms.parse().unwrap();
         assert!(
             picked_up_ms <= PICKED_UP_WITHIN.as_millis() as u64,
             "picked up after {picked_up_ms} ms"
         );
-        assert_eq!(admitted, "5", "{stdout}");
+        assert_eq!(admitted, "5", "{report}");
     }
 }
 

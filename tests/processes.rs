@@ -7,7 +7,6 @@
 
 mod support;
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use redis_ratelimit::{Limiter, Rule};
@@ -29,31 +28,21 @@ fn processes_sharing_a_key_admit_exactly_the_limit_together() {
     let start_at = support::epoch_ms() + 500;
     let children: Vec<_> = (0..CHILDREN)
         .map(|_| {
-            Command::new(std::env::current_exe().unwrap())
-                .args([CHILD_TEST, "--exact", "--ignored", "--nocapture"])
-                .args(["--test-threads", "1"])
-                .env(URL_ENV, server.url())
-                .env(KEY_ENV, "rate_limit:global:shared")
-                .env(START_ENV, start_at.to_string())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .expect("start a child process")
+            support::spawn_child_test(
+                CHILD_TEST,
+                &[
+                    (URL_ENV, server.url()),
+                    (KEY_ENV, "rate_limit:global:shared".to_owned()),
+                    (START_ENV, start_at.to_string()),
+                ],
+            )
         })
         .collect();
 
-    let mut admitted = Vec::new();
-    for child in children {
-        let output = child.wait_with_output().unwrap();
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(output.status.success(), "child failed: {stdout}");
-        let count = stdout
-            .lines()
-            // libtest may print the test's name on the same line first.
-            .find_map(|line| line.split_once("admitted=").map(|(_, count)| count))
-            .unwrap_or_else(|| panic!("no count in the child's output: {stdout}"));
-        admitted.push(count.trim().parse::<u64>().unwrap());
-    }
+    let admitted: Vec<u64> = children
+        .into_iter()
+        .map(|child| support::child_report(child, "admitted=").parse().unwrap())
+        .collect();
     assert_eq!(
         admitted.iter().sum::<u64>(),
         LIMIT,

@@ -167,6 +167,36 @@ pub fn spawn_dying_with_test(command: &mut Command) -> Child {
     })
 }
 
+/// Starts this test binary again as a child process that runs only the ignored test
+/// `name`, with `envs` set: how a test puts a second process on the same Redis. Read its
+/// answer with [`child_report`].
+pub fn spawn_child_test(name: &str, envs: &[(&str, String)]) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args([name, "--exact", "--ignored", "--nocapture"])
+        .args(["--test-threads", "1"])
+        .envs(envs.iter().map(|(k, v)| (k, v)))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start a child process")
+}
+
+/// Waits for a child of [`spawn_child_test`], requires its test to have passed, and returns
+/// what follows `marker` on the line of its stdout that has it, trimmed.
+pub fn child_report(child: Child, marker: &str) -> String {
+    let output = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "child failed: {stdout}");
+    stdout
+        .lines()
+        // libtest may print the test's name on the same line first.
+        .find_map(|line| {
+            line.split_once(marker)
+                .map(|(_, rest)| rest.trim().to_owned())
+        })
+        .unwrap_or_else(|| panic!("no `{marker}` in the child's output: {stdout}"))
+}
+
 /// Polls `ready` until it returns `Ok`, first every 10 ms, then less often (up to every
 /// 100 ms: long waits need not open hundreds of connections a second); after `timeout`
 /// panics, saying what was awaited and the last answer, so a topology that never settles
