@@ -27,8 +27,8 @@
 pub use ratelimit_macros::rate_limiter;
 pub use ratelimit_runtime::{
     clock, context, global, init, key, Algorithm, BackendError, BackendErrorKind, Breaker, Check,
-    ConfigError, Decision, InitError, LimitType, Limiter, ParseRuleError, RateLimitError,
-    RequestContext, Rule, REDIS_URL_ENV,
+    ConfigError, Decision, InitError, LimitType, Limiter, Mode, ParseModeError, ParseRuleError,
+    RateLimitError, RequestContext, Rule, REDIS_URL_ENV,
 };
 
 #[cfg(feature = "actix")]
@@ -43,7 +43,7 @@ pub use ratelimit_runtime::tower;
 /// What `#[rate_limiter]` expands to refers to. Not public API.
 #[doc(hidden)]
 pub mod __private {
-    pub use ratelimit_runtime::site::{CallSite, SiteConfig};
+    pub use ratelimit_runtime::site::{charge_if, CallSite, Permit, SiteConfig};
     pub use ratelimit_runtime::RequestContext;
     pub use ratelimit_runtime::{global, Algorithm, LimitType, Limiter, RateLimitError, Rule};
 }

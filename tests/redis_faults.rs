@@ -27,10 +27,14 @@ static TEN_PER_MINUTE: [Rule; 1] = [Rule::new(10, Duration::from_secs(60))];
 static SITE: CallSite = CallSite::new(SiteConfig {
     rules: &ONE_PER_MINUTE,
     duplicate_rule: false,
+    dynamic_rules: false,
     algorithm: Algorithm::SlidingLog,
     limit_type: LimitType::Custom,
     prefix: "rate_limit:",
     message: "too many requests",
+    shadow: false,
+    block_for: None,
+    wait: None,
 });
 
 /// A limiter whose every check reaches the connection layer: the circuit breaker, which
@@ -46,7 +50,10 @@ fn limiter(server: &RedisServer, fail_open: bool) -> Limiter {
 /// One guarded call, timed.
 async fn guarded(limiter: &Limiter, key: &'static str) -> (Result<(), RateLimitError>, Duration) {
     let start = Instant::now();
-    let result = SITE.check(limiter, Cow::Borrowed(key), 1).await;
+    let result = SITE
+        .check(limiter, Cow::Borrowed(key), 1, None)
+        .await
+        .map(drop);
     (result, start.elapsed())
 }
 

@@ -113,7 +113,7 @@ fn guard(args: &Args) -> TokenStream {
         let __ratelimit_key = #key;
         let __ratelimit_limiter: &#private::Limiter = #limiter;
         if let ::core::result::Result::Err(__ratelimit_err) =
-            __RATELIMIT_SITE.check(__ratelimit_limiter, __ratelimit_key, #cost).await
+            __RATELIMIT_SITE.check(__ratelimit_limiter, __ratelimit_key, #cost, ::core::option::Option::None).await
         {
             #limited
         }
@@ -143,10 +143,14 @@ fn guard(args: &Args) -> TokenStream {
                 #private::SiteConfig {
                     rules: &[#(#rules),*],
                     duplicate_rule: #duplicate_rule,
+                    dynamic_rules: false,
                     algorithm: #private::Algorithm::#algorithm,
                     limit_type: #private::LimitType::#limit_type,
                     prefix: #prefix,
                     message: #message,
+                    shadow: false,
+                    block_for: ::core::option::Option::None,
+                    wait: ::core::option::Option::None,
                 },
             )
             #named
@@ -341,7 +345,7 @@ mod tests {
             "{out}"
         );
         assert!(
-            out.contains("check (__ratelimit_limiter , __ratelimit_key , __ratelimit_cost)"),
+            out.contains("check (__ratelimit_limiter , __ratelimit_key , __ratelimit_cost , :: core :: option :: Option :: None)"),
             "{out}"
         );
         let default = expand_str(
@@ -353,7 +357,7 @@ mod tests {
             ),
         );
         assert!(
-            default.contains("check (__ratelimit_limiter , __ratelimit_key , 1)"),
+            default.contains("check (__ratelimit_limiter , __ratelimit_key , 1 , :: core :: option :: Option :: None)"),
             "{default}"
         );
         assert!(!default.contains("__ratelimit_cost"), "{default}");

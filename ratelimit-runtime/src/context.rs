@@ -5,7 +5,9 @@
 
 use std::future::Future;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
+
+use crate::sync::lock;
 
 use crate::{Decision, Rule};
 
@@ -165,7 +167,7 @@ pub(crate) struct DecisionSlot(Mutex<Option<SiteDecision>>);
 impl DecisionSlot {
     fn offer(&self, decision: SiteDecision) {
         // Held only for this comparison, never across an await.
-        let mut kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut kept = lock(&self.0);
         if kept.map_or(true, |kept| decision.binds_harder_than(&kept)) {
             *kept = Some(decision);
         }
@@ -174,13 +176,18 @@ impl DecisionSlot {
     /// The kept decision, if any guarded call decided.
     #[cfg(any(feature = "tower", feature = "actix"))]
     pub(crate) fn take(&self) -> Option<SiteDecision> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
+        lock(&self.0).take()
     }
 }
 
-/// Leaves `decision` for the layer serving the current request; does nothing outside one.
-pub(crate) fn record(decision: SiteDecision) {
-    let _ = DECISIONS.try_with(|slot| slot.offer(decision));
+/// Leaves the decision `make` gives for the layer serving the current request; outside
+/// one, does nothing and does not call `make`.
+pub(crate) fn record_with(make: impl FnOnce() -> Option<SiteDecision>) {
+    let _ = DECISIONS.try_with(|slot| {
+        if let Some(decision) = make() {
+            slot.offer(decision);
+        }
+    });
 }
 
 /// Runs `fut` so that the decisions of its guarded calls land in `slot`.

@@ -1,13 +1,13 @@
 //! The process-wide limiter that guarded functions use unless given `limiter = ...`.
 
-use once_cell::sync::OnceCell;
+use std::sync::OnceLock;
 
-use crate::{InitError, Limiter};
+use crate::{ConfigError, InitError, Limiter};
 
 /// The environment variable naming the Redis server of the default global limiter.
 pub const REDIS_URL_ENV: &str = "RATELIMIT_REDIS_URL";
 
-static GLOBAL: OnceCell<Limiter> = OnceCell::new();
+static GLOBAL: OnceLock<Limiter> = OnceLock::new();
 
 /// Sets the global limiter. Call it once, at startup, before any guarded call.
 ///
@@ -32,14 +32,14 @@ pub fn global() -> &'static Limiter {
 
 fn from_env() -> Limiter {
     match std::env::var(REDIS_URL_ENV) {
-        Ok(url) => Limiter::redis(&url).unwrap_or_else(|err| {
+        Ok(url) => redis(&url).unwrap_or_else(|err| {
             tracing::error!(
                 target: "redis_ratelimit",
                 "{REDIS_URL_ENV} is invalid ({err}); every guarded call will fail until it is \
                  fixed or unset"
             );
             let why = format!("{REDIS_URL_ENV} is invalid ({err}); fix it, or unset it to use the embedded backend");
-            Limiter::misconfigured(crate::ConfigError::new(why)).fail_open(false)
+            Limiter::misconfigured(ConfigError::new(why)).fail_open(false)
         }),
         Err(_) => {
             tracing::warn!(
@@ -50,4 +50,18 @@ fn from_env() -> Limiter {
             Limiter::memory()
         }
     }
+}
+
+#[cfg(feature = "redis")]
+fn redis(url: &str) -> Result<Limiter, ConfigError> {
+    Limiter::redis(url)
+}
+
+/// Without the `redis` feature a Redis URL cannot be served: the environment asks for
+/// something this build does not have.
+#[cfg(not(feature = "redis"))]
+fn redis(_url: &str) -> Result<Limiter, ConfigError> {
+    Err(ConfigError::new(
+        "a Redis URL needs the `redis` feature of redis-ratelimit (on by default)",
+    ))
 }

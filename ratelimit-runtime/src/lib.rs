@@ -20,12 +20,16 @@ mod global;
 pub mod key;
 mod limit_type;
 mod limiter;
+mod mode;
 mod observe;
 mod overrides;
+mod registry;
 mod rule;
 mod rule_text;
 #[doc(hidden)]
 pub mod site;
+mod site_config;
+mod sync;
 mod throttle;
 #[cfg(feature = "tonic")]
 pub mod tonic;
@@ -41,5 +45,6 @@ pub use error::{BackendError, BackendErrorKind, ConfigError, InitError, RateLimi
 pub use global::{global, init, REDIS_URL_ENV};
 pub use limit_type::LimitType;
 pub use limiter::{Breaker, Check, Limiter};
+pub use mode::{Mode, ParseModeError};
 pub use rule::Rule;
 pub use rule_text::ParseRuleError;

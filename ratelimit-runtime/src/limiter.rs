@@ -1,25 +1,25 @@
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 mod breaker;
+mod check;
 mod deny_cache;
 
 pub use breaker::Breaker;
+pub use check::Check;
 
 use self::breaker::{Admission, BreakerState};
 use self::deny_cache::DenyCache;
 use crate::backend::memory::MemoryBackend;
+#[cfg(feature = "redis")]
 use crate::backend::redis::RedisBackend;
-use crate::backend::{Backend, Request};
+use crate::backend::Request;
 use crate::clock::Clock;
-use crate::observe::{Answer, AnsweredBy, Observation, PROGRAMMATIC};
-use crate::overrides::{Overrides, SiteRules, DEFAULT_POLL, DUPLICATE_SUFFIX};
+use crate::observe::{Answer, AnsweredBy};
+use crate::overrides::{path_of, InForce, Overrides, SiteRules, DEFAULT_POLL};
 use crate::throttle::LogThrottle;
-use crate::{Algorithm, BackendError, BackendErrorKind, ConfigError, Decision, Rule};
+use crate::{BackendError, BackendErrorKind, ConfigError, Decision, Mode, Rule};
 
 /// Checks rules against a backend: Redis (shared by every process) or the embedded
 /// in-process memory backend.
@@ -47,6 +47,8 @@ pub struct Limiter {
     /// Counts checks while the store cannot answer.
     fallback: Option<Box<Limiter>>,
     deny_cache: Option<DenyCache>,
+    /// Puts every guarded site in shadow mode, unless its own mode is overridden.
+    shadow: bool,
     warnings: LogThrottle,
     /// Rules overridden at run time, in process or stored in Redis.
     overrides: Arc<Overrides>,
@@ -57,6 +59,7 @@ pub struct Limiter {
 enum Store {
     // Behind a pointer: its connections make it several times larger than the other
     // variants. Shared with the rule-override poller.
+    #[cfg(feature = "redis")]
     Redis(Arc<RedisBackend>),
     Memory(MemoryBackend),
     /// Built from an invalid environment; every check fails with this error.
@@ -93,6 +96,7 @@ impl Limiter {
     /// let err = Limiter::redis("http://127.0.0.1").err().unwrap();
     /// assert!(err.to_string().contains("redis://"));
     /// ```
+    #[cfg(feature = "redis")]
     pub fn redis(url: &str) -> Result<Limiter, ConfigError> {
         let backend = RedisBackend::new(url)?;
         backend.limit_connect_timeout(Self::DEFAULT_TIMEOUT);
@@ -116,6 +120,7 @@ impl Limiter {
     ///
     /// When `pem` holds no certificate or an unreadable one, and when this limiter is not
     /// on a TLS URL.
+    #[cfg(feature = "tls")]
     pub fn with_tls_ca(self, pem: &[u8]) -> Result<Limiter, ConfigError> {
         match &self.store {
             Store::Redis(backend) => backend.trust_ca(pem)?,
@@ -182,6 +187,7 @@ impl Limiter {
             breaker: BreakerState::new(Breaker::DEFAULT),
             fallback: None,
             deny_cache: None,
+            shadow: false,
             warnings: LogThrottle::new(),
             overrides: Overrides::new(),
             rules_poll: Some(DEFAULT_POLL),
@@ -199,6 +205,7 @@ impl Limiter {
     /// Connecting to Redis takes at most this long too (or 1 s, if that is shorter).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        #[cfg(feature = "redis")]
         if let Store::Redis(backend) = &self.store {
             backend.limit_connect_timeout(timeout);
         }
@@ -315,11 +322,72 @@ impl Limiter {
         self.overrides.set_local(path, Some(rules));
     }
 
-    /// Removes the in-process override of `path` (or `path#duplicate`) set with
-    /// [`override_rules`](Self::override_rules): the rules stored in Redis for it, if any,
-    /// else the compiled ones, are in force again.
+    /// Removes the in-process overrides of the site `path` set with
+    /// [`override_rules`](Self::override_rules) and [`override_mode`](Self::override_mode):
+    /// its rules, duplicate-submission rule and mode. What is stored in Redis for it, if
+    /// anything, else what was compiled, is in force again. `path#duplicate` clears only the
+    /// duplicate-submission rule's override.
     pub fn clear_override(&self, path: &str) {
-        self.overrides.set_local(path, None);
+        if path_of(path).len() == path.len() {
+            self.overrides.clear_local(path);
+        } else {
+            self.overrides.set_local(path, None);
+        }
+    }
+
+    /// Puts every guarded site of this limiter (attributes and layer guards) in shadow
+    /// mode (default `false`): checks count exactly as enforcing ones would, but no call is
+    /// refused; would-be refusals are reported (metrics outcome `shadow_limited`, a
+    /// throttled `info` event). The way to roll limits out. A site's own override
+    /// ([`override_mode`](Self::override_mode), or `{path}#mode` in Redis) wins over it.
+    /// Programmatic [`check`](Self::check)s are not guarded sites: modes do not apply.
+    ///
+    /// ```
+    /// use redis_ratelimit::{Limiter, Mode};
+    ///
+    /// let limiter = Limiter::memory().shadow(true);
+    /// assert_eq!(limiter.mode_in_force("my_app::send_code"), Mode::Shadow);
+    /// limiter.override_mode("my_app::send_code", Mode::Enforce);
+    /// assert_eq!(limiter.mode_in_force("my_app::send_code"), Mode::Enforce);
+    /// ```
+    pub fn shadow(mut self, shadow: bool) -> Self {
+        self.shadow = shadow;
+        self
+    }
+
+    /// Sets, in this process, the [`Mode`] of the guarded site `path` (the function's path
+    /// or its `name`, or a guard's name), whatever its key prefix, from the next check on.
+    /// It wins over a mode stored in Redis for the path, over [`shadow`](Self::shadow) and
+    /// over the attribute's `shadow`. [`clear_override`](Self::clear_override) removes it.
+    ///
+    /// Operators set it for every instance at once in the `{prefix}rules` hash, field
+    /// `{path}#mode`, value `enforce`, `shadow` or `off` (read with the rule overrides,
+    /// see [`rules_poll`](Self::rules_poll); a malformed value is ignored with a warning):
+    ///
+    /// ```text
+    /// HSET rate_limit:rules my_app::handlers::send_code#mode off   # the kill switch
+    /// ```
+    pub fn override_mode(&self, path: &str, mode: Mode) {
+        self.overrides.set_local_mode(path_of(path), Some(mode));
+    }
+
+    /// The mode the guarded site `path` runs in now: its override (in process, else read
+    /// from Redis), else [`Mode::Shadow`] when this limiter is in [`shadow`](Self::shadow)
+    /// mode or the first such site checked in this process has `shadow = true`, else
+    /// [`Mode::Enforce`].
+    pub fn mode_in_force(&self, path: &str) -> Mode {
+        let path = path_of(path);
+        let attribute = crate::registry::compiled(path).is_some_and(|site| site.shadow);
+        self.mode_of(self.overrides.mode(path), attribute)
+    }
+
+    /// The mode of a site whose override is `overridden` and whose attribute says `shadow`.
+    fn mode_of(&self, overridden: Option<Mode>, shadow: bool) -> Mode {
+        match overridden {
+            Some(mode) => mode,
+            None if self.shadow || shadow => Mode::Shadow,
+            None => Mode::Enforce,
+        }
     }
 
     /// The rules this limiter checks the guarded functions of key path `path` against now:
@@ -330,33 +398,39 @@ impl Limiter {
     /// Overrides stored in Redis show here once this limiter has read them (see
     /// [`rules_poll`](Self::rules_poll)).
     pub fn rules_in_force(&self, path: &str) -> Vec<Rule> {
-        let path = path.strip_suffix(DUPLICATE_SUFFIX).unwrap_or(path);
-        let compiled = crate::site::compiled_rules(path);
-        self.overrides.in_force(
-            path,
-            compiled.as_ref().map(|(prefix, rules)| (*prefix, *rules)),
-        )
+        let path = path_of(path);
+        let compiled = crate::registry::compiled(path);
+        self.overrides
+            .in_force(path, compiled.map(|site| (site.prefix, site.rules)))
     }
 
-    /// The rules in force for a guarded function of key `prefix` and `path` compiled with
-    /// `compiled`. Starts reading the overrides stored under `prefix` if this limiter does
-    /// not yet. Lock-free and allocation-free once a prefix is known.
-    pub(crate) fn site_rules(
+    /// The rules and mode in force for a guarded site of key `prefix` and `path` compiled
+    /// with `compiled` and the attribute's `shadow`. Starts reading the overrides stored
+    /// under `prefix` if this limiter does not yet. Lock-free and allocation-free once a
+    /// prefix is known.
+    pub(crate) fn site_policy(
         &self,
         prefix: &'static str,
         path: &str,
         compiled: SiteRules,
-    ) -> SiteRules {
-        let (Store::Redis(redis), Some(every)) = (&self.store, self.rules_poll) else {
-            return self.overrides.lookup_local(prefix, path, compiled);
-        };
-        let (rules, unknown_prefix) = self.overrides.lookup(prefix, path, compiled);
-        if unknown_prefix {
-            self.overrides.watch_prefix(prefix);
+        shadow: bool,
+    ) -> (SiteRules, Mode) {
+        let InForce { rules, mode } = self.site_overrides(prefix, path, compiled);
+        (rules, self.mode_of(mode, shadow))
+    }
+
+    fn site_overrides(&self, prefix: &'static str, path: &str, compiled: SiteRules) -> InForce {
+        #[cfg(feature = "redis")]
+        if let (Store::Redis(redis), Some(every)) = (&self.store, self.rules_poll) {
+            let (in_force, unknown_prefix) = self.overrides.lookup(prefix, path, compiled);
+            if unknown_prefix {
+                self.overrides.watch_prefix(prefix);
+            }
+            self.overrides
+                .ensure_polling(redis, every, self.timeout.max(Duration::from_secs(1)));
+            return in_force;
         }
-        self.overrides
-            .ensure_polling(redis, every, self.timeout.max(Duration::from_secs(1)));
-        rules
+        self.overrides.lookup_local(prefix, path, compiled)
     }
 
     /// Whether this limiter lets guarded calls through when the backend fails.
@@ -367,7 +441,8 @@ impl Limiter {
     /// Checks `rules` for `key` and, if every rule admits the call, counts it.
     ///
     /// The returned [`Check`] is awaited directly (one unit, the sliding log) or refined
-    /// first with [`cost`](Check::cost) and [`algorithm`](Check::algorithm):
+    /// first with [`cost`](Check::cost), [`algorithm`](Check::algorithm),
+    /// [`wait`](Check::wait) and [`block_for`](Check::block_for):
     ///
     /// ```
     /// use std::time::Duration;
@@ -388,7 +463,7 @@ impl Limiter {
     ///
     /// When `rules` is empty (when awaited).
     pub fn check<'a>(&'a self, key: &'a str, rules: &'a [Rule]) -> Check<'a> {
-        Check::new(self, key, rules, true)
+        Check::new(self, Request::new(key, rules, true))
     }
 
     /// What a [`check`](Self::check) would decide now, counting nothing: `remaining` is
@@ -409,14 +484,14 @@ impl Limiter {
     /// # Ok(()) }
     /// ```
     pub fn peek<'a>(&'a self, key: &'a str, rules: &'a [Rule]) -> Check<'a> {
-        Check::new(self, key, rules, false)
+        Check::new(self, Request::new(key, rules, false))
     }
 
     /// `check(key, rules).algorithm(algorithm)`.
     #[deprecated(since = "0.2.0", note = "use `check(key, rules).algorithm(algorithm)`")]
     pub async fn check_with(
         &self,
-        algorithm: Algorithm,
+        algorithm: crate::Algorithm,
         key: &str,
         rules: &[Rule],
     ) -> Result<Decision, BackendError> {
@@ -427,14 +502,14 @@ impl Limiter {
     #[deprecated(since = "0.2.0", note = "use `peek(key, rules).algorithm(algorithm)`")]
     pub async fn peek_with(
         &self,
-        algorithm: Algorithm,
+        algorithm: crate::Algorithm,
         key: &str,
         rules: &[Rule],
     ) -> Result<Decision, BackendError> {
         self.peek(key, rules).algorithm(algorithm).await
     }
 
-    /// Forgets everything counted for `key`.
+    /// Forgets everything counted for `key`, and any block on it.
     ///
     /// With a [`fallback`](Self::fallback), the key is forgotten there too.
     pub async fn reset(&self, key: &str) -> Result<(), BackendError> {
@@ -442,59 +517,54 @@ impl Limiter {
             cache.forget(key);
         }
         if let Some(fallback) = &self.fallback {
-            fallback.reset_store(key).await?;
+            Box::pin(fallback.reset(key)).await?;
         }
-        self.reset_store(key).await
-    }
-
-    async fn reset_store(&self, key: &str) -> Result<(), BackendError> {
         match &self.store {
-            Store::Redis(redis) => {
-                let pass = match self.breaker.admit() {
-                    Admission::Send(pass) => pass,
-                    Admission::Refuse(err) => return Err(err),
-                };
-                let result = self.within_timeout(redis.reset(key)).await;
-                pass.record(&result);
-                result
+            #[cfg(feature = "redis")]
+            Store::Redis(redis) => self.send(redis.reset(key)).await,
+            Store::Memory(memory) => {
+                memory.reset_now(key);
+                Ok(())
             }
-            Store::Memory(memory) => memory.reset(key).await,
             Store::Misconfigured(err) => Err(misconfigured(err)),
         }
     }
 
-    /// Runs `request` on Redis, or, when it fails, on the fallback: a check that
-    /// [`answer_now`](Self::answer_now) (the deny cache, the embedded backend) could not
-    /// answer.
-    pub(crate) async fn wait(&self, request: Request<'_>) -> Answer {
-        let Store::Redis(redis) = &self.store else {
-            unreachable!("only Redis checks wait for an answer");
-        };
-        let pass = match self.breaker.admit() {
-            Admission::Send(pass) => pass,
-            Admission::Refuse(err) => return self.on_failure(&request, err).await,
-        };
-        let result = self.within_timeout(redis.check(&request)).await;
-        pass.record(&result);
-        match result {
-            Ok(raw) => {
-                let decision = raw.into_decision(request.rules);
-                self.remember(&request, &decision);
-                Answer {
-                    result: Ok(decision),
-                    by: AnsweredBy::REDIS,
-                }
-            }
-            Err(err) => self.on_failure(&request, err).await,
-        }
+    /// Gives back exactly the units `decision` took from `key` under `rules`: a no-op for a
+    /// denied decision (which took nothing) and once the units have left every window.
+    /// Never gives back twice: a refund whose connection broke is not sent again blindly
+    /// (its units then stay used, the safe side).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_ratelimit::{Limiter, Rule};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// const EXPORTS: [Rule; 1] = [Rule::new(10, Duration::from_secs(3600))];
+    /// let limiter = Limiter::memory();
+    /// let d = limiter.check("exports:acme", &EXPORTS).cost(3).await?;
+    /// assert_eq!(d.remaining, 7);
+    /// // The export failed before doing any work: it should not count.
+    /// limiter.refund("exports:acme", &EXPORTS, &d).await?;
+    /// assert_eq!(limiter.peek("exports:acme", &EXPORTS).await?.remaining, 10);
+    /// # Ok(()) }
+    /// ```
+    pub async fn refund(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        decision: &Decision,
+    ) -> Result<(), BackendError> {
+        let _ = (key, rules, decision);
+        unimplemented!("refunds arrive with the algorithms' receipts")
     }
 
     /// The answer to `request` when it needs no waiting: a cached denial, or a check of the
-    /// embedded backend, which is synchronous. `None` when it must go to Redis.
+    /// embedded backend, which is synchronous.
     #[inline]
-    pub(crate) fn answer_now(&self, request: &Request<'_>) -> Option<Answer> {
+    pub(crate) fn answer_now(&self, request: &Request<'_>) -> Now {
         if let Some(denial) = self.deny_cache.as_ref().and_then(|c| c.lookup(request)) {
-            return Some(Answer {
+            return Now::Answered(Answer {
                 result: Ok(denial),
                 by: self.answered_by(),
             });
@@ -502,17 +572,64 @@ impl Limiter {
         let raw = match &self.store {
             Store::Memory(memory) => memory.check_now(request),
             Store::Misconfigured(err) => Err(misconfigured(err)),
-            Store::Redis(_) => return None,
+            #[cfg(feature = "redis")]
+            Store::Redis(redis) => return Now::Ask(Arc::clone(redis)),
         };
+        Now::Answered(self.decided(request, raw))
+    }
+
+    /// One attempt at `request`: answered now, or asked of Redis (and, when Redis cannot
+    /// answer, of the fallback).
+    pub(crate) async fn answer(&self, request: Request<'_>) -> Answer {
+        match self.answer_now(&request) {
+            Now::Answered(answer) => answer,
+            #[cfg(feature = "redis")]
+            Now::Ask(redis) => self.ask(&redis, request).await,
+        }
+    }
+
+    #[cfg(feature = "redis")]
+    async fn ask(&self, redis: &RedisBackend, request: Request<'_>) -> Answer {
+        match self.send(redis.check(&request)).await {
+            Ok(raw) => self.decided(&request, Ok(raw)),
+            Err(err) => self.on_failure(request, err).await,
+        }
+    }
+
+    /// Sends one command to Redis through the breaker, within the timeout.
+    #[cfg(feature = "redis")]
+    async fn send<T>(
+        &self,
+        command: impl std::future::Future<Output = Result<T, BackendError>>,
+    ) -> Result<T, BackendError> {
+        let pass = match self.breaker.admit() {
+            Admission::Send(pass) => pass,
+            Admission::Refuse(err) => return Err(err),
+        };
+        let result = tokio::time::timeout(self.timeout, command)
+            .await
+            .unwrap_or_else(|_| Err(BackendError::timeout(self.timeout)));
+        pass.record(&result);
+        result
+    }
+
+    /// This limiter's own answer to `request`, from its backend's `raw` one.
+    fn decided(
+        &self,
+        request: &Request<'_>,
+        raw: Result<crate::decision::RawDecision, BackendError>,
+    ) -> Answer {
         let result = raw.map(|raw| {
             let decision = raw.into_decision(request.rules);
-            self.remember(request, &decision);
+            if let Some(cache) = &self.deny_cache {
+                cache.remember(request, &decision);
+            }
             decision
         });
-        Some(Answer {
+        Answer {
             result,
             by: self.answered_by(),
-        })
+        }
     }
 
     /// The `backend` label of this limiter's own answers (a misconfigured limiter is a Redis
@@ -520,28 +637,22 @@ impl Limiter {
     fn answered_by(&self) -> AnsweredBy {
         match self.store {
             Store::Memory(_) => AnsweredBy::MEMORY,
-            Store::Redis(_) | Store::Misconfigured(_) => AnsweredBy::REDIS,
-        }
-    }
-
-    fn remember(&self, request: &Request<'_>, decision: &Decision) {
-        if let Some(cache) = &self.deny_cache {
-            cache.remember(request, decision);
+            #[cfg(feature = "redis")]
+            Store::Redis(_) => AnsweredBy::REDIS,
+            Store::Misconfigured(_) => AnsweredBy::REDIS,
         }
     }
 
     /// What a failed check answers: the fallback's decision, or the error. An error about
     /// the key itself (another algorithm's state) would be the same anywhere: only a
     /// backend that cannot answer hands over to the fallback.
-    async fn on_failure(&self, request: &Request<'_>, err: BackendError) -> Answer {
+    #[cfg(feature = "redis")]
+    async fn on_failure(&self, request: Request<'_>, err: BackendError) -> Answer {
         match &self.fallback {
             Some(fallback) if err.kind() != BackendErrorKind::Command => {
                 self.warn_backend_failed(request.key, &err, "counting on the fallback");
-                let answer = match fallback.answer_now(request) {
-                    Some(answer) => answer,
-                    // A fallback on Redis of its own: boxed, as the future is recursive.
-                    None => Box::pin(fallback.wait(*request)).await,
-                };
+                // Boxed: a fallback on Redis of its own makes the future recursive.
+                let answer = Box::pin(fallback.answer(request)).await;
                 Answer {
                     by: AnsweredBy {
                         fallback: true,
@@ -555,15 +666,6 @@ impl Limiter {
                 by: self.answered_by(),
             },
         }
-    }
-
-    async fn within_timeout<T>(
-        &self,
-        fut: impl std::future::Future<Output = Result<T, BackendError>>,
-    ) -> Result<T, BackendError> {
-        tokio::time::timeout(self.timeout, fut)
-            .await
-            .unwrap_or_else(|_| Err(BackendError::timeout(self.timeout)))
     }
 
     /// Logs a backend failure that a fail-open limiter let through, at most once per
@@ -585,6 +687,15 @@ impl Limiter {
     }
 }
 
+/// What [`Limiter::answer_now`] found.
+pub(crate) enum Now {
+    /// Answered without waiting: a cached denial, the embedded backend, a misconfiguration.
+    Answered(Answer),
+    /// Only Redis can answer.
+    #[cfg(feature = "redis")]
+    Ask(Arc<RedisBackend>),
+}
+
 fn misconfigured(err: &ConfigError) -> BackendError {
     BackendError::new(BackendErrorKind::Misconfigured, err.to_string())
 }
@@ -592,6 +703,7 @@ fn misconfigured(err: &ConfigError) -> BackendError {
 impl fmt::Debug for Limiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let backend = match &self.store {
+            #[cfg(feature = "redis")]
             Store::Redis(_) => "redis",
             Store::Memory(_) => "memory",
             Store::Misconfigured(_) => "misconfigured",
@@ -603,114 +715,8 @@ impl fmt::Debug for Limiter {
             .field("breaker", &self.breaker.config())
             .field("fallback", &self.fallback)
             .field("deny_cache", &self.deny_cache.is_some())
+            .field("shadow", &self.shadow)
             .field("rules_poll", &self.rules_poll)
-            .finish()
-    }
-}
-
-/// A check (or peek) of one key: returned by [`Limiter::check`] and [`Limiter::peek`],
-/// refined with [`cost`](Check::cost) and [`algorithm`](Check::algorithm), and run when
-/// awaited (or polled, e.g. by `Runtime::block_on`).
-#[must_use = "a check does nothing until it is awaited"]
-pub struct Check<'a> {
-    limiter: &'a Limiter,
-    request: Request<'a>,
-    /// The check under way, once polled.
-    running: Option<BoxFuture<'a, Answer>>,
-    /// Its span and metrics, from the first poll to the answer.
-    observation: Option<Observation>,
-}
-
-type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-impl<'a> Check<'a> {
-    fn new(limiter: &'a Limiter, key: &'a str, rules: &'a [Rule], consume: bool) -> Self {
-        Check {
-            limiter,
-            request: Request {
-                key,
-                rules,
-                algorithm: Algorithm::SlidingLog,
-                cost: 1,
-                consume,
-                now_us: None,
-            },
-            running: None,
-            observation: None,
-        }
-    }
-
-    /// How many units of every rule the call uses (default 1). The call uses all of them
-    /// under every rule, or nothing: a denial consumes nothing. A cost above a rule's count
-    /// can never pass: it is denied with `retry_after: None`.
-    ///
-    /// # Panics
-    ///
-    /// When `cost` is 0.
-    pub fn cost(mut self, cost: u64) -> Self {
-        assert!(cost > 0, "a check's cost must be at least 1");
-        self.request.cost = cost;
-        self
-    }
-
-    /// How the rules are counted (default [`Algorithm::SlidingLog`]). Use one algorithm per
-    /// key: each keeps its own kind of state.
-    pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
-        self.request.algorithm = algorithm;
-        self
-    }
-
-    /// Runs the check at an explicit time instead of the backend's clock. For differential
-    /// tests only.
-    #[cfg(feature = "test-clock")]
-    #[doc(hidden)]
-    pub fn at(mut self, now: Duration) -> Self {
-        self.request.now_us = Some(now.as_micros() as u64);
-        self
-    }
-}
-
-impl Future for Check<'_> {
-    type Output = Result<Decision, BackendError>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = &mut *self;
-        if this.running.is_none() {
-            assert!(
-                !this.request.rules.is_empty(),
-                "a rate-limit check needs at least one rule"
-            );
-            let observation = Observation::start(PROGRAMMATIC, &this.request);
-            // The embedded backend answers at once: no future to allocate.
-            let answer = observation.in_scope(|| this.limiter.answer_now(&this.request));
-            if let Some(answer) = answer {
-                observation.finish(&answer);
-                return Poll::Ready(answer.result);
-            }
-            this.observation = Some(observation);
-        }
-        let running = this
-            .running
-            .get_or_insert_with(|| Box::pin(this.limiter.wait(this.request)));
-        let polled = match &this.observation {
-            Some(observation) => observation.in_scope(|| running.as_mut().poll(cx)),
-            None => running.as_mut().poll(cx),
-        };
-        let Poll::Ready(answer) = polled else {
-            return Poll::Pending;
-        };
-        if let Some(observation) = this.observation.take() {
-            observation.finish(&answer);
-        }
-        Poll::Ready(answer.result)
-    }
-}
-
-impl fmt::Debug for Check<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Check")
-            .field("request", &self.request)
-            .field("running", &self.running.is_some())
             .finish()
     }
 }

@@ -54,14 +54,17 @@ pub(crate) enum Outcome {
     Error,
     /// The backend failed and the fallback answered (admitting the call or not).
     Fallback,
+    /// A shadow site's check that enforcing would have refused; the call went on.
+    ShadowLimited,
 }
 
 impl Outcome {
     #[inline]
-    fn of(answer: &Answer) -> Outcome {
+    fn of(answer: &Answer, shadow: bool) -> Outcome {
         match &answer.result {
             _ if answer.by.fallback => Outcome::Fallback,
             Ok(decision) if decision.allowed => Outcome::Allowed,
+            Ok(_) if shadow => Outcome::ShadowLimited,
             Ok(_) => Outcome::Limited,
             Err(_) => Outcome::Error,
         }
@@ -73,6 +76,7 @@ impl Outcome {
             Outcome::Limited => "limited",
             Outcome::Error => "error",
             Outcome::Fallback => "fallback",
+            Outcome::ShadowLimited => "shadow_limited",
         }
     }
 }
@@ -92,6 +96,8 @@ pub(crate) struct Observation {
     /// `None` when no subscriber enabled `DEBUG` as the check began: then there is neither
     /// a span to record on nor a `debug` event to send.
     span: Option<Span>,
+    /// Whether the check is a shadow site's: a denial is then `shadow_limited`.
+    shadow: bool,
     #[cfg(feature = "metrics")]
     site: &'static str,
     #[cfg(feature = "metrics")]
@@ -102,9 +108,9 @@ pub(crate) struct Observation {
 
 impl Observation {
     /// Opens the span of a check of `request` made by `site` (the key's path part, or
-    /// [`PROGRAMMATIC`]).
+    /// [`PROGRAMMATIC`]); `shadow` when the site is in shadow mode.
     #[inline]
-    pub fn start(site: &'static str, request: &Request<'_>) -> Observation {
+    pub fn start(site: &'static str, request: &Request<'_>, shadow: bool) -> Observation {
         // Unless some subscriber enables DEBUG (one atomic load), no span at all: a span
         // of a disabled callsite still evaluates its fields and, with tracing's `log`
         // feature (which other crates turn on), asks `log` at its creation, every enter
@@ -123,13 +129,19 @@ impl Observation {
                 retry_after_ms = Empty,
             )
         });
-        Observation::of(span, site, request)
+        Observation::of(span, site, request, shadow)
     }
 
     #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
-    fn of(span: Option<Span>, site: &'static str, request: &Request<'_>) -> Observation {
+    fn of(
+        span: Option<Span>,
+        site: &'static str,
+        request: &Request<'_>,
+        shadow: bool,
+    ) -> Observation {
         Observation {
             span,
+            shadow,
             #[cfg(feature = "metrics")]
             site,
             #[cfg(feature = "metrics")]
@@ -147,16 +159,11 @@ impl Observation {
         }
     }
 
-    /// The check's span, to run a future in.
-    pub fn span(&self) -> Span {
-        self.span.clone().unwrap_or_else(Span::none)
-    }
-
     /// Records `answer`: on the span, as a `debug` event when the call is limited, and in
     /// the metrics.
     #[inline]
     pub fn finish(self, answer: &Answer) -> Outcome {
-        let outcome = Outcome::of(answer);
+        let outcome = Outcome::of(answer, self.shadow);
         if let Some(span) = &self.span {
             span.record("outcome", outcome.label());
             if let Ok(decision) = &answer.result {
@@ -164,7 +171,7 @@ impl Observation {
                 if let Some(retry_after) = decision.retry_after {
                     span.record("retry_after_ms", retry_after.as_millis() as u64);
                 }
-                if !decision.allowed {
+                if !decision.allowed && !self.shadow {
                     tracing::debug!(
                         target: "redis_ratelimit",
                         parent: span,
@@ -215,7 +222,7 @@ mod tests {
 
     #[test]
     fn every_answer_has_exactly_one_outcome() {
-        let answer = |result, by| Outcome::of(&Answer { result, by });
+        let answer = |result, by| Outcome::of(&Answer { result, by }, false);
         let failed = || Err(BackendError::timeout(Duration::from_millis(1)));
         let fallback = AnsweredBy {
             backend: "memory",
@@ -232,5 +239,16 @@ mod tests {
         assert_eq!(answer(failed(), AnsweredBy::REDIS), Outcome::Error);
         assert_eq!(answer(Ok(decision(true)), fallback), Outcome::Fallback);
         assert_eq!(answer(Ok(decision(false)), fallback), Outcome::Fallback);
+        let shadow = |result| {
+            Outcome::of(
+                &Answer {
+                    result,
+                    by: AnsweredBy::REDIS,
+                },
+                true,
+            )
+        };
+        assert_eq!(shadow(Ok(decision(false))), Outcome::ShadowLimited);
+        assert_eq!(shadow(Ok(decision(true))), Outcome::Allowed);
     }
 }

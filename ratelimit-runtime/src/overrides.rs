@@ -21,14 +21,18 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
+#[cfg(feature = "redis")]
 use crate::backend::redis::RedisBackend;
-use crate::Rule;
+use crate::{Mode, Rule};
 
 /// How often each instance reads the stored overrides by default (± 20 %).
 pub(crate) const DEFAULT_POLL: Duration = Duration::from_secs(1);
 
 /// The suffix of the field that overrides a site's duplicate-submission rule.
 pub(crate) const DUPLICATE_SUFFIX: &str = "#duplicate";
+
+/// The suffix of the field that sets a site's [`Mode`].
+pub(crate) const MODE_SUFFIX: &str = "#mode";
 
 /// The value of a `{path}#duplicate` field that removes the duplicate-submission rule.
 const NO_DUPLICATE: &str = "none";
@@ -46,16 +50,32 @@ pub(crate) struct SiteRules {
 }
 
 impl SiteRules {
-    fn ordinary(&self) -> &'static [Rule] {
+    /// The rules without the duplicate-submission rule.
+    pub(crate) fn ordinary(&self) -> &'static [Rule] {
         match self.duplicate_rule {
             true => &self.rules[..self.rules.len() - 1],
             false => self.rules,
         }
     }
 
-    fn duplicate(&self) -> Option<Rule> {
+    /// The duplicate-submission rule, if any.
+    pub(crate) fn duplicate(&self) -> Option<Rule> {
         self.duplicate_rule
             .then(|| self.rules[self.rules.len() - 1])
+    }
+}
+
+/// What is in force for a guarded site.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct InForce {
+    pub rules: SiteRules,
+    /// The mode an operator set for the site, if any.
+    pub mode: Option<Mode>,
+}
+
+impl InForce {
+    fn compiled(rules: SiteRules) -> InForce {
+        InForce { rules, mode: None }
     }
 }
 
@@ -66,17 +86,36 @@ struct Entry {
     rules: Option<&'static [Rule]>,
     /// The duplicate-submission rule (`Some(None)`: none), instead of the compiled one.
     duplicate: Option<Option<Rule>>,
+    /// The site's mode, instead of the limiter's and the attribute's.
+    mode: Option<Mode>,
     /// The last composition: the compiled rules it was made for, and the result.
     composed: std::sync::OnceLock<(SiteRules, SiteRules)>,
 }
 
 impl PartialEq for Entry {
     fn eq(&self, other: &Entry) -> bool {
-        self.rules == other.rules && self.duplicate == other.duplicate
+        self.rules == other.rules && self.duplicate == other.duplicate && self.mode == other.mode
     }
 }
 
 impl Entry {
+    /// Whether this entry overrides the site's rules (not only its mode).
+    fn overrides_rules(&self) -> bool {
+        self.rules.is_some() || self.duplicate.is_some()
+    }
+
+    fn is_empty(&self) -> bool {
+        !self.overrides_rules() && self.mode.is_none()
+    }
+
+    fn set(&mut self, value: Value<&'static [Rule]>) {
+        match value {
+            Value::Rules(rules) => self.rules = Some(rules),
+            Value::Duplicate(rule) => self.duplicate = Some(rule),
+            Value::Mode(mode) => self.mode = Some(mode),
+        }
+    }
+
     /// `compiled` with this entry's overrides applied. Composed once per entry and table
     /// (sites sharing a path share their compiled rules, or were warned about it).
     fn apply(&self, compiled: SiteRules) -> SiteRules {
@@ -150,31 +189,46 @@ impl Overrides {
         })
     }
 
-    /// The rules in force for a site of `prefix` and `path` compiled with `compiled`, and
+    /// What is in force for a site of `prefix` and `path` compiled with `compiled`, and
     /// whether `prefix` is not yet among those read from Redis.
-    pub fn lookup(&self, prefix: &str, path: &str, compiled: SiteRules) -> (SiteRules, bool) {
+    ///
+    /// Each part is overridden on its own: an in-process override of the rules wins over a
+    /// stored one, and so does an in-process mode.
+    pub fn lookup(&self, prefix: &str, path: &str, compiled: SiteRules) -> (InForce, bool) {
         let table = self.table.load();
         let unknown_prefix = !table.prefixes.contains(&prefix);
         if table.local.is_empty() && table.stored.is_empty() {
-            return (compiled, unknown_prefix);
+            return (InForce::compiled(compiled), unknown_prefix);
         }
-        let entry = table
-            .local
-            .get(path)
-            .or_else(|| table.stored.get(prefix)?.get(path));
-        (
-            entry.map_or(compiled, |e| e.apply(compiled)),
-            unknown_prefix,
-        )
+        let local = table.local.get(path);
+        let stored = table.stored.get(prefix).and_then(|hash| hash.get(path));
+        let rules = [local, stored]
+            .into_iter()
+            .flatten()
+            .find(|entry| entry.overrides_rules())
+            .map_or(compiled, |entry| entry.apply(compiled));
+        let mode = [local, stored].into_iter().flatten().find_map(|e| e.mode);
+        (InForce { rules, mode }, unknown_prefix)
     }
 
-    /// The rules in force for a site of `path` compiled with `compiled`, for a limiter that
-    /// reads no overrides from Redis: no load of the table while nothing is overridden.
-    pub fn lookup_local(&self, prefix: &str, path: &str, compiled: SiteRules) -> SiteRules {
+    /// What is in force for a site, for a limiter that reads no overrides from Redis: no
+    /// load of the table while nothing is overridden.
+    pub fn lookup_local(&self, prefix: &str, path: &str, compiled: SiteRules) -> InForce {
         if !self.overridden.load(Ordering::Acquire) {
-            return compiled;
+            return InForce::compiled(compiled);
         }
         self.lookup(prefix, path, compiled).0
+    }
+
+    /// The mode an operator set for `path`, in process or in any prefix's stored hash.
+    pub fn mode(&self, path: &str) -> Option<Mode> {
+        let table = self.table.load();
+        table.local.get(path).and_then(|e| e.mode).or_else(|| {
+            table
+                .stored
+                .values()
+                .find_map(|hash| hash.get(path).and_then(|e| e.mode))
+        })
     }
 
     /// Adds `prefix` to those the poller reads.
@@ -188,7 +242,7 @@ impl Overrides {
         });
     }
 
-    /// Sets (or with `None`, clears) the in-process override of `field`.
+    /// Sets (or with `None`, clears) the in-process override of `field`'s rules.
     ///
     /// # Panics
     ///
@@ -201,27 +255,40 @@ impl Overrides {
                 (path, Some(value))
             }
         };
-        let entry = match value.map(|value| value.intern(field)).transpose() {
-            Ok(entry) => entry,
+        let value = match value.map(|value| value.intern(field)).transpose() {
+            Ok(value) => value,
             Err(why) => {
                 tracing::warn!(target: "redis_ratelimit", field, "ignoring a rule override: {why}");
                 return;
             }
         };
+        self.update_local(path, |entry| match value {
+            Some(value) => entry.set(value),
+            None if field.ends_with(DUPLICATE_SUFFIX) => entry.duplicate = None,
+            None => entry.rules = None,
+        });
+    }
+
+    /// Sets (or with `None`, clears) the in-process mode of `path`.
+    pub fn set_local_mode(&self, path: &str, mode: Option<Mode>) {
+        self.update_local(path, |entry| entry.mode = mode);
+    }
+
+    /// Clears every in-process override of `path`: rules, duplicate rule and mode.
+    pub fn clear_local(&self, path: &str) {
+        self.update_local(path, |entry| *entry = Entry::default());
+    }
+
+    fn update_local(&self, path: &str, change: impl FnOnce(&mut Entry)) {
         self.update(|table| {
             let current = table.local.remove(path).unwrap_or_default();
             let mut next = current.clone();
-            match entry {
-                Some(Value::Rules(rules)) => next.rules = Some(rules),
-                Some(Value::Duplicate(rule)) => next.duplicate = Some(rule),
-                None if field.ends_with(DUPLICATE_SUFFIX) => next.duplicate = None,
-                None => next.rules = None,
-            }
+            change(&mut next);
             let changed = next != current;
             if changed {
                 next.composed = Default::default();
             }
-            if next.rules.is_some() || next.duplicate.is_some() {
+            if !next.is_empty() {
                 table.local.insert(path.into(), next);
             }
             changed
@@ -232,13 +299,17 @@ impl Overrides {
     /// when no site of that path has been checked yet.
     pub fn in_force(&self, path: &str, compiled: Option<(&str, SiteRules)>) -> Vec<Rule> {
         match compiled {
-            Some((prefix, compiled)) => self.lookup(prefix, path, compiled).0.rules.to_vec(),
+            Some((prefix, compiled)) => self.lookup(prefix, path, compiled).0.rules.rules.to_vec(),
             None => {
                 let table = self.table.load();
                 let entry = table
                     .local
                     .get(path)
-                    .or_else(|| table.stored.values().find_map(|hash| hash.get(path)));
+                    .filter(|entry| entry.overrides_rules())
+                    .or_else(|| {
+                        let mut stored = table.stored.values().filter_map(|hash| hash.get(path));
+                        stored.find(|entry| entry.overrides_rules())
+                    });
                 entry.map_or_else(Vec::new, |entry| {
                     let mut rules = entry.rules.unwrap_or_default().to_vec();
                     rules.extend(entry.duplicate.flatten());
@@ -255,13 +326,7 @@ impl Overrides {
         let mut malformed_now = HashSet::new();
         for (field, text) in &fields {
             match Value::parse(field, text).and_then(|value| value.intern(field)) {
-                Ok(value) => {
-                    let entry = read.entry(path_of(field).into()).or_default();
-                    match value {
-                        Value::Rules(rules) => entry.rules = Some(rules),
-                        Value::Duplicate(rule) => entry.duplicate = Some(rule),
-                    }
-                }
+                Ok(value) => read.entry(path_of(field).into()).or_default().set(value),
                 Err(why) => {
                     malformed_now.insert(field.clone());
                     self.warn_malformed(prefix, field, text, &why);
@@ -327,6 +392,7 @@ impl Overrides {
         }
     }
 
+    #[cfg(feature = "redis")]
     /// Starts the poller for `redis` on the current Tokio runtime, unless one runs or there
     /// is no runtime. Never blocks.
     pub fn ensure_polling(
@@ -354,9 +420,12 @@ impl Overrides {
     }
 }
 
-/// The field's path: `path` for `path` and for `path#duplicate`.
-fn path_of(field: &str) -> &str {
-    field.strip_suffix(DUPLICATE_SUFFIX).unwrap_or(field)
+/// The field's path: `path` for `path`, `path#duplicate` and `path#mode`.
+pub(crate) fn path_of(field: &str) -> &str {
+    field
+        .strip_suffix(DUPLICATE_SUFFIX)
+        .or_else(|| field.strip_suffix(MODE_SUFFIX))
+        .unwrap_or(field)
 }
 
 /// One field's value, understood.
@@ -365,10 +434,15 @@ enum Value<R> {
     Rules(R),
     /// Of a `path#duplicate` field: the duplicate-submission rule, or none.
     Duplicate(Option<Rule>),
+    /// Of a `path#mode` field.
+    Mode(Mode),
 }
 
 impl Value<Vec<Rule>> {
     fn parse(field: &str, text: &str) -> Result<Self, String> {
+        if field.ends_with(MODE_SUFFIX) {
+            return text.parse().map(Value::Mode).map_err(|err| err.to_string());
+        }
         if field.ends_with(DUPLICATE_SUFFIX) {
             if text.trim().eq_ignore_ascii_case(NO_DUPLICATE) {
                 return Ok(Value::Duplicate(None));
@@ -386,6 +460,7 @@ impl Value<Vec<Rule>> {
     fn intern(self, field: &str) -> Result<Value<&'static [Rule]>, String> {
         match self {
             Value::Duplicate(rule) => Ok(Value::Duplicate(rule)),
+            Value::Mode(mode) => Ok(Value::Mode(mode)),
             Value::Rules(rules) => intern(&rules).map(Value::Rules).ok_or_else(|| {
                 format!(
                     "more than {MAX_INTERNED} distinct rule lists were set in this process; \
@@ -463,16 +538,20 @@ impl std::fmt::Display for Described<'_> {
             None => f.write_str("compiled")?,
         }
         match self.0.duplicate {
+            None => {}
+            Some(None) => f.write_str(", duplicate rule none")?,
+            Some(Some(rule)) => write!(f, ", duplicate rule {rule}")?,
+        }
+        match self.0.mode {
             None => Ok(()),
-            Some(None) => f.write_str(", duplicate rule none"),
-            Some(Some(rule)) => write!(f, ", duplicate rule {rule}"),
+            Some(mode) => write!(f, ", mode {mode}"),
         }
     }
 }
 
 /// `rules` as a list that lives as long as the process, shared by every equal list; `None`
 /// past [`MAX_INTERNED`] lists.
-fn intern(rules: &[Rule]) -> Option<&'static [Rule]> {
+pub(crate) fn intern(rules: &[Rule]) -> Option<&'static [Rule]> {
     static INTERNED: Mutex<Option<HashSet<&'static [Rule]>>> = Mutex::new(None);
     let mut interned = INTERNED.lock().unwrap_or_else(PoisonError::into_inner);
     let interned = interned.get_or_insert_with(HashSet::new);
@@ -488,6 +567,7 @@ fn intern(rules: &[Rule]) -> Option<&'static [Rule]> {
 }
 
 /// The task that reads the stored overrides of one limiter.
+#[cfg(feature = "redis")]
 struct Poller {
     overrides: Weak<Overrides>,
     redis: Weak<RedisBackend>,
@@ -496,8 +576,10 @@ struct Poller {
 }
 
 /// Marks the poller stopped when its task ends, also when its runtime drops it.
+#[cfg(feature = "redis")]
 struct Stopped(Weak<Overrides>);
 
+#[cfg(feature = "redis")]
 impl Drop for Stopped {
     fn drop(&mut self) {
         if let Some(overrides) = self.0.upgrade() {
@@ -506,6 +588,7 @@ impl Drop for Stopped {
     }
 }
 
+#[cfg(feature = "redis")]
 impl Poller {
     async fn run(self) {
         let _stopped = Stopped(self.overrides.clone());
@@ -542,6 +625,7 @@ impl Poller {
     }
 }
 
+#[cfg(feature = "redis")]
 impl Overrides {
     /// Logs the first failed read of an outage; the rules last read stay in force.
     fn read_failed(&self, key: &str, err: &dyn std::fmt::Display) {
@@ -560,11 +644,13 @@ impl Overrides {
 }
 
 /// Spreads instances' reads over time: each sleep is `every` ± 20 %.
+#[cfg(feature = "redis")]
 struct Jitter {
     seed: RandomState,
     turn: AtomicU64,
 }
 
+#[cfg(feature = "redis")]
 impl Jitter {
     fn new() -> Self {
         Jitter {
@@ -594,31 +680,37 @@ mod tests {
     #[test]
     fn without_overrides_the_compiled_rules_are_in_force() {
         let overrides = Overrides::new();
-        assert_eq!(overrides.lookup("p:", "app::f", SITE), (SITE, true));
+        assert_eq!(
+            overrides.lookup("p:", "app::f", SITE),
+            (InForce::compiled(SITE), true)
+        );
         overrides.watch_prefix("p:");
-        assert_eq!(overrides.lookup("p:", "app::f", SITE), (SITE, false));
+        assert_eq!(
+            overrides.lookup("p:", "app::f", SITE),
+            (InForce::compiled(SITE), false)
+        );
     }
 
     #[test]
     fn an_override_replaces_the_ordinary_rules_and_keeps_the_duplicate_rule() {
         let overrides = Overrides::new();
         overrides.set_local("app::f", Some(&[Rule::per_minute(3), Rule::per_hour(9)]));
-        let (rules, _) = overrides.lookup("p:", "app::f", SITE);
+        let rules = overrides.lookup("p:", "app::f", SITE).0.rules;
         assert_eq!(
             rules.rules,
             [Rule::per_minute(3), Rule::per_hour(9), COMPILED[1]]
         );
         assert!(rules.duplicate_rule);
         // Another path is untouched.
-        assert_eq!(overrides.lookup("p:", "app::g", SITE).0, SITE);
+        assert_eq!(overrides.lookup("p:", "app::g", SITE).0.rules, SITE);
         // The duplicate rule goes only when overridden explicitly.
         overrides.set_local("app::f#duplicate", Some(&[]));
-        let (rules, _) = overrides.lookup("p:", "app::f", SITE);
+        let rules = overrides.lookup("p:", "app::f", SITE).0.rules;
         assert_eq!(rules.rules, [Rule::per_minute(3), Rule::per_hour(9)]);
         assert!(!rules.duplicate_rule);
         overrides.set_local("app::f", None);
         overrides.set_local("app::f#duplicate", None);
-        assert_eq!(overrides.lookup("p:", "app::f", SITE).0, SITE);
+        assert_eq!(overrides.lookup("p:", "app::f", SITE).0.rules, SITE);
     }
 
     #[test]
@@ -633,13 +725,40 @@ mod tests {
                 field("app::g", "5 per fortnight"),
             ],
         );
-        let (rules, _) = overrides.lookup("p:", "app::f", SITE);
+        let rules = overrides.lookup("p:", "app::f", SITE).0.rules;
         assert_eq!(rules.rules, [Rule::per_minute(5), Rule::per_hour(20)]);
-        assert_eq!(overrides.lookup("p:", "app::g", SITE).0, SITE);
+        assert_eq!(overrides.lookup("p:", "app::g", SITE).0.rules, SITE);
         // Another prefix's sites are not touched by this hash.
-        assert_eq!(overrides.lookup("q:", "app::f", SITE).0, SITE);
+        assert_eq!(overrides.lookup("q:", "app::f", SITE).0.rules, SITE);
         overrides.apply_stored("p:", Vec::new());
-        assert_eq!(overrides.lookup("p:", "app::f", SITE).0, SITE);
+        assert_eq!(overrides.lookup("p:", "app::f", SITE).0.rules, SITE);
+    }
+
+    #[test]
+    fn a_mode_is_overridden_apart_from_the_rules() {
+        let overrides = Overrides::new();
+        let field = |f: &str, v: &str| (f.to_owned(), v.to_owned());
+        overrides.apply_stored(
+            "p:",
+            vec![field("app::f", "5/minute"), field("app::f#mode", "SHADOW")],
+        );
+        let (in_force, _) = overrides.lookup("p:", "app::f", SITE);
+        assert_eq!(in_force.mode, Some(Mode::Shadow));
+        assert_eq!(in_force.rules.rules, [Rule::per_minute(5), COMPILED[1]]);
+        // In process, the mode wins over the stored one and leaves the stored rules.
+        overrides.set_local_mode("app::f", Some(Mode::Off));
+        let (in_force, _) = overrides.lookup("p:", "app::f", SITE);
+        assert_eq!(in_force.mode, Some(Mode::Off));
+        assert_eq!(in_force.rules.rules, [Rule::per_minute(5), COMPILED[1]]);
+        assert_eq!(overrides.mode("app::f"), Some(Mode::Off));
+        overrides.clear_local("app::f");
+        assert_eq!(overrides.mode("app::f"), Some(Mode::Shadow));
+        // A malformed mode is skipped: the site keeps its mode.
+        overrides.apply_stored("p:", vec![field("app::f#mode", "loud")]);
+        assert_eq!(
+            overrides.lookup("p:", "app::f", SITE).0,
+            InForce::compiled(SITE)
+        );
     }
 
     #[test]
@@ -650,6 +769,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "redis")]
     fn jitter_stays_within_twenty_percent() {
         let jitter = Jitter::new();
         let every = Duration::from_secs(1);

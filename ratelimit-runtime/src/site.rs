@@ -1,33 +1,19 @@
-//! What `#[rate_limiter]` expands to calls. Not public API: reached only through
+//! Guarded sites: what `#[rate_limiter]` expands to calls, and the step every guarded
+//! check takes around the check pipeline (modes, rules in force, shadow, fail-open, the
+//! decision left for response headers). Not public API: reached only through
 //! `redis_ratelimit::__private`, and may change in any release.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
-use tracing::Instrument as _;
-
-use crate::backend::Request;
-use crate::context::RequestContext;
+use crate::context::{RequestContext, SiteDecision};
 use crate::key::{function_path, KeyTemplate};
-use crate::observe::Observation;
-use crate::overrides::SiteRules;
-use crate::{Algorithm, LimitType, Limiter, RateLimitError, Rule};
-
-/// One guarded function's static configuration, as written in its attribute.
-#[derive(Clone, Copy, Debug)]
-pub struct SiteConfig {
-    /// Every rule, the duplicate-submission rule last when `duplicate_rule` is set.
-    pub rules: &'static [Rule],
-    /// Whether the last rule is the duplicate-submission rule.
-    pub duplicate_rule: bool,
-    pub algorithm: Algorithm,
-    pub limit_type: LimitType,
-    pub prefix: &'static str,
-    pub message: &'static str,
-}
+use crate::overrides::intern;
+pub use crate::site_config::SiteConfig;
+use crate::throttle::LogThrottle;
+use crate::{registry, Decision, LimitType, Limiter, Mode, RateLimitError, Rule};
 
 /// A guarded function: its configuration plus the constant part of its keys, built on
 /// the first call.
@@ -47,7 +33,7 @@ struct Built {
     template: KeyTemplate,
     /// The path part of its keys: the `name`, or the function's path. Also the site's
     /// metric label and the field of its rule overrides.
-    path: Box<str>,
+    path: &'static str,
 }
 
 impl CallSite {
@@ -80,38 +66,26 @@ impl CallSite {
     /// which names the function's full path (see [`function_path`]).
     ///
     /// Built once per call site; this first call also registers the site's path, so that
-    /// two sites counting one path differently are reported (see [`register`]).
-    fn template(&'static self, probe: &str) -> &'static KeyTemplate {
-        &self
-            .built
-            .get_or_init(|| {
-                let function = function_path(probe);
-                let path = self.name.unwrap_or(&function);
-                register(self, path, &function);
-                Built {
-                    template: KeyTemplate::new(self.config.prefix, self.config.limit_type, path),
-                    path: path.into(),
-                }
-            })
-            .template
-    }
-
-    /// The path part of this site's keys, once built (always, once a key was made).
-    fn path(&'static self) -> &'static str {
-        self.built.get().map_or("", |built| &built.path)
-    }
-
-    /// The rules as compiled.
-    fn compiled_rules(&self) -> SiteRules {
-        SiteRules {
-            rules: self.config.rules,
-            duplicate_rule: self.config.duplicate_rule,
-        }
+    /// two sites counting one path differently are reported.
+    fn built(&'static self, probe: &str) -> &'static Built {
+        self.built.get_or_init(|| {
+            let function = function_path(probe);
+            let path: &'static str = match self.name {
+                Some(name) => name,
+                // Once per call site, for the life of the process.
+                None => Box::leak(function.clone().into_boxed_str()),
+            };
+            registry::register(self.config, path, &function, self.location);
+            Built {
+                template: KeyTemplate::new(self.config.prefix, self.config.limit_type, path),
+                path,
+            }
+        })
     }
 
     /// The key for an identity given by the attribute's `by = ...`.
     pub fn key_by(&'static self, probe: &str, identity: impl fmt::Display) -> Cow<'static, str> {
-        Cow::Owned(self.template(probe).key_for(identity))
+        Cow::Owned(self.built(probe).template.key_for(identity))
     }
 
     /// The key for the identity the limit type reads from the request context
@@ -120,204 +94,208 @@ impl CallSite {
         &'static self,
         probe: &str,
     ) -> Result<Cow<'static, str>, RateLimitError> {
-        let template = self.template(probe);
-        let limit_type = self.config.limit_type;
-        let key = match limit_type {
-            LimitType::Global => Some(Cow::Borrowed(template.global_key())),
-            LimitType::Ip => {
-                RequestContext::with_current(|ctx| ctx.ip().map(|ip| template.key_for(ip)))
-                    .flatten()
-                    .map(Cow::Owned)
-            }
-            LimitType::UserId => {
-                RequestContext::with_current(|ctx| ctx.user_id().map(|id| template.key_for(id)))
-                    .flatten()
-                    .map(Cow::Owned)
-            }
-            LimitType::Custom => None,
-        };
-        key.ok_or(RateLimitError::MissingIdentity { limit_type })
+        key_from_context(&self.built(probe).template, self.config.limit_type)
     }
 
     /// Checks (and counts) one call using `cost` units (at least 1: the expansion skips the
-    /// check of a call whose cost is 0); `Err` when it must not run.
+    /// check of a call whose cost is 0) against `rules` (the attribute's `rules = <expr>`;
+    /// `None`: the compiled rules); `Err` when it must not run.
     ///
     /// A cost above a rule's count can never pass: the backend denies it without a time to
     /// retry at, and it is refused with `retry_after: Duration::MAX`.
     ///
-    /// The rules are the compiled ones unless overridden (see
+    /// The rules are the compiled or given ones unless overridden (see
     /// [`Limiter::override_rules`]). The expansion does not call it for an exempt request
     /// ([`RequestContext::is_exempt`]), which counts nothing.
-    pub async fn check(
+    pub async fn check<'a>(
         &'static self,
-        limiter: &Limiter,
+        limiter: &'a Limiter,
         key: Cow<'static, str>,
         cost: u64,
-    ) -> Result<(), RateLimitError> {
-        debug_assert!(cost > 0, "a guarded call's cost is at least 1");
-        let config = &self.config;
-        let path = self.path();
-        let rules = limiter.site_rules(config.prefix, path, self.compiled_rules());
-        let request = Request {
-            key: &key,
-            rules: rules.rules,
-            algorithm: config.algorithm,
-            cost,
-            consume: true,
-            now_us: None,
-        };
-        let observation = Observation::start(path, &request);
-        // The embedded backend answers at once, without a future to build or instrument.
-        // Redis's future is boxed: it is large (every topology's redirects and refreshes),
-        // and held inline it would make this future, which the guarded function's holds
-        // and moves, large for every backend.
-        let answer = match observation.in_scope(|| limiter.answer_now(&request)) {
-            Some(answer) => answer,
-            None => {
-                Box::pin(limiter.wait(request))
-                    .instrument(observation.span())
-                    .await
-            }
-        };
-        observation.finish(&answer);
-        let result = answer.result;
-        if let Ok(decision) = &result {
-            crate::context::record(crate::context::SiteDecision {
-                decision: *decision,
-                rules: rules.rules,
-                duplicate_rule: rules.duplicate_rule,
-            });
-        }
-        match result {
-            Ok(decision) if decision.allowed => Ok(()),
-            Ok(decision) => Err(RateLimitError::Limited {
-                retry_after: decision.retry_after.unwrap_or(Duration::MAX),
-                rule: decision.rule,
-                message: config.message,
-                key: key.into_owned(),
-            }),
-            Err(err) if limiter.is_fail_open() => {
-                limiter.warn_fail_open(&key, &err);
-                Ok(())
-            }
-            Err(err) => Err(RateLimitError::Backend(err)),
-        }
+        rules: Option<&'a [Rule]>,
+    ) -> Result<Permit<'a>, RateLimitError> {
+        let path = self.built.get().map_or("", |built| built.path);
+        guard(&self.config, path, limiter, key, cost, rules).await
     }
 }
 
-/// Every call site whose keys have been built, by the path part of its keys.
-static SITES: Mutex<Option<HashMap<String, Registered>>> = Mutex::new(None);
-
-/// The first call site seen with a path.
-struct Registered {
-    site: &'static CallSite,
-    /// The guarded function's own path.
-    function: String,
-}
-
-/// The key prefix and compiled rules of the first call site seen counting under `path`.
-pub(crate) fn compiled_rules(path: &str) -> Option<(&'static str, SiteRules)> {
-    let sites = SITES
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let first = sites.as_ref()?.get(path)?;
-    Some((first.site.config.prefix, first.site.compiled_rules()))
-}
-
-/// Records that `site`, guarding `function`, counts under `path`, and warns when another
-/// site already counts under it differently: with other rules, algorithm, limit type or
-/// prefix they share (or seem to share, in metrics and rule overrides) a budget they
-/// count in incompatible ways. With the same configuration the sharing is taken as
-/// deliberate (two sites given one `name`).
-///
-/// Called once per call site, when its key template is built: never per call.
-fn register(site: &'static CallSite, path: &str, function: &str) {
-    let mut sites = SITES
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let first = sites.get_or_insert_with(HashMap::new);
-    let Some(first) = first.get(path) else {
-        first.insert(
-            path.to_owned(),
-            Registered {
-                site,
-                function: function.to_owned(),
-            },
-        );
-        return;
+/// The key a site of `limit_type` counts the current request under.
+pub(crate) fn key_from_context(
+    template: &KeyTemplate,
+    limit_type: LimitType,
+) -> Result<Cow<'static, str>, RateLimitError> {
+    let key = match limit_type {
+        LimitType::Global => Some(Cow::Owned(template.global_key().to_owned())),
+        LimitType::Ip => {
+            RequestContext::with_current(|ctx| ctx.ip().map(|ip| template.key_for(ip)))
+                .flatten()
+                .map(Cow::Owned)
+        }
+        LimitType::UserId => {
+            RequestContext::with_current(|ctx| ctx.user_id().map(|id| template.key_for(id)))
+                .flatten()
+                .map(Cow::Owned)
+        }
+        LimitType::Custom => None,
     };
-    let differences = differences(&first.site.config, &site.config);
-    if differences.is_empty() {
-        return;
-    }
-    tracing::warn!(
-        path,
-        "rate limiter call sites {} and {} share the key path `{path}` with different {}: \
-         {} and {}; give one of them its own `name = \"...\"`, or both the same \
-         configuration",
-        Located(first.site, &first.function),
-        Located(site, function),
-        differences.join(", "),
-        Described(first.site),
-        Described(site),
-    );
+    key.ok_or(RateLimitError::MissingIdentity { limit_type })
 }
 
-/// What tells the configurations of two sites sharing a path apart.
-fn differences(a: &SiteConfig, b: &SiteConfig) -> Vec<&'static str> {
-    let mut differences = Vec::new();
-    if a.rules != b.rules || a.duplicate_rule != b.duplicate_rule {
-        differences.push("rules");
+/// The guarded step: what every guarded check (an attribute's, a layer guard's) does
+/// around the check pipeline.
+///
+/// The site's mode first (`Off`: nothing is checked), then the rules in force (an
+/// operator's override, else the call's own `rules`, else the compiled ones; none: the
+/// call runs unchecked), then the check itself, then the answer: a denial refuses the call
+/// unless the site is in shadow mode, a backend failure lets it through when the limiter
+/// is fail-open.
+pub(crate) async fn guard<'a>(
+    config: &SiteConfig,
+    path: &'static str,
+    limiter: &'a Limiter,
+    key: Cow<'static, str>,
+    cost: u64,
+    rules: Option<&'a [Rule]>,
+) -> Result<Permit<'a>, RateLimitError> {
+    debug_assert!(cost > 0, "a guarded call's cost is at least 1");
+    let (in_force, mode) =
+        limiter.site_policy(config.prefix, path, config.compiled_rules(), config.shadow);
+    if mode == Mode::Off {
+        return Ok(Permit::NOTHING);
     }
-    if a.algorithm != b.algorithm {
-        differences.push("algorithms");
+    let rules: Cow<'a, [Rule]> = match rules {
+        // An operator's override of the ordinary rules wins over the call's own.
+        Some(given) if in_force.ordinary().is_empty() => match in_force.duplicate() {
+            None => Cow::Borrowed(given),
+            Some(duplicate) => Cow::Owned(given.iter().copied().chain([duplicate]).collect()),
+        },
+        _ => Cow::Borrowed(in_force.rules),
+    };
+    if rules.is_empty() {
+        return Ok(Permit::NOTHING);
     }
-    if a.limit_type != b.limit_type {
-        differences.push("limit types");
+    let shadow = mode == Mode::Shadow;
+    let mut check = limiter
+        .check(&key, &rules)
+        .cost(cost)
+        .algorithm(config.algorithm)
+        .guarded(path, shadow);
+    if let Some(block_for) = config.block_for {
+        check = check.block_for(block_for);
     }
-    if a.prefix != b.prefix {
-        differences.push("prefixes");
+    if let (Some(wait), false) = (config.wait, shadow) {
+        check = check.wait(wait);
     }
-    differences
-}
-
-/// A site by its function and where its attribute is written: `app::send (src/lib.rs:3:1)`.
-struct Located<'a>(&'static CallSite, &'a str);
-
-impl fmt::Display for Located<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let Located(site, function) = *self;
-        match site.location {
-            "" => write!(f, "`{function}`"),
-            location => write!(f, "`{function}` ({location})"),
+    let decision = match check.await {
+        Ok(decision) => decision,
+        Err(err) if limiter.is_fail_open() => {
+            limiter.warn_fail_open(&key, &err);
+            return Ok(Permit::NOTHING);
         }
+        Err(err) => return Err(RateLimitError::Backend(err)),
+    };
+    if shadow {
+        if !decision.allowed {
+            report_shadow_refusal(&key, &decision);
+        }
+    } else {
+        crate::context::record_with(|| {
+            Some(SiteDecision {
+                decision,
+                rules: match &rules {
+                    Cow::Borrowed(rules) if in_force.rules.as_ptr() == rules.as_ptr() => {
+                        in_force.rules
+                    }
+                    rules => intern(rules)?,
+                },
+                duplicate_rule: in_force.duplicate_rule,
+            })
+        });
+    }
+    if !decision.allowed && !shadow {
+        return Err(RateLimitError::Limited {
+            retry_after: decision.retry_after.unwrap_or(Duration::MAX),
+            rule: decision.rule,
+            message: config.message,
+            key: key.into_owned(),
+        });
+    }
+    Ok(Permit {
+        taken: decision.allowed.then(|| Taken {
+            limiter,
+            key,
+            rules,
+            decision,
+        }),
+    })
+}
+
+/// Logs a shadow site's would-be refusal, at most once per [`LogThrottle::INTERVAL`] in
+/// the process.
+fn report_shadow_refusal(key: &str, decision: &Decision) {
+    static REPORTS: LogThrottle = LogThrottle::new();
+    if let Some(suppressed) = REPORTS.admit() {
+        tracing::info!(
+            target: "redis_ratelimit",
+            key,
+            rule = %decision.rule,
+            retry_after_ms = decision.retry_after.map(|d| d.as_millis() as u64),
+            suppressed,
+            "shadow rate limit: this call would have been refused; it went on",
+        );
     }
 }
 
-/// A site's counting configuration, in the attribute's terms:
-/// `rules [10 per 60s, 1 per 5s], algorithm = SLIDING_LOG, limit_type = IP, key = "rate_limit:"`.
-struct Described(&'static CallSite);
+/// What a guarded call took: given back by [`settle`](Permit::settle) when the call is not
+/// to be charged. Dropping it keeps what was taken.
+#[must_use = "a permit is settled to give its units back, or dropped to keep them"]
+#[derive(Debug)]
+pub struct Permit<'a> {
+    /// `None` when nothing was taken: the call ran unchecked, a shadow site's would-be
+    /// refusal, or a backend failure let through.
+    taken: Option<Taken<'a>>,
+}
 
-impl fmt::Display for Described {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let config = &self.0.config;
-        f.write_str("rules [")?;
-        for (i, rule) in config.rules.iter().enumerate() {
-            if i > 0 {
-                f.write_str(", ")?;
-            }
-            write!(f, "{rule}")?;
-        }
-        let algorithm = match config.algorithm {
-            Algorithm::SlidingLog => "SLIDING_LOG",
-            Algorithm::FixedWindow => "FIXED_WINDOW",
-            Algorithm::SlidingWindow => "SLIDING_WINDOW",
-            Algorithm::TokenBucket => "TOKEN_BUCKET",
+#[derive(Debug)]
+struct Taken<'a> {
+    limiter: &'a Limiter,
+    key: Cow<'static, str>,
+    rules: Cow<'a, [Rule]>,
+    decision: Decision,
+}
+
+impl Permit<'_> {
+    const NOTHING: Permit<'static> = Permit { taken: None };
+
+    /// Gives the call's units back when `charged` is false (the attribute's `charge_if`
+    /// answered `false`). A refund that cannot reach the backend leaves them used, the
+    /// safe side, and is logged.
+    pub async fn settle(self, charged: bool) {
+        let Some(taken) = self.taken.filter(|_| !charged) else {
+            return;
         };
-        write!(
-            f,
-            "], algorithm = {algorithm}, limit_type = {}, key = {:?}",
-            config.limit_type, config.prefix
-        )
+        let refunded = taken
+            .limiter
+            .refund(&taken.key, &taken.rules, &taken.decision)
+            .await;
+        if let Err(err) = refunded {
+            static FAILURES: LogThrottle = LogThrottle::new();
+            if let Some(suppressed) = FAILURES.admit() {
+                tracing::warn!(
+                    target: "redis_ratelimit",
+                    key = &*taken.key,
+                    error = %err,
+                    suppressed,
+                    "could not give a call's units back (charge_if); they stay used",
+                );
+            }
+        }
     }
+}
+
+/// Checks that `f` is a `charge_if` for a function returning `R`: the attribute's
+/// expansion passes the user's expression through it, so that a mismatch is reported on
+/// that expression.
+pub fn charge_if<R, F: FnOnce(&R) -> bool>(f: F) -> F {
+    f
 }

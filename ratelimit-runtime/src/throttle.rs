@@ -47,7 +47,7 @@ impl LogThrottle {
 
 /// The process's reference instant for millisecond clocks kept in atomics.
 pub(crate) fn epoch() -> Instant {
-    static EPOCH: once_cell::sync::Lazy<Instant> = once_cell::sync::Lazy::new(Instant::now);
+    static EPOCH: std::sync::LazyLock<Instant> = std::sync::LazyLock::new(Instant::now);
     *EPOCH
 }
 

@@ -608,10 +608,12 @@ mod tests {
                 for decision in decisions {
                     // Across an await, as a guard in a handler would be.
                     tokio::task::yield_now().await;
-                    context::record(SiteDecision {
-                        decision,
-                        rules: &RULES,
-                        duplicate_rule: true,
+                    context::record_with(|| {
+                        Some(SiteDecision {
+                            decision,
+                            rules: &RULES,
+                            duplicate_rule: true,
+                        })
                     });
                 }
                 let mut response = Response::new(());
@@ -672,10 +674,12 @@ mod tests {
     #[tokio::test]
     async fn outside_the_layer_recording_does_nothing() {
         // No scope: must neither panic nor leak into a later request.
-        context::record(SiteDecision {
-            decision: decision(false, 0, 0),
-            rules: &RULES,
-            duplicate_rule: false,
+        context::record_with(|| {
+            Some(SiteDecision {
+                decision: decision(false, 0, 0),
+                rules: &RULES,
+                duplicate_rule: false,
+            })
         });
         let response = respond_after(vec![], StatusCode::OK).await;
         assert!(response.headers().is_empty());

@@ -23,7 +23,7 @@ use foldhash::SharedSeed;
 // hash. 0.15 is the newest line within the workspace's rust-version.
 use hashbrown::HashTable;
 
-use super::{Backend, Request};
+use super::Request;
 use crate::algorithm::KeyState;
 use crate::clock::{Clock, SystemClock};
 use crate::decision::RawDecision;
@@ -129,18 +129,14 @@ impl MemoryBackend {
     }
 }
 
-impl Backend for MemoryBackend {
-    async fn check(&self, request: &Request<'_>) -> Result<RawDecision, BackendError> {
-        self.check_now(request)
-    }
-
-    async fn reset(&self, key: &str) -> Result<(), BackendError> {
+impl MemoryBackend {
+    /// Forgets `key`.
+    pub(crate) fn reset_now(&self, key: &str) {
         let hash = self.hash(key);
         let mut shard = self.shard(hash);
         if let Some(slot) = shard.find(hash, key) {
             shard.remove(slot);
         }
-        Ok(())
     }
 }
 
@@ -445,6 +441,7 @@ mod tests {
             algorithm,
             cost: 1,
             consume,
+            block_for_us: 0,
             now_us: None,
         }
     }
@@ -614,13 +611,13 @@ mod tests {
         assert_eq!((d.allowed, d.remaining), (true, 2));
     }
 
-    #[tokio::test]
-    async fn reset_forgets_the_key() {
+    #[test]
+    fn reset_forgets_the_key() {
         let (backend, _) = backend();
         for _ in 0..3 {
             check(&backend, "k");
         }
-        backend.reset("k").await.unwrap();
+        backend.reset_now("k");
         assert_eq!(backend.stored_keys(), 0);
         assert!(check(&backend, "k").allowed);
     }

@@ -1,10 +1,14 @@
-//! Storage: one trait, two implementations (Redis, in-process memory).
+//! Storage: the Redis backend, shared by every process, and the embedded in-process one.
+//!
+//! They differ in kind, so no trait stands over them: the embedded backend answers
+//! synchronously (`check_now`, no future to build), Redis asynchronously. The limiter's
+//! check pipeline takes the synchronous path whenever it can and awaits Redis otherwise.
 
 pub(crate) mod memory;
+#[cfg(feature = "redis")]
 pub(crate) mod redis;
 
-use crate::decision::RawDecision;
-use crate::{Algorithm, BackendError, Rule};
+use crate::{Algorithm, Rule};
 
 /// One check of one key.
 #[derive(Clone, Copy, Debug)]
@@ -16,15 +20,24 @@ pub(crate) struct Request<'a> {
     pub cost: u64,
     /// `false` for a peek: answer as a check would, record nothing.
     pub consume: bool,
+    /// After a refusal, refuse the key for this long (µs); 0: no block.
+    pub block_for_us: u64,
     /// An explicit time in µs since the epoch, for differential tests; `None` means the
     /// backend's own clock (Redis `TIME`).
     pub now_us: Option<u64>,
 }
 
-/// A place where rule state lives.
-pub(crate) trait Backend {
-    /// Runs `request` atomically.
-    async fn check(&self, request: &Request<'_>) -> Result<RawDecision, BackendError>;
-    /// Forgets `key`.
-    async fn reset(&self, key: &str) -> Result<(), BackendError>;
+impl<'a> Request<'a> {
+    /// A check (`consume`) or peek of one unit of `rules` for `key`, by the sliding log.
+    pub fn new(key: &'a str, rules: &'a [Rule], consume: bool) -> Self {
+        Request {
+            key,
+            rules,
+            algorithm: Algorithm::SlidingLog,
+            cost: 1,
+            consume,
+            block_for_us: 0,
+            now_us: None,
+        }
+    }
 }

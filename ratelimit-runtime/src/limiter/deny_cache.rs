@@ -138,6 +138,7 @@ mod tests {
             algorithm: Algorithm::SlidingLog,
             cost,
             consume: true,
+            block_for_us: 0,
             now_us: None,
         }
     }

@@ -47,7 +47,7 @@ mod sentinel;
 mod target;
 mod tls;
 
-use super::{Backend, Request};
+use super::Request;
 use crate::decision::RawDecision;
 use crate::{BackendError, BackendErrorKind, ConfigError};
 use cluster::Cluster;
@@ -353,14 +353,16 @@ impl Topology {
     }
 }
 
-impl Backend for RedisBackend {
-    async fn check(&self, request: &Request<'_>) -> Result<RawDecision, BackendError> {
+impl RedisBackend {
+    /// Runs `request` atomically.
+    pub(crate) async fn check(&self, request: &Request<'_>) -> Result<RawDecision, BackendError> {
         self.run(request)
             .await
             .map_err(|failure| self.error(request.key, failure))
     }
 
-    async fn reset(&self, key: &str) -> Result<(), BackendError> {
+    /// Forgets `key`.
+    pub(crate) async fn reset(&self, key: &str) -> Result<(), BackendError> {
         let mut del = redis::cmd("DEL");
         del.arg(key);
         // Deleting twice forgets the key once.

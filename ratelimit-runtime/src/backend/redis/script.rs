@@ -239,6 +239,7 @@ mod tests {
             algorithm,
             cost: 1,
             consume,
+            block_for_us: 0,
             now_us: None,
         };
         let args = |cmd: Cmd| -> Vec<Vec<u8>> {

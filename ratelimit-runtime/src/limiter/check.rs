@@ -1,0 +1,265 @@
+//! The check pipeline. Every check runs through [`Check`]: a programmatic one as it is, a
+//! guarded call's (an attribute's or a layer guard's) through the guarded step in
+//! `site.rs`, which adds what only guarded sites have (modes, shadow, fail-open).
+//!
+//! observe -> answer now (deny cache, embedded backend) -> ask Redis (breaker, timeout,
+//! fallback) -> wait for room when asked to -> finish (span, metrics). The first two steps
+//! are synchronous: an answer found there costs no future and no allocation.
+
+use std::fmt;
+use std::future::Future;
+use std::hash::{BuildHasher, RandomState};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use super::{Limiter, Now};
+use crate::backend::Request;
+use crate::observe::{Answer, Observation, PROGRAMMATIC};
+use crate::{Algorithm, BackendError, Decision};
+
+/// A check (or peek) of one key: returned by [`Limiter::check`] and [`Limiter::peek`],
+/// refined with [`cost`](Check::cost), [`algorithm`](Check::algorithm),
+/// [`wait`](Check::wait) and [`block_for`](Check::block_for), and run when awaited (or
+/// polled, e.g. by `Runtime::block_on`).
+#[must_use = "a check does nothing until it is awaited"]
+pub struct Check<'a> {
+    limiter: &'a Limiter,
+    request: Request<'a>,
+    /// The metrics `site` label: the guarded site's path, or [`PROGRAMMATIC`].
+    site: &'static str,
+    /// How long to wait for room instead of answering a denial at once.
+    wait: Option<Duration>,
+    /// Whether a denial is reported as a shadow site's would-be refusal.
+    shadow: bool,
+    /// The check under way once it could not be answered at once, with its observation.
+    running: Option<(BoxFuture<'a, Answer>, Observation)>,
+}
+
+type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+impl<'a> Check<'a> {
+    pub(super) fn new(limiter: &'a Limiter, request: Request<'a>) -> Self {
+        Check {
+            limiter,
+            request,
+            site: PROGRAMMATIC,
+            wait: None,
+            shadow: false,
+            running: None,
+        }
+    }
+
+    /// How many units of every rule the call uses (default 1). The call uses all of them
+    /// under every rule, or nothing: a denial consumes nothing. A cost above a rule's count
+    /// can never pass: it is denied with `retry_after: None`.
+    ///
+    /// # Panics
+    ///
+    /// When `cost` is 0.
+    pub fn cost(mut self, cost: u64) -> Self {
+        assert!(cost > 0, "a check's cost must be at least 1");
+        self.request.cost = cost;
+        self
+    }
+
+    /// How the rules are counted (default [`Algorithm::SlidingLog`]). Use one algorithm per
+    /// key: each keeps its own kind of state.
+    pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
+        self.request.algorithm = algorithm;
+        self
+    }
+
+    /// Waits up to `budget` for room instead of answering a denial at once: a denial whose
+    /// `retry_after` fits in what is left of the budget sleeps that long (plus a little
+    /// jitter, so that waiters do not return in one burst) and checks again. A denial that
+    /// does not fit, or that can never pass (`retry_after: None`), is answered at once.
+    /// Only the admitted attempt counts; a waiting check holds no lock and no connection
+    /// while it sleeps. Waiters are not served in order of arrival.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_ratelimit::{Limiter, Rule};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// const API: [Rule; 1] = [Rule::new(1, Duration::from_millis(50))];
+    /// let limiter = Limiter::memory();
+    /// assert!(limiter.check("partner-api", &API).await?.allowed);
+    /// // The next call would be refused for up to 50 ms: it waits for its turn instead.
+    /// let d = limiter.check("partner-api", &API).wait(Duration::from_secs(2)).await?;
+    /// assert!(d.allowed);
+    /// # Ok(()) }
+    /// ```
+    pub fn wait(mut self, budget: Duration) -> Self {
+        self.wait = Some(budget);
+        self
+    }
+
+    /// Once a check of this key is refused by any rule, refuses every check of the key
+    /// for `duration` from then, with `retry_after` = what is left of the block. The block
+    /// is kept with the key's state in the backend, so every instance sees it; blocked
+    /// checks consume nothing; [`Limiter::reset`] lifts it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_ratelimit::{Limiter, Rule};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// const LOGIN: [Rule; 1] = [Rule::new(3, Duration::from_secs(60))];
+    /// let limiter = Limiter::memory();
+    /// let lockout = Duration::from_secs(900);
+    /// for _ in 0..3 {
+    ///     assert!(limiter.check("login:tom", &LOGIN).block_for(lockout).await?.allowed);
+    /// }
+    /// let refused = limiter.check("login:tom", &LOGIN).block_for(lockout).await?;
+    /// assert!(refused.retry_after > Some(Duration::from_secs(60))); // locked out
+    /// # Ok(()) }
+    /// ```
+    pub fn block_for(mut self, duration: Duration) -> Self {
+        self.request.block_for_us = u64::try_from(duration.as_micros()).unwrap_or(u64::MAX);
+        self
+    }
+
+    /// Makes this the check of a guarded site: its metrics name `site`, and a denial of a
+    /// `shadow` site is reported as `shadow_limited`.
+    pub(crate) fn guarded(mut self, site: &'static str, shadow: bool) -> Self {
+        self.site = site;
+        self.shadow = shadow;
+        self
+    }
+
+    /// Runs the check at an explicit time instead of the backend's clock. For differential
+    /// tests only.
+    #[cfg(feature = "test-clock")]
+    #[doc(hidden)]
+    pub fn at(mut self, now: Duration) -> Self {
+        self.request.now_us = Some(now.as_micros() as u64);
+        self
+    }
+
+    /// Whether `answer` is a denial this check waits out rather than answers.
+    fn waits_after(&self, answer: &Answer) -> bool {
+        self.wait
+            .is_some_and(|budget| pause(answer, budget).is_some())
+    }
+}
+
+impl Future for Check<'_> {
+    type Output = Result<Decision, BackendError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        if this.running.is_none() {
+            assert!(
+                !this.request.rules.is_empty(),
+                "a rate-limit check needs at least one rule"
+            );
+            let observation = Observation::start(this.site, &this.request, this.shadow);
+            let now = observation.in_scope(|| this.limiter.answer_now(&this.request));
+            let first = match now {
+                Now::Answered(answer) if !this.waits_after(&answer) => {
+                    observation.finish(&answer);
+                    return Poll::Ready(answer.result);
+                }
+                now => now,
+            };
+            let run = run(this.limiter, this.request, this.wait, first);
+            this.running = Some((Box::pin(run), observation));
+        }
+        let (running, observation) = this.running.as_mut().expect("started above");
+        let Poll::Ready(answer) = observation.in_scope(|| running.as_mut().poll(cx)) else {
+            return Poll::Pending;
+        };
+        let (_, observation) = this.running.take().expect("running");
+        observation.finish(&answer);
+        Poll::Ready(answer.result)
+    }
+}
+
+/// The steps of a check that wait: asking Redis, and waiting for room.
+async fn run(
+    limiter: &Limiter,
+    request: Request<'_>,
+    wait: Option<Duration>,
+    first: Now,
+) -> Answer {
+    let mut answer = match first {
+        Now::Answered(answer) => answer,
+        #[cfg(feature = "redis")]
+        Now::Ask(redis) => limiter.ask(&redis, request).await,
+    };
+    let Some(budget) = wait else {
+        return answer;
+    };
+    let deadline = tokio::time::Instant::now() + budget;
+    while let Some(pause) = pause(&answer, deadline - tokio::time::Instant::now()) {
+        tokio::time::sleep(pause).await;
+        answer = limiter.answer(request).await;
+    }
+    answer
+}
+
+/// How long to sleep before checking again after `answer`, with `left` of the wait
+/// budget: `None` unless it is a denial whose `retry_after` fits in `left`. The jitter (up
+/// to a tenth of the wait, at most 50 ms, never past the budget) spreads waiters freed at
+/// one instant.
+fn pause(answer: &Answer, left: Duration) -> Option<Duration> {
+    let retry_after = answer.result.as_ref().ok()?.retry_after?;
+    if retry_after > left {
+        return None;
+    }
+    let spread = (retry_after / 10)
+        .min(Duration::from_millis(50))
+        .min(left - retry_after);
+    let draw = RandomState::new().hash_one(tokio::time::Instant::now()) as u128;
+    let jitter = Duration::from_nanos((draw % (spread.as_nanos() + 1)) as u64);
+    Some(retry_after + jitter)
+}
+
+impl fmt::Debug for Check<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Check")
+            .field("request", &self.request)
+            .field("site", &self.site)
+            .field("wait", &self.wait)
+            .field("running", &self.running.is_some())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::observe::AnsweredBy;
+    use crate::Rule;
+
+    fn denied(retry_after: Option<Duration>) -> Answer {
+        let rule = Rule::per_second(1);
+        Answer {
+            result: Ok(Decision {
+                allowed: false,
+                limit: 1,
+                remaining: 0,
+                reset_after: Duration::from_secs(1),
+                retry_after,
+                rule,
+                rule_index: 0,
+            }),
+            by: AnsweredBy::MEMORY,
+        }
+    }
+
+    #[test]
+    fn a_wait_sleeps_only_when_the_retry_fits_in_the_budget() {
+        let second = Duration::from_secs(1);
+        let pause_for = |retry, left| pause(&denied(retry), left);
+        assert_eq!(pause_for(Some(second), second / 2), None);
+        assert_eq!(pause_for(None, second * 10), None);
+        // Exactly the retry when no budget is left for jitter.
+        assert_eq!(pause_for(Some(second), second), Some(second));
+        for _ in 0..100 {
+            let slept = pause_for(Some(second), second * 10).unwrap();
+            assert!(slept >= second && slept <= second + Duration::from_millis(50));
+        }
+    }
+}

@@ -1,0 +1,43 @@
+//! A guarded site's configuration, as its attribute (or a layer's guard) writes it.
+
+use std::time::Duration;
+
+use crate::overrides::SiteRules;
+use crate::{Algorithm, LimitType, Rule};
+
+/// One guarded site's static configuration. Not public API: built by `#[rate_limiter]`'s
+/// expansion and by layer guards.
+#[derive(Clone, Copy, Debug)]
+pub struct SiteConfig {
+    /// The compiled rules, the duplicate-submission rule last when `duplicate_rule` is
+    /// set. With `dynamic_rules`, only the duplicate-submission rule (or none).
+    pub rules: &'static [Rule],
+    /// Whether the last rule is the duplicate-submission rule.
+    pub duplicate_rule: bool,
+    /// Whether the rules are chosen per call (`rules = <expr>`).
+    pub dynamic_rules: bool,
+    /// How the rules are counted.
+    pub algorithm: Algorithm,
+    /// Whose budget is counted.
+    pub limit_type: LimitType,
+    /// The keys' prefix, also the prefix of the `{prefix}rules` overrides hash.
+    pub prefix: &'static str,
+    /// The text a refusal carries.
+    pub message: &'static str,
+    /// The attribute's `shadow = true`.
+    pub shadow: bool,
+    /// After a refusal, refuse every call of that caller for this long.
+    pub block_for: Option<Duration>,
+    /// Wait up to this long for room instead of refusing at once.
+    pub wait: Option<Duration>,
+}
+
+impl SiteConfig {
+    /// The rules as compiled.
+    pub(crate) fn compiled_rules(&self) -> SiteRules {
+        SiteRules {
+            rules: self.rules,
+            duplicate_rule: self.duplicate_rule,
+        }
+    }
+}
