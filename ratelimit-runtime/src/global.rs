@@ -1,13 +1,13 @@
 //! The process-wide limiter that guarded functions use unless given `limiter = ...`.
 
-use once_cell::sync::OnceCell;
+use std::sync::OnceLock;
 
 use crate::{InitError, Limiter};
 
 /// The environment variable naming the Redis server of the default global limiter.
 pub const REDIS_URL_ENV: &str = "RATELIMIT_REDIS_URL";
 
-static GLOBAL: OnceCell<Limiter> = OnceCell::new();
+static GLOBAL: OnceLock<Limiter> = OnceLock::new();
 
 /// Sets the global limiter. Call it once, at startup, before any guarded call.
 ///

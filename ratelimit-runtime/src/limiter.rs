@@ -102,7 +102,7 @@ impl Limiter {
     /// Trusts the CA certificates in `pem` (PEM text) instead of the system's roots, for a
     /// TLS URL (`rediss://`, `rediss+cluster://`, `rediss+sentinel://`). The server's
     /// certificate must name the host in the URL (or, for a cluster or sentinel, the
-    /// addresses the nodes announce).
+    /// addresses the nodes announce). Needs the `tls` feature.
     ///
     /// ```no_run
     /// use redis_ratelimit::Limiter;
@@ -116,6 +116,7 @@ impl Limiter {
     ///
     /// When `pem` holds no certificate or an unreadable one, and when this limiter is not
     /// on a TLS URL.
+    #[cfg(feature = "tls")]
     pub fn with_tls_ca(self, pem: &[u8]) -> Result<Limiter, ConfigError> {
         match &self.store {
             Store::Redis(backend) => backend.trust_ca(pem)?,

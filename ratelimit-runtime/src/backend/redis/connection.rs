@@ -34,6 +34,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::runtime::{self, Handle};
 use tokio::sync::watch;
 
+#[cfg(feature = "tls")]
 use super::tls::Tls;
 
 /// How many multiplexed connections each runtime spreads its checks over. Redis answers a
@@ -75,6 +76,7 @@ pub(super) struct Endpoint {
 #[derive(Default)]
 pub(super) struct Options {
     /// Set for the `rediss…://` forms.
+    #[cfg(feature = "tls")]
     pub tls: Option<Tls>,
     /// A connect's timeout in µs; 0 means [`CONNECT_TIMEOUT`].
     connect_timeout_us: AtomicU64,
@@ -379,10 +381,11 @@ impl Endpoint {
             ConnectionAddr::Tcp(host, port) => {
                 let tcp = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
                 detect_dead_peers(&tcp)?;
-                match &self.options.tls {
-                    Some(tls) => Box::pin(tls.handshake(host, tcp).await?),
-                    None => Box::pin(tcp),
+                #[cfg(feature = "tls")]
+                if let Some(tls) = &self.options.tls {
+                    return Ok(Box::pin(tls.handshake(host, tcp).await?));
                 }
+                Box::pin(tcp)
             }
             #[cfg(unix)]
             ConnectionAddr::Unix(path) => Box::pin(tokio::net::UnixStream::connect(path).await?),
@@ -401,7 +404,13 @@ impl Options {
     /// Connections speak TLS when `tls` (the `rediss…://` forms), trusting the system's
     /// roots until [`Tls::trust`] says otherwise.
     pub fn new(tls: bool) -> Options {
+        #[cfg(not(feature = "tls"))]
+        debug_assert!(
+            !tls,
+            "`target::parse` refuses TLS URLs without the `tls` feature"
+        );
         Options {
+            #[cfg(feature = "tls")]
             tls: tls.then(Tls::default),
             ..Options::default()
         }

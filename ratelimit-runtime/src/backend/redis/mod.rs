@@ -45,6 +45,7 @@ mod refresh;
 mod script;
 mod sentinel;
 mod target;
+#[cfg(feature = "tls")]
 mod tls;
 
 use super::{Backend, Request};
@@ -123,6 +124,7 @@ impl RedisBackend {
     }
 
     /// Trusts the CA certificates in `pem` instead of the system's roots.
+    #[cfg(feature = "tls")]
     pub fn trust_ca(&self, pem: &[u8]) -> Result<(), ConfigError> {
         match &self.options.tls {
             Some(tls) => tls.trust(pem),
