@@ -17,7 +17,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use arc_swap::ArcSwapOption;
 use redis::{ConnectionAddr, ErrorKind, RedisError, RedisResult, Value};
 
-use super::connection::{Endpoint, Link, Node};
+use super::dial::Endpoint;
+use super::link::Link;
+use super::node::Node;
 use super::refresh::{Refresh, Refreshing};
 use super::Redirect;
 

@@ -5,7 +5,7 @@
 //! a [`Node`] holds one server's connections, and this file sends, re-sends and maps errors
 //! the same for all.
 //!
-//! Connection policy ([`connection`]):
+//! Connection policy ([`node`], [`pool`], [`link`], [`dial`]):
 //! - each Tokio runtime that checks gets two multiplexed connections of its own, made on its
 //!   first check and driven by that runtime, taking its checks in turn. So a limiter works
 //!   from every runtime at once (a `static` limiter shared by `#[tokio::test]`s, actix-web's
@@ -15,7 +15,7 @@
 //! - a connection that stopped (the server closed or killed it, or restarted; or three calls
 //!   in a row got no answer in time; or TCP keepalive found its peer gone) is re-made by
 //!   the next call that finds it so, in one attempt, without backoff, timed out after
-//!   [`CONNECT_TIMEOUT`](connection::CONNECT_TIMEOUT) or the check's timeout if shorter. A
+//!   [`CONNECT_TIMEOUT`](dial::CONNECT_TIMEOUT) or the check's timeout if shorter. A
 //!   failed connect is not remembered (a wrong password fixed in the ACL works at the next
 //!   call); calls waiting for the same
 //!   connection share that attempt. So while Redis is down each call costs a refused
@@ -40,19 +40,25 @@ use std::time::Duration;
 use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 
 mod cluster;
-mod connection;
+mod dial;
+mod link;
+mod node;
+mod pool;
 mod refresh;
 mod script;
 mod sentinel;
 mod target;
 #[cfg(feature = "tls")]
 mod tls;
+mod write_counter;
 
 use super::{Backend, Request};
 use crate::decision::RawDecision;
 use crate::{BackendError, BackendErrorKind, ConfigError};
 use cluster::Cluster;
-use connection::{Endpoint, Link, Node, Options};
+use dial::{Endpoint, Options};
+use link::Link;
+use node::Node;
 use sentinel::Sentinel;
 use target::Layout;
 

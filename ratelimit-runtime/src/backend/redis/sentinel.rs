@@ -21,7 +21,9 @@ use redis::{
     ConnectionAddr, ErrorKind, RedisConnectionInfo, RedisError, RedisResult, ServerErrorKind, Value,
 };
 
-use super::connection::{Endpoint, Link, Node, Options};
+use super::dial::{Endpoint, Options};
+use super::link::Link;
+use super::node::Node;
 use super::refresh::{Refresh, Refreshing};
 
 /// How long the watcher waits before trying the next sentinel.

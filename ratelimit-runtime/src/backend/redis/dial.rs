@@ -1,0 +1,193 @@
+//! Dialling one server: TCP with keepalive (TLS over it for the `rediss…://` forms) or a Unix
+//! socket, then the connection's setup (AUTH, SELECT), all within the connect timeout.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{AsyncStream, MultiplexedConnection};
+use redis::{
+    AsyncConnectionConfig, Cmd, ConnectionAddr, ConnectionInfo, ErrorKind, IntoConnectionInfo,
+    RedisConnectionInfo, RedisError, RedisResult, Value,
+};
+use socket2::{SockRef, TcpKeepalive};
+
+#[cfg(feature = "tls")]
+use super::tls::Tls;
+use super::write_counter::WriteCounter;
+
+/// How long one connection attempt (connect, TLS, AUTH, SELECT) may take unless the
+/// limiter's check timeout is shorter.
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// TCP keepalive probes start after this much silence, and the kernel drops a connection
+/// whose written data has gone unacknowledged for [`USER_TIMEOUT`].
+const KEEPALIVE: Duration = Duration::from_secs(5);
+const USER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How to reach one server.
+#[derive(Clone)]
+pub(super) struct Endpoint {
+    pub info: ConnectionInfo,
+    pub options: Arc<Options>,
+}
+
+/// What every connection of a backend shares.
+#[derive(Default)]
+pub(super) struct Options {
+    /// Set for the `rediss…://` forms.
+    #[cfg(feature = "tls")]
+    pub tls: Option<Tls>,
+    /// A connect's timeout in µs; 0 means [`CONNECT_TIMEOUT`].
+    connect_timeout_us: AtomicU64,
+}
+
+/// A new connection: the handle, its driver (which must be polled for the connection to
+/// work), and the count of its socket's writes.
+pub(super) struct Dialled {
+    pub connection: MultiplexedConnection,
+    pub driver: Driver,
+    pub writes: Arc<AtomicU64>,
+}
+
+/// A connection's driver: it must be polled for the connection to work.
+pub(super) type Driver = Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+impl Endpoint {
+    /// The server at `host:port` that a topology found (a Cluster's master, the master
+    /// sentinels name), reached with `settings` (credentials, database) and `options`.
+    pub(super) fn tcp(
+        host: &str,
+        port: u16,
+        settings: RedisConnectionInfo,
+        options: Arc<Options>,
+    ) -> RedisResult<Endpoint> {
+        let info = ConnectionAddr::Tcp(host.to_owned(), port)
+            .into_connection_info()?
+            .set_redis_settings(settings);
+        Ok(Endpoint { info, options })
+    }
+
+    /// Connects (TCP with keepalive, TLS when configured, or a Unix socket) and sets the
+    /// connection up (AUTH, SELECT), within the connect timeout.
+    pub(super) async fn connect(&self) -> RedisResult<Dialled> {
+        let timeout = self.options.connect_timeout();
+        let connecting = async {
+            let writes = Arc::new(AtomicU64::new(0));
+            let stream = WriteCounter::new(self.stream().await?, writes.clone());
+            // Answers are timed by the limiter.
+            let config = AsyncConnectionConfig::new().set_response_timeout(None);
+            let (connection, driver) =
+                MultiplexedConnection::new_with_config(self.info.redis_settings(), stream, config)
+                    .await?;
+            Ok(Dialled {
+                connection,
+                driver: Box::pin(driver),
+                writes,
+            })
+        };
+        tokio::time::timeout(timeout, connecting)
+            .await
+            .unwrap_or_else(|_| Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()))
+    }
+
+    /// Sends one command on a connection of its own, closed after the reply: for the rare
+    /// questions to sentinels and seed nodes.
+    pub(super) async fn query_once(&self, command: &Cmd) -> RedisResult<Value> {
+        let Dialled {
+            mut connection,
+            driver,
+            ..
+        } = self.connect().await?;
+        let driver = tokio::spawn(driver);
+        let reply = tokio::time::timeout(
+            self.options.connect_timeout(),
+            command.query_async(&mut connection),
+        )
+        .await;
+        driver.abort();
+        reply.unwrap_or_else(|_| Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()))
+    }
+
+    /// A pub/sub connection, driven on the current runtime.
+    pub(super) async fn subscriber(&self) -> RedisResult<redis::aio::PubSub> {
+        let timeout = self.options.connect_timeout();
+        let subscribing = async {
+            redis::aio::PubSub::new(self.info.redis_settings(), self.stream().await?).await
+        };
+        tokio::time::timeout(timeout, subscribing)
+            .await
+            .unwrap_or_else(|_| Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()))
+    }
+
+    async fn stream(&self) -> RedisResult<Pin<Box<dyn AsyncStream + Send + Sync>>> {
+        Ok(match self.info.addr() {
+            ConnectionAddr::Tcp(host, port) => {
+                let tcp = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
+                detect_dead_peers(&tcp)?;
+                #[cfg(feature = "tls")]
+                if let Some(tls) = &self.options.tls {
+                    return Ok(Box::pin(tls.handshake(host, tcp).await?));
+                }
+                Box::pin(tcp)
+            }
+            #[cfg(unix)]
+            ConnectionAddr::Unix(path) => Box::pin(tokio::net::UnixStream::connect(path).await?),
+            // Not made by `target::parse`.
+            _ => {
+                return Err(RedisError::from((
+                    ErrorKind::InvalidClientConfig,
+                    "this kind of Redis address is not supported",
+                )))
+            }
+        })
+    }
+}
+
+impl Options {
+    /// Connections speak TLS when `tls` (the `rediss…://` forms), trusting the system's
+    /// roots until [`Tls::trust`] says otherwise.
+    pub fn new(tls: bool) -> Options {
+        #[cfg(not(feature = "tls"))]
+        debug_assert!(
+            !tls,
+            "`target::parse` refuses TLS URLs without the `tls` feature"
+        );
+        Options {
+            #[cfg(feature = "tls")]
+            tls: tls.then(Tls::default),
+            ..Options::default()
+        }
+    }
+
+    /// Connects take at most `limit` (the limiter's check timeout) when it is below
+    /// [`CONNECT_TIMEOUT`].
+    pub fn limit_connect_timeout(&self, limit: Duration) {
+        let timeout = limit.min(CONNECT_TIMEOUT).max(Duration::from_millis(1));
+        let us = u64::try_from(timeout.as_micros()).unwrap_or(u64::MAX);
+        self.connect_timeout_us.store(us, Ordering::Relaxed);
+    }
+
+    fn connect_timeout(&self) -> Duration {
+        match self.connect_timeout_us.load(Ordering::Relaxed) {
+            0 => CONNECT_TIMEOUT,
+            us => Duration::from_micros(us),
+        }
+    }
+}
+
+/// Keepalive probes and a user timeout, so that a peer that vanished without closing (a
+/// crashed host, a dropped route) is found out in seconds even while no call is waiting.
+fn detect_dead_peers(tcp: &tokio::net::TcpStream) -> std::io::Result<()> {
+    let socket = SockRef::from(tcp);
+    let keepalive = TcpKeepalive::new()
+        .with_time(KEEPALIVE)
+        .with_interval(KEEPALIVE / 2);
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "macos"))]
+    let keepalive = keepalive.with_retries(3);
+    socket.set_tcp_keepalive(&keepalive)?;
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    socket.set_tcp_user_timeout(Some(USER_TIMEOUT))?;
+    Ok(())
+}
