@@ -8,11 +8,12 @@ use std::time::Duration;
 
 use redis::aio::{AsyncStream, MultiplexedConnection};
 use redis::{
-    AsyncConnectionConfig, Cmd, ConnectionAddr, ConnectionInfo, ErrorKind, IntoConnectionInfo,
-    RedisConnectionInfo, RedisError, RedisResult, Value,
+    AsyncConnectionConfig, Cmd, ConnectionAddr, ConnectionInfo, ErrorKind, RedisConnectionInfo,
+    RedisError, RedisResult, Value,
 };
 use socket2::{SockRef, TcpKeepalive};
 
+use super::failure::Failure;
 #[cfg(feature = "tls")]
 use super::tls::Tls;
 use super::write_counter::WriteCounter;
@@ -55,23 +56,31 @@ pub(super) struct Dialled {
 pub(super) type Driver = Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 impl Endpoint {
-    /// The server at `host:port` that a topology found (a Cluster's master, the master
-    /// sentinels name), reached with `settings` (credentials, database) and `options`.
-    pub(super) fn tcp(
-        host: &str,
-        port: u16,
-        settings: RedisConnectionInfo,
-        options: Arc<Options>,
-    ) -> RedisResult<Endpoint> {
-        let info = ConnectionAddr::Tcp(host.to_owned(), port)
-            .into_connection_info()?
-            .set_redis_settings(settings);
-        Ok(Endpoint { info, options })
+    /// The server at `host:port` that a topology found (a Cluster's node, the master the
+    /// sentinels name), reached as this one is (credentials, database, TLS).
+    pub(super) fn at(&self, host: &str, port: u16) -> Endpoint {
+        Endpoint {
+            info: (self.info.clone()).set_addr(ConnectionAddr::Tcp(host.to_owned(), port)),
+            options: self.options.clone(),
+        }
+    }
+
+    /// This server with other credentials and database.
+    pub(super) fn with_settings(&self, settings: RedisConnectionInfo) -> Endpoint {
+        Endpoint {
+            info: self.info.clone().set_redis_settings(settings),
+            options: self.options.clone(),
+        }
     }
 
     /// Connects (TCP with keepalive, TLS when configured, or a Unix socket) and sets the
-    /// connection up (AUTH, SELECT), within the connect timeout.
-    pub(super) async fn connect(&self) -> RedisResult<Dialled> {
+    /// connection up (AUTH, SELECT), within the connect timeout. Any failure is
+    /// [`Failure::Unreachable`]: nothing was sent.
+    pub(super) async fn connect(&self) -> Result<Dialled, Failure> {
+        self.dial().await.map_err(Failure::Unreachable)
+    }
+
+    async fn dial(&self) -> RedisResult<Dialled> {
         let timeout = self.options.connect_timeout();
         let connecting = async {
             let writes = Arc::new(AtomicU64::new(0));
@@ -94,7 +103,7 @@ impl Endpoint {
 
     /// Sends one command on a connection of its own, closed after the reply: for the rare
     /// questions to sentinels and seed nodes.
-    pub(super) async fn query_once(&self, command: &Cmd) -> RedisResult<Value> {
+    pub(super) async fn query_once(&self, command: &Cmd) -> Result<Value, Failure> {
         let Dialled {
             mut connection,
             driver,
@@ -103,11 +112,13 @@ impl Endpoint {
         let driver = tokio::spawn(driver);
         let reply = tokio::time::timeout(
             self.options.connect_timeout(),
-            command.query_async(&mut connection),
+            connection.send_packed_command(command),
         )
         .await;
         driver.abort();
-        reply.unwrap_or_else(|_| Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()))
+        let reply = reply
+            .unwrap_or_else(|_| Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()));
+        Failure::from_reply(reply.map_err(Failure::Unreachable)?)
     }
 
     /// A pub/sub connection, driven on the current runtime.

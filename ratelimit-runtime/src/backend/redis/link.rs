@@ -67,8 +67,9 @@ impl Link {
         self.writes.load(Ordering::SeqCst)
     }
 
-    /// Sends `command` and waits for its reply. An error that is not Redis's answer (I/O,
-    /// or an unreadable reply) leaves unknown whether the command ran.
+    /// Sends `command` and waits for its reply, which may be Redis's error answer. An `Err`
+    /// is the connection's (it broke, or the reply was unreadable): whether the command ran
+    /// is then unknown.
     pub(super) async fn send(&mut self, command: &Cmd) -> RedisResult<Value> {
         self.waiting.fetch_add(1, Ordering::Relaxed);
         let mut wait = Waited {
@@ -77,17 +78,19 @@ impl Link {
             open: &self.open,
             answered: false,
         };
-        let reply = command.query_async(&mut self.connection).await;
+        let reply = self.connection.send_packed_command(command).await;
         wait.answered = true;
         reply
     }
 
     /// Sends `ASKING` and then `command`, in one write: a Cluster node runs a command on a
-    /// slot being migrated to it only right after `ASKING` on the same connection.
+    /// slot being migrated to it only right after `ASKING` on the same connection. Returns
+    /// `command`'s reply, as [`send`](Self::send) does.
     pub(super) async fn send_asking(&mut self, command: &Cmd) -> RedisResult<Value> {
         let mut asking = redis::pipe();
-        asking.cmd("ASKING").ignore().add_command(command.clone());
-        let reply: Vec<Value> = asking.query_async(&mut self.connection).await?;
+        asking.cmd("ASKING").add_command(command.clone());
+        // ASKING's own reply is skipped.
+        let reply = self.connection.send_packed_commands(&asking, 1, 1).await?;
         reply.into_iter().next().ok_or_else(|| {
             RedisError::from((ErrorKind::UnexpectedReturnType, "no reply after ASKING"))
         })

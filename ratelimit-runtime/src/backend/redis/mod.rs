@@ -37,10 +37,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
+use redis::{Cmd, Value};
 
 mod cluster;
 mod dial;
+mod failure;
 mod link;
 mod node;
 mod pool;
@@ -54,9 +55,10 @@ mod write_counter;
 
 use super::{Backend, Request};
 use crate::decision::RawDecision;
-use crate::{BackendError, BackendErrorKind, ConfigError};
+use crate::{BackendError, ConfigError};
 use cluster::Cluster;
 use dial::{Endpoint, Options};
+use failure::Failure;
 use link::Link;
 use node::Node;
 use sentinel::Sentinel;
@@ -87,16 +89,6 @@ struct Redirect {
     asking: bool,
 }
 
-/// Why a command got no answer from Redis, or the answer Redis gave.
-enum Failure {
-    /// Redis answered with an error, or no connection could be made: nothing ran.
-    Redis(RedisError),
-    /// The connection broke before anything was written on it: the command did not run.
-    Unsent(RedisError),
-    /// The connection broke after the command may have been written: it may have run.
-    Interrupted(RedisError),
-}
-
 impl RedisBackend {
     /// Validates `url`; connects on first use.
     pub fn new(url: &str) -> Result<Self, ConfigError> {
@@ -119,7 +111,6 @@ impl RedisBackend {
                 sentinels.into_iter().map(endpoint).collect(),
                 master_name,
                 master,
-                options.clone(),
             )),
         };
         Ok(RedisBackend {
@@ -155,7 +146,7 @@ impl RedisBackend {
         command: &Cmd,
         rerun_is_harmless: bool,
     ) -> Result<Value, Failure> {
-        let mut link = self.topology.link(key).await.map_err(Failure::Redis)?;
+        let mut link = self.topology.link(key).await?;
         let (mut asking, mut resent) = (false, false);
         for _ in 0..MAX_REDIRECTS {
             let failure = match attempt(&mut link, command, asking).await {
@@ -165,85 +156,19 @@ impl RedisBackend {
             let may_resend = match &failure {
                 Failure::Unsent(_) => true,
                 Failure::Interrupted(_) => rerun_is_harmless,
-                Failure::Redis(_) => false,
+                _ => false,
             };
             (link, asking) = if may_resend && !resent {
                 resent = true;
-                let link = self.topology.replace(key, &link).await;
-                (link.map_err(Failure::Redis)?, false)
-            } else if let Failure::Redis(err) = &failure {
-                match self.topology.redirect(key, err).await {
+                (self.topology.replace(key, &link).await?, false)
+            } else {
+                match self.topology.redirect(key, &failure).await {
                     Some(redirect) => (redirect.link, redirect.asking),
                     None => return Err(failure),
                 }
-            } else {
-                return Err(failure);
             };
         }
-        Err(Failure::Redis(RedisError::from((
-            ErrorKind::Io,
-            "Redis kept redirecting the command",
-        ))))
-    }
-
-    /// Maps a failure to what the limiter reports, naming the server, never the URL; the
-    /// Redis error is the source, and its text ends the message.
-    fn error(&self, key: &str, failure: Failure) -> BackendError {
-        let shown = &self.shown;
-        let err = match failure {
-            Failure::Interrupted(err) => {
-                let detail = format!(
-                    "cannot reach {shown}; is it running? The connection broke while `{key}` was \
-                     checked, so the check may have been counted; it was not sent again"
-                );
-                return BackendError::new(BackendErrorKind::Unavailable, detail).with_source(err);
-            }
-            Failure::Redis(err) | Failure::Unsent(err) => err,
-        };
-        let (kind, detail) = match err.kind() {
-            ErrorKind::Io if err.is_timeout() => (
-                BackendErrorKind::Timeout,
-                format!("{shown} did not answer in time"),
-            ),
-            ErrorKind::Io => (
-                BackendErrorKind::Unavailable,
-                format!("cannot reach {shown}; is it running?"),
-            ),
-            ErrorKind::Server(
-                ServerErrorKind::BusyLoading
-                | ServerErrorKind::TryAgain
-                | ServerErrorKind::MasterDown
-                | ServerErrorKind::ClusterDown
-                | ServerErrorKind::ReadOnly,
-            ) => (
-                BackendErrorKind::Unavailable,
-                format!("{shown} cannot serve writes right now"),
-            ),
-            ErrorKind::AuthenticationFailed | ErrorKind::Server(ServerErrorKind::NoPerm) => (
-                BackendErrorKind::Misconfigured,
-                format!(
-                    "{shown} refused the limiter; check the user and password in the URL and \
-                     the user's ACL (it needs EVALSHA, EVAL and DEL)"
-                ),
-            ),
-            // A TLS certificate that is not trusted, no trusted roots: retrying cannot help.
-            ErrorKind::InvalidClientConfig => (
-                BackendErrorKind::Misconfigured,
-                format!("cannot connect to {shown} as configured"),
-            ),
-            _ if err.code() == Some("WRONGTYPE") => (
-                BackendErrorKind::Command,
-                format!(
-                    "key `{key}` holds a value of another type (another algorithm's state, or data \
-                     the limiter did not write); use one algorithm per key"
-                ),
-            ),
-            _ => (
-                BackendErrorKind::Command,
-                format!("{shown} failed the rate-limit check of `{key}`"),
-            ),
-        };
-        BackendError::new(kind, detail).with_source(err)
+        Err(Failure::Redirects)
     }
 
     async fn run(&self, request: &Request<'_>) -> Result<RawDecision, Failure> {
@@ -252,24 +177,16 @@ impl RedisBackend {
         let reply = match self.send(key, &script::evalsha(request), harmless).await {
             // NOSCRIPT: nothing ran. The body goes with this check, instead of a SCRIPT LOAD
             // that a Cluster would have to send to every node.
-            Err(Failure::Redis(err))
-                if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
-            {
-                self.send(key, &script::eval(request), harmless).await
-            }
+            Err(Failure::NoScript) => self.send(key, &script::eval(request), harmless).await,
             reply => reply,
         }?;
         script::decode(&reply, request.rules).ok_or_else(|| {
-            Failure::Redis(RedisError::from((
-                ErrorKind::UnexpectedReturnType,
-                "the rate-limit script answered out of range",
-                format!("{reply:?}"),
-            )))
+            Failure::Unexpected(
+                format!("the rate-limit script answered out of range: {reply:?}").into(),
+            )
         })
     }
-}
 
-impl RedisBackend {
     /// Every field and value of the hash at `key` (none when it does not exist), through
     /// this runtime's connections: what the rule-override poller reads. Not timed here (the
     /// caller times it); bytes that are not UTF-8 are replaced, so such a value reads as
@@ -284,15 +201,12 @@ impl RedisBackend {
         let reply = self
             .send(key, &hgetall, true)
             .await
-            .map_err(|failure| self.error(key, failure))?;
+            .map_err(|failure| failure.into_backend_error(&self.shown, key))?;
         let pairs: Vec<(Vec<u8>, Vec<u8>)> = redis::from_redis_value(reply).map_err(|err| {
-            BackendError::new(
-                BackendErrorKind::Command,
-                format!(
-                    "{} answered HGETALL {key} with something else than a hash: {err}",
-                    self.shown
-                ),
+            Failure::Unexpected(
+                format!("HGETALL answered something else than a hash: {err}").into(),
             )
+            .into_backend_error(&self.shown, key)
         })?;
         Ok(pairs
             .into_iter()
@@ -315,23 +229,22 @@ async fn attempt(link: &mut Link, command: &Cmd, asking: bool) -> Result<Value, 
     } else {
         link.send(command).await
     };
-    reply.map_err(|err| {
-        // Anything but an I/O or parse error is Redis's own answer.
-        if !matches!(err.kind(), ErrorKind::Io | ErrorKind::Parse) {
-            return Failure::Redis(err);
+    match reply {
+        Ok(reply) => Failure::from_reply(reply),
+        Err(err) => {
+            link.close();
+            Err(if link.writes() == writes {
+                Failure::Unsent(err)
+            } else {
+                Failure::Interrupted(err)
+            })
         }
-        link.close();
-        if link.writes() == writes {
-            Failure::Unsent(err)
-        } else {
-            Failure::Interrupted(err)
-        }
-    })
+    }
 }
 
 impl Topology {
     /// A connection to the server for `key`.
-    async fn link(&self, key: &str) -> redis::RedisResult<Link> {
+    async fn link(&self, key: &str) -> Result<Link, Failure> {
         match self {
             Topology::Single(node) => node.next().await,
             Topology::Cluster(cluster) => cluster.link(key).await,
@@ -340,7 +253,7 @@ impl Topology {
     }
 
     /// A connection for `key` in place of `broken`, on which a call just failed.
-    async fn replace(&self, key: &str, broken: &Link) -> redis::RedisResult<Link> {
+    async fn replace(&self, key: &str, broken: &Link) -> Result<Link, Failure> {
         match self {
             Topology::Single(node) => node.replace(broken).await,
             Topology::Cluster(cluster) => cluster.replace(key, broken).await,
@@ -348,12 +261,12 @@ impl Topology {
         }
     }
 
-    /// Where to send `key`'s command again after Redis answered `err`, if anywhere.
-    async fn redirect(&self, key: &str, err: &RedisError) -> Option<Redirect> {
+    /// Where to send `key`'s command again after `failure`, if anywhere.
+    async fn redirect(&self, key: &str, failure: &Failure) -> Option<Redirect> {
         match self {
             Topology::Single(_) => None,
-            Topology::Cluster(cluster) => cluster.redirect(key, err).await,
-            Topology::Sentinel(sentinel) => sentinel.redirect(err).await.map(|link| Redirect {
+            Topology::Cluster(cluster) => cluster.redirect(key, failure).await,
+            Topology::Sentinel(sentinel) => sentinel.redirect(failure).await.map(|link| Redirect {
                 link,
                 asking: false,
             }),
@@ -365,7 +278,7 @@ impl Backend for RedisBackend {
     async fn check(&self, request: &Request<'_>) -> Result<RawDecision, BackendError> {
         self.run(request)
             .await
-            .map_err(|failure| self.error(request.key, failure))
+            .map_err(|failure| failure.into_backend_error(&self.shown, request.key))
     }
 
     async fn reset(&self, key: &str) -> Result<(), BackendError> {
@@ -375,6 +288,6 @@ impl Backend for RedisBackend {
         self.send(key, &del, true)
             .await
             .map(drop)
-            .map_err(|failure| self.error(key, failure))
+            .map_err(|failure| failure.into_backend_error(&self.shown, key))
     }
 }

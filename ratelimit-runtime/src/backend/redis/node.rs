@@ -19,10 +19,10 @@
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
 
-use redis::{ErrorKind, RedisError, RedisResult};
 use tokio::runtime::{self, Handle};
 
 use super::dial::Endpoint;
+use super::failure::Failure;
 use super::link::Link;
 use super::pool::{self, Pool};
 
@@ -48,25 +48,20 @@ impl Node {
     /// The next connection in turn of the current runtime. When its slot holds none, or one
     /// known to be broken, a new connection is made first; an error then means nothing was
     /// sent.
-    pub(super) async fn next(&self) -> RedisResult<Link> {
+    pub(super) async fn next(&self) -> Result<Link, Failure> {
         self.pool()?.next(&self.endpoint).await
     }
 
     /// A working connection in place of `broken`, on which a call just failed: a new one
     /// unless another call has replaced it already.
-    pub(super) async fn replace(&self, broken: &Link) -> RedisResult<Link> {
+    pub(super) async fn replace(&self, broken: &Link) -> Result<Link, Failure> {
         pool::replace(&self.endpoint, broken).await
     }
 
     /// The current runtime's connections.
-    fn pool(&self) -> RedisResult<Arc<Pool>> {
+    fn pool(&self) -> Result<Arc<Pool>, Failure> {
         let id = Handle::try_current()
-            .map_err(|_| {
-                RedisError::from((
-                    ErrorKind::Client,
-                    "a rate-limit check must run inside a Tokio runtime",
-                ))
-            })?
+            .map_err(|_| Failure::NoRuntime("a rate-limit check must run inside a Tokio runtime"))?
             .id();
         let runtimes = self.runtimes.read().unwrap_or_else(PoisonError::into_inner);
         if let Some(pool) = runtimes.get(&id) {

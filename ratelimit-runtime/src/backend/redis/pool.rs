@@ -5,10 +5,10 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use redis::{ErrorKind, RedisError, RedisResult};
 use tokio::sync::watch;
 
 use super::dial::Endpoint;
+use super::failure::Failure;
 use super::link::Link;
 
 /// How many multiplexed connections each runtime spreads its checks over. Redis answers a
@@ -36,13 +36,13 @@ pub(super) enum State {
     Idle,
     Connected(Link),
     /// A connect under way; every call waiting for this slot shares it.
-    Connecting(watch::Receiver<Option<RedisResult<Link>>>),
+    Connecting(watch::Receiver<Option<Result<Link, Failure>>>),
 }
 
 impl Pool {
     /// The next connection in turn to `endpoint`. When its slot holds none, or one known
     /// to be broken, a new connection is made first; an error then means nothing was sent.
-    pub async fn next(&self, endpoint: &Endpoint) -> RedisResult<Link> {
+    pub async fn next(&self, endpoint: &Endpoint) -> Result<Link, Failure> {
         let slot = self.turn.fetch_add(1, Ordering::Relaxed) % CONNECTIONS;
         get(endpoint, &self.slots[slot]).await
     }
@@ -55,12 +55,12 @@ impl Pool {
 
 /// A working connection in place of `broken`, on which a call just failed: a new one
 /// unless another call has replaced it already.
-pub(super) async fn replace(endpoint: &Endpoint, broken: &Link) -> RedisResult<Link> {
+pub(super) async fn replace(endpoint: &Endpoint, broken: &Link) -> Result<Link, Failure> {
     broken.close();
     get(endpoint, &broken.slot).await
 }
 
-async fn get(endpoint: &Endpoint, slot: &Arc<Slot>) -> RedisResult<Link> {
+async fn get(endpoint: &Endpoint, slot: &Arc<Slot>) -> Result<Link, Failure> {
     let link = connected(endpoint, slot).await?;
     if link.is_waited_on() {
         return Ok(link);
@@ -79,7 +79,7 @@ async fn get(endpoint: &Endpoint, slot: &Arc<Slot>) -> RedisResult<Link> {
 }
 
 /// `slot`'s connection, made first if it has none that works.
-async fn connected(endpoint: &Endpoint, slot: &Arc<Slot>) -> RedisResult<Link> {
+async fn connected(endpoint: &Endpoint, slot: &Arc<Slot>) -> Result<Link, Failure> {
     let mut connecting = {
         let mut state = lock(slot);
         match &*state {
@@ -97,17 +97,19 @@ async fn connected(endpoint: &Endpoint, slot: &Arc<Slot>) -> RedisResult<Link> {
     match outcome.as_deref() {
         Ok(Some(result)) => result.clone(),
         // Only when the runtime is shutting down, and this call with it.
-        _ => Err(RedisError::from((
-            ErrorKind::Client,
+        _ => Err(Failure::NoRuntime(
             "the runtime shut down while connecting to Redis",
-        ))),
+        )),
     }
 }
 
 /// Starts a connect for `slot` as a task of the current runtime, so that it goes on for
 /// the calls that wait for it when the one that started it gives up; the slot holds the
 /// result when it ends.
-fn connect(endpoint: &Endpoint, slot: &Arc<Slot>) -> watch::Receiver<Option<RedisResult<Link>>> {
+fn connect(
+    endpoint: &Endpoint,
+    slot: &Arc<Slot>,
+) -> watch::Receiver<Option<Result<Link, Failure>>> {
     let (done, connecting) = watch::channel(None);
     let (endpoint, slot) = (endpoint.clone(), slot.clone());
     tokio::spawn(async move {
