@@ -5,15 +5,11 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-mod breaker;
 mod deny_cache;
 
-pub use breaker::Breaker;
-
-use self::breaker::{Admission, BreakerState};
 use self::deny_cache::DenyCache;
 use crate::backend::memory::MemoryBackend;
-use crate::backend::redis::RedisBackend;
+use crate::backend::redis::{Breaker, RedisBackend, RedisConfig};
 use crate::backend::{Backend, Request};
 use crate::clock::Clock;
 use crate::observe::{Answer, AnsweredBy, Observation, PROGRAMMATIC};
@@ -42,8 +38,6 @@ use crate::{Algorithm, BackendError, BackendErrorKind, ConfigError, Decision, Ru
 pub struct Limiter {
     store: Store,
     fail_open: bool,
-    timeout: Duration,
-    breaker: BreakerState,
     /// Counts checks while the store cannot answer.
     fallback: Option<Box<Limiter>>,
     deny_cache: Option<DenyCache>,
@@ -94,9 +88,10 @@ impl Limiter {
     /// assert!(err.to_string().contains("redis://"));
     /// ```
     pub fn redis(url: &str) -> Result<Limiter, ConfigError> {
-        let backend = RedisBackend::new(url)?;
-        backend.limit_connect_timeout(Self::DEFAULT_TIMEOUT);
-        Ok(Limiter::with_store(Store::Redis(Arc::new(backend))))
+        let config = RedisConfig::new(url)?;
+        Ok(Limiter::with_store(Store::Redis(Arc::new(
+            RedisBackend::new(&config),
+        ))))
     }
 
     /// Trusts the CA certificates in `pem` (PEM text) instead of the system's roots, for a
@@ -117,15 +112,15 @@ impl Limiter {
     /// When `pem` holds no certificate or an unreadable one, and when this limiter is not
     /// on a TLS URL.
     #[cfg(feature = "tls")]
-    pub fn with_tls_ca(self, pem: &[u8]) -> Result<Limiter, ConfigError> {
-        match &self.store {
-            Store::Redis(backend) => backend.trust_ca(pem)?,
-            _ => {
-                return Err(ConfigError::new(
-                    "`with_tls_ca` applies to a Redis limiter on a TLS URL (`rediss://`)",
-                ))
-            }
-        }
+    pub fn with_tls_ca(mut self, pem: &[u8]) -> Result<Limiter, ConfigError> {
+        let Store::Redis(backend) = &self.store else {
+            return Err(ConfigError::new(
+                "`with_tls_ca` applies to a Redis limiter on a TLS URL (`rediss://`)",
+            ));
+        };
+        let mut config = backend.config().clone();
+        config.trust_ca(pem)?;
+        self.store = Store::Redis(Arc::new(RedisBackend::new(&config)));
         Ok(self)
     }
 
@@ -179,8 +174,6 @@ impl Limiter {
         Limiter {
             store,
             fail_open: true,
-            timeout: Self::DEFAULT_TIMEOUT,
-            breaker: BreakerState::new(Breaker::DEFAULT),
             fallback: None,
             deny_cache: None,
             warnings: LogThrottle::new(),
@@ -197,13 +190,10 @@ impl Limiter {
     }
 
     /// How long one check may take before it counts as a backend failure (default 100 ms).
-    /// Connecting to Redis takes at most this long too (or 1 s, if that is shorter).
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        if let Store::Redis(backend) = &self.store {
-            backend.limit_connect_timeout(timeout);
-        }
-        self
+    /// Connecting to Redis takes at most this long too (or 1 s, if that is shorter). The
+    /// embedded backend answers at once, so has no timeout.
+    pub fn timeout(self, timeout: Duration) -> Self {
+        self.reconfigure_redis(|config| config.set_timeout(timeout))
     }
 
     /// When to stop sending checks to a Redis that keeps failing, and for how long (default
@@ -211,8 +201,18 @@ impl Limiter {
     /// is open a check fails in microseconds instead of waiting for the timeout, and goes
     /// through the failure policy ([`fail_open`](Self::fail_open) or the
     /// [`fallback`](Self::fallback)). The embedded backend does not fail, so has no breaker.
-    pub fn breaker(mut self, breaker: Breaker) -> Self {
-        self.breaker = BreakerState::new(breaker);
+    pub fn breaker(self, breaker: Breaker) -> Self {
+        self.reconfigure_redis(|config| config.set_breaker(breaker))
+    }
+
+    /// Builds the Redis backend again from its configuration changed by `change` (nothing
+    /// is connected yet while a limiter is being built); no effect on other backends.
+    fn reconfigure_redis(mut self, change: impl FnOnce(&mut RedisConfig)) -> Self {
+        if let Store::Redis(backend) = &self.store {
+            let mut config = backend.config().clone();
+            change(&mut config);
+            self.store = Store::Redis(Arc::new(RedisBackend::new(&config)));
+        }
         self
     }
 
@@ -355,8 +355,11 @@ impl Limiter {
         if unknown_prefix {
             self.overrides.watch_prefix(prefix);
         }
-        self.overrides
-            .ensure_polling(redis, every, self.timeout.max(Duration::from_secs(1)));
+        self.overrides.ensure_polling(
+            redis,
+            every,
+            redis.config().timeout().max(Duration::from_secs(1)),
+        );
         rules
     }
 
@@ -450,15 +453,7 @@ impl Limiter {
 
     async fn reset_store(&self, key: &str) -> Result<(), BackendError> {
         match &self.store {
-            Store::Redis(redis) => {
-                let pass = match self.breaker.admit() {
-                    Admission::Send(pass) => pass,
-                    Admission::Refuse(err) => return Err(err),
-                };
-                let result = self.within_timeout(redis.reset(key)).await;
-                pass.record(&result);
-                result
-            }
+            Store::Redis(redis) => redis.reset(key).await,
             Store::Memory(memory) => memory.reset(key).await,
             Store::Misconfigured(err) => Err(misconfigured(err)),
         }
@@ -471,13 +466,7 @@ impl Limiter {
         let Store::Redis(redis) = &self.store else {
             unreachable!("only Redis checks wait for an answer");
         };
-        let pass = match self.breaker.admit() {
-            Admission::Send(pass) => pass,
-            Admission::Refuse(err) => return self.on_failure(&request, err).await,
-        };
-        let result = self.within_timeout(redis.check(&request)).await;
-        pass.record(&result);
-        match result {
+        match redis.check(&request).await {
             Ok(raw) => {
                 let decision = raw.into_decision(request.rules);
                 self.remember(&request, &decision);
@@ -558,15 +547,6 @@ impl Limiter {
         }
     }
 
-    async fn within_timeout<T>(
-        &self,
-        fut: impl std::future::Future<Output = Result<T, BackendError>>,
-    ) -> Result<T, BackendError> {
-        tokio::time::timeout(self.timeout, fut)
-            .await
-            .unwrap_or_else(|_| Err(BackendError::timeout(self.timeout)))
-    }
-
     /// Logs a backend failure that a fail-open limiter let through, at most once per
     /// [`LogThrottle::INTERVAL`], with the number of failures since the last warning.
     pub(crate) fn warn_fail_open(&self, key: &str, err: &BackendError) {
@@ -597,11 +577,14 @@ impl fmt::Debug for Limiter {
             Store::Memory(_) => "memory",
             Store::Misconfigured(_) => "misconfigured",
         };
+        let redis = match &self.store {
+            Store::Redis(redis) => Some(redis.config()),
+            _ => None,
+        };
         f.debug_struct("Limiter")
             .field("backend", &backend)
+            .field("redis", &redis)
             .field("fail_open", &self.fail_open)
-            .field("timeout", &self.timeout)
-            .field("breaker", &self.breaker.config())
             .field("fallback", &self.fallback)
             .field("deny_cache", &self.deny_cache.is_some())
             .field("rules_poll", &self.rules_poll)

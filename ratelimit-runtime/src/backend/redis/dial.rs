@@ -2,7 +2,7 @@
 //! socket, then the connection's setup (AUTH, SELECT), all within the connect timeout.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,13 +13,14 @@ use redis::{
 };
 use socket2::{SockRef, TcpKeepalive};
 
+use super::config::RedisConfig;
 use super::failure::Failure;
 #[cfg(feature = "tls")]
 use super::tls::Tls;
 use super::write_counter::WriteCounter;
 
 /// How long one connection attempt (connect, TLS, AUTH, SELECT) may take unless the
-/// limiter's check timeout is shorter.
+/// check timeout is shorter.
 pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// TCP keepalive probes start after this much silence, and the kernel drops a connection
@@ -34,14 +35,13 @@ pub(super) struct Endpoint {
     pub options: Arc<Options>,
 }
 
-/// What every connection of a backend shares.
-#[derive(Default)]
+/// What every connection of a backend shares, from its configuration.
 pub(super) struct Options {
+    /// How long one connection attempt may take.
+    connect_timeout: Duration,
     /// Set for the `rediss…://` forms.
     #[cfg(feature = "tls")]
-    pub tls: Option<Tls>,
-    /// A connect's timeout in µs; 0 means [`CONNECT_TIMEOUT`].
-    connect_timeout_us: AtomicU64,
+    tls: Option<Tls>,
 }
 
 /// A new connection: the handle, its driver (which must be polled for the connection to
@@ -81,7 +81,7 @@ impl Endpoint {
     }
 
     async fn dial(&self) -> RedisResult<Dialled> {
-        let timeout = self.options.connect_timeout();
+        let timeout = self.options.connect_timeout;
         let connecting = async {
             let writes = Arc::new(AtomicU64::new(0));
             let stream = WriteCounter::new(self.stream().await?, writes.clone());
@@ -111,7 +111,7 @@ impl Endpoint {
         } = self.connect().await?;
         let driver = tokio::spawn(driver);
         let reply = tokio::time::timeout(
-            self.options.connect_timeout(),
+            self.options.connect_timeout,
             connection.send_packed_command(command),
         )
         .await;
@@ -123,7 +123,7 @@ impl Endpoint {
 
     /// A pub/sub connection, driven on the current runtime.
     pub(super) async fn subscriber(&self) -> RedisResult<redis::aio::PubSub> {
-        let timeout = self.options.connect_timeout();
+        let timeout = self.options.connect_timeout;
         let subscribing = async {
             redis::aio::PubSub::new(self.info.redis_settings(), self.stream().await?).await
         };
@@ -157,33 +157,14 @@ impl Endpoint {
 }
 
 impl Options {
-    /// Connections speak TLS when `tls` (the `rediss…://` forms), trusting the system's
-    /// roots until [`Tls::trust`] says otherwise.
-    pub fn new(tls: bool) -> Options {
-        #[cfg(not(feature = "tls"))]
-        debug_assert!(
-            !tls,
-            "`target::parse` refuses TLS URLs without the `tls` feature"
-        );
+    pub fn new(config: &RedisConfig) -> Options {
         Options {
+            // A connect never outlasts the check that waits for it.
+            connect_timeout: config
+                .timeout
+                .clamp(Duration::from_millis(1), CONNECT_TIMEOUT),
             #[cfg(feature = "tls")]
-            tls: tls.then(Tls::default),
-            ..Options::default()
-        }
-    }
-
-    /// Connects take at most `limit` (the limiter's check timeout) when it is below
-    /// [`CONNECT_TIMEOUT`].
-    pub fn limit_connect_timeout(&self, limit: Duration) {
-        let timeout = limit.min(CONNECT_TIMEOUT).max(Duration::from_millis(1));
-        let us = u64::try_from(timeout.as_micros()).unwrap_or(u64::MAX);
-        self.connect_timeout_us.store(us, Ordering::Relaxed);
-    }
-
-    fn connect_timeout(&self) -> Duration {
-        match self.connect_timeout_us.load(Ordering::Relaxed) {
-            0 => CONNECT_TIMEOUT,
-            us => Duration::from_micros(us),
+            tls: config.tls.clone(),
         }
     }
 }

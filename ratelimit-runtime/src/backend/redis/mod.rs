@@ -34,12 +34,14 @@
 //!   script's body to the same node (a `SCRIPT LOAD` on a Cluster would have to reach every
 //!   node, and fails while one is down).
 
+use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use redis::{Cmd, Value};
 
+mod breaker;
 mod cluster;
+mod config;
 mod dial;
 mod failure;
 mod link;
@@ -53,9 +55,13 @@ mod target;
 mod tls;
 mod write_counter;
 
+pub use breaker::Breaker;
+pub(crate) use config::RedisConfig;
+
 use super::{Backend, Request};
 use crate::decision::RawDecision;
-use crate::{BackendError, ConfigError};
+use crate::BackendError;
+use breaker::{Admission, BreakerState};
 use cluster::Cluster;
 use dial::{Endpoint, Options};
 use failure::Failure;
@@ -68,11 +74,12 @@ use target::Layout;
 /// fails: a few suffice while a Cluster or Sentinel changes masters.
 const MAX_REDIRECTS: usize = 5;
 
+/// The Redis backend: checks and resets under the configuration's timeout and breaker.
 pub(crate) struct RedisBackend {
-    /// Where the servers are, without credentials: what messages name.
-    shown: Box<str>,
-    options: Arc<Options>,
+    /// What it was built from.
+    config: RedisConfig,
     topology: Topology,
+    breaker: BreakerState,
 }
 
 /// Where a key's commands go; each topology is a file of its own.
@@ -90,15 +97,14 @@ struct Redirect {
 }
 
 impl RedisBackend {
-    /// Validates `url`; connects on first use.
-    pub fn new(url: &str) -> Result<Self, ConfigError> {
-        let target = target::parse(url)?;
-        let options = Arc::new(Options::new(target.tls));
+    /// A backend as `config` says; it connects on first use.
+    pub fn new(config: &RedisConfig) -> Self {
+        let options = Arc::new(Options::new(config));
         let endpoint = |info| Endpoint {
             info,
             options: options.clone(),
         };
-        let topology = match target.layout {
+        let topology = match config.target.layout.clone() {
             Layout::Single(info) => Topology::Single(Node::new(endpoint(info))),
             Layout::Cluster(seeds) => {
                 Topology::Cluster(Cluster::new(seeds.into_iter().map(endpoint).collect()))
@@ -113,28 +119,40 @@ impl RedisBackend {
                 master,
             )),
         };
-        Ok(RedisBackend {
-            shown: target.shown,
-            options,
+        RedisBackend {
+            config: config.clone(),
             topology,
-        })
-    }
-
-    /// Trusts the CA certificates in `pem` instead of the system's roots.
-    #[cfg(feature = "tls")]
-    pub fn trust_ca(&self, pem: &[u8]) -> Result<(), ConfigError> {
-        match &self.options.tls {
-            Some(tls) => tls.trust(pem),
-            None => Err(ConfigError::new(
-                "`with_tls_ca` applies to TLS URLs (`rediss://`, `rediss+cluster://`, \
-                 `rediss+sentinel://`), and this limiter's URL is not one",
-            )),
+            breaker: BreakerState::new(config.breaker),
         }
     }
 
-    /// Connects take no longer than `timeout`, a check's.
-    pub fn limit_connect_timeout(&self, timeout: Duration) {
-        self.options.limit_connect_timeout(timeout);
+    /// The configuration this backend was built from.
+    pub fn config(&self) -> &RedisConfig {
+        &self.config
+    }
+
+    /// Runs `work` on `key`'s server when the breaker lets it, within the timeout, and
+    /// tells the breaker how it went.
+    async fn guarded<T>(
+        &self,
+        key: &str,
+        work: impl Future<Output = Result<T, Failure>>,
+    ) -> Result<T, BackendError> {
+        let pass = match self.breaker.admit() {
+            Admission::Send(pass) => pass,
+            Admission::Refuse(err) => return Err(err),
+        };
+        let timeout = self.config.timeout;
+        let result = match tokio::time::timeout(timeout, work).await {
+            Ok(result) => result.map_err(|failure| self.error(key, failure)),
+            Err(_) => Err(BackendError::timeout(timeout)),
+        };
+        pass.record(&result);
+        result
+    }
+
+    fn error(&self, key: &str, failure: Failure) -> BackendError {
+        failure.into_backend_error(&self.config.target.shown, key)
     }
 
     /// Sends `command` on `key`'s server. Sends it again where Redis redirects it (it did
@@ -201,12 +219,10 @@ impl RedisBackend {
         let reply = self
             .send(key, &hgetall, true)
             .await
-            .map_err(|failure| failure.into_backend_error(&self.shown, key))?;
+            .map_err(|failure| self.error(key, failure))?;
         let pairs: Vec<(Vec<u8>, Vec<u8>)> = redis::from_redis_value(reply).map_err(|err| {
-            Failure::Unexpected(
-                format!("HGETALL answered something else than a hash: {err}").into(),
-            )
-            .into_backend_error(&self.shown, key)
+            let what = format!("HGETALL answered something else than a hash: {err}");
+            self.error(key, Failure::Unexpected(what.into()))
         })?;
         Ok(pairs
             .into_iter()
@@ -274,20 +290,18 @@ impl Topology {
     }
 }
 
+/// Checks and resets fail at once while the breaker is open, and with
+/// [`BackendError::timeout`] when no answer came in time.
 impl Backend for RedisBackend {
     async fn check(&self, request: &Request<'_>) -> Result<RawDecision, BackendError> {
-        self.run(request)
-            .await
-            .map_err(|failure| failure.into_backend_error(&self.shown, request.key))
+        self.guarded(request.key, self.run(request)).await
     }
 
     async fn reset(&self, key: &str) -> Result<(), BackendError> {
         let mut del = redis::cmd("DEL");
         del.arg(key);
         // Deleting twice forgets the key once.
-        self.send(key, &del, true)
+        self.guarded(key, async { self.send(key, &del, true).await.map(drop) })
             .await
-            .map(drop)
-            .map_err(|failure| failure.into_backend_error(&self.shown, key))
     }
 }

@@ -16,6 +16,7 @@ pub(super) const ACCEPTED_URLS: &str = "redis://[[user]:password@]host[:port][/d
      (rediss+sentinel:// for TLS), or unix:///path/to/redis.sock[?db=N]";
 
 /// What a Redis URL names.
+#[derive(Clone)]
 pub(super) struct Target {
     pub layout: Layout,
     /// Whether every connection (to servers and sentinels) speaks TLS.
@@ -24,6 +25,7 @@ pub(super) struct Target {
     pub shown: Box<str>,
 }
 
+#[derive(Clone)]
 pub(super) enum Layout {
     /// One server.
     Single(ConnectionInfo),
