@@ -1,9 +1,19 @@
 //! The Redis backend: one EVALSHA per check over shared multiplexed connections.
 //!
-//! Where Redis runs ([`target`] reads the URL): one server (TCP, TLS or a Unix socket), a
-//! [`Cluster`] or the master a [`Sentinel`] names. Each topology finds the server for a key;
-//! a [`Node`] holds one server's connections, and this file sends, re-sends and maps errors
-//! the same for all.
+//! Where Redis runs ([`target`] reads the URL, [`config`] holds it with the timeout, the
+//! breaker and the TLS roots): one server (TCP, TLS or a Unix socket), a [`Cluster`] or the
+//! master a [`Sentinel`] names. Each topology finds the server for a key; a [`Node`] holds
+//! one server's connections, and this file sends, re-sends and times commands the same for
+//! all. What goes wrong is a [`Failure`] of the layer's own, worded for the limiter in
+//! [`failure`].
+//!
+//! | redis-rs does | we do ourselves, and why |
+//! |---|---|
+//! | the RESP codec: commands written, replies and error answers read | per-runtime connections ([`node`], [`pool`]): redis-rs drives a connection on the runtime that made it, and a limiter outlives and spans runtimes |
+//! | the connection's setup: `AUTH`, `SELECT` | dialling ([`dial`]): TCP keepalive and user timeout (half-open connections), rustls with a private CA and no process-wide provider ([`tls`]), one timeout for the whole connect |
+//! | [`Cmd`] and its arguments; the scripts' SHA1 ([`redis::Script`]) | counted writes ([`write_counter`], [`link`]): knowing a command was never written is what lets it be sent again without counting a check twice; redis-rs's own retries do not know |
+//! | pub/sub, for Sentinel's `+switch-master` | Cluster routing ([`cluster`]): one key per check, so a slot map and `MOVED`/`ASK` are all it needs, with at-most-once re-sends and `EVAL` on `NOSCRIPT` per node |
+//! | a URL's server part: host, port, user, password, database | Sentinel routing ([`sentinel`]): moving at once on `+switch-master`, and sentinels asked with the URL's credentials only when they require them; the URL forms with many hosts ([`target`]) |
 //!
 //! Connection policy ([`node`], [`pool`], [`link`], [`dial`]):
 //! - each Tokio runtime that checks gets two multiplexed connections of its own, made on its
@@ -17,22 +27,25 @@
 //!   the next call that finds it so, in one attempt, without backoff, timed out after
 //!   [`CONNECT_TIMEOUT`](dial::CONNECT_TIMEOUT) or the check's timeout if shorter. A
 //!   failed connect is not remembered (a wrong password fixed in the ACL works at the next
-//!   call); calls waiting for the same
-//!   connection share that attempt. So while Redis is down each call costs a refused
-//!   connect and fails as [`Unavailable`](BackendErrorKind::Unavailable), and the first call
-//!   after Redis is back succeeds. Answers are not timed here: the limiter times every call;
+//!   call); calls waiting for the same connection share that attempt. So while Redis is
+//!   down each call costs a refused connect and fails as
+//!   [`Unavailable`](crate::BackendErrorKind::Unavailable), and the first call after Redis
+//!   is back succeeds;
 //! - counted at most once: a command is sent again only when it was certainly not written
 //!   (its connection was known to be broken, or could not be made, before it was sent, or
 //!   broke before anything was written on it since), or when running it twice counts it
 //!   once ([`script::rerun_is_harmless`], and `DEL`), or when Redis redirected it
-//!   (`MOVED`, `ASK`, `READONLY`: it did not run). A
-//!   check whose connection broke after it was sent may have run: it is reported as failed,
-//!   [`Unavailable`](BackendErrorKind::Unavailable), and the limiter's fail-open or
+//!   (`MOVED`, `ASK`, `READONLY`: it did not run). A check whose connection broke after it
+//!   was sent may have run: it is reported as failed,
+//!   [`Unavailable`](crate::BackendErrorKind::Unavailable), and the limiter's fail-open or
 //!   fail-closed policy applies;
 //! - a server that does not know a script (first use, `SCRIPT FLUSH`, a restart) answers
 //!   NOSCRIPT without running anything; that check is then sent as an `EVAL` with the
 //!   script's body to the same node (a `SCRIPT LOAD` on a Cluster would have to reach every
-//!   node, and fails while one is down).
+//!   node, and fails while one is down);
+//! - every check and reset is timed here (the configuration's timeout, connecting
+//!   included) and goes through the [`breaker`]: while it is open, it fails in microseconds
+//!   without touching Redis.
 
 use std::future::Future;
 use std::sync::Arc;
