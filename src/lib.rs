@@ -26,7 +26,7 @@
 
 pub use ratelimit_macros::rate_limiter;
 pub use ratelimit_runtime::{
-    clock, context, global, init, key, Algorithm, BackendError, BackendErrorKind, Breaker, Check,
+    clock, context, global, init, key, Algorithm, BackendError, BackendErrorKind, Check,
     ConfigError, Decision, InitError, LimitType, Limiter, Mode, ParseModeError, ParseRuleError,
     RateLimitError, RequestContext, Rule, REDIS_URL_ENV,
 };
@@ -39,6 +39,8 @@ pub use ratelimit_runtime::axum;
 pub use ratelimit_runtime::tonic;
 #[cfg(feature = "tower")]
 pub use ratelimit_runtime::tower;
+#[cfg(feature = "redis")]
+pub use ratelimit_runtime::Breaker;
 
 /// What `#[rate_limiter]` expands to refers to. Not public API.
 #[doc(hidden)]

@@ -39,12 +39,14 @@ pub mod tower;
 mod web;
 
 pub use algorithm::Algorithm;
+#[cfg(feature = "redis")]
+pub use backend::redis::Breaker;
 pub use context::RequestContext;
 pub use decision::Decision;
 pub use error::{BackendError, BackendErrorKind, ConfigError, InitError, RateLimitError};
 pub use global::{global, init, REDIS_URL_ENV};
 pub use limit_type::LimitType;
-pub use limiter::{Breaker, Check, Limiter};
+pub use limiter::{Check, Limiter};
 pub use mode::{Mode, ParseModeError};
 pub use rule::Rule;
 pub use rule_text::ParseRuleError;

@@ -2,18 +2,15 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-mod breaker;
 mod check;
 mod deny_cache;
 
-pub use breaker::Breaker;
 pub use check::Check;
 
-use self::breaker::{Admission, BreakerState};
 use self::deny_cache::DenyCache;
 use crate::backend::memory::MemoryBackend;
 #[cfg(feature = "redis")]
-use crate::backend::redis::RedisBackend;
+use crate::backend::redis::{Breaker, RedisBackend, RedisConfig};
 use crate::backend::Request;
 use crate::clock::Clock;
 use crate::observe::{Answer, AnsweredBy};
@@ -42,8 +39,6 @@ use crate::{BackendError, BackendErrorKind, ConfigError, Decision, Mode, Rule};
 pub struct Limiter {
     store: Store,
     fail_open: bool,
-    timeout: Duration,
-    breaker: BreakerState,
     /// Counts checks while the store cannot answer.
     fallback: Option<Box<Limiter>>,
     deny_cache: Option<DenyCache>,
@@ -98,15 +93,16 @@ impl Limiter {
     /// ```
     #[cfg(feature = "redis")]
     pub fn redis(url: &str) -> Result<Limiter, ConfigError> {
-        let backend = RedisBackend::new(url)?;
-        backend.limit_connect_timeout(Self::DEFAULT_TIMEOUT);
-        Ok(Limiter::with_store(Store::Redis(Arc::new(backend))))
+        let config = RedisConfig::new(url)?;
+        Ok(Limiter::with_store(Store::Redis(Arc::new(
+            RedisBackend::new(&config),
+        ))))
     }
 
     /// Trusts the CA certificates in `pem` (PEM text) instead of the system's roots, for a
     /// TLS URL (`rediss://`, `rediss+cluster://`, `rediss+sentinel://`). The server's
     /// certificate must name the host in the URL (or, for a cluster or sentinel, the
-    /// addresses the nodes announce).
+    /// addresses the nodes announce). Needs the `tls` feature.
     ///
     /// ```no_run
     /// use redis_ratelimit::Limiter;
@@ -121,15 +117,15 @@ impl Limiter {
     /// When `pem` holds no certificate or an unreadable one, and when this limiter is not
     /// on a TLS URL.
     #[cfg(feature = "tls")]
-    pub fn with_tls_ca(self, pem: &[u8]) -> Result<Limiter, ConfigError> {
-        match &self.store {
-            Store::Redis(backend) => backend.trust_ca(pem)?,
-            _ => {
-                return Err(ConfigError::new(
-                    "`with_tls_ca` applies to a Redis limiter on a TLS URL (`rediss://`)",
-                ))
-            }
-        }
+    pub fn with_tls_ca(mut self, pem: &[u8]) -> Result<Limiter, ConfigError> {
+        let Store::Redis(backend) = &self.store else {
+            return Err(ConfigError::new(
+                "`with_tls_ca` applies to a Redis limiter on a TLS URL (`rediss://`)",
+            ));
+        };
+        let mut config = backend.config().clone();
+        config.trust_ca(pem)?;
+        self.store = Store::Redis(Arc::new(RedisBackend::new(&config)));
         Ok(self)
     }
 
@@ -183,8 +179,6 @@ impl Limiter {
         Limiter {
             store,
             fail_open: true,
-            timeout: Self::DEFAULT_TIMEOUT,
-            breaker: BreakerState::new(Breaker::DEFAULT),
             fallback: None,
             deny_cache: None,
             shadow: false,
@@ -202,14 +196,16 @@ impl Limiter {
     }
 
     /// How long one check may take before it counts as a backend failure (default 100 ms).
-    /// Connecting to Redis takes at most this long too (or 1 s, if that is shorter).
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
+    /// Connecting to Redis takes at most this long too (or 1 s, if that is shorter). The
+    /// embedded backend answers at once, so has no timeout.
+    pub fn timeout(self, timeout: Duration) -> Self {
         #[cfg(feature = "redis")]
-        if let Store::Redis(backend) = &self.store {
-            backend.limit_connect_timeout(timeout);
+        return self.reconfigure_redis(|config| config.set_timeout(timeout));
+        #[cfg(not(feature = "redis"))]
+        {
+            let _ = timeout;
+            self
         }
-        self
     }
 
     /// When to stop sending checks to a Redis that keeps failing, and for how long (default
@@ -217,8 +213,20 @@ impl Limiter {
     /// is open a check fails in microseconds instead of waiting for the timeout, and goes
     /// through the failure policy ([`fail_open`](Self::fail_open) or the
     /// [`fallback`](Self::fallback)). The embedded backend does not fail, so has no breaker.
-    pub fn breaker(mut self, breaker: Breaker) -> Self {
-        self.breaker = BreakerState::new(breaker);
+    #[cfg(feature = "redis")]
+    pub fn breaker(self, breaker: Breaker) -> Self {
+        self.reconfigure_redis(|config| config.set_breaker(breaker))
+    }
+
+    /// Builds the Redis backend again from its configuration changed by `change` (nothing
+    /// is connected yet while a limiter is being built); no effect on other backends.
+    #[cfg(feature = "redis")]
+    fn reconfigure_redis(mut self, change: impl FnOnce(&mut RedisConfig)) -> Self {
+        if let Store::Redis(backend) = &self.store {
+            let mut config = backend.config().clone();
+            change(&mut config);
+            self.store = Store::Redis(Arc::new(RedisBackend::new(&config)));
+        }
         self
     }
 
@@ -426,8 +434,8 @@ impl Limiter {
             if unknown_prefix {
                 self.overrides.watch_prefix(prefix);
             }
-            self.overrides
-                .ensure_polling(redis, every, self.timeout.max(Duration::from_secs(1)));
+            let timeout = redis.config().timeout().max(Duration::from_secs(1));
+            self.overrides.ensure_polling(redis, every, timeout);
             return in_force;
         }
         self.overrides.lookup_local(prefix, path, compiled)
@@ -521,7 +529,7 @@ impl Limiter {
         }
         match &self.store {
             #[cfg(feature = "redis")]
-            Store::Redis(redis) => self.send(redis.reset(key)).await,
+            Store::Redis(redis) => redis.reset(key).await,
             Store::Memory(memory) => {
                 memory.reset_now(key);
                 Ok(())
@@ -590,27 +598,10 @@ impl Limiter {
 
     #[cfg(feature = "redis")]
     async fn ask(&self, redis: &RedisBackend, request: Request<'_>) -> Answer {
-        match self.send(redis.check(&request)).await {
+        match redis.check(&request).await {
             Ok(raw) => self.decided(&request, Ok(raw)),
             Err(err) => self.on_failure(request, err).await,
         }
-    }
-
-    /// Sends one command to Redis through the breaker, within the timeout.
-    #[cfg(feature = "redis")]
-    async fn send<T>(
-        &self,
-        command: impl std::future::Future<Output = Result<T, BackendError>>,
-    ) -> Result<T, BackendError> {
-        let pass = match self.breaker.admit() {
-            Admission::Send(pass) => pass,
-            Admission::Refuse(err) => return Err(err),
-        };
-        let result = tokio::time::timeout(self.timeout, command)
-            .await
-            .unwrap_or_else(|_| Err(BackendError::timeout(self.timeout)));
-        pass.record(&result);
-        result
     }
 
     /// This limiter's own answer to `request`, from its backend's `raw` one.
@@ -708,11 +699,14 @@ impl fmt::Debug for Limiter {
             Store::Memory(_) => "memory",
             Store::Misconfigured(_) => "misconfigured",
         };
-        f.debug_struct("Limiter")
-            .field("backend", &backend)
+        let mut debug = f.debug_struct("Limiter");
+        debug.field("backend", &backend);
+        #[cfg(feature = "redis")]
+        if let Store::Redis(redis) = &self.store {
+            debug.field("redis", redis.config());
+        }
+        debug
             .field("fail_open", &self.fail_open)
-            .field("timeout", &self.timeout)
-            .field("breaker", &self.breaker.config())
             .field("fallback", &self.fallback)
             .field("deny_cache", &self.deny_cache.is_some())
             .field("shadow", &self.shadow)

@@ -14,9 +14,14 @@
 //! its first read lands, and while Redis cannot answer, the rules last read stay in force.
 
 use std::collections::{HashMap, HashSet};
+#[cfg(feature = "redis")]
 use std::hash::{BuildHasher, RandomState};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+#[cfg(feature = "redis")]
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, Ordering};
+#[cfg(feature = "redis")]
+use std::sync::Weak;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;

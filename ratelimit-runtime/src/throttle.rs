@@ -2,6 +2,7 @@
 //! write one line per request.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 /// Lets one log line through per [`INTERVAL`](Self::INTERVAL) and counts the ones it holds
@@ -47,7 +48,7 @@ impl LogThrottle {
 
 /// The process's reference instant for millisecond clocks kept in atomics.
 pub(crate) fn epoch() -> Instant {
-    static EPOCH: std::sync::LazyLock<Instant> = std::sync::LazyLock::new(Instant::now);
+    static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
     *EPOCH
 }
 

@@ -74,6 +74,9 @@ impl RedisCluster {
                     "nodes.conf",
                     "--repl-diskless-sync-delay",
                     "0",
+                    // DEBUG SLEEP hangs a node, as a stuck or overloaded master would.
+                    "--enable-debug-command",
+                    "local",
                 ]
                 .map(String::from)
                 .to_vec();

@@ -15,9 +15,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwapOption;
-use redis::{ConnectionAddr, ErrorKind, RedisError, RedisResult, Value};
+use redis::{ConnectionAddr, Value};
 
-use super::connection::{Endpoint, Link, Node};
+use super::dial::Endpoint;
+use super::failure::Failure;
+use super::link::Link;
+use super::node::Node;
 use super::refresh::{Refresh, Refreshing};
 use super::Redirect;
 
@@ -52,55 +55,51 @@ impl Cluster {
 
     /// A connection to the master serving `key`. When the map has none, or the master
     /// cannot be reached, the map is read again first, once.
-    pub async fn link(&self, key: &str) -> RedisResult<Link> {
+    pub async fn link(&self, key: &str) -> Result<Link, Failure> {
         let slot = slot(key.as_bytes());
         let seen = self.map_refresh.mark();
         if let Some(node) = self.master(slot) {
             match node.next().await {
-                Err(err) if err.kind() == ErrorKind::Io => {}
+                Err(Failure::Unreachable(_)) => {}
                 link => return link,
             }
         }
         self.refresh(seen).await?;
         match self.master(slot) {
             Some(node) => node.next().await,
-            None => Err(RedisError::from((
-                ErrorKind::Server(redis::ServerErrorKind::ClusterDown),
+            None => Err(Failure::NoServer(
                 "no master of the Redis Cluster serves the key's slot",
-            ))),
+            )),
         }
     }
 
     /// A connection for `key` in place of `broken`, after a call on it failed: its master
     /// may have changed, so the map is read again.
-    pub async fn replace(&self, key: &str, broken: &Link) -> RedisResult<Link> {
+    pub async fn replace(&self, key: &str, broken: &Link) -> Result<Link, Failure> {
         let seen = self.map_refresh.mark();
         broken.close();
         self.refresh(seen).await?;
         self.link(key).await
     }
 
-    /// Where to send `key`'s command that Redis answered with `err`, if anywhere.
-    pub async fn redirect(&self, key: &str, err: &RedisError) -> Option<Redirect> {
+    /// Where to send `key`'s command again after `failure`, if anywhere.
+    pub async fn redirect(&self, key: &str, failure: &Failure) -> Option<Redirect> {
         let seen = self.map_refresh.mark();
-        if let Some((address, _slot)) = err.redirect_node() {
-            let asking = err.kind() == ErrorKind::Server(redis::ServerErrorKind::Ask);
-            if !asking {
+        let (link, asking) = match failure {
+            Failure::Moved(address) => {
                 // The slot moved for good (resharding, failover): others did too.
                 self.refresh(seen).await.ok()?;
+                (self.node(address)?.next().await.ok()?, false)
             }
-            let link = self.node(address)?.next().await.ok()?;
-            return Some(Redirect { link, asking });
-        }
-        if err.kind() == ErrorKind::Server(redis::ServerErrorKind::ReadOnly) {
-            self.refresh(seen).await.ok()?;
-            let link = self.link(key).await.ok()?;
-            return Some(Redirect {
-                link,
-                asking: false,
-            });
-        }
-        None
+            Failure::Ask(address) => (self.node(address)?.next().await.ok()?, true),
+            // The master was demoted: its slots are served by another now.
+            Failure::ReadOnly(_) => {
+                self.refresh(seen).await.ok()?;
+                (self.link(key).await.ok()?, false)
+            }
+            _ => return None,
+        };
+        Some(Redirect { link, asking })
     }
 
     fn master(&self, slot: u16) -> Option<Arc<Node>> {
@@ -117,12 +116,9 @@ impl Cluster {
             return Some(node.clone());
         }
         let (host, port) = address.rsplit_once(':')?;
-        // Every node takes the seeds' credentials and TLS.
-        let seed = &self.seeds[0];
-        let settings = seed.info.redis_settings().clone();
         let host = host.trim_matches(['[', ']']);
-        let endpoint = Endpoint::tcp(host, port.parse().ok()?, settings, seed.options.clone());
-        let node = Arc::new(Node::new(endpoint.ok()?));
+        // Every node takes the seeds' credentials and TLS.
+        let node = Arc::new(Node::new(self.seeds[0].at(host, port.parse().ok()?)));
         nodes.insert(address.to_owned(), node.clone());
         Some(node)
     }
@@ -132,7 +128,7 @@ impl Cluster {
         self.map_refresh.run(seen, self.read_slots())
     }
 
-    async fn read_slots(&self) -> RedisResult<()> {
+    async fn read_slots(&self) -> Result<(), Failure> {
         let known = self.map.load_full();
         let masters = known.iter().flat_map(|map| map.masters.iter());
         let candidates = masters
@@ -156,19 +152,16 @@ impl Cluster {
                 Err(err) => failure = Some(err),
             }
         }
-        Err(failure.unwrap_or_else(|| {
-            RedisError::from((ErrorKind::Io, "no node of the Redis Cluster answered"))
-        }))
+        Err(failure.unwrap_or(Failure::NoServer("no node of the Redis Cluster answered")))
     }
 
     /// The map in a `CLUSTER SLOTS` reply from the node at `asked`: entries
     /// `[first, last, [host, port, …], replicas…]`, an empty host meaning `asked`.
-    fn read_map(&self, reply: Value, asked: &str) -> RedisResult<SlotMap> {
+    fn read_map(&self, reply: Value, asked: &str) -> Result<SlotMap, Failure> {
         let malformed = || {
-            RedisError::from((
-                ErrorKind::UnexpectedReturnType,
-                "the Redis Cluster answered CLUSTER SLOTS with something unexpected",
-            ))
+            Failure::Unexpected(
+                "the Redis Cluster answered CLUSTER SLOTS with something unexpected".into(),
+            )
         };
         let Value::Array(ranges) = reply else {
             return Err(malformed());

@@ -5,11 +5,11 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use redis::RedisResult;
+use super::failure::Failure;
 
 /// A refresh future, boxed: refreshes are rare, and their connects (TLS included) held
 /// inline would make every check's future several times larger.
-pub(super) type Refreshing<'a> = Pin<Box<dyn Future<Output = RedisResult<()>> + Send + 'a>>;
+pub(super) type Refreshing<'a> = Pin<Box<dyn Future<Output = Result<(), Failure>> + Send + 'a>>;
 
 pub(super) struct Refresh {
     /// Held by the refresh under way.
@@ -37,7 +37,7 @@ impl Refresh {
     pub fn run<'a>(
         &'a self,
         mark: u64,
-        refresh: impl Future<Output = RedisResult<()>> + Send + 'a,
+        refresh: impl Future<Output = Result<(), Failure>> + Send + 'a,
     ) -> Refreshing<'a> {
         Box::pin(async move {
             let _running = self.running.lock().await;

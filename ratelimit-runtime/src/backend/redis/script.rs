@@ -5,8 +5,8 @@ use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::LazyLock;
 
-use once_cell::sync::Lazy;
 use redis::{Cmd, RedisWrite, Script, ToRedisArgs, Value};
 
 use crate::backend::Request;
@@ -30,7 +30,7 @@ fn source(algorithm: Algorithm) -> &'static str {
 
 /// The script that runs `algorithm`, hashed once per process.
 pub(crate) fn script(algorithm: Algorithm) -> &'static Script {
-    static SCRIPTS: Lazy<[Script; 4]> = Lazy::new(|| {
+    static SCRIPTS: LazyLock<[Script; 4]> = LazyLock::new(|| {
         [
             Algorithm::SlidingLog,
             Algorithm::FixedWindow,
@@ -55,7 +55,7 @@ pub(crate) fn rerun_is_harmless(algorithm: Algorithm) -> bool {
 /// Unique across processes with near certainty (a 64-bit random prefix), and within one
 /// process for 2^64 checks.
 fn check_id() -> [u8; 16] {
-    static PREFIX: Lazy<u64> = Lazy::new(|| {
+    static PREFIX: LazyLock<u64> = LazyLock::new(|| {
         // RandomState is seeded from the operating system's randomness.
         let mut hasher = RandomState::new().build_hasher();
         hasher.write_u32(std::process::id());

@@ -16,6 +16,7 @@ pub(super) const ACCEPTED_URLS: &str = "redis://[[user]:password@]host[:port][/d
      (rediss+sentinel:// for TLS), or unix:///path/to/redis.sock[?db=N]";
 
 /// What a Redis URL names.
+#[derive(Clone)]
 pub(super) struct Target {
     pub layout: Layout,
     /// Whether every connection (to servers and sentinels) speaks TLS.
@@ -24,6 +25,7 @@ pub(super) struct Target {
     pub shown: Box<str>,
 }
 
+#[derive(Clone)]
 pub(super) enum Layout {
     /// One server.
     Single(ConnectionInfo),
@@ -47,6 +49,12 @@ pub(super) fn parse(url: &str) -> Result<Target, ConfigError> {
     match scheme {
         "redis" | "valkey" => single(url, false),
         "unix" | "redis+unix" | "valkey+unix" => single(url, false),
+        "rediss" | "valkeys" | "rediss+cluster" | "rediss+sentinel" if !cfg!(feature = "tls") => {
+            Err(ConfigError::new(format!(
+                "{scheme}:// needs the `tls` feature of redis-ratelimit; enable it in Cargo.toml: \
+                 redis-ratelimit = {{ version = \"…\", features = [\"tls\"] }}"
+            )))
+        }
         "rediss" | "valkeys" => single(&format!("redis://{rest}"), true),
         "redis+cluster" | "rediss+cluster" => cluster(rest, scheme == "rediss+cluster"),
         "redis+sentinel" | "rediss+sentinel" => sentinel(rest, scheme == "rediss+sentinel"),
@@ -183,24 +191,51 @@ mod tests {
             "redis://127.0.0.1:6380/2",
             "redis://:secret@localhost:6379",
             "redis://user:secret@localhost:6379/0",
-            "rediss://user:secret@redis.example.com:6380/1",
             "unix:///run/redis/redis.sock",
             "redis+cluster://10.0.0.1:7000,10.0.0.2:7000",
-            "rediss+cluster://:secret@10.0.0.1:7000/",
             "redis+sentinel://127.0.0.1:26379,127.0.0.1:26380/mymaster",
-            "rediss+sentinel://user:secret@127.0.0.1:26379/mymaster/3",
         ] {
             assert!(parse(url).is_ok(), "{url}");
         }
     }
 
+    const TLS_URLS: [&str; 3] = [
+        "rediss://user:secret@redis.example.com:6380/1",
+        "rediss+cluster://:secret@10.0.0.1:7000/",
+        "rediss+sentinel://user:secret@127.0.0.1:26379/mymaster/3",
+    ];
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn accepts_the_tls_forms() {
+        for url in TLS_URLS {
+            assert!(parse(url).unwrap().tls, "{url}");
+        }
+    }
+
+    #[cfg(not(feature = "tls"))]
+    #[test]
+    fn tls_forms_name_the_feature_they_need() {
+        for url in TLS_URLS {
+            let message = config_error(url);
+            let scheme = url.split_once("://").unwrap().0;
+            assert!(
+                message.starts_with(&format!(
+                    "{scheme}:// needs the `tls` feature of redis-ratelimit"
+                )),
+                "{message}"
+            );
+            assert!(!message.contains("secret"), "{message}");
+        }
+    }
+
     #[test]
     fn each_form_is_its_topology() {
-        let cluster = parse("rediss+cluster://:pw@10.0.0.1:7000,10.0.0.2:7001").unwrap();
+        let cluster = parse("redis+cluster://:pw@10.0.0.1:7000,10.0.0.2:7001").unwrap();
         let Layout::Cluster(seeds) = &cluster.layout else {
             panic!("not a cluster")
         };
-        assert!(cluster.tls);
+        assert!(!cluster.tls);
         assert_eq!(seeds.len(), 2);
         assert_eq!(seeds[1].addr().to_string(), "10.0.0.2:7001");
         assert_eq!(seeds[1].redis_settings().password(), Some("pw"));
@@ -264,7 +299,7 @@ mod tests {
             "redis://:hunter2@0.0.0.0:6379",
             ":hunter2@host://x",
             "redis+sentinel://:hunter2@h:notaport/m",
-            "rediss+cluster://:hunter2@h:notaport",
+            "redis+cluster://:hunter2@h:notaport",
         ] {
             let message = config_error(url);
             assert!(message.contains("redis://"), "{message}");

@@ -4,7 +4,6 @@
 
 use std::sync::{Arc, OnceLock};
 
-use arc_swap::ArcSwapOption;
 use redis::{ErrorKind, RedisError, RedisResult};
 use rustls::{ClientConfig, RootCertStore};
 use rustls_pki_types::pem::PemObject;
@@ -15,16 +14,16 @@ use tokio_rustls::TlsConnector;
 
 use crate::ConfigError;
 
-/// Whom a backend's TLS connections trust.
-#[derive(Default)]
+/// Whom a backend's TLS connections trust: the system's roots by default.
+#[derive(Clone, Default)]
 pub(super) struct Tls {
     /// A private CA's configuration; `None`: the system's roots.
-    private_ca: ArcSwapOption<ClientConfig>,
+    private_ca: Option<Arc<ClientConfig>>,
 }
 
 impl Tls {
-    /// Trusts the CA certificates in `pem` instead of the system's roots.
-    pub fn trust(&self, pem: &[u8]) -> Result<(), ConfigError> {
+    /// Trusting the CA certificates in `pem` instead of the system's roots.
+    pub fn trusting(pem: &[u8]) -> Result<Tls, ConfigError> {
         let mut roots = RootCertStore::empty();
         for cert in CertificateDer::pem_slice_iter(pem) {
             let cert =
@@ -39,14 +38,20 @@ impl Tls {
                  `-----BEGIN CERTIFICATE-----` block",
             ));
         }
-        self.private_ca.store(Some(config(roots)));
-        Ok(())
+        Ok(Tls {
+            private_ca: Some(config(roots)),
+        })
+    }
+
+    /// Whether a private CA is trusted instead of the system's roots.
+    pub fn has_private_ca(&self) -> bool {
+        self.private_ca.is_some()
     }
 
     /// Opens TLS over `tcp` to `host`, verifying its certificate.
     pub async fn handshake(&self, host: &str, tcp: TcpStream) -> RedisResult<TlsStream<TcpStream>> {
-        let config = match self.private_ca.load_full() {
-            Some(config) => config,
+        let config = match &self.private_ca {
+            Some(config) => config.clone(),
             None => system_roots()?,
         };
         let name = ServerName::try_from(host.to_owned()).map_err(|_| {

@@ -78,10 +78,10 @@ impl Default for Breaker {
 
 /// A [`Breaker`]'s state, shared by every check of one limiter. Lock-free: a check reads
 /// one atomic while the breaker is closed.
-pub(crate) struct BreakerState {
+pub(super) struct BreakerState {
     config: Breaker,
     consecutive: AtomicU32,
-    /// Milliseconds since [`super::epoch`] until which the breaker is open, plus one; 0
+    /// Milliseconds since [`crate::throttle::epoch`] until which the breaker is open, plus one; 0
     /// while closed.
     open_until_ms: AtomicU64,
     /// Whether a probe is under way (at most one at a time).
@@ -89,7 +89,7 @@ pub(crate) struct BreakerState {
 }
 
 /// What the breaker lets a check do.
-pub(crate) enum Admission<'a> {
+pub(super) enum Admission<'a> {
     /// Send it; report how it went with [`Pass::record`].
     Send(Pass<'a>),
     /// Do not send it: the breaker is open.
@@ -98,7 +98,7 @@ pub(crate) enum Admission<'a> {
 
 /// A check the breaker let through. A probe that is dropped before it reports (its caller
 /// gave up) lets the next check probe instead of keeping the breaker open.
-pub(crate) struct Pass<'a> {
+pub(super) struct Pass<'a> {
     state: &'a BreakerState,
     probe: bool,
 }
@@ -111,10 +111,6 @@ impl BreakerState {
             open_until_ms: AtomicU64::new(0),
             probing: AtomicBool::new(false),
         }
-    }
-
-    pub fn config(&self) -> Breaker {
-        self.config
     }
 
     pub fn admit(&self) -> Admission<'_> {
