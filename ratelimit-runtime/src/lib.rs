@@ -34,7 +34,7 @@ pub mod tower;
 #[cfg(any(feature = "tower", feature = "actix"))]
 mod web;
 
-pub use algorithm::Algorithm;
+pub use algorithm::{Algorithm, ParseAlgorithmError};
 pub use context::RequestContext;
 pub use decision::Decision;
 pub use error::{BackendError, BackendErrorKind, ConfigError, InitError, RateLimitError};
