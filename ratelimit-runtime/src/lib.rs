@@ -22,10 +22,12 @@ mod limit_type;
 mod limiter;
 mod observe;
 mod overrides;
+mod random;
 mod rule;
 mod rule_text;
 #[doc(hidden)]
 pub mod site;
+mod sync;
 mod throttle;
 #[cfg(feature = "tonic")]
 pub mod tonic;
