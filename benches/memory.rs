@@ -82,17 +82,10 @@ fn each_key(
 /// limiter is admitted (the costlier path), whatever the machine's speed.
 const STEP: Duration = Duration::from_micros(2);
 
-const ALGORITHMS: [Algorithm; 4] = [
-    Algorithm::SlidingLog,
-    Algorithm::FixedWindow,
-    Algorithm::SlidingWindow,
-    Algorithm::TokenBucket,
-];
-
 fn algorithms(c: &mut Criterion) {
     let waker = Waker::from(Arc::new(NoWake));
     let mut cx = Context::from_waker(&waker);
-    for algorithm in ALGORITHMS {
+    for algorithm in Algorithm::ALL {
         let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
         let limiter = Limiter::memory_with_clock(clock.clone());
         let keys = keys(algorithm.name());
@@ -120,7 +113,7 @@ fn algorithms(c: &mut Criterion) {
 fn real_clock(c: &mut Criterion) {
     let waker = Waker::from(Arc::new(NoWake));
     let mut cx = Context::from_waker(&waker);
-    for algorithm in ALGORITHMS {
+    for algorithm in Algorithm::ALL {
         let limiter = Limiter::memory();
         let keys = keys(algorithm.name());
         each_key(

@@ -18,104 +18,63 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use redis_ratelimit::{Algorithm, Limiter, Rule};
 
+/// Checks random keys through the runtime as fast as it can and prints one line of results.
+#[derive(Parser)]
+#[command(after_help = URL_FORMS)]
 struct Options {
+    /// The Redis to check against: any form `Limiter::redis` takes (below).
+    #[arg(long, value_name = "URL", default_value = "redis://127.0.0.1:6379")]
     redis_url: String,
+    /// Check the embedded in-memory backend instead of Redis.
+    #[arg(long, conflicts_with_all = ["redis_url", "tls_ca"])]
     memory: bool,
+    /// Trust the CA certificates in this PEM file for a TLS URL.
+    #[arg(long, value_name = "PATH")]
     tls_ca: Option<String>,
+    /// Turn the limiter's deny cache on.
+    #[arg(long)]
     deny_cache: bool,
+    /// How many distinct keys the checks pick from at random.
+    #[arg(long, default_value_t = 10_000, value_parser = at_least_one())]
     keys: u64,
+    /// How many checks to make in all.
+    #[arg(long, default_value_t = 200_000)]
     total: u64,
+    /// How many checks are in flight at once.
+    #[arg(long, default_value_t = 64, value_parser = at_least_one())]
     concurrency: u64,
+    /// The rule's count: calls per window per key.
+    #[arg(long, default_value_t = 100, value_parser = at_least_one())]
     limit: u64,
+    /// The rule's window, in seconds.
+    #[arg(long, default_value_t = 60, value_parser = at_least_one())]
     window_s: u64,
+    /// How the rule is counted: sliding_log, fixed_window, sliding_window, token_bucket
+    /// (or the attribute's spelling, SLIDING_LOG ...).
+    #[arg(long, default_value_t = Algorithm::SlidingLog)]
     algorithm: Algorithm,
-    threads: usize,
+    /// The Tokio runtime's worker threads (1: a current-thread runtime).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    threads: u16,
 }
 
-const USAGE: &str = "usage: loadgen [--redis-url URL | --memory] [--tls-ca PATH] [--deny-cache] \
-[--keys N] [--total N] [--concurrency N] [--limit N] [--window-s N] [--threads N] \
-[--algorithm sliding_log|fixed_window|sliding_window|token_bucket]";
+/// A whole number of at least 1.
+fn at_least_one() -> clap::builder::RangedU64ValueParser<u64> {
+    clap::value_parser!(u64).range(1..)
+}
 
 /// What `--redis-url` takes: every form of `Limiter::redis`.
 const URL_FORMS: &str = "\
---redis-url URL, any form Limiter::redis takes (default redis://127.0.0.1:6379):
+--redis-url URL, any form Limiter::redis takes:
   redis://[[user]:password@]host[:port][/db]
   rediss://...                                TLS (--tls-ca PATH trusts a private CA)
   redis+cluster://host:port[,host:port...]    Redis Cluster (rediss+cluster:// for TLS)
   redis+sentinel://[[user]:password@]host:port[,host:port...]/master_name[/db]
                                               (rediss+sentinel:// for TLS)
   unix:///path/to/redis.sock[?db=N]";
-
-fn parse_options() -> Result<Options, String> {
-    let mut o = Options {
-        redis_url: "redis://127.0.0.1:6379".into(),
-        memory: false,
-        tls_ca: None,
-        deny_cache: false,
-        keys: 10_000,
-        total: 200_000,
-        concurrency: 64,
-        limit: 100,
-        window_s: 60,
-        algorithm: Algorithm::SlidingLog,
-        threads: 1,
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        // Switches first: they take no value.
-        match flag.as_str() {
-            "--memory" => {
-                o.memory = true;
-                continue;
-            }
-            "--deny-cache" => {
-                o.deny_cache = true;
-                continue;
-            }
-            "-h" | "--help" => {
-                println!("{USAGE}\n\n{URL_FORMS}");
-                std::process::exit(0);
-            }
-            _ => {}
-        }
-        let value = args
-            .next()
-            .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
-        let number = || {
-            value
-                .parse::<u64>()
-                .map_err(|e| format!("{flag} {value}: {e}"))
-        };
-        match flag.as_str() {
-            "--redis-url" => o.redis_url = value.clone(),
-            "--tls-ca" => o.tls_ca = Some(value.clone()),
-            "--keys" => o.keys = number()?.max(1),
-            "--total" => o.total = number()?,
-            "--concurrency" => o.concurrency = number()?.max(1),
-            "--limit" => o.limit = number()?.max(1),
-            "--window-s" => o.window_s = number()?.max(1),
-            "--threads" => o.threads = number()?.max(1) as usize,
-            "--algorithm" => {
-                o.algorithm = match value.to_ascii_lowercase().as_str() {
-                    "sliding_log" => Algorithm::SlidingLog,
-                    "fixed_window" => Algorithm::FixedWindow,
-                    "sliding_window" => Algorithm::SlidingWindow,
-                    "token_bucket" => Algorithm::TokenBucket,
-                    other => return Err(format!("unknown algorithm {other}\n{USAGE}")),
-                }
-            }
-            _ => return Err(format!("unknown flag {flag}\n{USAGE}")),
-        }
-    }
-    if o.memory && o.tls_ca.is_some() {
-        return Err(format!(
-            "--tls-ca applies to a Redis URL, not --memory\n{USAGE}"
-        ));
-    }
-    Ok(o)
-}
 
 /// xorshift64*: enough randomness to spread keys, no dependency, no shared state.
 fn next_random(state: &mut u64) -> u64 {
@@ -126,13 +85,7 @@ fn next_random(state: &mut u64) -> u64 {
 }
 
 fn main() -> ExitCode {
-    let o = match parse_options() {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
+    let o = Options::parse();
     // One client thread by default, like redis-benchmark: on a small machine a second
     // worker would only compete with the server it is measuring.
     let runtime = if o.threads == 1 {
@@ -141,7 +94,7 @@ fn main() -> ExitCode {
             .build()
     } else {
         tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(o.threads)
+            .worker_threads(usize::from(o.threads))
             .enable_all()
             .build()
     };

@@ -19,6 +19,7 @@ mod api {
     /// Windows of an hour: a run of calls never straddles a boundary that would reset a
     /// fixed window (or shift a sliding one) in a way these assertions do not expect.
     const RULES: [Rule; 2] = [Rule::per_hour(2), Rule::per_day(100)];
+    /// The algorithms that keep one record per rule.
     const COUNTING: [Algorithm; 3] = [
         Algorithm::FixedWindow,
         Algorithm::SlidingWindow,
@@ -59,8 +60,7 @@ mod api {
             // behind, in the window before. Counting it there would find that window empty.
             let rules = [Rule::new(2, Duration::from_secs(1))];
             let t = Duration::from_secs(1_700_000_000);
-            let all = [Algorithm::SlidingLog, COUNTING[0], COUNTING[1], COUNTING[2]];
-            for algorithm in all {
+            for algorithm in Algorithm::ALL {
                 let key = format!("behind:{}", algorithm.name());
                 let at = |now| l.check(&key, &rules).algorithm(algorithm).at(now);
                 let newer = t + Duration::from_millis(100);
@@ -75,8 +75,7 @@ mod api {
 
         async fn a_cost_uses_that_many_units_or_none() {
             let l = support::limiter();
-            let all = [Algorithm::SlidingLog, COUNTING[0], COUNTING[1], COUNTING[2]];
-            for algorithm in all {
+            for algorithm in Algorithm::ALL {
                 let key = format!("cost:{}", algorithm.name());
                 let check = |cost| l.check(&key, &RULES).cost(cost).algorithm(algorithm);
                 let too_many = check(3).await.unwrap();
@@ -94,7 +93,7 @@ mod api {
 
         async fn a_key_counted_by_one_algorithm_refuses_another() {
             let l = support::limiter();
-            let all = [Algorithm::SlidingLog, COUNTING[0], COUNTING[1], COUNTING[2]];
+            let all = Algorithm::ALL;
             for owner in all {
                 let key = format!("owned:{}", owner.name());
                 assert!(l.check(&key, &RULES).algorithm(owner).await.unwrap().allowed);
@@ -162,18 +161,10 @@ mod scripts {
         redis::cmd("PTTL").arg(key).query(conn).unwrap()
     }
 
-    /// The script's reply as it comes, for a call of cost 1 with an id of its own.
-    fn eval_reply(
-        conn: &mut redis::Connection,
-        script: &str,
-        key: &str,
-        consume: bool,
-        now_us: u64,
-        rules: &[(u64, u64)],
-    ) -> redis::RedisResult<redis::Value> {
+    /// A sliding-log check id not used before in this process.
+    fn next_id() -> [u8; 8] {
         static NEXT_ID: AtomicU64 = AtomicU64::new(0);
-        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed).to_le_bytes();
-        command(script, key, consume, now_us, 1, rules, &id).query(conn)
+        NEXT_ID.fetch_add(1, Ordering::Relaxed).to_le_bytes()
     }
 
     /// The EVAL of one check, as the runtime encodes it.
@@ -232,107 +223,42 @@ mod scripts {
         now_us: u64,
         rules: &[(u64, u64)],
     ) -> redis::RedisResult<[u64; 5]> {
-        spelled_out(
-            eval_reply(conn, script, key, consume, now_us, rules)?,
-            rules,
-        )
+        let reply = command(script, key, consume, now_us, 1, rules, &next_id()).query(conn)?;
+        spelled_out(reply, rules)
     }
 
-    /// Runs `(offset from NOW, consume, expected reply)` steps on one key.
-    fn replay(script: &str, rules: &[(u64, u64)], steps: &[(u64, bool, [u64; 5])]) {
+    /// The hand-worked sequences the memory backend's unit tests run too.
+    mod worked {
+        include!("../ratelimit-runtime/src/algorithm/worked.rs");
+    }
+
+    #[test]
+    fn hand_worked_sequences_are_answered_exactly() {
         let server = RedisServer::start();
         let mut conn = server.connection();
-        for (n, &(at, consume, expected)) in steps.iter().enumerate() {
-            let got = eval(&mut conn, script, "k", consume, NOW + at, rules).unwrap();
-            assert_eq!(got, expected, "step {n} at NOW + {at}");
+        for (n, sequence) in worked::sequences().into_iter().enumerate() {
+            let script = match sequence.algorithm {
+                "sliding_log" => SLIDING_LOG,
+                name => {
+                    ALL.iter()
+                        .find(|(n, _)| *n == name)
+                        .expect("an algorithm")
+                        .1
+                }
+            };
+            let key = format!("worked:{n}");
+            for step in &sequence.steps {
+                let rules = &sequence.rules;
+                let answer = eval(&mut conn, script, &key, step.consume, step.now_us, rules);
+                assert_eq!(answer.unwrap(), step.expected, "worked.txt:{}", step.line);
+            }
         }
     }
 
     #[test]
-    fn fixed_window_follows_the_hand_worked_sequence() {
-        // Windows of 1 ms and 250 µs, both starting at NOW.
-        replay(
-            FIXED_WINDOW,
-            &[(3, 1_000), (2, 250)],
-            &[
-                (400, true, [1, 1, 1, 100, 0]),
-                (499, false, [1, 1, 1, 1, 0]),
-                (499, true, [1, 1, 0, 1, 0]),
-                (499, true, [0, 1, 0, 1, 1]),
-                (500, true, [1, 0, 0, 500, 0]),
-                (501, true, [0, 0, 0, 499, 499]),
-                (1_000, true, [1, 1, 1, 250, 0]),
-            ],
-        );
-    }
-
-    #[test]
-    fn sliding_window_follows_the_hand_worked_sequence() {
-        replay(
-            SLIDING_WINDOW,
-            &[(4, 1_000)],
-            &[
-                (100, true, [1, 0, 3, 1_900, 0]),
-                (200, true, [1, 0, 2, 1_800, 0]),
-                (300, true, [1, 0, 1, 1_700, 0]),
-                (400, true, [1, 0, 0, 1_600, 0]),
-                (500, true, [0, 0, 0, 1_500, 750]),
-                (1_249, true, [0, 0, 0, 751, 1]),
-                (1_250, true, [1, 0, 0, 1_750, 0]),
-                (1_300, true, [0, 0, 0, 1_700, 200]),
-                (1_500, false, [1, 0, 1, 1_500, 0]),
-                (1_500, true, [1, 0, 0, 1_500, 0]),
-                (3_000, true, [1, 0, 3, 2_000, 0]),
-            ],
-        );
-    }
-
-    #[test]
-    fn token_bucket_follows_the_hand_worked_sequence() {
-        // 4 per 1000 µs: T = 250 µs. 3 per 1000 µs: T rounds up to 334 µs.
-        replay(
-            TOKEN_BUCKET,
-            &[(4, 1_000)],
-            &[
-                (0, true, [1, 0, 3, 250, 0]),
-                (0, true, [1, 0, 2, 500, 0]),
-                (0, true, [1, 0, 1, 750, 0]),
-                (0, true, [1, 0, 0, 1_000, 0]),
-                (0, true, [0, 0, 0, 1_000, 250]),
-                (100, true, [0, 0, 0, 900, 150]),
-                (250, true, [1, 0, 0, 1_000, 0]),
-                (375, true, [0, 0, 0, 875, 125]),
-            ],
-        );
-        replay(
-            TOKEN_BUCKET,
-            &[(3, 1_000)],
-            &[
-                (0, true, [1, 0, 2, 334, 0]),
-                (0, true, [1, 0, 1, 668, 0]),
-                (0, true, [1, 0, 0, 1_002, 0]),
-                (333, true, [0, 0, 0, 669, 1]),
-                (334, true, [1, 0, 0, 1_002, 0]),
-            ],
-        );
-    }
-
-    #[test]
-    fn equal_figures_bind_the_lowest_index() {
+    fn a_full_current_and_a_full_previous_window_bind_the_lowest_index() {
         let server = RedisServer::start();
         let mut conn = server.connection();
-        let mut run = |script, key, at, rules: &[(u64, u64)]| {
-            eval(&mut conn, script, key, true, NOW + at, rules).unwrap()
-        };
-        // Fixed window: both rules' windows end at NOW + 1000.
-        let rules = [(1, 1_000), (1, 500)];
-        assert_eq!(run(FIXED_WINDOW, "fw", 600, &rules), [1, 0, 0, 400, 0]);
-        assert_eq!(run(FIXED_WINDOW, "fw", 700, &rules), [0, 0, 0, 300, 300]);
-        // Token bucket: different rules, the same interval (500 µs) and burst span.
-        let rules = [(2, 1_000), (2, 999)];
-        assert_eq!(run(TOKEN_BUCKET, "tb", 0, &rules), [1, 0, 1, 500, 0]);
-        assert_eq!(run(TOKEN_BUCKET, "tb", 0, &rules), [1, 0, 0, 1_000, 0]);
-        assert_eq!(run(TOKEN_BUCKET, "tb", 0, &rules), [0, 0, 0, 1_000, 500]);
         // Sliding window: a full current window and a full previous one free together.
         let rules = [(1, 1_000), (1, 2_000)];
         let state = value(
@@ -345,18 +271,8 @@ mod scripts {
             .arg(state)
             .query(&mut conn)
             .unwrap();
-        let mut run = |script, key, at, rules: &[(u64, u64)]| {
-            eval(&mut conn, script, key, true, NOW + at, rules).unwrap()
-        };
-        assert_eq!(
-            run(SLIDING_WINDOW, "sw", 100, &rules),
-            [0, 0, 0, 1_900, 1_900]
-        );
-        let rules = [(2, 1_000), (2, 2_000)];
-        assert_eq!(
-            run(SLIDING_WINDOW, "fresh", 100, &rules),
-            [1, 0, 1, 1_900, 0]
-        );
+        let denied = eval(&mut conn, SLIDING_WINDOW, "sw", true, NOW + 100, &rules);
+        assert_eq!(denied.unwrap(), [0, 0, 0, 1_900, 1_900]);
     }
 
     #[test]
@@ -524,13 +440,18 @@ mod scripts {
         // below 2^53: it does for 100 per minute, not for 2^40 per 2^50 µs.
         let (small, big) = ((100, 60_000_000), (1 << 40, 1 << 50));
         for (name, script) in ALL.into_iter().chain([("sliding_log", SLIDING_LOG)]) {
-            let reply = eval_reply(&mut conn, script, name, true, NOW, &[big, small]).unwrap();
+            let reply: redis::Value =
+                command(script, name, true, NOW, 1, &[big, small], &next_id())
+                    .query(&mut conn)
+                    .unwrap();
             assert!(matches!(reply, redis::Value::Int(_)), "{name}: {reply:?}");
             let reply = eval(&mut conn, script, name, true, NOW, &[big, small]).unwrap();
             assert_eq!(reply[..3], [1, 1, 98], "{name}");
 
             let key = format!("{name}:big");
-            let reply = eval_reply(&mut conn, script, &key, true, NOW, &[big]).unwrap();
+            let reply: redis::Value = command(script, &key, true, NOW, 1, &[big], &next_id())
+                .query(&mut conn)
+                .unwrap();
             let redis::Value::Array(items) = reply else {
                 panic!("{name}: {reply:?}")
             };
@@ -780,12 +701,7 @@ mod differential {
 
     use crate::support::RedisServer;
 
-    const ALGORITHMS: [Algorithm; 4] = [
-        Algorithm::SlidingLog,
-        Algorithm::FixedWindow,
-        Algorithm::SlidingWindow,
-        Algorithm::TokenBucket,
-    ];
+    const ALGORITHMS: [Algorithm; 4] = Algorithm::ALL;
 
     #[derive(Clone, Debug)]
     struct Call {
@@ -1092,6 +1008,25 @@ mod differential {
         Ok(())
     }
 
+    /// [`run`]s one case's calls, then requires every rule's bound to hold over the
+    /// admitted ones; returns how many were admitted.
+    async fn run_within_bounds(
+        backends: &Backends,
+        algorithm: Algorithm,
+        key: &str,
+        case: &Case,
+    ) -> Result<usize, TestCaseError> {
+        let admitted = run(backends, algorithm, key, case).await?;
+        for rule in &case.rules {
+            if let Err(violation) = within_bound(algorithm, *rule, &admitted) {
+                return Err(TestCaseError::fail(format!(
+                    "{algorithm:?} broke {rule}: {violation}"
+                )));
+            }
+        }
+        Ok(admitted.len())
+    }
+
     /// What a differential test drives: a fresh redis-server, a runtime, a limiter on it and
     /// one in memory, and a proptest runner of `cases` cases.
     fn differential(cases: u32) -> (RedisServer, tokio::runtime::Runtime, Backends, TestRunner) {
@@ -1128,16 +1063,9 @@ mod differential {
                 runtime.block_on(async {
                     for algorithm in ALGORITHMS {
                         let key = format!("differential:{}:{}", case_no.get(), algorithm.name());
-                        let admitted = run(&backends, algorithm, &key, &case).await?;
+                        let admitted = run_within_bounds(&backends, algorithm, &key, &case).await?;
                         let consumed = case.calls.iter().filter(|c| c.consume).count();
-                        denials.set(denials.get() + consumed - admitted.len());
-                        for rule in &case.rules {
-                            if let Err(violation) = within_bound(algorithm, *rule, &admitted) {
-                                return Err(TestCaseError::fail(format!(
-                                    "{algorithm:?} broke {rule}: {violation}"
-                                )));
-                            }
-                        }
+                        denials.set(denials.get() + consumed - admitted);
                     }
                     Ok(())
                 })
@@ -1174,14 +1102,7 @@ mod differential {
                 runtime.block_on(async {
                     for algorithm in ALGORITHMS {
                         let key = format!("memory:{}:{}", case_no.get(), algorithm.name());
-                        let admitted = run(&backends, algorithm, &key, &case).await?;
-                        for rule in &case.rules {
-                            if let Err(violation) = within_bound(algorithm, *rule, &admitted) {
-                                return Err(TestCaseError::fail(format!(
-                                    "{algorithm:?} broke {rule}: {violation}"
-                                )));
-                            }
-                        }
+                        run_within_bounds(&backends, algorithm, &key, &case).await?;
                     }
                     Ok(())
                 })

@@ -2,15 +2,24 @@
 //! backend runs these functions, and each `scripts/<algorithm>.lua` is the same arithmetic
 //! for Redis. Both answer a [`RawDecision`] in microseconds, so they can be compared exactly.
 //!
-//! What every algorithm shares is here, once: how a call's `cost` is judged ([`Figures`]),
-//! which rule binds ([`decide`]), how time is kept from running backwards ([`Clamp`]) and
-//! how long a key lives ([`ttl_us`], [`extend_expiry`]). An algorithm only computes each
-//! rule's [`Figures`] from its state and writes the state back.
+//! What every algorithm shares is here, once: its names ([`Algorithm`]), how a call's
+//! `cost` is judged by one rule ([`Figures::of`]), which rule binds ([`decide`]), how time
+//! is kept from running backwards ([`Clamp`]) and how long a key lives ([`ttl_us`]). An
+//! algorithm is a [`Counter`]: it computes each rule's [`Figures`] from its state and
+//! writes the state back. The fixed window, the sliding window and the token bucket keep
+//! one record per rule and share all but their arithmetic ([`records`]); the sliding log
+//! keeps its entries.
 
 mod fixed_window;
+mod records;
 mod sliding_log;
 mod sliding_window;
 mod token_bucket;
+#[cfg(test)]
+mod worked;
+
+use std::fmt;
+use std::str::FromStr;
 
 use crate::decision::RawDecision;
 use crate::Rule;
@@ -19,6 +28,20 @@ use crate::Rule;
 ///
 /// Every algorithm keeps all rules of a key in that one key, checks all rules before
 /// updating any (so a denial consumes nothing), and takes time from the backend's clock.
+///
+/// Its names: [`name`](Self::name) is the attribute's spelling (`algorithm = TOKEN_BUCKET`),
+/// [`label`](Self::label) the metrics' (`algorithm="token_bucket"`); [`FromStr`] reads
+/// either, in any case.
+///
+/// ```
+/// use redis_ratelimit::Algorithm;
+///
+/// assert_eq!("token_bucket".parse(), Ok(Algorithm::TokenBucket));
+/// assert_eq!("SLIDING_LOG".parse(), Ok(Algorithm::SlidingLog));
+/// assert_eq!(Algorithm::FixedWindow.name(), "FIXED_WINDOW");
+/// assert_eq!(Algorithm::FixedWindow.label(), "fixed_window");
+/// assert_eq!(Algorithm::ALL.len(), 4);
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Algorithm {
     /// Exact: one log entry per admitted unit; never more than `count` in any window.
@@ -33,7 +56,16 @@ pub enum Algorithm {
 }
 
 impl Algorithm {
-    /// The attribute's spelling: `SLIDING_LOG`, `FIXED_WINDOW`, `SLIDING_WINDOW`, `TOKEN_BUCKET`.
+    /// Every algorithm, the default first.
+    pub const ALL: [Algorithm; 4] = [
+        Algorithm::SlidingLog,
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::TokenBucket,
+    ];
+
+    /// The attribute's spelling: `SLIDING_LOG`, `FIXED_WINDOW`, `SLIDING_WINDOW`,
+    /// `TOKEN_BUCKET`. Also what [`Display`](fmt::Display) writes.
     pub const fn name(self) -> &'static str {
         match self {
             Algorithm::SlidingLog => "SLIDING_LOG",
@@ -42,7 +74,54 @@ impl Algorithm {
             Algorithm::TokenBucket => "TOKEN_BUCKET",
         }
     }
+
+    /// The metrics' spelling, the [`name`](Self::name) in lower case: `sliding_log`,
+    /// `fixed_window`, `sliding_window`, `token_bucket` (the `algorithm` label of
+    /// `ratelimit_checks_total`).
+    pub const fn label(self) -> &'static str {
+        match self {
+            Algorithm::SlidingLog => "sliding_log",
+            Algorithm::FixedWindow => "fixed_window",
+            Algorithm::SlidingWindow => "sliding_window",
+            Algorithm::TokenBucket => "token_bucket",
+        }
+    }
 }
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Algorithm {
+    type Err = ParseAlgorithmError;
+
+    /// Reads a [`name`](Algorithm::name) in any case, so also a [`label`](Algorithm::label).
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Algorithm::ALL
+            .into_iter()
+            .find(|a| a.name().eq_ignore_ascii_case(text))
+            .ok_or_else(|| ParseAlgorithmError(text.into()))
+    }
+}
+
+/// A text that names no [`Algorithm`]; says which names do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParseAlgorithmError(Box<str>);
+
+impl fmt::Display for ParseAlgorithmError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unknown algorithm `{}`: expected one of ", self.0)?;
+        for (i, algorithm) in Algorithm::ALL.into_iter().enumerate() {
+            let sep = if i == 0 { "" } else { ", " };
+            write!(f, "{sep}{algorithm}")?;
+        }
+        f.write_str(" (in any case)")
+    }
+}
+
+impl std::error::Error for ParseAlgorithmError {}
 
 /// The time a check is counted at: never earlier than the key's stored state.
 ///
@@ -71,6 +150,11 @@ impl Clamp {
             lag_us: at_us - now_us,
         }
     }
+
+    /// The caller's own time.
+    pub fn now_us(self) -> u64 {
+        self.at_us - self.lag_us
+    }
 }
 
 /// One rule's view of a call of `cost` units, at the time the check is counted at.
@@ -84,6 +168,40 @@ pub(crate) struct Figures {
     /// 0 when the rule admits the call; else until it would, exactly; else
     /// [`RawDecision::NEVER`] when the cost is above the rule's count.
     pub retry_after_us: u64,
+}
+
+impl Figures {
+    /// The figures of a rule of `count` that has `left` units now, for a call of `cost`:
+    /// admitted when `cost <= left`, its window then free `admitted_reset_us` from now;
+    /// else denied, the window free `denied_reset_us()` from now, and a call of the same
+    /// cost admitted `retry_after_us()` from now, or never when `cost > count` (then
+    /// `retry_after_us` is not called: it may assume `cost <= count`).
+    #[inline(always)]
+    pub fn of(
+        count: u64,
+        cost: u64,
+        left: u64,
+        admitted_reset_us: u64,
+        denied_reset_us: impl FnOnce() -> u64,
+        retry_after_us: impl FnOnce() -> u64,
+    ) -> Figures {
+        if cost <= left {
+            return Figures {
+                left,
+                reset_after_us: admitted_reset_us,
+                retry_after_us: 0,
+            };
+        }
+        Figures {
+            left,
+            reset_after_us: denied_reset_us(),
+            retry_after_us: if cost > count {
+                RawDecision::NEVER
+            } else {
+                retry_after_us()
+            },
+        }
+    }
 }
 
 /// The decision for a call of `cost` units, from each rule's [`Figures`] in the rules'
@@ -155,93 +273,9 @@ pub(crate) fn ttl_us(needed_us: u64) -> u64 {
 /// expired while its state still matters to it.
 pub(crate) const MARGIN_US: u64 = 1_000_000;
 
-/// The expiry a write of the fixed window, sliding window or token bucket leaves: their
-/// scripts move a key's expiry only when the state written would outlive it (with the
-/// [`MARGIN_US`]), and then to [`ttl_us`]`(reach_us)` from now; otherwise `SET ...
-/// KEEPTTL` keeps it, which costs Redis less than setting it again.
-///
-/// `expires_at_us` is the key's expiry as the state records it (0 for a new key), moved
-/// when the expiry moves. `needed_us` is how long the state just written matters;
-/// `reach_us` (at least `needed_us`) how far ahead a write of the same rules can ever
-/// need, so that a moved expiry also covers the writes after it: the token bucket's burst
-/// span, the fixed and sliding window's `needed_us` itself (their state matters until a
-/// window ends, whatever the calls). Returns the new TTL, or `None` when the expiry already
-/// covers `needed_us` from `now_us`. Either way the key lives at least as long as the
-/// state just written matters, which is all expiry is for.
-pub(crate) fn extend_expiry(
-    expires_at_us: &mut u64,
-    now_us: u64,
-    needed_us: u64,
-    reach_us: u64,
-) -> Option<u64> {
-    if *expires_at_us >= now_us.saturating_add(needed_us).saturating_add(MARGIN_US) {
-        return None;
-    }
-    let ttl = ttl_us(reach_us.max(needed_us));
-    *expires_at_us = now_us.saturating_add(ttl);
-    Some(ttl)
-}
-
 /// The longest window among `rules`, in µs: how long a check's writes stay meaningful.
 pub(crate) fn longest_window_us(rules: &[Rule]) -> u64 {
     rules.iter().map(Rule::window_us).max().unwrap_or(0)
-}
-
-/// The records of a key counted by the fixed window, the sliding window or the token
-/// bucket: per rule of the last write, the algorithm's numbers `X`, in that write's order.
-///
-/// A rule is looked up at its own place first and elsewhere only when the rules changed,
-/// as the scripts' `state.lua` does. A write of the same rules as the last (the steady
-/// state) updates the records in place, allocating nothing; other rules replace them.
-#[derive(Debug)]
-pub(crate) struct Records<X>(Vec<(Rule, X)>);
-
-impl<X> Default for Records<X> {
-    fn default() -> Self {
-        Records(Vec::new())
-    }
-}
-
-impl<X> Records<X> {
-    /// Where the records are stored (for [`prefetch`]).
-    pub fn first(&self) -> *const (Rule, X) {
-        self.0.as_ptr()
-    }
-}
-
-impl<X: Copy> Records<X> {
-    /// The record of `rule`, the `i`-th rule of a check.
-    pub fn get(&self, i: usize, rule: &Rule) -> Option<X> {
-        match self.0.get(i) {
-            Some((r, x)) if r == rule => Some(*x),
-            _ => self.0.iter().find(|(r, _)| r == rule).map(|&(_, x)| x),
-        }
-    }
-
-    /// Every record, in no particular order.
-    pub fn values(&self) -> impl Iterator<Item = X> + '_ {
-        self.0.iter().map(|&(_, x)| x)
-    }
-
-    /// Makes the records those of `rules`, rule `i`'s being `new(i, rule, its record
-    /// before this write)`.
-    pub fn write(&mut self, rules: &[Rule], mut new: impl FnMut(usize, &Rule, Option<X>) -> X) {
-        let same =
-            self.0.len() == rules.len() && self.0.iter().zip(rules).all(|((r, _), q)| r == q);
-        if same {
-            // Each rule finds its record at its own place, which no earlier rule writes.
-            for (i, (rule, x)) in self.0.iter_mut().enumerate() {
-                *x = new(i, rule, Some(*x));
-            }
-        } else {
-            let records = rules
-                .iter()
-                .enumerate()
-                .map(|(i, rule)| (*rule, new(i, rule, self.get(i, rule))))
-                .collect();
-            self.0 = records;
-        }
-    }
 }
 
 /// What one check did to a key's state.
@@ -251,8 +285,43 @@ pub(crate) struct Outcome {
     /// `Some(ttl)` when the check moved the key's expiry: the key now expires `ttl` µs from
     /// `now` (what the script's `PEXPIRE` or `SET ... PX` does). `None` leaves the expiry
     /// as it was: a peek or a denial, which write nothing, or a write the expiry already
-    /// covers (see [`extend_expiry`]). A check of an absent key that writes always moves it.
+    /// covers. A check of an absent key that writes always moves it.
     pub ttl_us: Option<u64>,
+}
+
+impl Outcome {
+    /// A check that wrote nothing: a peek or a denial.
+    pub fn unwritten(decision: RawDecision) -> Self {
+        Outcome {
+            decision,
+            ttl_us: None,
+        }
+    }
+}
+
+/// How one algorithm counts a key's state.
+pub(crate) trait Counter {
+    /// The newest time the state records that a check is never counted before (see
+    /// [`Clamp`]); `None` when it has none.
+    fn latest_us(&self) -> Option<u64>;
+
+    /// Checks a call of `cost` units (at least 1) against `rules`, counted at
+    /// `clamp.at_us`; records it when `consume` and every rule admits it.
+    fn count(&mut self, rules: &[Rule], clamp: Clamp, cost: u64, consume: bool) -> Outcome;
+}
+
+/// Checks a call of `cost` units against `rules` at `now_us` (the caller's clock), on
+/// `state` of any algorithm.
+#[inline(always)]
+pub(crate) fn check(
+    state: &mut impl Counter,
+    rules: &[Rule],
+    now_us: u64,
+    cost: u64,
+    consume: bool,
+) -> Outcome {
+    let clamp = Clamp::new(now_us, state.latest_us());
+    state.count(rules, clamp, cost, consume)
 }
 
 /// The state one key holds, for whichever algorithm counts it.
@@ -290,9 +359,9 @@ impl KeyState {
     pub fn prefetch(&self) {
         match self {
             KeyState::SlidingLog(s) => s.ends().into_iter().for_each(prefetch),
-            KeyState::FixedWindow(s) => prefetch(s.windows.first()),
-            KeyState::SlidingWindow(s) => prefetch(s.windows.first()),
-            KeyState::TokenBucket(s) => prefetch(s.tats.first()),
+            KeyState::FixedWindow(s) => prefetch(s.first_record()),
+            KeyState::SlidingWindow(s) => prefetch(s.first_record()),
+            KeyState::TokenBucket(s) => prefetch(s.first_record()),
         }
     }
 
@@ -300,10 +369,10 @@ impl KeyState {
     /// when `consume` and every rule admits it.
     pub fn check(&mut self, rules: &[Rule], now_us: u64, cost: u64, consume: bool) -> Outcome {
         match self {
-            KeyState::SlidingLog(s) => sliding_log::check(s, rules, now_us, cost, consume),
-            KeyState::FixedWindow(s) => fixed_window::check(s, rules, now_us, cost, consume),
-            KeyState::SlidingWindow(s) => sliding_window::check(s, rules, now_us, cost, consume),
-            KeyState::TokenBucket(s) => token_bucket::check(s, rules, now_us, cost, consume),
+            KeyState::SlidingLog(s) => check(s, rules, now_us, cost, consume),
+            KeyState::FixedWindow(s) => check(s, rules, now_us, cost, consume),
+            KeyState::SlidingWindow(s) => check(s, rules, now_us, cost, consume),
+            KeyState::TokenBucket(s) => check(s, rules, now_us, cost, consume),
         }
     }
 }
@@ -325,76 +394,60 @@ fn prefetch<T>(ptr: *const T) {
 pub(crate) mod testing {
     use std::time::Duration;
 
-    use crate::decision::RawDecision;
+    pub(crate) use super::check;
     use crate::Rule;
 
     /// A rule of `count` per `window_us` microseconds.
     pub fn rule(count: u64, window_us: u64) -> Rule {
         Rule::new(count, Duration::from_micros(window_us))
     }
-
-    /// A decision, field by field.
-    pub fn raw(
-        allowed: bool,
-        rule_index: usize,
-        remaining: u64,
-        reset: u64,
-        retry: u64,
-    ) -> RawDecision {
-        RawDecision {
-            allowed,
-            rule_index,
-            remaining,
-            reset_after_us: reset,
-            retry_after_us: retry,
-        }
-    }
-
-    /// Calls `check(rules, now, cost, consume)` every `step` µs from 1,234 µs, with the
-    /// costs of `costs` in turn, until `denials` denials, and requires each denial's
-    /// `retry_after` to be exact for its binding rule alone: a peek of the same cost one µs
-    /// earlier is denied, one on time is admitted.
-    pub fn assert_retry_after_is_exact(
-        mut check: impl FnMut(&[Rule], u64, u64, bool) -> RawDecision,
-        rules: &[Rule],
-        costs: &[u64],
-        step: u64,
-        denials: usize,
-    ) {
-        let mut now = 1_234;
-        let mut seen = 0;
-        for &cost in costs.iter().cycle() {
-            if seen == denials {
-                break;
-            }
-            let d = check(rules, now, cost, true);
-            if d.allowed {
-                now += step;
-                continue;
-            }
-            seen += 1;
-            assert_ne!(d.retry_after_us, RawDecision::NEVER, "cost {cost}");
-            let binding = [rules[d.rule_index]];
-            let early = check(&binding, now + d.retry_after_us - 1, cost, false);
-            assert!(!early.allowed, "cost {cost} passed 1 µs early");
-            now += d.retry_after_us;
-            assert!(check(&binding, now, cost, false).allowed, "cost {cost}");
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::testing::rule;
-    use super::{extend_expiry, ttl_us, Algorithm, KeyState};
+    use super::{Algorithm, KeyState, ParseAlgorithmError};
     use crate::decision::RawDecision;
+    use crate::Rule;
 
-    const ALL: [Algorithm; 4] = [
-        Algorithm::SlidingLog,
-        Algorithm::FixedWindow,
-        Algorithm::SlidingWindow,
-        Algorithm::TokenBucket,
-    ];
+    const ALL: [Algorithm; 4] = Algorithm::ALL;
+
+    #[test]
+    fn names_are_read_back_in_either_spelling_and_any_case() {
+        for algorithm in ALL {
+            assert_eq!(algorithm.name().parse(), Ok(algorithm));
+            assert_eq!(algorithm.label().parse(), Ok(algorithm));
+            assert_eq!(algorithm.label(), algorithm.name().to_ascii_lowercase());
+            assert_eq!(algorithm.to_string(), algorithm.name());
+        }
+        assert_eq!("Token_Bucket".parse(), Ok(Algorithm::TokenBucket));
+        let err: ParseAlgorithmError = "leaky_bucket".parse::<Algorithm>().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "unknown algorithm `leaky_bucket`: expected one of SLIDING_LOG, FIXED_WINDOW, \
+             SLIDING_WINDOW, TOKEN_BUCKET (in any case)"
+        );
+    }
+
+    #[test]
+    fn hand_worked_sequences_are_answered_exactly() {
+        for sequence in super::worked::sequences() {
+            let algorithm: Algorithm = sequence.algorithm.parse().unwrap();
+            let rules: Vec<Rule> = sequence.rules.iter().map(|&(c, w)| rule(c, w)).collect();
+            let mut s = KeyState::new(algorithm);
+            for step in &sequence.steps {
+                let d = s.check(&rules, step.now_us, 1, step.consume).decision;
+                let answer = [
+                    u64::from(d.allowed),
+                    d.rule_index as u64,
+                    d.remaining,
+                    d.reset_after_us,
+                    d.retry_after_us,
+                ];
+                assert_eq!(answer, step.expected, "worked.txt:{}", step.line);
+            }
+        }
+    }
 
     #[test]
     fn a_cost_above_a_count_is_denied_for_ever_and_consumes_nothing() {
@@ -437,6 +490,161 @@ mod tests {
     }
 
     #[test]
+    fn denied_calls_consume_nothing() {
+        let rules = [rule(10, 1_000), rule(1, 100)];
+        for algorithm in ALL {
+            let (mut denied, mut fresh) = (KeyState::new(algorithm), KeyState::new(algorithm));
+            for s in [&mut denied, &mut fresh] {
+                assert!(s.check(&rules, 0, 1, true).decision.allowed);
+            }
+            // The 100 µs rule is full: denials, which write nothing.
+            for now in [40, 50, 60] {
+                let d = denied.check(&rules, now, 1, true);
+                assert_eq!(
+                    (d.decision.allowed, d.decision.rule_index, d.ttl_us),
+                    (false, 1, None),
+                    "{algorithm:?}"
+                );
+            }
+            // The state that saw them answers every later call as the one that did not.
+            for now in [100, 200, 250, 900, 1_100] {
+                let (a, b) = (
+                    denied.check(&rules, now, 1, true),
+                    fresh.check(&rules, now, 1, true),
+                );
+                assert_eq!(a, b, "{algorithm:?} at {now}");
+            }
+        }
+    }
+
+    #[test]
+    fn retry_after_is_exactly_when_the_binding_rule_passes() {
+        // Calls every `step` µs with the costs in turn, until enough denials: each denial's
+        // `retry_after` must be exact for its binding rule alone: a peek of the same cost
+        // one µs earlier is denied, one on time is admitted.
+        let cases: [(&[Rule], u64, usize); 3] = [
+            (&[rule(2, 700), rule(5, 3_000)], 37, 6),
+            (&[rule(3, 700), rule(7, 5_000), rule(2, 333)], 23, 12),
+            (&[rule(3, 700), rule(7, 5_000)], 29, 8),
+        ];
+        for algorithm in ALL {
+            for (rules, step, denials) in cases {
+                let mut s = KeyState::new(algorithm);
+                let (mut now, mut seen) = (1_234, 0);
+                for &cost in [1, 2, 1, 1, 2].iter().cycle() {
+                    if seen == denials {
+                        break;
+                    }
+                    let d = s.check(rules, now, cost, true).decision;
+                    if d.allowed {
+                        now += step;
+                        continue;
+                    }
+                    seen += 1;
+                    let retry = d.retry_after_us;
+                    assert_ne!(retry, RawDecision::NEVER, "{algorithm:?}, cost {cost}");
+                    let binding = [rules[d.rule_index]];
+                    let early = s.check(&binding, now + retry - 1, cost, false);
+                    assert!(!early.decision.allowed, "{algorithm:?}: 1 µs early");
+                    now += retry;
+                    let on_time = s.check(&binding, now, cost, false);
+                    assert!(on_time.decision.allowed, "{algorithm:?}: on time");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn peek_tells_what_is_left_now_and_writes_nothing() {
+        let rules = [rule(2, 1_000)];
+        for algorithm in ALL {
+            let mut s = KeyState::new(algorithm);
+            for now in [0, 1] {
+                let peek = s.check(&rules, now, 1, false);
+                assert_eq!(peek.ttl_us, None, "{algorithm:?}");
+                let counted = s.check(&rules, now, 1, true).decision;
+                let left_now = counted.remaining + 1;
+                let expected = RawDecision {
+                    remaining: left_now,
+                    ..counted
+                };
+                assert_eq!(peek.decision, expected, "{algorithm:?}");
+            }
+            let full = s.check(&rules, 3, 1, false);
+            assert_eq!(full.ttl_us, None, "{algorithm:?}");
+            assert!(!full.decision.allowed, "{algorithm:?}");
+            assert_eq!(s.check(&rules, 3, 1, true).decision, full.decision);
+        }
+    }
+
+    #[test]
+    fn stale_state_decides_like_absent_state() {
+        let rules = [rule(2, 1_000)];
+        for algorithm in ALL {
+            let mut s = KeyState::new(algorithm);
+            s.check(&rules, 500, 1, true);
+            s.check(&rules, 501, 1, true);
+            let mut fresh = KeyState::new(algorithm);
+            for now in [2_501, 7_000] {
+                assert_eq!(
+                    s.check(&rules, now, 1, false).decision,
+                    fresh.check(&rules, now, 1, false).decision,
+                    "{algorithm:?} at {now}"
+                );
+            }
+            for _ in 0..3 {
+                assert_eq!(
+                    s.check(&rules, 7_000, 1, true).decision,
+                    fresh.check(&rules, 7_000, 1, true).decision,
+                    "{algorithm:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn binding_rule_is_least_remaining_when_allowed_and_last_to_free_when_denied() {
+        let rules = [rule(2, 1_000), rule(2, 10_000), rule(5, 10_000)];
+        for algorithm in ALL {
+            let mut s = KeyState::new(algorithm);
+            // Remaining 1, 1, 4, then 0, 0, 3: ties go to the lowest index.
+            for remaining in [1, 0] {
+                let d = s.check(&rules, 0, 1, true).decision;
+                assert_eq!((d.rule_index, d.remaining), (0, remaining), "{algorithm:?}");
+            }
+            // Rules 0 and 1 deny; rule 1's window frees last.
+            let d = s.check(&rules, 10, 1, true).decision;
+            assert_eq!((d.allowed, d.rule_index), (false, 1), "{algorithm:?}");
+        }
+        // Equal retries bind the lowest index.
+        let both = [rule(1, 1_000), rule(1, 1_000), rule(2, 1_000)];
+        for algorithm in ALL {
+            let mut s = KeyState::new(algorithm);
+            s.check(&both, 0, 1, true);
+            let d = s.check(&both, 10, 1, true).decision;
+            assert_eq!((d.allowed, d.rule_index), (false, 0), "{algorithm:?}");
+        }
+    }
+
+    #[test]
+    fn a_write_of_one_record_per_rule_keeps_only_the_rules_it_checked() {
+        let (short, long) = (rule(3, 1_000), rule(5, 10_000));
+        for algorithm in &ALL[1..] {
+            let mut s = KeyState::new(*algorithm);
+            s.check(&[short, long], 0, 1, true);
+            s.check(&[short, long], 1, 1, true);
+            // The long rule keeps its count when checked alone, in any position.
+            let d = s.check(&[long], 2, 1, true).decision;
+            assert_eq!((d.allowed, d.remaining), (true, 2), "{algorithm:?}");
+            let d = s.check(&[short, long], 3, 1, false).decision;
+            assert_eq!((d.rule_index, d.remaining), (1, 2), "{algorithm:?}");
+            // The short rule was not in that write: it starts empty again.
+            let fresh = KeyState::new(*algorithm).check(&[short], 3, 1, false);
+            assert_eq!(s.check(&[short], 3, 1, false), fresh, "{algorithm:?}");
+        }
+    }
+
+    #[test]
     fn an_older_now_never_discards_newer_state() {
         // Two windows of 1 ms: the newer one full, then a check from 600 µs in the past
         // (the previous window) must still find it full.
@@ -449,42 +657,77 @@ mod tests {
             assert!(!late.allowed, "{algorithm:?}: {late:?}");
             // Answered from the caller's clock: a call from it passes exactly on time.
             let retry = late.retry_after_us;
-            assert!(
-                !s.check(&rules, 9_500 + retry - 1, 1, false)
-                    .decision
-                    .allowed
-            );
-            assert!(
-                s.check(&rules, 9_500 + retry, 1, false).decision.allowed,
-                "{algorithm:?}"
-            );
+            let early = s.check(&rules, 9_500 + retry - 1, 1, false).decision;
+            assert!(!early.allowed, "{algorithm:?}");
+            let on_time = s.check(&rules, 9_500 + retry, 1, false).decision;
+            assert!(on_time.allowed, "{algorithm:?}");
         }
     }
 
     #[test]
-    fn expiry_moves_only_when_the_state_would_outlive_it() {
-        let mut expires = 0;
-        assert_eq!(
-            extend_expiry(&mut expires, 5_000_000, 1_500, 1_500),
-            Some(1_002_000)
-        );
-        assert_eq!(expires, 6_002_000);
-        // Covered with the one-second margin, up to the last µs.
-        assert_eq!(extend_expiry(&mut expires, 5_000_000, 2_000, 2_000), None);
-        assert_eq!(expires, 6_002_000);
-        assert_eq!(
-            extend_expiry(&mut expires, 5_000_000, 2_001, 2_001),
-            Some(1_003_000)
-        );
-        assert_eq!(expires, 6_003_000);
-    }
-
-    #[test]
     fn ttl_is_whole_milliseconds_rounded_up_plus_one_second() {
+        use super::ttl_us;
         assert_eq!(ttl_us(0), 1_000_000);
         assert_eq!(ttl_us(1), 1_001_000);
         assert_eq!(ttl_us(1_000), 1_001_000);
         assert_eq!(ttl_us(1_001), 1_002_000);
         assert_eq!(ttl_us(60_000_000), 61_000_000);
+    }
+
+    #[test]
+    fn a_write_moves_the_expiry_to_cover_what_its_state_needs() {
+        const S: u64 = 1_000_000;
+        // Admitted checks as (now, cost, the TTL they set, or None when the expiry
+        // already covers what they wrote): the time the state matters, rounded up to whole
+        // ms, plus the one-second margin.
+        type Writes = &'static [(u64, u64, Option<u64>)];
+        let cases: [(Algorithm, &[Rule], Writes); 5] = [
+            // Until the last rule's window ends; the next minute outlives it.
+            (
+                Algorithm::FixedWindow,
+                &[rule(5, 1_000), rule(5, 60 * S)],
+                &[
+                    (59 * S, 1, Some(2 * S)),
+                    (59 * S + 1, 1, None),
+                    (60 * S, 1, Some(61 * S)),
+                ],
+            ),
+            // Until the end of the next window.
+            (
+                Algorithm::SlidingWindow,
+                &[rule(4, 1_000)],
+                &[(100, 1, Some(1_002_000)), (200, 1, None)],
+            ),
+            // The whole burst span, from the first write on: T = 250 µs, then 600 ms, whose
+            // burst, by 0, leaves a tat of 60 s; one more, 60.6 s, outgrows the expiry.
+            (
+                Algorithm::TokenBucket,
+                &[rule(4, 1_000)],
+                &[(0, 1, Some(1_001_000)), (0, 3, None)],
+            ),
+            (
+                Algorithm::TokenBucket,
+                &[rule(100, 60 * S)],
+                &[
+                    (0, 1, Some(61 * S)),
+                    (0, 99, None),
+                    (600_000, 1, Some(61 * S)),
+                ],
+            ),
+            // Every write, for the longest window.
+            (
+                Algorithm::SlidingLog,
+                &[rule(5, 10 * S), rule(5, 60 * S)],
+                &[(0, 1, Some(61 * S)), (S, 1, Some(61 * S))],
+            ),
+        ];
+        for (algorithm, rules, writes) in cases {
+            let mut s = KeyState::new(algorithm);
+            for &(now, cost, ttl) in writes {
+                let outcome = s.check(rules, now, cost, true);
+                assert!(outcome.decision.allowed, "{algorithm:?} at {now}");
+                assert_eq!(outcome.ttl_us, ttl, "{algorithm:?} at {now}");
+            }
+        }
     }
 }

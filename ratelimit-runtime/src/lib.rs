@@ -23,6 +23,7 @@ mod limiter;
 mod mode;
 mod observe;
 mod overrides;
+mod random;
 mod registry;
 mod rule;
 mod rule_text;
@@ -38,7 +39,7 @@ pub mod tower;
 #[cfg(any(feature = "tower", feature = "actix"))]
 mod web;
 
-pub use algorithm::Algorithm;
+pub use algorithm::{Algorithm, ParseAlgorithmError};
 #[cfg(feature = "redis")]
 pub use backend::redis::Breaker;
 pub use context::RequestContext;

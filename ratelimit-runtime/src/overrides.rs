@@ -14,10 +14,6 @@
 //! its first read lands, and while Redis cannot answer, the rules last read stay in force.
 
 use std::collections::{HashMap, HashSet};
-#[cfg(feature = "redis")]
-use std::hash::{BuildHasher, RandomState};
-#[cfg(feature = "redis")]
-use std::sync::atomic::AtomicU64;
 use std::sync::atomic::{AtomicBool, Ordering};
 #[cfg(feature = "redis")]
 use std::sync::Weak;
@@ -28,6 +24,8 @@ use arc_swap::ArcSwap;
 
 #[cfg(feature = "redis")]
 use crate::backend::redis::RedisBackend;
+#[cfg(feature = "redis")]
+use crate::random;
 use crate::{Mode, Rule};
 
 /// How often each instance reads the stored overrides by default (± 20 %).
@@ -597,7 +595,6 @@ impl Drop for Stopped {
 impl Poller {
     async fn run(self) {
         let _stopped = Stopped(self.overrides.clone());
-        let jitter = Jitter::new();
         loop {
             let (Some(overrides), Some(redis)) = (self.overrides.upgrade(), self.redis.upgrade())
             else {
@@ -625,7 +622,8 @@ impl Poller {
             }
             // Not held while sleeping: a dropped limiter ends the poller at its next turn.
             drop((overrides, redis));
-            tokio::time::sleep(jitter.around(self.every)).await;
+            // ± 20 %, so that instances started together spread their reads.
+            tokio::time::sleep(random::around(self.every, 0.2)).await;
         }
     }
 }
@@ -645,30 +643,6 @@ impl Overrides {
         } else {
             tracing::debug!(target: "redis_ratelimit", hash = key, error = %err, "rule overrides not read");
         }
-    }
-}
-
-/// Spreads instances' reads over time: each sleep is `every` ± 20 %.
-#[cfg(feature = "redis")]
-struct Jitter {
-    seed: RandomState,
-    turn: AtomicU64,
-}
-
-#[cfg(feature = "redis")]
-impl Jitter {
-    fn new() -> Self {
-        Jitter {
-            seed: RandomState::new(),
-            turn: AtomicU64::new(0),
-        }
-    }
-
-    fn around(&self, every: Duration) -> Duration {
-        let turn = self.turn.fetch_add(1, Ordering::Relaxed);
-        // A uniform fraction in [0.8, 1.2).
-        let unit = (self.seed.hash_one(turn) >> 11) as f64 / (1u64 << 53) as f64;
-        every.mul_f64(0.8 + 0.4 * unit)
     }
 }
 
@@ -771,18 +745,5 @@ mod tests {
         let a = intern(&[Rule::per_second(7)]).unwrap();
         let b = intern(&[Rule::per_second(7)]).unwrap();
         assert!(std::ptr::eq(a, b));
-    }
-
-    #[test]
-    #[cfg(feature = "redis")]
-    fn jitter_stays_within_twenty_percent() {
-        let jitter = Jitter::new();
-        let every = Duration::from_secs(1);
-        let sleeps: Vec<Duration> = (0..1000).map(|_| jitter.around(every)).collect();
-        assert!(sleeps
-            .iter()
-            .all(|d| *d >= every.mul_f64(0.8) && *d < every.mul_f64(1.2)));
-        assert!(sleeps.iter().any(|d| *d < every.mul_f64(0.9)));
-        assert!(sleeps.iter().any(|d| *d > every.mul_f64(1.1)));
     }
 }

@@ -12,7 +12,7 @@
 //!   enough of the window's entries have left for `n` more: the window's entries are the
 //!   newest `inside` of the log, so its oldest `inside - (count - n)` must leave, the last
 //!   of which is the `(count - n + 1)`-th newest entry overall;
-//! - never (`n > count`): denied with [`RawDecision::NEVER`].
+//! - never (`n > count`): denied with [`RawDecision::NEVER`](crate::decision::RawDecision::NEVER).
 //!
 //! An admitted check trims the entries outside the longest window and appends `n` entries
 //! at `now'`; a peek or a denial writes nothing, not even a trim: a later check from a
@@ -26,8 +26,7 @@
 
 use std::collections::VecDeque;
 
-use super::{decide, longest_window_us, ttl_us, Clamp, Figures, Outcome};
-use crate::decision::RawDecision;
+use super::{decide, longest_window_us, ttl_us, Clamp, Counter, Figures, Outcome};
 use crate::Rule;
 
 /// The timestamps (µs) of admitted units, ascending.
@@ -85,50 +84,41 @@ fn figures(log: &VecDeque<u64>, rule: &Rule, now_us: u64, cost: u64) -> Figures 
     let (count, window) = (rule.count(), rule.window_us());
     let total = log.len();
     let inside = (total - outside(log, window, now_us)) as u64;
-    let left = count.saturating_sub(inside);
-    if cost <= left {
-        return Figures {
-            left,
-            reset_after_us: window,
-            retry_after_us: 0,
-        };
-    }
-    let reset_after_us = log
-        .back()
-        .filter(|_| inside > 0)
-        .map_or(0, |&newest| newest + window - now_us);
-    let retry_after_us = if cost > count {
-        RawDecision::NEVER
-    } else {
-        let must_leave = log[total - (count - cost) as usize - 1];
-        must_leave + window - now_us
+    let newest_leaves = || {
+        log.back()
+            .filter(|_| inside > 0)
+            .map_or(0, |&newest| newest + window - now_us)
     };
-    Figures {
-        left,
-        reset_after_us,
-        retry_after_us,
-    }
+    let must_leave = || log[total - (count - cost) as usize - 1] + window - now_us;
+    Figures::of(
+        count,
+        cost,
+        count.saturating_sub(inside),
+        window,
+        newest_leaves,
+        must_leave,
+    )
 }
 
-pub(crate) fn check(
-    state: &mut State,
-    rules: &[Rule],
-    now_us: u64,
-    cost: u64,
-    consume: bool,
-) -> Outcome {
-    let log = &mut state.log;
-    let Clamp { at_us: now, lag_us } = Clamp::new(now_us, log.back().copied());
-    let longest = longest_window_us(rules);
-    // Stale entries are skipped by every count, as the script's ZCOUNTs do.
-    let decision = decide(
-        rules.iter().map(|rule| figures(log, rule, now, cost)),
-        cost,
-        consume,
-        lag_us,
-    );
-    let mut ttl = None;
-    if consume && decision.allowed {
+impl Counter for State {
+    fn latest_us(&self) -> Option<u64> {
+        self.log.back().copied()
+    }
+
+    fn count(&mut self, rules: &[Rule], clamp: Clamp, cost: u64, consume: bool) -> Outcome {
+        let Clamp { at_us: now, lag_us } = clamp;
+        let log = &mut self.log;
+        let longest = longest_window_us(rules);
+        // Stale entries are skipped by every count, as the script's ZCOUNTs do.
+        let decision = decide(
+            rules.iter().map(|rule| figures(log, rule, now, cost)),
+            cost,
+            consume,
+            lag_us,
+        );
+        if !consume || !decision.allowed {
+            return Outcome::unwritten(decision);
+        }
         while log.front().is_some_and(|&s| !in_window(s, longest, now)) {
             log.pop_front();
         }
@@ -137,11 +127,10 @@ pub(crate) fn check(
         for _ in 0..cost {
             log.push_back(now);
         }
-        ttl = Some(ttl_us(longest + lag_us));
-    }
-    Outcome {
-        decision,
-        ttl_us: ttl,
+        Outcome {
+            decision,
+            ttl_us: Some(ttl_us(longest + lag_us)),
+        }
     }
 }
 
@@ -150,6 +139,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::algorithm::testing::check;
+    use crate::decision::RawDecision;
 
     const T0: u64 = 1_700_000_000_000_000;
     const SEC: u64 = 1_000_000;
@@ -189,77 +180,6 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn admits_count_per_window_then_denies_until_the_oldest_leaves() {
-        let rules = [rule(2, 10)];
-        let mut s = State::default();
-        let c = |s: &mut State, at| check(s, &rules, at, 1, true);
-        assert_eq!(c(&mut s, T0).decision, allowed(0, 1, 10 * SEC));
-        assert_eq!(c(&mut s, T0 + 3 * SEC).decision, allowed(0, 0, 10 * SEC));
-        assert_eq!(
-            c(&mut s, T0 + 4 * SEC).decision,
-            denied(0, 9 * SEC, 6 * SEC)
-        );
-        // The first entry leaves exactly at T0 + 10 s (an entry at s is in iff s > now - w).
-        assert_eq!(
-            c(&mut s, T0 + 10 * SEC - 1).decision,
-            denied(0, 3 * SEC + 1, 1)
-        );
-        assert_eq!(c(&mut s, T0 + 10 * SEC).decision, allowed(0, 0, 10 * SEC));
-        assert_eq!(s.log, [T0 + 3 * SEC, T0 + 10 * SEC]);
-    }
-
-    #[test]
-    fn binding_rule_is_least_remaining_when_admitted_and_latest_free_when_denied() {
-        let rules = [rule(3, 10), rule(5, 100)];
-        let mut s = State::default();
-        assert_eq!(
-            check(&mut s, &rules, T0, 1, true).decision,
-            allowed(0, 2, 10 * SEC)
-        );
-        for i in 1..3 {
-            check(&mut s, &rules, T0 + i, 1, true);
-        }
-        // Rule 0 is full until T0 + 10 s.
-        assert_eq!(
-            check(&mut s, &rules, T0 + SEC, 1, true).decision,
-            denied(0, 10 * SEC - SEC + 2, 9 * SEC)
-        );
-        // Rule 0 is free again; rule 1 has one call left after this one.
-        assert_eq!(
-            check(&mut s, &rules, T0 + 20 * SEC, 1, true).decision,
-            allowed(1, 1, 100 * SEC)
-        );
-        assert_eq!(s.log.len(), 4, "the denial recorded nothing");
-    }
-
-    #[test]
-    fn when_several_rules_are_full_the_one_freeing_up_last_binds() {
-        let rules = [rule(2, 10), rule(2, 100)];
-        let mut s = State::default();
-        check(&mut s, &rules, T0, 1, true);
-        check(&mut s, &rules, T0 + 1, 1, true);
-        assert_eq!(
-            check(&mut s, &rules, T0 + SEC, 1, true).decision,
-            denied(1, 100 * SEC - SEC + 1, 100 * SEC - SEC)
-        );
-    }
-
-    #[test]
-    fn ties_go_to_the_lowest_index() {
-        let rules = [rule(2, 10), rule(2, 10)];
-        let mut s = State::default();
-        assert_eq!(
-            check(&mut s, &rules, T0, 1, true).decision,
-            allowed(0, 1, 10 * SEC)
-        );
-        check(&mut s, &rules, T0, 1, true);
-        assert_eq!(
-            check(&mut s, &rules, T0, 1, true).decision,
-            denied(0, 10 * SEC, 10 * SEC)
-        );
     }
 
     #[test]
@@ -348,18 +268,6 @@ mod tests {
                 ..denied(0, 0, RawDecision::NEVER)
             }
         );
-    }
-
-    #[test]
-    fn a_consuming_check_sets_the_ttl_of_the_longest_window() {
-        let rules = [rule(1, 10), rule(5, 60)];
-        let mut s = State::default();
-        assert_eq!(
-            check(&mut s, &rules, T0, 1, true).ttl_us,
-            Some(61 * SEC),
-            "longest window plus the 1 s margin"
-        );
-        assert_eq!(check(&mut s, &rules, T0, 1, true).ttl_us, None, "denied");
     }
 
     #[test]

@@ -27,7 +27,7 @@ use super::Request;
 use crate::algorithm::KeyState;
 use crate::clock::{Clock, SystemClock};
 use crate::decision::RawDecision;
-use crate::{BackendError, BackendErrorKind};
+use crate::{random, sync, BackendError, BackendErrorKind};
 
 /// How many keys a backend holds unless told otherwise.
 pub(crate) const DEFAULT_MAX_KEYS: usize = 1_000_000;
@@ -75,7 +75,7 @@ impl MemoryBackend {
         let (share, extra) = (max_keys / shards, max_keys % shards);
         MemoryBackend {
             clock,
-            hasher: SeedableRandomState::with_seed(random_u64(), shared_seed()),
+            hasher: SeedableRandomState::with_seed(random::u64(), shared_seed()),
             shards: (0..shards)
                 .map(|i| Mutex::new(Shard::new(share + usize::from(i < extra))))
                 .collect(),
@@ -98,12 +98,7 @@ impl MemoryBackend {
     }
 
     fn shard(&self, hash: u64) -> MutexGuard<'_, Shard> {
-        let shard = &self.shards[self.shard_index(hash)];
-        // A panic while holding the lock cannot leave a shard half-updated in a way that
-        // matters more than losing rate-limit state, so keep serving.
-        shard
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        sync::lock(&self.shards[self.shard_index(hash)])
     }
 
     pub(crate) fn check_now(&self, request: &Request<'_>) -> Result<RawDecision, BackendError> {
@@ -396,18 +391,12 @@ impl Shard {
     }
 }
 
-/// A random number from the operating system's source, through std's `RandomState`
-/// (whose keys are drawn from it and differ for every instance).
-fn random_u64() -> u64 {
-    std::hash::RandomState::new().hash_one(0x5eed_u64)
-}
-
 /// The seed every backend of this process shares; each backend adds its own on top.
 /// foldhash seeds itself from address-space layout and time only, so it is given one
 /// drawn from the operating system instead.
 fn shared_seed() -> &'static SharedSeed {
     static SEED: OnceLock<SharedSeed> = OnceLock::new();
-    SEED.get_or_init(|| SharedSeed::from_u64(random_u64()))
+    SEED.get_or_init(|| SharedSeed::from_u64(random::u64()))
 }
 
 #[cfg(test)]

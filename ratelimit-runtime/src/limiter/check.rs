@@ -8,7 +8,6 @@
 
 use std::fmt;
 use std::future::Future;
-use std::hash::{BuildHasher, RandomState};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -16,6 +15,7 @@ use std::time::Duration;
 use super::{Limiter, Now};
 use crate::backend::Request;
 use crate::observe::{Answer, Observation, PROGRAMMATIC};
+use crate::random;
 use crate::{Algorithm, BackendError, Decision};
 
 /// A check (or peek) of one key: returned by [`Limiter::check`] and [`Limiter::peek`],
@@ -211,9 +211,7 @@ fn pause(answer: &Answer, left: Duration) -> Option<Duration> {
     let spread = (retry_after / 10)
         .min(Duration::from_millis(50))
         .min(left - retry_after);
-    let draw = RandomState::new().hash_one(tokio::time::Instant::now()) as u128;
-    let jitter = Duration::from_nanos((draw % (spread.as_nanos() + 1)) as u64);
-    Some(retry_after + jitter)
+    Some(retry_after + spread.mul_f64(random::fraction()))
 }
 
 impl fmt::Debug for Check<'_> {

@@ -1,8 +1,6 @@
 //! The scripts' protocol: which script runs an algorithm, how a check is encoded into one
 //! EVALSHA, and how the reply is decoded. Nothing here touches a connection.
 
-use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hasher};
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::LazyLock;
@@ -11,7 +9,7 @@ use redis::{Cmd, RedisWrite, Script, ToRedisArgs, Value};
 
 use crate::backend::Request;
 use crate::decision::RawDecision;
-use crate::{Algorithm, Rule};
+use crate::{random, Algorithm, Rule};
 
 /// The scripts' sources, composed from shared fragments.
 mod sources {
@@ -30,15 +28,8 @@ fn source(algorithm: Algorithm) -> &'static str {
 
 /// The script that runs `algorithm`, hashed once per process.
 pub(crate) fn script(algorithm: Algorithm) -> &'static Script {
-    static SCRIPTS: LazyLock<[Script; 4]> = LazyLock::new(|| {
-        [
-            Algorithm::SlidingLog,
-            Algorithm::FixedWindow,
-            Algorithm::SlidingWindow,
-            Algorithm::TokenBucket,
-        ]
-        .map(|algorithm| Script::new(source(algorithm)))
-    });
+    static SCRIPTS: LazyLock<[Script; 4]> =
+        LazyLock::new(|| Algorithm::ALL.map(|algorithm| Script::new(source(algorithm))));
     &SCRIPTS[algorithm as usize]
 }
 
@@ -55,12 +46,7 @@ pub(crate) fn rerun_is_harmless(algorithm: Algorithm) -> bool {
 /// Unique across processes with near certainty (a 64-bit random prefix), and within one
 /// process for 2^64 checks.
 fn check_id() -> [u8; 16] {
-    static PREFIX: LazyLock<u64> = LazyLock::new(|| {
-        // RandomState is seeded from the operating system's randomness.
-        let mut hasher = RandomState::new().build_hasher();
-        hasher.write_u32(std::process::id());
-        hasher.finish()
-    });
+    static PREFIX: LazyLock<u64> = LazyLock::new(random::u64);
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let mut id = [0; 16];
     id[..8].copy_from_slice(&PREFIX.to_le_bytes());
@@ -267,6 +253,14 @@ mod tests {
         assert_eq!(args(eval(&request(Algorithm::SlidingLog, true))).len(), 6);
         assert!(rerun_is_harmless(Algorithm::SlidingLog));
         assert!(!rerun_is_harmless(Algorithm::TokenBucket));
+    }
+
+    #[test]
+    fn each_algorithm_runs_its_own_script() {
+        for algorithm in Algorithm::ALL {
+            let own = Script::new(source(algorithm));
+            assert_eq!(script(algorithm).get_hash(), own.get_hash(), "{algorithm}");
+        }
     }
 
     #[test]

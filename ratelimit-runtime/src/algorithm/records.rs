@@ -1,0 +1,212 @@
+//! What the fixed window, the sliding window and the token bucket share: one record per
+//! rule, all in one value (`scripts/state.lua` and `save.lua` on Redis), and one way to
+//! check them. An algorithm of this kind only says how one rule judges a call from its
+//! record ([`PerRule::judge`]); [`State`] does the rest, as the scripts do:
+//!
+//! 1. count the check at `now' = max(now, the latest time any record holds)` (see
+//!    [`super::Clamp`]; the token bucket's records hold none);
+//! 2. judge every rule from its record, and [`super::decide`];
+//! 3. when a consuming check is admitted, write every rule's record as the call leaves it
+//!    (only the rules checked: a rule not in this write is forgotten), and move the key's
+//!    expiry when the state written would outlive it ([`extend_expiry`]).
+//!
+//! A peek or a denial writes nothing.
+
+use std::fmt;
+
+use super::{decide, ttl_us, Clamp, Counter, Figures, Outcome, MARGIN_US};
+use crate::Rule;
+
+/// An algorithm that keeps one record per rule.
+pub(crate) trait PerRule {
+    /// What the algorithm keeps per rule (besides the rule).
+    type Record: Copy + fmt::Debug;
+
+    /// The time `record` says a check is never counted before (a window's start), if any.
+    fn latest_us(record: &Self::Record) -> Option<u64>;
+
+    /// `rule`'s view of a call of `cost` units counted at `now_us`, from the record of its
+    /// last write (`None`: not stored).
+    fn judge(
+        stored: Option<Self::Record>,
+        rule: &Rule,
+        now_us: u64,
+        cost: u64,
+    ) -> Verdict<Self::Record>;
+}
+
+/// One rule's view of a call.
+pub(crate) struct Verdict<R> {
+    pub figures: Figures,
+    /// The record the call leaves when it is admitted and consumes.
+    pub counted: R,
+    /// How long from `now'` that record matters.
+    pub needed_us: u64,
+    /// How far from `now'` a write of this rule can ever need the key to live (at least
+    /// `needed_us`): see [`extend_expiry`].
+    pub reach_us: u64,
+}
+
+/// The records of one key, and its expiry as the Redis value records it.
+pub(crate) struct State<A: PerRule> {
+    /// When the key expires (0: never written).
+    expires_at_us: u64,
+    records: Records<A::Record>,
+}
+
+impl<A: PerRule> Default for State<A> {
+    fn default() -> Self {
+        State {
+            expires_at_us: 0,
+            records: Records::default(),
+        }
+    }
+}
+
+impl<A: PerRule> fmt::Debug for State<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("State")
+            .field("expires_at_us", &self.expires_at_us)
+            .field("records", &self.records.0)
+            .finish()
+    }
+}
+
+impl<A: PerRule> State<A> {
+    /// Where the records are stored (for [`super::prefetch`]).
+    pub fn first_record(&self) -> *const (Rule, A::Record) {
+        self.records.0.as_ptr()
+    }
+}
+
+impl<A: PerRule> Counter for State<A> {
+    fn latest_us(&self) -> Option<u64> {
+        self.records.values().filter_map(|r| A::latest_us(&r)).max()
+    }
+
+    fn count(&mut self, rules: &[Rule], clamp: Clamp, cost: u64, consume: bool) -> Outcome {
+        let Clamp { at_us: now, lag_us } = clamp;
+        let figures = rules
+            .iter()
+            .enumerate()
+            .map(|(i, r)| A::judge(self.records.get(i, r), r, now, cost).figures);
+        let decision = decide(figures, cost, consume, lag_us);
+        if !consume || !decision.allowed {
+            return Outcome::unwritten(decision);
+        }
+        // The verdicts again (a few operations per rule, cheaper than keeping them), now
+        // writing each rule's record.
+        let (mut needed_us, mut reach_us) = (0, 0);
+        self.records.write(rules, |rule, stored| {
+            let v = A::judge(stored, rule, now, cost);
+            needed_us = needed_us.max(v.needed_us);
+            reach_us = reach_us.max(v.reach_us);
+            v.counted
+        });
+        // From the caller's `now`, which the key's expiry (the script's PX) is relative to.
+        let ttl_us = extend_expiry(
+            &mut self.expires_at_us,
+            clamp.now_us(),
+            needed_us + lag_us,
+            reach_us + lag_us,
+        );
+        Outcome { decision, ttl_us }
+    }
+}
+
+/// Per rule of the last write, the algorithm's record `R`, in that write's order.
+///
+/// A rule is looked up at its own place first and elsewhere only when the rules changed,
+/// as the scripts' `state.lua` does. A write of the same rules as the last (the steady
+/// state) updates the records in place, allocating nothing; other rules replace them.
+struct Records<R>(Vec<(Rule, R)>);
+
+impl<R> Default for Records<R> {
+    fn default() -> Self {
+        Records(Vec::new())
+    }
+}
+
+impl<R: Copy> Records<R> {
+    /// The record of `rule`, the `i`-th rule of a check.
+    fn get(&self, i: usize, rule: &Rule) -> Option<R> {
+        match self.0.get(i) {
+            Some((r, x)) if r == rule => Some(*x),
+            _ => self.0.iter().find(|(r, _)| r == rule).map(|&(_, x)| x),
+        }
+    }
+
+    /// Every record, in no particular order.
+    fn values(&self) -> impl Iterator<Item = R> + '_ {
+        self.0.iter().map(|&(_, x)| x)
+    }
+
+    /// Makes the records those of `rules`, each rule's being `new(rule, its record
+    /// before this write)`.
+    fn write(&mut self, rules: &[Rule], mut new: impl FnMut(&Rule, Option<R>) -> R) {
+        let same =
+            self.0.len() == rules.len() && self.0.iter().zip(rules).all(|((r, _), q)| r == q);
+        if same {
+            // Each rule finds its record at its own place, which no earlier rule writes.
+            for (rule, x) in &mut self.0 {
+                *x = new(rule, Some(*x));
+            }
+        } else {
+            let records = rules
+                .iter()
+                .enumerate()
+                .map(|(i, rule)| (*rule, new(rule, self.get(i, rule))))
+                .collect();
+            self.0 = records;
+        }
+    }
+}
+
+/// The expiry a write leaves: the scripts move a key's expiry only when the state written
+/// would outlive it (with the [`MARGIN_US`]), and then to [`ttl_us`]`(reach_us)` from now;
+/// otherwise `SET ... KEEPTTL` keeps it, which costs Redis less than setting it again.
+///
+/// `expires_at_us` is the key's expiry as the state records it (0 for a new key), moved
+/// when the expiry moves. `needed_us` is how long the state just written matters;
+/// `reach_us` (at least `needed_us`) how far ahead a write of the same rules can ever
+/// need, so that a moved expiry also covers the writes after it: the token bucket's burst
+/// span, the fixed and sliding window's `needed_us` itself (their state matters until a
+/// window ends, whatever the calls). Returns the new TTL, or `None` when the expiry already
+/// covers `needed_us` from `now_us`. Either way the key lives at least as long as the
+/// state just written matters, which is all expiry is for.
+fn extend_expiry(
+    expires_at_us: &mut u64,
+    now_us: u64,
+    needed_us: u64,
+    reach_us: u64,
+) -> Option<u64> {
+    if *expires_at_us >= now_us.saturating_add(needed_us).saturating_add(MARGIN_US) {
+        return None;
+    }
+    let ttl = ttl_us(reach_us.max(needed_us));
+    *expires_at_us = now_us.saturating_add(ttl);
+    Some(ttl)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::extend_expiry;
+
+    #[test]
+    fn expiry_moves_only_when_the_state_would_outlive_it() {
+        let mut expires = 0;
+        assert_eq!(
+            extend_expiry(&mut expires, 5_000_000, 1_500, 1_500),
+            Some(1_002_000)
+        );
+        assert_eq!(expires, 6_002_000);
+        // Covered with the one-second margin, up to the last µs.
+        assert_eq!(extend_expiry(&mut expires, 5_000_000, 2_000, 2_000), None);
+        assert_eq!(expires, 6_002_000);
+        assert_eq!(
+            extend_expiry(&mut expires, 5_000_000, 2_001, 2_001),
+            Some(1_003_000)
+        );
+        assert_eq!(expires, 6_003_000);
+    }
+}
