@@ -84,24 +84,35 @@
 //! The same fields, computed by the same code, are sent by the [tonic](crate::tonic) (as
 //! metadata) and [actix](crate::actix) integrations.
 
+use std::net::{IpAddr, SocketAddr};
+
 use ::axum::body::Body;
+use ::axum::extract::ConnectInfo;
 use ::axum::http::header::{HeaderValue, CONTENT_TYPE};
-use ::axum::http::StatusCode;
+use ::axum::http::{Extensions, StatusCode};
 use ::axum::response::{IntoResponse, Response};
 
+use crate::tower::PeerSource;
 pub use crate::tower::{InvalidProxyNet, PeerAddr, ProxyHeader, ResponseFuture};
 use crate::web::fields;
 use crate::web::problem::{Integration, Problem, PROBLEM_JSON};
 use crate::RateLimitError;
 
-/// The [tower layer](crate::tower::RateLimitLayer) for axum's requests: it reads the peer
-/// address from [`ConnectInfo<SocketAddr>`](::axum::extract::ConnectInfo) (serve the app
-/// with `into_make_service_with_connect_info::<SocketAddr>()`). See the
-/// [module docs](self) for an example.
-pub type RateLimitLayer = crate::tower::RateLimitLayer<Body>;
+/// The [tower layer](crate::tower::RateLimitLayerWith) for axum's requests: it reads the
+/// peer address from [`ConnectInfo<SocketAddr>`](ConnectInfo) (serve the app with
+/// `into_make_service_with_connect_info::<SocketAddr>()`), or from a [`PeerAddr`]
+/// extension. See the [module docs](self) for an example.
+pub type RateLimitLayer = crate::tower::RateLimitLayerWith<Body, ConnectInfo<SocketAddr>>;
 
 /// The service of [`RateLimitLayer`].
-pub type RateLimitService<S> = crate::tower::RateLimitService<S, Body>;
+pub type RateLimitService<S> = crate::tower::RateLimitService<S, Body, ConnectInfo<SocketAddr>>;
+
+/// Where `into_make_service_with_connect_info::<SocketAddr>()` records the peer address.
+impl PeerSource for ConnectInfo<SocketAddr> {
+    fn peer_ip(extensions: &Extensions) -> Option<IpAddr> {
+        extensions.get::<Self>().map(|ConnectInfo(addr)| addr.ip())
+    }
+}
 
 /// - `Limited`: `429 Too Many Requests` with `Retry-After` (whole seconds, rounded up; none
 ///   for a call whose cost exceeds a rule's count, which can never pass),
@@ -139,6 +150,7 @@ mod tests {
 
     use super::*;
     use crate::context;
+    use crate::tower::tests::seen_context;
     use crate::RequestContext;
     use crate::{BackendError, BackendErrorKind, LimitType, Rule};
 
@@ -216,6 +228,24 @@ mod tests {
              redis_ratelimit::axum::RateLimitLayer to the router (or run the call inside \
              redis_ratelimit::context::scope)\"}"
         );
+    }
+
+    #[tokio::test]
+    async fn the_peer_comes_from_connect_info_unless_a_peer_addr_is_given() {
+        let request_from = |addr: SocketAddr| {
+            let mut req = ::axum::extract::Request::new(Body::empty());
+            req.extensions_mut().insert(ConnectInfo(addr));
+            req
+        };
+        let addr: SocketAddr = "198.51.100.4:1".parse().unwrap();
+        let ctx = seen_context(&RateLimitLayer::new(), request_from(addr)).await;
+        assert_eq!(ctx.unwrap().ip(), Some(addr.ip()));
+
+        let mut req = request_from(SocketAddr::from(([192, 0, 2, 1], 1)));
+        req.extensions_mut()
+            .insert(PeerAddr(SocketAddr::from(([192, 0, 2, 77], 1))));
+        let ctx = seen_context(&RateLimitLayer::new(), req).await;
+        assert_eq!(ctx.unwrap().ip(), Some([192, 0, 2, 77].into()));
     }
 
     #[tokio::test]

@@ -30,20 +30,35 @@
 //! site, and allowed calls carry `ratelimit-policy` and `ratelimit` in their response
 //! metadata too.
 
-use ::tonic::metadata::{MetadataMap, MetadataValue};
-use ::tonic::Status;
+use std::net::IpAddr;
 
+use ::tonic::body::Body;
+use ::tonic::metadata::{MetadataMap, MetadataValue};
+use ::tonic::transport::server::TcpConnectInfo;
+use ::tonic::Status;
+use http::Extensions;
+
+use crate::tower::PeerSource;
 pub use crate::tower::{InvalidProxyNet, PeerAddr, ProxyHeader, ResponseFuture};
 use crate::web::fields::{self, FieldSink};
 use crate::web::problem::{self, Integration, Problem};
 use crate::{RateLimitError, RequestContext};
 
-/// The [tower layer](crate::tower::RateLimitLayer) for tonic's requests: it reads the peer
-/// address from tonic's `TcpConnectInfo`. Add it with `Server::builder().layer(...)`.
-pub type RateLimitLayer = crate::tower::RateLimitLayer<::tonic::body::Body>;
+/// The [tower layer](crate::tower::RateLimitLayerWith) for tonic's requests: it reads the
+/// peer address from tonic's `TcpConnectInfo`, or from a [`PeerAddr`] extension. Add it
+/// with `Server::builder().layer(...)`.
+pub type RateLimitLayer = crate::tower::RateLimitLayerWith<Body, TcpConnectInfo>;
 
 /// The service of [`RateLimitLayer`].
-pub type RateLimitService<S> = crate::tower::RateLimitService<S, ::tonic::body::Body>;
+pub type RateLimitService<S> = crate::tower::RateLimitService<S, Body, TcpConnectInfo>;
+
+/// Where `tonic::transport::Server` records the peer address of a TCP connection.
+impl PeerSource for TcpConnectInfo {
+    fn peer_ip(extensions: &Extensions) -> Option<IpAddr> {
+        let info = extensions.get::<Self>()?;
+        info.remote_addr().map(|addr| addr.ip())
+    }
+}
 
 /// - `Limited` → `RESOURCE_EXHAUSTED` with the attribute's `message`, and metadata
 ///   `retry-after` (whole seconds, rounded up; none for a cost that can never pass),
@@ -92,12 +107,14 @@ impl FieldSink for MetadataMap {
 
 #[cfg(test)]
 mod tests {
+    use std::net::SocketAddr;
     use std::time::Duration;
 
     use ::tonic::Code;
 
     use super::*;
     use crate::context;
+    use crate::tower::tests::seen_context;
     use crate::{BackendError, BackendErrorKind, LimitType, Rule};
 
     #[test]
@@ -143,6 +160,18 @@ mod tests {
             "the rate limiter is unavailable; try again later"
         );
         assert!(status.metadata().is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_peer_comes_from_tcp_connect_info() {
+        let mut req = http::Request::new(Body::empty());
+        let addr: SocketAddr = "198.51.100.5:1".parse().unwrap();
+        req.extensions_mut().insert(TcpConnectInfo {
+            local_addr: None,
+            remote_addr: Some(addr),
+        });
+        let ctx = seen_context(&RateLimitLayer::new(), req).await.unwrap();
+        assert_eq!(ctx.ip(), Some(addr.ip()));
     }
 
     #[tokio::test]

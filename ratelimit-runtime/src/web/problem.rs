@@ -76,34 +76,40 @@ pub(crate) const PROBLEM_JSON: &str = "application/problem+json";
 /// The detail of a backend failure: the cause is logged, never sent.
 pub(crate) const UNAVAILABLE: &str = "the rate limiter is unavailable; try again later";
 
+/// The status each error answers, for every framework: 429 for `Limited`, 500 for
+/// `MissingIdentity`, 503 for `Backend`.
+pub(crate) fn status_of(err: &RateLimitError) -> u16 {
+    match err {
+        RateLimitError::Limited { .. } => 429,
+        RateLimitError::MissingIdentity { .. } => 500,
+        RateLimitError::Backend(_) => 503,
+    }
+}
+
 impl Problem {
-    /// The problem `err` answers, logging what the client is not told.
+    /// The problem `err` answers, with its [status](status_of), logging what the client is
+    /// not told.
     ///
     /// - `Limited`: 429 with the attribute's `message`;
     /// - `MissingIdentity`: 500 saying what is missing (the integration, the peer address,
     ///   a user id), as read from the current request context;
     /// - `Backend`: 503.
     pub(crate) fn of(err: &RateLimitError, integration: Integration) -> Problem {
-        match err {
-            RateLimitError::Limited { message, .. } => Problem {
-                status: 429,
-                detail: (*message).to_owned(),
-            },
+        let detail = match err {
+            RateLimitError::Limited { message, .. } => (*message).to_owned(),
             RateLimitError::MissingIdentity { limit_type } => {
                 let detail = missing_identity(*limit_type, RequestContext::current(), integration);
                 log_missing_identity(&detail);
-                Problem {
-                    status: 500,
-                    detail,
-                }
+                detail
             }
             RateLimitError::Backend(cause) => {
                 log_backend_failure(cause);
-                Problem {
-                    status: 503,
-                    detail: UNAVAILABLE.to_owned(),
-                }
+                UNAVAILABLE.to_owned()
             }
+        };
+        Problem {
+            status: status_of(err),
+            detail,
         }
     }
 
