@@ -202,12 +202,11 @@ impl FieldSink for HeaderMap {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use actix_web::body::to_bytes;
 
     use super::*;
-    use crate::{BackendError, BackendErrorKind, LimitType, Rule};
+    use crate::web::problem::tests::{assert_limited_fields, backend_failure, limited};
+    use crate::LimitType;
 
     async fn body_of(response: HttpResponse) -> String {
         let bytes = to_bytes(response.into_body()).await.unwrap();
@@ -220,31 +219,20 @@ mod tests {
     }
 
     async fn errors_answer_as_axum_does_on_a_runtime() {
-        let limited = RateLimitError::Limited {
-            key: "rate_limit:ip:203.0.113.9:app::send_code".into(),
-            rule: Rule::per_minute(10),
-            retry_after: Duration::from_millis(11_250),
-            message: "too many codes",
-        };
+        let limited = limited("too many codes");
+        assert_eq!(limited.status_code(), StatusCode::TOO_MANY_REQUESTS);
         let response = limited.error_response();
         assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
         let headers = response.headers();
-        assert_eq!(headers.get("retry-after").unwrap(), "12");
-        assert_eq!(
-            headers.get("ratelimit-policy").unwrap(),
-            r#""limit";q=10;w=60"#
-        );
-        assert_eq!(headers.get("ratelimit").unwrap(), r#""limit";r=0;t=12"#);
+        assert_limited_fields(|name| headers.get(name).map(|v| v.to_str().unwrap()));
         assert_eq!(headers.get("content-type").unwrap(), PROBLEM_JSON);
         assert_eq!(
             body_of(response).await,
             r#"{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"too many codes"}"#
         );
 
-        let backend = RateLimitError::Backend(BackendError::new(
-            BackendErrorKind::Unavailable,
-            "redis://secret@10.0.0.9 refused",
-        ));
+        let backend = backend_failure();
+        assert_eq!(backend.status_code(), StatusCode::SERVICE_UNAVAILABLE);
         let response = backend.error_response();
         assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert!(response.headers().get("retry-after").is_none());
@@ -256,6 +244,7 @@ mod tests {
         let missing = RateLimitError::MissingIdentity {
             limit_type: LimitType::Ip,
         };
+        assert_eq!(missing.status_code(), StatusCode::INTERNAL_SERVER_ERROR);
         let response = missing.error_response();
         assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
         let body = body_of(response).await;

@@ -143,16 +143,16 @@ impl IntoResponse for RateLimitError {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use ::axum::body::to_bytes;
     use ::axum::http::header::RETRY_AFTER;
 
     use super::*;
     use crate::context;
     use crate::tower::tests::seen_context;
-    use crate::RequestContext;
-    use crate::{BackendError, BackendErrorKind, LimitType, Rule};
+    use crate::web::problem::tests::{
+        assert_limited_fields, backend_failure, limited, never_passes,
+    };
+    use crate::{LimitType, RequestContext};
 
     async fn body_of(response: Response) -> String {
         let bytes = to_bytes(response.into_body(), 64 * 1024).await.unwrap();
@@ -161,18 +161,11 @@ mod tests {
 
     #[tokio::test]
     async fn limited_is_429_with_retry_after_rounded_up_and_the_rule() {
-        let err = RateLimitError::Limited {
-            key: "rate_limit:ip:203.0.113.9:app::send_code".into(),
-            rule: Rule::per_minute(10),
-            retry_after: Duration::from_millis(11_250),
-            message: "too many codes, \"slow\" down",
-        };
+        let err = limited("too many codes, \"slow\" down");
         let response = err.into_response();
         assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
         let headers = response.headers();
-        assert_eq!(headers[RETRY_AFTER], "12");
-        assert_eq!(headers["ratelimit-policy"], r#""limit";q=10;w=60"#);
-        assert_eq!(headers["ratelimit"], r#""limit";r=0;t=12"#);
+        assert_limited_fields(|name| headers.get(name).map(|v| v.to_str().unwrap()));
         assert_eq!(headers[CONTENT_TYPE], "application/problem+json");
         assert_eq!(
             body_of(response).await,
@@ -182,12 +175,7 @@ mod tests {
 
     #[test]
     fn a_cost_that_can_never_pass_is_429_without_retry_after() {
-        let err = RateLimitError::Limited {
-            key: "rate_limit:custom:tom:app::upload".into(),
-            rule: Rule::per_minute(10),
-            retry_after: Duration::MAX,
-            message: "too many requests",
-        };
+        let err = never_passes();
         let response = err.into_response();
         assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
         let headers = response.headers();
@@ -198,10 +186,7 @@ mod tests {
 
     #[tokio::test]
     async fn backend_failure_is_503_without_its_cause() {
-        let err = RateLimitError::Backend(BackendError::new(
-            BackendErrorKind::Unavailable,
-            "redis://secret@10.0.0.9 refused",
-        ));
+        let err = backend_failure();
         let response = err.into_response();
         assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(response.headers()[CONTENT_TYPE], "application/problem+json");

@@ -108,52 +108,36 @@ impl FieldSink for MetadataMap {
 #[cfg(test)]
 mod tests {
     use std::net::SocketAddr;
-    use std::time::Duration;
 
     use ::tonic::Code;
 
     use super::*;
     use crate::context;
     use crate::tower::tests::seen_context;
-    use crate::{BackendError, BackendErrorKind, LimitType, Rule};
+    use crate::web::problem::tests::{
+        assert_limited_fields, backend_failure, limited, never_passes,
+    };
+    use crate::LimitType;
 
     #[test]
     fn limited_is_resource_exhausted_with_the_wait_in_metadata() {
-        let status = Status::from(RateLimitError::Limited {
-            key: "rate_limit:ip:203.0.113.9:app::send_code".into(),
-            rule: Rule::per_minute(10),
-            retry_after: Duration::from_millis(11_250),
-            message: "too many codes",
-        });
+        let status = Status::from(limited("too many codes"));
         assert_eq!(status.code(), Code::ResourceExhausted);
         assert_eq!(status.message(), "too many codes");
         let metadata = status.metadata();
-        assert_eq!(metadata.get("retry-after").unwrap(), "12");
-        assert_eq!(
-            metadata.get("ratelimit-policy").unwrap(),
-            r#""limit";q=10;w=60"#
-        );
-        assert_eq!(metadata.get("ratelimit").unwrap(), r#""limit";r=0;t=12"#);
+        assert_limited_fields(|name| metadata.get(name).map(|v| v.to_str().unwrap()));
     }
 
     #[test]
     fn a_cost_that_can_never_pass_has_no_retry_after() {
-        let status = Status::from(RateLimitError::Limited {
-            key: "k".into(),
-            rule: Rule::per_minute(10),
-            retry_after: Duration::MAX,
-            message: "too many requests",
-        });
+        let status = Status::from(never_passes());
         assert_eq!(status.code(), Code::ResourceExhausted);
         assert!(status.metadata().get("retry-after").is_none());
     }
 
     #[test]
     fn a_backend_failure_is_unavailable_without_its_cause() {
-        let status = Status::from(RateLimitError::Backend(BackendError::new(
-            BackendErrorKind::Unavailable,
-            "redis://secret@10.0.0.9 refused",
-        )));
+        let status = Status::from(backend_failure());
         assert_eq!(status.code(), Code::Unavailable);
         assert_eq!(
             status.message(),
