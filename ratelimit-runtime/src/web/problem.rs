@@ -228,7 +228,7 @@ pub(crate) mod tests {
             key: "rate_limit:ip:203.0.113.9:app::send_code".into(),
             rule: Rule::per_minute(10),
             retry_after: Duration::from_millis(11_250),
-            message: message,
+            message,
         }
     }
 
@@ -241,6 +241,7 @@ pub(crate) mod tests {
     }
 
     /// Refused under 10 calls a minute for a cost above 10: it never passes.
+    #[cfg_attr(not(any(feature = "axum", feature = "tonic")), allow(dead_code))]
     pub(crate) fn never_passes() -> RateLimitError {
         RateLimitError::Limited {
             key: "rate_limit:custom:tom:app::upload".into(),
