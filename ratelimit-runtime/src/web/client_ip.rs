@@ -348,6 +348,11 @@ mod tests {
                     .map(|(_, v)| v.as_slice())
             })
         }
+
+        /// `client_ip_of` from the peer written `peer`.
+        fn client_of(&self, peer: &str, headers: &HeaderMap) -> Option<IpAddr> {
+            self.client_ip_of(Some(ip(peer)), headers)
+        }
     }
 
     fn forwarded(line: &str) -> Vec<Option<IpAddr>> {
@@ -462,15 +467,12 @@ mod tests {
         let cfg = config(&["10.0.0.0/8"], ProxyHeader::XForwardedFor);
         let spoofed = headers(&[("x-forwarded-for", "1.2.3.4"), ("x-real-ip", "5.6.7.8")]);
         assert_eq!(
-            cfg.client_ip_of(Some(ip("203.0.113.9")), &spoofed),
+            cfg.client_of("203.0.113.9", &spoofed),
             Some(ip("203.0.113.9"))
         );
         // With no trusted proxies at all, nothing is ever read from headers.
         let none = config(&[], ProxyHeader::XForwardedFor);
-        assert_eq!(
-            none.client_ip_of(Some(ip("10.0.0.1")), &spoofed),
-            Some(ip("10.0.0.1"))
-        );
+        assert_eq!(none.client_of("10.0.0.1", &spoofed), Some(ip("10.0.0.1")));
         assert_eq!(none.client_ip_of(None, &spoofed), None);
     }
 
@@ -539,34 +541,28 @@ mod tests {
                 "for=\"[2001:db8:cafe::17]:4711\";proto=https, for=\"[2001:db8:ffff::5]\"",
             ),
         ]);
-        assert_eq!(
-            cfg.client_ip_of(Some(ip("10.0.0.1")), &h),
-            Some(ip("2001:db8:cafe::"))
-        );
+        assert_eq!(cfg.client_of("10.0.0.1", &h), Some(ip("2001:db8:cafe::")));
         let h = headers(&[("forwarded", "for=1.2.3.4, for=unknown;proto=http")]);
-        assert_eq!(
-            cfg.client_ip_of(Some(ip("10.0.0.1")), &h),
-            Some(ip("10.0.0.1"))
-        );
+        assert_eq!(cfg.client_of("10.0.0.1", &h), Some(ip("10.0.0.1")));
     }
 
     #[test]
     fn ipv6_clients_are_grouped_by_their_network() {
         let cfg = config(&[], ProxyHeader::XForwardedFor);
         let none = HeaderMap::new();
-        let a = cfg.client_ip_of(Some(ip("2001:db8:1:2:aaaa::1")), &none);
-        let b = cfg.client_ip_of(Some(ip("2001:db8:1:2:ffff:ffff:ffff:ffff")), &none);
+        let a = cfg.client_of("2001:db8:1:2:aaaa::1", &none);
+        let b = cfg.client_of("2001:db8:1:2:ffff:ffff:ffff:ffff", &none);
         assert_eq!(a, Some(ip("2001:db8:1:2::")));
         assert_eq!(a, b);
-        assert_ne!(a, cfg.client_ip_of(Some(ip("2001:db8:1:3::1")), &none));
-        assert_eq!(cfg.client_ip_of(Some(ip("::1")), &none), Some(ip("::")));
+        assert_ne!(a, cfg.client_of("2001:db8:1:3::1", &none));
+        assert_eq!(cfg.client_of("::1", &none), Some(ip("::")));
 
         let per_48 = ClientIpConfig {
             ipv6_prefix: 48,
             ..cfg.clone()
         };
         assert_eq!(
-            per_48.client_ip_of(Some(ip("2001:db8:1:3::1")), &none),
+            per_48.client_of("2001:db8:1:3::1", &none),
             Some(ip("2001:db8:1::"))
         );
         let per_host = ClientIpConfig {
@@ -574,12 +570,12 @@ mod tests {
             ..cfg.clone()
         };
         assert_eq!(
-            per_host.client_ip_of(Some(ip("2001:db8::1")), &none),
+            per_host.client_of("2001:db8::1", &none),
             Some(ip("2001:db8::1"))
         );
         // IPv4 clients are never grouped.
         assert_eq!(
-            per_48.client_ip_of(Some(ip("203.0.113.9")), &none),
+            per_48.client_of("203.0.113.9", &none),
             Some(ip("203.0.113.9"))
         );
     }
@@ -589,12 +585,12 @@ mod tests {
         let cfg = config(&["10.0.0.0/8"], ProxyHeader::XForwardedFor);
         // A dual-stack listener reports IPv4 peers as ::ffff:a.b.c.d.
         assert_eq!(
-            cfg.client_ip_of(Some(ip("::ffff:203.0.113.9")), &HeaderMap::new()),
+            cfg.client_of("::ffff:203.0.113.9", &HeaderMap::new()),
             Some(ip("203.0.113.9"))
         );
         let h = headers(&[("x-forwarded-for", "203.0.113.9")]);
         assert_eq!(
-            cfg.client_ip_of(Some(ip("::ffff:10.0.0.1")), &h),
+            cfg.client_of("::ffff:10.0.0.1", &h),
             Some(ip("203.0.113.9"))
         );
     }
