@@ -14,6 +14,9 @@
 //! (each with its own runtime, all counting on one limiter), `TRUSTED_PROXIES`
 //! (`10.0.0.0/8,192.168.0.0/16`) the proxies whose `X-Forwarded-For` is believed.
 
+#[path = "common/mod.rs"]
+mod common;
+
 use actix_web::body::MessageBody;
 use actix_web::dev::{Service as _, ServiceFactory, ServiceRequest, ServiceResponse};
 use actix_web::{web, App, HttpMessage as _, HttpRequest, HttpServer};
@@ -49,9 +52,7 @@ async fn health() -> &'static str {
     "ok\n"
 }
 
-/// The caller, as the authentication middleware found it.
-#[derive(Clone, Debug)]
-pub struct UserId(pub String);
+pub use common::UserId;
 
 /// The rate-limit middleware of this app: the user id is the one the authentication set.
 pub fn rate_limit() -> RateLimit {
@@ -59,10 +60,8 @@ pub fn rate_limit() -> RateLimit {
         .user_id(|req: &ServiceRequest| req.extensions().get::<UserId>().map(|u| u.0.clone()))
 }
 
-/// The whole app: the routes behind `rate_limit`, behind a stand-in for real
-/// authentication that believes the `x-user-id` header (which any client can send). It lets
-/// anonymous requests through so that the example shows what a `USER_ID` route does with
-/// them (500: no user id); a real app answers 401 before they reach such a route.
+/// The whole app: the routes behind `rate_limit`, behind the example's authentication (see
+/// [`common::toy_authentication`]).
 pub fn app(
     limiter: &'static Limiter,
     rate_limit: RateLimit,
@@ -83,12 +82,8 @@ pub fn app(
         .wrap(rate_limit)
         // Wrapped last, so it runs first: the rate-limit middleware reads the user it finds.
         .wrap_fn(|req, srv| {
-            let user = req
-                .headers()
-                .get("x-user-id")
-                .and_then(|v| v.to_str().ok())
-                .map(|id| UserId(id.to_owned()));
-            if let Some(user) = user {
+            let x_user_id = req.headers().get("x-user-id").and_then(|v| v.to_str().ok());
+            if let Some(user) = common::toy_authentication(x_user_id) {
                 req.extensions_mut().insert(user);
             }
             srv.call(req)
@@ -101,15 +96,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 async fn serve() -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt()
-        .with_env_filter(std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
-        .init();
-
-    let mut rate_limit = rate_limit();
-    if let Ok(networks) = std::env::var("TRUSTED_PROXIES") {
-        rate_limit = rate_limit.try_trust_proxies(networks.split(','))?;
-    }
-    let listen = std::env::var("LISTEN").unwrap_or_else(|_| "127.0.0.1:3000".into());
+    common::init_logging();
+    let rate_limit = rate_limit().try_trust_proxies(common::trusted_proxies())?;
+    let listen = common::listen_address("127.0.0.1:3000");
     let workers = std::env::var("WORKERS").map_or(Ok(2), |w| w.parse())?;
     println!("listening on http://{listen}");
 

@@ -12,6 +12,9 @@
 //! `LISTEN` sets the address (default `127.0.0.1:3000`); `TRUSTED_PROXIES`
 //! (`10.0.0.0/8,192.168.0.0/16`) lists the proxies whose `X-Forwarded-For` is believed.
 
+#[path = "common/mod.rs"]
+mod common;
+
 use std::net::SocketAddr;
 
 use axum::extract::{RawQuery, Request, State};
@@ -50,21 +53,12 @@ async fn health() -> &'static str {
     "ok\n"
 }
 
-/// The caller, as the authentication middleware found it.
-#[derive(Clone, Debug)]
-pub struct UserId(pub String);
+pub use common::UserId;
 
-/// A stand-in for real authentication (a session cookie, a verified token): it believes the
-/// `x-user-id` header, which any client can send. It lets anonymous requests through so
-/// that the example shows what a `USER_ID` route does with them (500: no user id); a real
-/// app answers 401 before they reach such a route.
+/// The example's authentication, as axum middleware: see [`common::toy_authentication`].
 async fn toy_auth(mut req: Request, next: Next) -> Response {
-    let user = req
-        .headers()
-        .get("x-user-id")
-        .and_then(|v| v.to_str().ok())
-        .map(|id| UserId(id.to_owned()));
-    if let Some(user) = user {
+    let x_user_id = req.headers().get("x-user-id").and_then(|v| v.to_str().ok());
+    if let Some(user) = common::toy_authentication(x_user_id) {
         req.extensions_mut().insert(user);
     }
     next.run(req).await
@@ -95,16 +89,9 @@ pub fn app(limiter: &'static Limiter, rate_limit: RateLimitLayer) -> Router {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt()
-        .with_env_filter(std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
-        .init();
-
-    let mut rate_limit = rate_limit_layer();
-    if let Ok(networks) = std::env::var("TRUSTED_PROXIES") {
-        rate_limit = rate_limit.try_trust_proxies(networks.split(','))?;
-    }
-    let listen = std::env::var("LISTEN").unwrap_or_else(|_| "127.0.0.1:3000".into());
-    let listener = tokio::net::TcpListener::bind(&listen).await?;
+    common::init_logging();
+    let rate_limit = rate_limit_layer().try_trust_proxies(common::trusted_proxies())?;
+    let listener = tokio::net::TcpListener::bind(common::listen_address("127.0.0.1:3000")).await?;
     println!("listening on http://{}", listener.local_addr()?);
 
     // The global limiter: Redis at RATELIMIT_REDIS_URL, else the embedded backend.

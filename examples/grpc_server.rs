@@ -14,6 +14,10 @@
 //! The messages and the service glue are written by hand, as `tonic-build` would generate
 //! them from `proto/sms.proto`, so that building needs no `protoc`.
 
+#[allow(dead_code)] // the HTTP examples' authentication
+#[path = "common/mod.rs"]
+mod common;
+
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -199,7 +203,7 @@ fn status_name(code: tonic::Code) -> &'static str {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let listen = std::env::var("LISTEN").unwrap_or_else(|_| "127.0.0.1:50051".into());
+    let listen = common::listen_address("127.0.0.1:50051");
     let mut args = std::env::args().skip(1);
     if args.next().as_deref() == Some("call") {
         let phone = args.next().unwrap_or_else(|| "+1 555 0100".into());
@@ -212,13 +216,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Ok(());
     }
 
-    tracing_subscriber::fmt()
-        .with_env_filter(std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
-        .init();
-    let mut rate_limit = rate_limit_layer();
-    if let Ok(networks) = std::env::var("TRUSTED_PROXIES") {
-        rate_limit = rate_limit.try_trust_proxies(networks.split(','))?;
-    }
+    common::init_logging();
+    let rate_limit = rate_limit_layer().try_trust_proxies(common::trusted_proxies())?;
     println!("listening on {listen}");
     // The global limiter: Redis at RATELIMIT_REDIS_URL, else the embedded backend.
     let sms = SmsService {

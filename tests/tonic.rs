@@ -25,10 +25,7 @@ const LIMITED: &str = "too many verification codes; wait before asking for anoth
 /// Serves the example's service on `ip`, port 0, behind `layer` (none: no layer), until the
 /// test ends. Returns the base URL.
 async fn serve(limiter: &'static Limiter, layer: Option<RateLimitLayer>, ip: &str) -> String {
-    let listener = tokio::net::TcpListener::bind((ip, 0))
-        .await
-        .expect("bind a loopback port");
-    let addr = listener.local_addr().unwrap();
+    let (listener, base) = support::http::listen_tokio(ip);
     let incoming = TcpIncoming::from(listener);
     let service = SmsServer::new(SmsService { limiter });
     tokio::spawn(async move {
@@ -49,7 +46,7 @@ async fn serve(limiter: &'static Limiter, layer: Option<RateLimitLayer>, ip: &st
         };
         served.expect("serve");
     });
-    format!("http://{addr}")
+    base
 }
 
 /// A channel whose connection comes from `local`: a peer address of the test's choosing
@@ -70,11 +67,10 @@ fn layer_trusting_127_0_0_2(header: ProxyHeader) -> RateLimitLayer {
         .proxy_header(header)
 }
 
+/// The single value of the metadata entry `name`, or `None`; panics when it is repeated.
 fn field<'a>(metadata: &'a MetadataMap, name: &str) -> Option<&'a str> {
-    let mut values = metadata.get_all(name).iter();
-    let value = values.next().map(|v| v.to_str().unwrap());
-    assert!(values.next().is_none(), "{name} appears more than once");
-    value
+    let values = metadata.get_all(name).iter();
+    support::http::single(name, values.map(|v| v.to_str().unwrap()))
 }
 
 fn allowed(answer: Result<Response<CodeReply>, Status>) -> Response<CodeReply> {
@@ -208,11 +204,7 @@ backend_tests! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fail_closed_limiter_without_redis_answers_unavailable() {
     let mut server = support::RedisServer::start();
-    let limiter = Limiter::redis(&server.url())
-        .unwrap()
-        .fail_open(false)
-        .timeout(Duration::from_millis(200));
-    let limiter: &'static Limiter = Box::leak(Box::new(limiter));
+    let limiter = support::http::limiter_on(&server, false);
     let base = serve(limiter, Some(grpc_server::rate_limit_layer()), "127.0.0.1").await;
     let channel = channel_from(&base, "127.0.0.1").await;
     allowed(call(&channel, &[]).await);

@@ -84,24 +84,35 @@
 //! The same fields, computed by the same code, are sent by the [tonic](crate::tonic) (as
 //! metadata) and [actix](crate::actix) integrations.
 
+use std::net::{IpAddr, SocketAddr};
+
 use ::axum::body::Body;
+use ::axum::extract::ConnectInfo;
 use ::axum::http::header::{HeaderValue, CONTENT_TYPE};
-use ::axum::http::StatusCode;
+use ::axum::http::{Extensions, StatusCode};
 use ::axum::response::{IntoResponse, Response};
 
+use crate::tower::PeerSource;
 pub use crate::tower::{InvalidProxyNet, PeerAddr, ProxyHeader, ResponseFuture};
 use crate::web::fields;
 use crate::web::problem::{Integration, Problem, PROBLEM_JSON};
 use crate::RateLimitError;
 
-/// The [tower layer](crate::tower::RateLimitLayer) for axum's requests: it reads the peer
-/// address from [`ConnectInfo<SocketAddr>`](::axum::extract::ConnectInfo) (serve the app
-/// with `into_make_service_with_connect_info::<SocketAddr>()`). See the
-/// [module docs](self) for an example.
-pub type RateLimitLayer = crate::tower::RateLimitLayer<Body>;
+/// The [tower layer](crate::tower::RateLimitLayerWith) for axum's requests: it reads the
+/// peer address from [`ConnectInfo<SocketAddr>`](ConnectInfo) (serve the app with
+/// `into_make_service_with_connect_info::<SocketAddr>()`), or from a [`PeerAddr`]
+/// extension. See the [module docs](self) for an example.
+pub type RateLimitLayer = crate::tower::RateLimitLayerWith<Body, ConnectInfo<SocketAddr>>;
 
 /// The service of [`RateLimitLayer`].
-pub type RateLimitService<S> = crate::tower::RateLimitService<S, Body>;
+pub type RateLimitService<S> = crate::tower::RateLimitService<S, Body, ConnectInfo<SocketAddr>>;
+
+/// Where `into_make_service_with_connect_info::<SocketAddr>()` records the peer address.
+impl PeerSource for ConnectInfo<SocketAddr> {
+    fn peer_ip(extensions: &Extensions) -> Option<IpAddr> {
+        extensions.get::<Self>().map(|ConnectInfo(addr)| addr.ip())
+    }
+}
 
 /// - `Limited`: `429 Too Many Requests` with `Retry-After` (whole seconds, rounded up; none
 ///   for a call whose cost exceeds a rule's count, which can never pass),
@@ -132,15 +143,16 @@ impl IntoResponse for RateLimitError {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use ::axum::body::to_bytes;
     use ::axum::http::header::RETRY_AFTER;
 
     use super::*;
     use crate::context;
-    use crate::RequestContext;
-    use crate::{BackendError, BackendErrorKind, LimitType, Rule};
+    use crate::tower::tests::seen_context;
+    use crate::web::problem::tests::{
+        assert_limited_fields, backend_failure, limited, never_passes,
+    };
+    use crate::{LimitType, RequestContext};
 
     async fn body_of(response: Response) -> String {
         let bytes = to_bytes(response.into_body(), 64 * 1024).await.unwrap();
@@ -149,18 +161,11 @@ mod tests {
 
     #[tokio::test]
     async fn limited_is_429_with_retry_after_rounded_up_and_the_rule() {
-        let err = RateLimitError::Limited {
-            key: "rate_limit:ip:203.0.113.9:app::send_code".into(),
-            rule: Rule::per_minute(10),
-            retry_after: Duration::from_millis(11_250),
-            message: "too many codes, \"slow\" down",
-        };
+        let err = limited("too many codes, \"slow\" down");
         let response = err.into_response();
         assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
         let headers = response.headers();
-        assert_eq!(headers[RETRY_AFTER], "12");
-        assert_eq!(headers["ratelimit-policy"], r#""limit";q=10;w=60"#);
-        assert_eq!(headers["ratelimit"], r#""limit";r=0;t=12"#);
+        assert_limited_fields(|name| headers.get(name).map(|v| v.to_str().unwrap()));
         assert_eq!(headers[CONTENT_TYPE], "application/problem+json");
         assert_eq!(
             body_of(response).await,
@@ -170,12 +175,7 @@ mod tests {
 
     #[test]
     fn a_cost_that_can_never_pass_is_429_without_retry_after() {
-        let err = RateLimitError::Limited {
-            key: "rate_limit:custom:tom:app::upload".into(),
-            rule: Rule::per_minute(10),
-            retry_after: Duration::MAX,
-            message: "too many requests",
-        };
+        let err = never_passes();
         let response = err.into_response();
         assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
         let headers = response.headers();
@@ -186,10 +186,7 @@ mod tests {
 
     #[tokio::test]
     async fn backend_failure_is_503_without_its_cause() {
-        let err = RateLimitError::Backend(BackendError::new(
-            BackendErrorKind::Unavailable,
-            "redis://secret@10.0.0.9 refused",
-        ));
+        let err = backend_failure();
         let response = err.into_response();
         assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(response.headers()[CONTENT_TYPE], "application/problem+json");
@@ -216,6 +213,24 @@ mod tests {
              redis_ratelimit::axum::RateLimitLayer to the router (or run the call inside \
              redis_ratelimit::context::scope)\"}"
         );
+    }
+
+    #[tokio::test]
+    async fn the_peer_comes_from_connect_info_unless_a_peer_addr_is_given() {
+        let request_from = |addr: SocketAddr| {
+            let mut req = ::axum::extract::Request::new(Body::empty());
+            req.extensions_mut().insert(ConnectInfo(addr));
+            req
+        };
+        let addr: SocketAddr = "198.51.100.4:1".parse().unwrap();
+        let ctx = seen_context(&RateLimitLayer::new(), request_from(addr)).await;
+        assert_eq!(ctx.unwrap().ip(), Some(addr.ip()));
+
+        let mut req = request_from(SocketAddr::from(([192, 0, 2, 1], 1)));
+        req.extensions_mut()
+            .insert(PeerAddr(SocketAddr::from(([192, 0, 2, 77], 1))));
+        let ctx = seen_context(&RateLimitLayer::new(), req).await;
+        assert_eq!(ctx.unwrap().ip(), Some([192, 0, 2, 77].into()));
     }
 
     #[tokio::test]

@@ -30,20 +30,35 @@
 //! site, and allowed calls carry `ratelimit-policy` and `ratelimit` in their response
 //! metadata too.
 
-use ::tonic::metadata::{MetadataMap, MetadataValue};
-use ::tonic::Status;
+use std::net::IpAddr;
 
+use ::tonic::body::Body;
+use ::tonic::metadata::{MetadataMap, MetadataValue};
+use ::tonic::transport::server::TcpConnectInfo;
+use ::tonic::Status;
+use http::Extensions;
+
+use crate::tower::PeerSource;
 pub use crate::tower::{InvalidProxyNet, PeerAddr, ProxyHeader, ResponseFuture};
 use crate::web::fields::{self, FieldSink};
 use crate::web::problem::{self, Integration, Problem};
 use crate::{RateLimitError, RequestContext};
 
-/// The [tower layer](crate::tower::RateLimitLayer) for tonic's requests: it reads the peer
-/// address from tonic's `TcpConnectInfo`. Add it with `Server::builder().layer(...)`.
-pub type RateLimitLayer = crate::tower::RateLimitLayer<::tonic::body::Body>;
+/// The [tower layer](crate::tower::RateLimitLayerWith) for tonic's requests: it reads the
+/// peer address from tonic's `TcpConnectInfo`, or from a [`PeerAddr`] extension. Add it
+/// with `Server::builder().layer(...)`.
+pub type RateLimitLayer = crate::tower::RateLimitLayerWith<Body, TcpConnectInfo>;
 
 /// The service of [`RateLimitLayer`].
-pub type RateLimitService<S> = crate::tower::RateLimitService<S, ::tonic::body::Body>;
+pub type RateLimitService<S> = crate::tower::RateLimitService<S, Body, TcpConnectInfo>;
+
+/// Where `tonic::transport::Server` records the peer address of a TCP connection.
+impl PeerSource for TcpConnectInfo {
+    fn peer_ip(extensions: &Extensions) -> Option<IpAddr> {
+        let info = extensions.get::<Self>()?;
+        info.remote_addr().map(|addr| addr.ip())
+    }
+}
 
 /// - `Limited` → `RESOURCE_EXHAUSTED` with the attribute's `message`, and metadata
 ///   `retry-after` (whole seconds, rounded up; none for a cost that can never pass),
@@ -92,57 +107,55 @@ impl FieldSink for MetadataMap {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
+    use std::net::SocketAddr;
 
     use ::tonic::Code;
 
     use super::*;
     use crate::context;
-    use crate::{BackendError, BackendErrorKind, LimitType, Rule};
+    use crate::tower::tests::seen_context;
+    use crate::web::problem::tests::{
+        assert_limited_fields, backend_failure, limited, never_passes,
+    };
+    use crate::LimitType;
 
     #[test]
     fn limited_is_resource_exhausted_with_the_wait_in_metadata() {
-        let status = Status::from(RateLimitError::Limited {
-            key: "rate_limit:ip:203.0.113.9:app::send_code".into(),
-            rule: Rule::per_minute(10),
-            retry_after: Duration::from_millis(11_250),
-            message: "too many codes",
-        });
+        let status = Status::from(limited("too many codes"));
         assert_eq!(status.code(), Code::ResourceExhausted);
         assert_eq!(status.message(), "too many codes");
         let metadata = status.metadata();
-        assert_eq!(metadata.get("retry-after").unwrap(), "12");
-        assert_eq!(
-            metadata.get("ratelimit-policy").unwrap(),
-            r#""limit";q=10;w=60"#
-        );
-        assert_eq!(metadata.get("ratelimit").unwrap(), r#""limit";r=0;t=12"#);
+        assert_limited_fields(|name| metadata.get(name).map(|v| v.to_str().unwrap()));
     }
 
     #[test]
     fn a_cost_that_can_never_pass_has_no_retry_after() {
-        let status = Status::from(RateLimitError::Limited {
-            key: "k".into(),
-            rule: Rule::per_minute(10),
-            retry_after: Duration::MAX,
-            message: "too many requests",
-        });
+        let status = Status::from(never_passes());
         assert_eq!(status.code(), Code::ResourceExhausted);
         assert!(status.metadata().get("retry-after").is_none());
     }
 
     #[test]
     fn a_backend_failure_is_unavailable_without_its_cause() {
-        let status = Status::from(RateLimitError::Backend(BackendError::new(
-            BackendErrorKind::Unavailable,
-            "redis://secret@10.0.0.9 refused",
-        )));
+        let status = Status::from(backend_failure());
         assert_eq!(status.code(), Code::Unavailable);
         assert_eq!(
             status.message(),
             "the rate limiter is unavailable; try again later"
         );
         assert!(status.metadata().is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_peer_comes_from_tcp_connect_info() {
+        let mut req = http::Request::new(Body::empty());
+        let addr: SocketAddr = "198.51.100.5:1".parse().unwrap();
+        req.extensions_mut().insert(TcpConnectInfo {
+            local_addr: None,
+            remote_addr: Some(addr),
+        });
+        let ctx = seen_context(&RateLimitLayer::new(), req).await.unwrap();
+        assert_eq!(ctx.ip(), Some(addr.ip()));
     }
 
     #[tokio::test]

@@ -6,9 +6,11 @@
 //! The peer address is read from the request's extensions, first found of:
 //!
 //! 1. [`PeerAddr`], inserted by your own code (a hyper server, a test, a custom acceptor);
-//! 2. axum's `ConnectInfo<SocketAddr>` (feature `axum`; serve the app with
-//!    `into_make_service_with_connect_info::<SocketAddr>()`);
-//! 3. tonic's `TcpConnectInfo` (feature `tonic`; `tonic::transport::Server` inserts it).
+//! 2. the extension the layer's [`PeerSource`] names, where the server records it:
+//!    `redis_ratelimit::axum::RateLimitLayer` reads axum's `ConnectInfo<SocketAddr>`
+//!    (serve the app with `into_make_service_with_connect_info::<SocketAddr>()`),
+//!    `redis_ratelimit::tonic::RateLimitLayer` tonic's `TcpConnectInfo` (which
+//!    `tonic::transport::Server` inserts). [`RateLimitLayer`] reads [`PeerAddr`] alone.
 //!
 //! With hyper, insert [`PeerAddr`] for each connection:
 //!
@@ -37,310 +39,178 @@
 //! ```
 
 use std::fmt;
-use std::future::Future;
+use std::marker::PhantomData;
 use std::net::{IpAddr, SocketAddr};
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{ready, Context, Poll};
+use std::task::{Context, Poll};
 
-use http::{HeaderMap, Request, Response, StatusCode};
-use tokio::task::futures::TaskLocalFuture;
+use http::{Extensions, HeaderMap, HeaderValue, Request, Response, StatusCode};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::context::{self, DecisionSlot, RequestContext};
-use crate::web::client_ip::ClientIpConfig;
-use crate::web::fields::{self, FieldSink};
-pub use crate::web::{InvalidProxyNet, ProxyHeader};
+use crate::web::fields::FieldSink;
+use crate::web::middleware::{self, Settings};
+pub use crate::web::{InvalidProxyNet, ProxyHeader, ResponseFuture};
 
-/// The peer address of a request's connection, for servers that do not record one in a
-/// form the layer knows (axum's `ConnectInfo`, tonic's `TcpConnectInfo`): insert it into
-/// the request's extensions before the layer runs. It wins over the others.
+/// The peer address of a request's connection, for servers that do not record one where
+/// the layer's [`PeerSource`] looks: insert it into the request's extensions before the
+/// layer runs. It wins over any other source.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PeerAddr(pub SocketAddr);
 
-type UserIdFn<B> = dyn Fn(&Request<B>) -> Option<Arc<str>> + Send + Sync;
-type ExemptFn<B> = dyn Fn(&Request<B>) -> bool + Send + Sync;
-
-/// A tower [`Layer`] that runs each `http::Request<B>` inside a [`RequestContext`], so that
-/// `limit_type = IP` and `USER_ID` guards in its handlers know the caller, and that puts the
-/// guards' decision into `RateLimit-Policy` / `RateLimit` response headers (and
-/// `Retry-After` on a 429 that lacks it).
+/// Where a server records the peer address of a request's connection: an extension type,
+/// and how to read the address from it. [`RateLimitLayerWith`] reads it when the request
+/// carries no [`PeerAddr`].
 ///
-/// - **Client IP**: the peer address (see the [module docs](self) for where it is read).
-///   Proxy headers are read only when the peer is a [trusted proxy](Self::trust_proxies).
-///   IPv4-mapped IPv6 addresses count as IPv4; IPv6 clients are counted per
-///   [network](Self::ipv6_prefix) (`/64`).
+/// axum's `ConnectInfo<SocketAddr>` (feature `axum`) and tonic's `TcpConnectInfo` (feature
+/// `tonic`) are sources; implement it for the extension your own server inserts:
+///
+/// ```
+/// # use ratelimit_runtime as redis_ratelimit; // the facade re-exports it with feature `tower`
+/// use std::net::IpAddr;
+///
+/// use redis_ratelimit::tower::{PeerSource, RateLimitLayerWith};
+///
+/// /// What our acceptor records for each connection.
+/// #[derive(Clone)]
+/// struct Remote(IpAddr);
+///
+/// impl PeerSource for Remote {
+///     fn peer_ip(extensions: &http::Extensions) -> Option<IpAddr> {
+///         extensions.get::<Remote>().map(|remote| remote.0)
+///     }
+/// }
+///
+/// let layer = RateLimitLayerWith::<String, Remote>::new().trust_proxies(["10.0.0.0/8"]);
+/// ```
+pub trait PeerSource {
+    /// The peer address this source recorded in a request's extensions, if any.
+    fn peer_ip(extensions: &Extensions) -> Option<IpAddr>;
+}
+
+impl PeerSource for PeerAddr {
+    fn peer_ip(extensions: &Extensions) -> Option<IpAddr> {
+        extensions.get::<PeerAddr>().map(|PeerAddr(addr)| addr.ip())
+    }
+}
+
+/// The layer reading the peer address from [`PeerAddr`] alone: for hyper, or any stack
+/// that inserts it. See [`RateLimitLayerWith`] for what it does and how it is configured.
+pub type RateLimitLayer<B> = RateLimitLayerWith<B, PeerAddr>;
+
+/// A tower [`Layer`] that runs each `http::Request<B>` inside a
+/// [`RequestContext`](crate::RequestContext), so that `limit_type = IP` and `USER_ID`
+/// guards in its handlers know the caller, and that puts the guards' decision into
+/// `RateLimit-Policy` / `RateLimit` response headers (and `Retry-After` on a 429 that
+/// lacks it).
+///
+/// - **Client IP**: the peer address, from a [`PeerAddr`] extension or else from `P` (see
+///   [`PeerSource`]). Proxy headers are read only when the peer is a
+///   [trusted proxy](Self::trust_proxies). IPv4-mapped IPv6 addresses count as IPv4; IPv6
+///   clients are counted per [network](Self::ipv6_prefix) (`/64`).
 /// - **User id**: what the [`user_id`](Self::user_id) closure finds in the request.
 /// - **Exemption**: requests the [`exempt`](Self::exempt) closure picks skip every guard.
 ///
 /// `B` is the request body type: `axum::body::Body` for axum (named
 /// `redis_ratelimit::axum::RateLimitLayer`), `tonic::body::Body` for tonic
-/// (`redis_ratelimit::tonic::RateLimitLayer`), `hyper::body::Incoming` for hyper. Clones
-/// share one configuration.
-pub struct RateLimitLayer<B> {
-    config: Arc<Config<B>>,
+/// (`redis_ratelimit::tonic::RateLimitLayer`), `hyper::body::Incoming` for hyper
+/// ([`RateLimitLayer<Incoming>`](RateLimitLayer)). Clones share one configuration.
+///
+/// ```
+/// # use ratelimit_runtime as redis_ratelimit; // the facade re-exports it with feature `axum`
+/// use std::net::{IpAddr, SocketAddr};
+///
+/// use axum::extract::{ConnectInfo, Request};
+/// use redis_ratelimit::axum::RateLimitLayer;
+///
+/// #[derive(Clone)]
+/// struct CurrentUser { id: u64 }
+///
+/// // Networks read at run time: an error names the one that does not parse.
+/// let from_env = "10.0.0.0/8, 192.168.0.0/16";
+/// let layer = RateLimitLayer::new().try_trust_proxies(from_env.split(',')).unwrap();
+/// let err = RateLimitLayer::new().try_trust_proxies(["10.0.0.0/33"]).err().unwrap();
+/// assert!(err.to_string().contains("`10.0.0.0/33` is not a trusted proxy network"));
+///
+/// let layer = layer
+///     // Set by the authentication middleware, added after this layer.
+///     .user_id(|req: &Request| req.extensions().get::<CurrentUser>().map(|u| u.id.to_string()))
+///     // The health checker calls from 10.1.0.5.
+///     .exempt(|req: &Request| {
+///         req.extensions()
+///             .get::<ConnectInfo<SocketAddr>>()
+///             .is_some_and(|ConnectInfo(peer)| peer.ip() == IpAddr::from([10, 1, 0, 5]))
+///     });
+/// ```
+pub struct RateLimitLayerWith<B, P> {
+    settings: Arc<Settings<Request<B>>>,
+    peer: PhantomData<fn() -> P>,
 }
 
-struct Config<B> {
-    client_ip: ClientIpConfig,
-    user_id: Option<Arc<UserIdFn<B>>>,
-    exempt: Option<Arc<ExemptFn<B>>>,
-}
-
-impl<B> Clone for Config<B> {
+impl<B, P> Clone for RateLimitLayerWith<B, P> {
     fn clone(&self) -> Self {
-        Config {
-            client_ip: self.client_ip.clone(),
-            user_id: self.user_id.clone(),
-            exempt: self.exempt.clone(),
+        RateLimitLayerWith {
+            settings: Arc::clone(&self.settings),
+            peer: PhantomData,
         }
     }
 }
 
-impl<B> Default for Config<B> {
+impl<B, P> Default for RateLimitLayerWith<B, P> {
     fn default() -> Self {
-        Config {
-            client_ip: ClientIpConfig::default(),
-            user_id: None,
-            exempt: None,
+        RateLimitLayerWith {
+            settings: Arc::default(),
+            peer: PhantomData,
         }
     }
 }
 
-impl<B> Clone for RateLimitLayer<B> {
-    fn clone(&self) -> Self {
-        RateLimitLayer {
-            config: Arc::clone(&self.config),
-        }
-    }
-}
-
-impl<B> Default for RateLimitLayer<B> {
-    fn default() -> Self {
-        RateLimitLayer {
-            config: Arc::new(Config::default()),
-        }
-    }
-}
-
-impl<B> RateLimitLayer<B> {
+impl<B, P> RateLimitLayerWith<B, P> {
     /// A layer taking the client IP from the peer address, with no trusted proxies, no
     /// user id and no exemption.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Trusts the proxies in these networks (`"10.0.0.0/8"`, `"2001:db8::/32"`, or a single
-    /// address such as `"127.0.0.2"`) to tell the client address in the
-    /// [proxy header](Self::proxy_header). Adds to the networks already trusted.
-    ///
-    /// The header is walked from the right, skipping trusted hops: the first untrusted
-    /// address is the client. A request from a peer outside these networks is counted under
-    /// the peer's own address whatever headers it sends.
-    ///
-    /// # Panics
-    ///
-    /// When a network does not parse, with a message naming it: the networks are usually
-    /// written in the code, like routes. Use [`try_trust_proxies`](Self::try_trust_proxies)
-    /// for networks read from configuration at run time.
-    pub fn trust_proxies<I>(self, networks: I) -> Self
-    where
-        I: IntoIterator,
-        I::Item: AsRef<str>,
-    {
-        self.try_trust_proxies(networks)
-            .unwrap_or_else(|err| panic!("RateLimitLayer::trust_proxies: {err}"))
-    }
-
-    /// [`trust_proxies`](Self::trust_proxies), returning an error for a network that does
-    /// not parse instead of panicking.
-    ///
-    /// ```
-    /// # use ratelimit_runtime as redis_ratelimit; // the facade re-exports it with feature `axum`
-    /// use redis_ratelimit::axum::RateLimitLayer;
-    ///
-    /// let from_env = "10.0.0.0/8, 192.168.0.0/16";
-    /// let layer = RateLimitLayer::new().try_trust_proxies(from_env.split(','));
-    /// assert!(layer.is_ok());
-    /// let err = RateLimitLayer::new().try_trust_proxies(["10.0.0.0/33"]).err().unwrap();
-    /// assert!(err.to_string().contains("`10.0.0.0/33` is not a trusted proxy network"));
-    /// ```
-    pub fn try_trust_proxies<I>(mut self, networks: I) -> Result<Self, InvalidProxyNet>
-    where
-        I: IntoIterator,
-        I::Item: AsRef<str>,
-    {
-        self.config_mut().client_ip.trust(networks)?;
-        Ok(self)
-    }
-
-    /// Which header the trusted proxies write the client address in (default
-    /// [`ProxyHeader::XForwardedFor`]). Only that header is read.
-    pub fn proxy_header(mut self, header: ProxyHeader) -> Self {
-        self.config_mut().client_ip.header = header;
-        self
-    }
-
-    /// How many leading bits of an IPv6 client address identify the client (default 64).
-    ///
-    /// One host usually holds a whole `/64` and can pick any address in it, so IPv6 clients
-    /// are counted per network: the context IP is the network address (`2001:db8:1:2::`).
-    /// Use 128 to count every address apart, 56 or 48 for providers that hand out larger
-    /// blocks.
-    ///
-    /// # Panics
-    ///
-    /// When `bits` is over 128.
-    pub fn ipv6_prefix(mut self, bits: u8) -> Self {
-        self.config_mut()
-            .client_ip
-            .set_ipv6_prefix(bits, "RateLimitLayer::ipv6_prefix");
-        self
-    }
-
-    /// How to find the user id of a request, for `limit_type = USER_ID`: typically from an
-    /// extension your authentication middleware set (which must then run before this
-    /// layer, that is, be added after it). `None` means an anonymous request; a `USER_ID`
-    /// guard refuses it with [`RateLimitError::MissingIdentity`](crate::RateLimitError).
-    ///
-    /// ```
-    /// # use ratelimit_runtime as redis_ratelimit; // the facade re-exports it with feature `axum`
-    /// use axum::extract::Request;
-    /// use redis_ratelimit::axum::RateLimitLayer;
-    ///
-    /// #[derive(Clone)]
-    /// struct CurrentUser { id: u64 }
-    ///
-    /// let layer = RateLimitLayer::new()
-    ///     .user_id(|req: &Request| req.extensions().get::<CurrentUser>().map(|u| u.id.to_string()));
-    /// ```
-    pub fn user_id<F, U>(mut self, user_id: F) -> Self
-    where
-        F: Fn(&Request<B>) -> Option<U> + Send + Sync + 'static,
-        U: Into<Arc<str>>,
-    {
-        self.config_mut().user_id = Some(Arc::new(move |req: &Request<B>| {
-            user_id(req).map(Into::into)
-        }));
-        self
-    }
-
-    /// Which requests are exempt: guarded calls made while serving them skip the check
-    /// (see [`RequestContext::with_exempt`]). The closure runs once per request.
-    ///
-    /// Exempting is the application's decision: an exempt request is not counted and never
-    /// refused, so anyone who can make a request look exempt bypasses every limit. Decide
-    /// from what a client cannot forge, such as the peer address of your monitoring network
-    /// or a role your authentication set, never from a header or a path alone.
-    ///
-    /// ```
-    /// # use ratelimit_runtime as redis_ratelimit; // the facade re-exports it with feature `axum`
-    /// use std::net::SocketAddr;
-    ///
-    /// use axum::extract::{ConnectInfo, Request};
-    /// use redis_ratelimit::axum::RateLimitLayer;
-    ///
-    /// // The health checker calls from 10.1.0.5.
-    /// let layer = RateLimitLayer::new().exempt(|req: &Request| {
-    ///     req.extensions()
-    ///         .get::<ConnectInfo<SocketAddr>>()
-    ///         .is_some_and(|ConnectInfo(peer)| peer.ip() == std::net::IpAddr::from([10, 1, 0, 5]))
-    /// });
-    /// ```
-    pub fn exempt<F>(mut self, exempt: F) -> Self
-    where
-        F: Fn(&Request<B>) -> bool + Send + Sync + 'static,
-    {
-        self.config_mut().exempt = Some(Arc::new(exempt));
-        self
-    }
-
-    fn config_mut(&mut self) -> &mut Config<B> {
-        Arc::make_mut(&mut self.config)
-    }
+    middleware::builder_methods!(Request<B>);
 }
 
-/// The peer address of a request, from the first extension that records one.
-fn peer_of<B>(req: &Request<B>) -> Option<IpAddr> {
-    let extensions = req.extensions();
-    if let Some(PeerAddr(addr)) = extensions.get::<PeerAddr>() {
-        return Some(addr.ip());
-    }
-    #[cfg(feature = "axum")]
-    if let Some(::axum::extract::ConnectInfo(addr)) =
-        extensions.get::<::axum::extract::ConnectInfo<SocketAddr>>()
-    {
-        return Some(addr.ip());
-    }
-    #[cfg(feature = "tonic")]
-    if let Some(addr) = extensions
-        .get::<::tonic::transport::server::TcpConnectInfo>()
-        .and_then(|info| info.remote_addr())
-    {
-        return Some(addr.ip());
-    }
-    None
-}
-
-impl<B> Config<B> {
-    fn context_of(&self, req: &Request<B>) -> RequestContext {
-        let headers = req.headers();
-        let mut ctx = RequestContext::new();
-        let lines = |name| headers.get_all(name).into_iter().map(|v| v.as_bytes());
-        if let Some(ip) = self.client_ip.client_ip(peer_of(req), lines) {
-            ctx = ctx.with_ip(ip);
-        }
-        if let Some(user_id) = self.user_id.as_ref().and_then(|f| f(req)) {
-            ctx = ctx.with_user_id(user_id);
-        }
-        if self.exempt.as_ref().is_some_and(|f| f(req)) {
-            ctx = ctx.with_exempt(true);
-        }
-        ctx
-    }
-}
-
-impl<B> fmt::Debug for RateLimitLayer<B> {
+impl<B, P> fmt::Debug for RateLimitLayerWith<B, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let client_ip = &self.config.client_ip;
-        f.debug_struct("RateLimitLayer")
-            .field("trusted_proxies", &client_ip.trusted)
-            .field("proxy_header", &client_ip.header)
-            .field("ipv6_prefix", &client_ip.ipv6_prefix)
-            .field("user_id", &self.config.user_id.is_some())
-            .field("exempt", &self.config.exempt.is_some())
-            .finish()
+        fmt::Debug::fmt(&self.settings, f)
     }
 }
 
-impl<S, B> Layer<S> for RateLimitLayer<B> {
-    type Service = RateLimitService<S, B>;
+impl<S, B, P> Layer<S> for RateLimitLayerWith<B, P> {
+    type Service = RateLimitService<S, B, P>;
 
     fn layer(&self, inner: S) -> Self::Service {
         RateLimitService {
             inner,
-            config: Arc::clone(&self.config),
+            settings: Arc::clone(&self.settings),
+            peer: PhantomData,
         }
     }
 }
 
-/// The service of [`RateLimitLayer`].
-pub struct RateLimitService<S, B> {
+/// The service of [`RateLimitLayerWith`].
+pub struct RateLimitService<S, B, P = PeerAddr> {
     inner: S,
-    config: Arc<Config<B>>,
+    settings: Arc<Settings<Request<B>>>,
+    peer: PhantomData<fn() -> P>,
 }
 
-impl<S: Clone, B> Clone for RateLimitService<S, B> {
+impl<S: Clone, B, P> Clone for RateLimitService<S, B, P> {
     fn clone(&self) -> Self {
         RateLimitService {
             inner: self.inner.clone(),
-            config: Arc::clone(&self.config),
+            settings: Arc::clone(&self.settings),
+            peer: PhantomData,
         }
     }
 }
 
-impl<S: fmt::Debug, B> fmt::Debug for RateLimitService<S, B> {
+impl<S: fmt::Debug, B, P> fmt::Debug for RateLimitService<S, B, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitService")
             .field("inner", &self.inner)
@@ -348,9 +218,10 @@ impl<S: fmt::Debug, B> fmt::Debug for RateLimitService<S, B> {
     }
 }
 
-impl<S, B, ResBody> Service<Request<B>> for RateLimitService<S, B>
+impl<S, B, P, ResBody> Service<Request<B>> for RateLimitService<S, B, P>
 where
     S: Service<Request<B>, Response = Response<ResBody>>,
+    P: PeerSource,
 {
     type Response = Response<ResBody>;
     type Error = S::Error;
@@ -361,59 +232,45 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let ctx = self.config.context_of(&req);
-        let slot = Arc::new(DecisionSlot::default());
-        let inner = self.inner.call(req);
-        ResponseFuture {
-            inner: context::scope_future(ctx, context::recording(Arc::clone(&slot), inner)),
-            slot,
-        }
+        let extensions = req.extensions();
+        let peer = PeerAddr::peer_ip(extensions).or_else(|| P::peer_ip(extensions));
+        let admission = self.settings.admit(&req, peer);
+        admission.run(self.inner.call(req))
     }
 }
 
-pin_project_lite::pin_project! {
-    /// The response future of [`RateLimitService`].
-    pub struct ResponseFuture<F> {
-        #[pin]
-        inner: TaskLocalFuture<RequestContext, TaskLocalFuture<Arc<DecisionSlot>, F>>,
-        slot: Arc<DecisionSlot>,
+impl<B> middleware::Request for Request<B> {
+    const BUILDER: &'static str = "RateLimitLayer";
+
+    fn header_lines(&self, name: &'static str) -> impl Iterator<Item = &[u8]> {
+        self.headers()
+            .get_all(name)
+            .into_iter()
+            .map(HeaderValue::as_bytes)
     }
 }
 
-impl<F> fmt::Debug for ResponseFuture<F> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+impl<B> middleware::Response for Response<B> {
+    type Fields = HeaderMap;
+
+    /// A 429, or a gRPC `RESOURCE_EXHAUSTED` (code 8) answered in the headers (a gRPC error
+    /// before any message is a trailers-only response, whose `grpc-status` is a header).
+    fn is_refusal(&self) -> bool {
+        self.status() == StatusCode::TOO_MANY_REQUESTS
+            || self
+                .headers()
+                .get("grpc-status")
+                .is_some_and(|code| code == "8")
     }
-}
 
-impl<F, B, E> Future for ResponseFuture<F>
-where
-    F: Future<Output = Result<Response<B>, E>>,
-{
-    type Output = Result<Response<B>, E>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        let mut response = ready!(this.inner.poll(cx))?;
-        if let Some(outcome) = this.slot.take() {
-            let refused = is_refusal(response.status(), response.headers());
-            fields::describe(&outcome, refused, response.headers_mut());
-        }
-        Poll::Ready(Ok(response))
+    fn fields(&mut self) -> &mut HeaderMap {
+        self.headers_mut()
     }
-}
-
-/// A 429, or a gRPC `RESOURCE_EXHAUSTED` (code 8) answered in the headers (a gRPC error
-/// before any message is a trailers-only response, whose `grpc-status` is a header).
-fn is_refusal(status: StatusCode, headers: &HeaderMap) -> bool {
-    status == StatusCode::TOO_MANY_REQUESTS
-        || headers.get("grpc-status").is_some_and(|code| code == "8")
 }
 
 impl FieldSink for HeaderMap {
     fn set(&mut self, name: &'static str, value: String) {
-        let value =
-            http::HeaderValue::try_from(value).expect("structured-field text is visible ASCII");
+        let value = HeaderValue::try_from(value).expect("structured-field text is visible ASCII");
         self.insert(http::HeaderName::from_static(name), value);
     }
 
@@ -423,15 +280,15 @@ impl FieldSink for HeaderMap {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::convert::Infallible;
     use std::time::Duration;
 
-    use http::HeaderValue;
     use tower::{service_fn, ServiceExt};
 
     use super::*;
-    use crate::context::SiteDecision;
+    use crate::context::{self, RequestContext, SiteDecision};
+    use crate::web::fields::tests::decision_under;
     use crate::{Decision, Rule};
 
     static RULES: [Rule; 2] = [Rule::per_minute(10), Rule::new(1, Duration::from_secs(5))];
@@ -446,11 +303,11 @@ mod tests {
     }
 
     /// Serves `req` through `layer` with a handler answering with the context it saw.
-    async fn seen_context(
-        layer: &RateLimitLayer<Body>,
-        req: Request<Body>,
+    pub(crate) async fn seen_context<B, P: PeerSource>(
+        layer: &RateLimitLayerWith<B, P>,
+        req: Request<B>,
     ) -> Option<RequestContext> {
-        let handler = service_fn(|_req: Request<Body>| async {
+        let handler = service_fn(|_req: Request<B>| async {
             let seen = RequestContext::current();
             let mut response = Response::new(());
             response.extensions_mut().insert(seen);
@@ -501,42 +358,40 @@ mod tests {
         assert!(!ctx.is_exempt());
     }
 
-    #[cfg(feature = "axum")]
-    #[tokio::test]
-    async fn the_peer_comes_from_axum_connect_info() {
-        let mut req = Request::new(());
-        let addr: SocketAddr = "198.51.100.4:1".parse().unwrap();
-        req.extensions_mut()
-            .insert(::axum::extract::ConnectInfo(addr));
-        let ctx = seen_context(&RateLimitLayer::new(), req).await.unwrap();
-        assert_eq!(ctx.ip(), Some(addr.ip()));
+    /// What a server of the tests' own records for each connection.
+    #[derive(Clone, Copy)]
+    struct Recorded(IpAddr);
+
+    impl PeerSource for Recorded {
+        fn peer_ip(extensions: &Extensions) -> Option<IpAddr> {
+            extensions.get::<Recorded>().map(|recorded| recorded.0)
+        }
     }
 
-    #[cfg(feature = "tonic")]
     #[tokio::test]
-    async fn the_peer_comes_from_tonic_tcp_connect_info() {
+    async fn the_peer_comes_from_the_layer_s_source() {
+        let layer = RateLimitLayerWith::<Body, Recorded>::new();
         let mut req = Request::new(());
-        let addr: SocketAddr = "198.51.100.5:1".parse().unwrap();
         req.extensions_mut()
-            .insert(::tonic::transport::server::TcpConnectInfo {
-                local_addr: None,
-                remote_addr: Some(addr),
-            });
+            .insert(Recorded([198, 51, 100, 4].into()));
+        let ctx = seen_context(&layer, req).await.unwrap();
+        assert_eq!(ctx.ip(), Some([198, 51, 100, 4].into()));
+
+        // The plain layer reads no source but `PeerAddr`.
+        let mut req = Request::new(());
+        req.extensions_mut()
+            .insert(Recorded([198, 51, 100, 4].into()));
         let ctx = seen_context(&RateLimitLayer::new(), req).await.unwrap();
-        assert_eq!(ctx.ip(), Some(addr.ip()));
+        assert_eq!(ctx.ip(), None);
     }
 
     #[tokio::test]
     async fn a_peer_addr_extension_wins() {
         let mut req = request_from("192.0.2.77:1");
-        #[cfg(feature = "axum")]
-        req.extensions_mut()
-            .insert(::axum::extract::ConnectInfo(SocketAddr::from((
-                [192, 0, 2, 1],
-                1,
-            ))));
+        req.extensions_mut().insert(Recorded([192, 0, 2, 1].into()));
         req.extensions_mut().insert(0u8);
-        let ctx = seen_context(&RateLimitLayer::new(), req).await.unwrap();
+        let layer = RateLimitLayerWith::<Body, Recorded>::new();
+        let ctx = seen_context(&layer, req).await.unwrap();
         assert_eq!(ctx.ip(), Some([192, 0, 2, 77].into()));
     }
 
@@ -581,23 +436,23 @@ mod tests {
     fn clones_share_the_configuration_until_changed() {
         let a = RateLimitLayer::<Body>::new().trust_proxies(["10.0.0.0/8"]);
         let b = a.clone();
-        assert!(Arc::ptr_eq(&a.config, &b.config));
+        assert!(Arc::ptr_eq(&a.settings, &b.settings));
         let b = b.ipv6_prefix(56);
-        assert_eq!(a.config.client_ip.ipv6_prefix, 64);
-        assert_eq!(b.config.client_ip.ipv6_prefix, 56);
-        assert_eq!(b.config.client_ip.trusted, a.config.client_ip.trusted);
+        assert_eq!(a.settings.client_ip.ipv6_prefix, 64);
+        assert_eq!(b.settings.client_ip.ipv6_prefix, 56);
+        assert_eq!(b.settings.client_ip.trusted, a.settings.client_ip.trusted);
     }
 
+    /// Reset in 60 s; when denied, retry in 2.5 s.
     fn decision(allowed: bool, rule_index: usize, remaining: u64) -> Decision {
-        Decision {
-            allowed,
-            limit: RULES[rule_index].count(),
-            remaining,
-            reset_after: Duration::from_secs(60),
-            retry_after: (!allowed).then(|| Duration::from_millis(2_500)),
-            rule: RULES[rule_index],
+        let wait = Duration::from_millis(2_500);
+        decision_under(
+            &RULES,
             rule_index,
-        }
+            remaining,
+            Duration::from_secs(60),
+            (!allowed).then_some(wait),
+        )
     }
 
     /// A handler whose "guarded calls" record these decisions, then answers `status`.
@@ -641,28 +496,27 @@ mod tests {
 
     #[tokio::test]
     async fn the_decision_that_binds_hardest_is_described() {
-        let response = respond_after(
-            vec![
-                decision(true, 0, 9),
-                decision(true, 0, 3),
-                decision(true, 0, 5),
-            ],
-            StatusCode::OK,
-        )
-        .await;
-        assert_eq!(response.headers()["ratelimit"], r#""p1";r=3;t=60"#);
-
-        let response = respond_after(
-            vec![
-                decision(true, 0, 0),
-                decision(false, 1, 0),
-                decision(true, 0, 0),
-            ],
-            StatusCode::TOO_MANY_REQUESTS,
-        )
-        .await;
-        assert_eq!(response.headers()["ratelimit"], r#""dup";r=0;t=3"#);
-        assert_eq!(response.headers()["retry-after"], "3");
+        let least_remaining = [(true, 9), (true, 3), (true, 5)].map(|(a, r)| decision(a, 0, r));
+        let denied = [
+            decision(true, 0, 0),
+            decision(false, 1, 0),
+            decision(true, 0, 0),
+        ];
+        for (decisions, status, ratelimit, retry_after) in [
+            (least_remaining, StatusCode::OK, r#""p1";r=3;t=60"#, None),
+            (
+                denied,
+                StatusCode::TOO_MANY_REQUESTS,
+                r#""dup";r=0;t=3"#,
+                Some("3"),
+            ),
+        ] {
+            let response = respond_after(decisions.to_vec(), status).await;
+            assert_eq!(response.headers()["ratelimit"], ratelimit);
+            if let Some(retry_after) = retry_after {
+                assert_eq!(response.headers()["retry-after"], retry_after);
+            }
+        }
     }
 
     #[tokio::test]

@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 pub mod cluster;
+pub mod http;
 pub mod sentinel;
 pub mod tls;
 

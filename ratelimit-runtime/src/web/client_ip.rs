@@ -6,7 +6,9 @@
 
 use std::error::Error;
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+
+use ipnet::IpNet;
 
 /// The header in which the trusted proxies in front of the app pass on the client address.
 ///
@@ -59,52 +61,42 @@ impl fmt::Display for InvalidProxyNet {
 
 impl Error for InvalidProxyNet {}
 
-/// An IP network: an address with its host bits cleared, and a prefix length.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct IpNet {
-    network: IpAddr,
-    prefix: u8,
+/// Parses a trusted proxy network: `10.0.0.0/8`, `2001:db8::/32`, or a bare address (a
+/// network of one). Host bits are allowed and cleared (`10.1.2.3/8` is `10.0.0.0/8`).
+pub(crate) fn parse_network(input: &str) -> Result<IpNet, InvalidProxyNet> {
+    let text = input.trim();
+    let net = match text.parse::<IpNet>() {
+        Ok(net) => net.trunc(),
+        Err(_) => match text.parse::<IpAddr>() {
+            Ok(addr) => IpNet::from(addr),
+            Err(_) => {
+                return Err(InvalidProxyNet {
+                    input: input.to_owned(),
+                    reason: why_not_a_network(text),
+                })
+            }
+        },
+    };
+    // Addresses are matched in canonical form, so an IPv4-mapped network (within
+    // ::ffff:0:0/96) is the IPv4 network it maps.
+    Ok(match net {
+        IpNet::V6(v6) if v6.prefix_len() >= 96 => match v6.network().to_ipv4_mapped() {
+            Some(v4) => IpNet::new_assert(v4.into(), v6.prefix_len() - 96),
+            None => net,
+        },
+        _ => net,
+    })
 }
 
-impl IpNet {
-    /// Parses `10.0.0.0/8`, `2001:db8::/32`, or a bare address (a network of one).
-    /// Host bits are allowed and cleared (`10.1.2.3/8` is `10.0.0.0/8`).
-    pub(crate) fn parse(input: &str) -> Result<IpNet, InvalidProxyNet> {
-        let invalid = |reason| InvalidProxyNet {
-            input: input.to_owned(),
-            reason,
-        };
-        let (addr, prefix) = match input.trim().split_once('/') {
-            Some((addr, prefix)) => (addr, Some(prefix)),
-            None => (input.trim(), None),
-        };
-        let addr: IpAddr = addr
-            .parse()
-            .map_err(|_| invalid("the address does not parse"))?;
-        let bits = max_prefix(addr);
-        let prefix = match prefix {
-            None => bits,
-            Some(prefix) => match prefix.parse::<u8>() {
-                Ok(prefix) if prefix <= bits => prefix,
-                Ok(_) => return Err(invalid("the prefix length is longer than the address")),
-                Err(_) => return Err(invalid("the prefix length is not a number")),
-            },
-        };
-        // Addresses are matched in canonical form, so an IPv4-mapped network (within
-        // ::ffff:0:0/96) is the IPv4 network it maps.
-        let (addr, prefix) = match addr.to_canonical() {
-            IpAddr::V4(v4) if addr.is_ipv6() && prefix >= 96 => (IpAddr::V4(v4), prefix - 96),
-            _ => (addr, prefix),
-        };
-        Ok(IpNet {
-            network: network_of(addr, prefix),
-            prefix,
-        })
-    }
-
-    /// Whether `ip` (in canonical form) is inside the network.
-    pub(crate) fn contains(&self, ip: IpAddr) -> bool {
-        ip.is_ipv4() == self.network.is_ipv4() && network_of(ip, self.prefix) == self.network
+/// What is wrong with a network `ipnet` did not parse, for the message.
+fn why_not_a_network(text: &str) -> &'static str {
+    let (addr, prefix) = text.split_once('/').unwrap_or((text, ""));
+    let Ok(addr) = addr.parse::<IpAddr>() else {
+        return "the address does not parse";
+    };
+    match prefix.parse::<u8>() {
+        Ok(bits) if bits > max_prefix(addr) => "the prefix length is longer than the address",
+        _ => "the prefix length is not a number",
     }
 }
 
@@ -117,20 +109,7 @@ fn max_prefix(ip: IpAddr) -> u8 {
 
 /// `ip` with every bit after the first `prefix` cleared.
 pub(crate) fn network_of(ip: IpAddr, prefix: u8) -> IpAddr {
-    match ip {
-        IpAddr::V4(v4) => {
-            let mask = u32::MAX
-                .checked_shl(32 - u32::from(prefix.min(32)))
-                .unwrap_or(0);
-            IpAddr::V4(Ipv4Addr::from(u32::from(v4) & mask))
-        }
-        IpAddr::V6(v6) => {
-            let mask = u128::MAX
-                .checked_shl(128 - u32::from(prefix.min(128)))
-                .unwrap_or(0);
-            IpAddr::V6(Ipv6Addr::from(u128::from(v6) & mask))
-        }
-    }
+    IpNet::new_assert(ip, prefix.min(max_prefix(ip))).network()
 }
 
 /// How an integration finds the client address of a request.
@@ -160,23 +139,10 @@ impl ClientIpConfig {
     {
         let parsed = networks
             .into_iter()
-            .map(|net| IpNet::parse(net.as_ref()))
+            .map(|net| parse_network(net.as_ref()))
             .collect::<Result<Vec<_>, _>>()?;
         self.trusted.extend(parsed);
         Ok(())
-    }
-
-    /// Sets how many leading bits identify an IPv6 client.
-    ///
-    /// # Panics
-    ///
-    /// When `bits` is over 128, naming `method`.
-    pub(crate) fn set_ipv6_prefix(&mut self, bits: u8, method: &str) {
-        assert!(
-            bits <= 128,
-            "{method}: an IPv6 prefix has at most 128 bits, not {bits}"
-        );
-        self.ipv6_prefix = bits;
     }
 
     /// The address the request is counted under, from the peer that connected and, when
@@ -200,7 +166,7 @@ impl ClientIpConfig {
     }
 
     fn is_trusted(&self, ip: IpAddr) -> bool {
-        self.trusted.iter().any(|net| net.contains(ip))
+        self.trusted.iter().any(|net| net.contains(&ip))
     }
 
     /// Walks the proxy header from the right (the hop nearest to us) past trusted hops.
@@ -343,7 +309,7 @@ mod tests {
 
     fn config(trusted: &[&str], header: ProxyHeader) -> ClientIpConfig {
         ClientIpConfig {
-            trusted: trusted.iter().map(|n| IpNet::parse(n).unwrap()).collect(),
+            trusted: trusted.iter().map(|n| parse_network(n).unwrap()).collect(),
             header,
             ..ClientIpConfig::default()
         }
@@ -382,6 +348,11 @@ mod tests {
                     .map(|(_, v)| v.as_slice())
             })
         }
+
+        /// `client_ip_of` from the peer written `peer`.
+        fn client_of(&self, peer: &str, headers: &HeaderMap) -> Option<IpAddr> {
+            self.client_ip_of(Some(ip(peer)), headers)
+        }
     }
 
     fn forwarded(line: &str) -> Vec<Option<IpAddr>> {
@@ -392,46 +363,46 @@ mod tests {
 
     #[test]
     fn networks_parse_with_or_without_prefix_and_clear_host_bits() {
-        let net = IpNet::parse("10.1.2.3/8").unwrap();
-        assert_eq!(net, IpNet::parse("10.0.0.0/8").unwrap());
-        assert!(net.contains(ip("10.255.0.1")));
-        assert!(!net.contains(ip("11.0.0.1")));
-        let host = IpNet::parse(" 127.0.0.2 ").unwrap();
-        assert!(host.contains(ip("127.0.0.2")));
-        assert!(!host.contains(ip("127.0.0.1")));
-        let v6 = IpNet::parse("2001:db8::/32").unwrap();
-        assert!(v6.contains(ip("2001:db8:ffff::1")));
-        assert!(!v6.contains(ip("2001:db9::1")));
-        assert!(IpNet::parse("0.0.0.0/0")
+        let net = parse_network("10.1.2.3/8").unwrap();
+        assert_eq!(net, parse_network("10.0.0.0/8").unwrap());
+        assert!(net.contains(&ip("10.255.0.1")));
+        assert!(!net.contains(&ip("11.0.0.1")));
+        let host = parse_network(" 127.0.0.2 ").unwrap();
+        assert!(host.contains(&ip("127.0.0.2")));
+        assert!(!host.contains(&ip("127.0.0.1")));
+        let v6 = parse_network("2001:db8::/32").unwrap();
+        assert!(v6.contains(&ip("2001:db8:ffff::1")));
+        assert!(!v6.contains(&ip("2001:db9::1")));
+        assert!(parse_network("0.0.0.0/0")
             .unwrap()
-            .contains(ip("203.0.113.9")));
-        assert!(!IpNet::parse("0.0.0.0/0").unwrap().contains(ip("::1")));
+            .contains(&ip("203.0.113.9")));
+        assert!(!parse_network("0.0.0.0/0").unwrap().contains(&ip("::1")));
         // An IPv4-mapped network is the IPv4 network.
         assert_eq!(
-            IpNet::parse("::ffff:10.0.0.0/104"),
-            IpNet::parse("10.0.0.0/8")
+            parse_network("::ffff:10.0.0.0/104"),
+            parse_network("10.0.0.0/8")
         );
-        assert!(IpNet::parse("::ffff:10.0.0.1")
+        assert!(parse_network("::ffff:10.0.0.1")
             .unwrap()
-            .contains(ip("10.0.0.1")));
-        assert!(!IpNet::parse("::ffff:0:0/95")
+            .contains(&ip("10.0.0.1")));
+        assert!(!parse_network("::ffff:0:0/95")
             .unwrap()
-            .contains(ip("10.0.0.1")));
+            .contains(&ip("10.0.0.1")));
     }
 
     #[test]
     fn invalid_networks_say_what_is_wrong() {
-        let err = IpNet::parse("10.0.0.0/33").unwrap_err();
+        let err = parse_network("10.0.0.0/33").unwrap_err();
         assert_eq!(
             err.to_string(),
             "`10.0.0.0/33` is not a trusted proxy network: the prefix length is longer than \
              the address; write an address with an optional prefix length, like 10.0.0.0/8, \
              192.0.2.7 or 2001:db8::/32"
         );
-        assert!(IpNet::parse("10.0.0/8").is_err_and(|e| e.reason.contains("address")));
-        assert!(IpNet::parse("10.0.0.0/x").is_err_and(|e| e.reason.contains("number")));
-        assert!(IpNet::parse("").is_err());
-        assert!(IpNet::parse("/8").is_err());
+        assert!(parse_network("10.0.0/8").is_err_and(|e| e.reason.contains("address")));
+        assert!(parse_network("10.0.0.0/x").is_err_and(|e| e.reason.contains("number")));
+        assert!(parse_network("").is_err());
+        assert!(parse_network("/8").is_err());
     }
 
     #[test]
@@ -496,15 +467,12 @@ mod tests {
         let cfg = config(&["10.0.0.0/8"], ProxyHeader::XForwardedFor);
         let spoofed = headers(&[("x-forwarded-for", "1.2.3.4"), ("x-real-ip", "5.6.7.8")]);
         assert_eq!(
-            cfg.client_ip_of(Some(ip("203.0.113.9")), &spoofed),
+            cfg.client_of("203.0.113.9", &spoofed),
             Some(ip("203.0.113.9"))
         );
         // With no trusted proxies at all, nothing is ever read from headers.
         let none = config(&[], ProxyHeader::XForwardedFor);
-        assert_eq!(
-            none.client_ip_of(Some(ip("10.0.0.1")), &spoofed),
-            Some(ip("10.0.0.1"))
-        );
+        assert_eq!(none.client_of("10.0.0.1", &spoofed), Some(ip("10.0.0.1")));
         assert_eq!(none.client_ip_of(None, &spoofed), None);
     }
 
@@ -573,34 +541,28 @@ mod tests {
                 "for=\"[2001:db8:cafe::17]:4711\";proto=https, for=\"[2001:db8:ffff::5]\"",
             ),
         ]);
-        assert_eq!(
-            cfg.client_ip_of(Some(ip("10.0.0.1")), &h),
-            Some(ip("2001:db8:cafe::"))
-        );
+        assert_eq!(cfg.client_of("10.0.0.1", &h), Some(ip("2001:db8:cafe::")));
         let h = headers(&[("forwarded", "for=1.2.3.4, for=unknown;proto=http")]);
-        assert_eq!(
-            cfg.client_ip_of(Some(ip("10.0.0.1")), &h),
-            Some(ip("10.0.0.1"))
-        );
+        assert_eq!(cfg.client_of("10.0.0.1", &h), Some(ip("10.0.0.1")));
     }
 
     #[test]
     fn ipv6_clients_are_grouped_by_their_network() {
         let cfg = config(&[], ProxyHeader::XForwardedFor);
         let none = HeaderMap::new();
-        let a = cfg.client_ip_of(Some(ip("2001:db8:1:2:aaaa::1")), &none);
-        let b = cfg.client_ip_of(Some(ip("2001:db8:1:2:ffff:ffff:ffff:ffff")), &none);
+        let a = cfg.client_of("2001:db8:1:2:aaaa::1", &none);
+        let b = cfg.client_of("2001:db8:1:2:ffff:ffff:ffff:ffff", &none);
         assert_eq!(a, Some(ip("2001:db8:1:2::")));
         assert_eq!(a, b);
-        assert_ne!(a, cfg.client_ip_of(Some(ip("2001:db8:1:3::1")), &none));
-        assert_eq!(cfg.client_ip_of(Some(ip("::1")), &none), Some(ip("::")));
+        assert_ne!(a, cfg.client_of("2001:db8:1:3::1", &none));
+        assert_eq!(cfg.client_of("::1", &none), Some(ip("::")));
 
         let per_48 = ClientIpConfig {
             ipv6_prefix: 48,
             ..cfg.clone()
         };
         assert_eq!(
-            per_48.client_ip_of(Some(ip("2001:db8:1:3::1")), &none),
+            per_48.client_of("2001:db8:1:3::1", &none),
             Some(ip("2001:db8:1::"))
         );
         let per_host = ClientIpConfig {
@@ -608,12 +570,12 @@ mod tests {
             ..cfg.clone()
         };
         assert_eq!(
-            per_host.client_ip_of(Some(ip("2001:db8::1")), &none),
+            per_host.client_of("2001:db8::1", &none),
             Some(ip("2001:db8::1"))
         );
         // IPv4 clients are never grouped.
         assert_eq!(
-            per_48.client_ip_of(Some(ip("203.0.113.9")), &none),
+            per_48.client_of("203.0.113.9", &none),
             Some(ip("203.0.113.9"))
         );
     }
@@ -623,12 +585,12 @@ mod tests {
         let cfg = config(&["10.0.0.0/8"], ProxyHeader::XForwardedFor);
         // A dual-stack listener reports IPv4 peers as ::ffff:a.b.c.d.
         assert_eq!(
-            cfg.client_ip_of(Some(ip("::ffff:203.0.113.9")), &HeaderMap::new()),
+            cfg.client_of("::ffff:203.0.113.9", &HeaderMap::new()),
             Some(ip("203.0.113.9"))
         );
         let h = headers(&[("x-forwarded-for", "203.0.113.9")]);
         assert_eq!(
-            cfg.client_ip_of(Some(ip("::ffff:10.0.0.1")), &h),
+            cfg.client_of("::ffff:10.0.0.1", &h),
             Some(ip("203.0.113.9"))
         );
     }

@@ -30,8 +30,9 @@ pub(crate) const RETRY_AFTER: &str = "retry-after";
 /// rules).
 pub(crate) const LONE_POLICY: &str = "limit";
 
-/// Where the fields go: a framework's header map, or gRPC metadata.
-pub(crate) trait FieldSink {
+/// Where the fields go: a framework's header map, or gRPC metadata. Public only in name:
+/// it bounds the middleware's response future.
+pub trait FieldSink {
     /// Sets `name` (lower case) to `value` (visible ASCII), replacing any value it had.
     fn set(&mut self, name: &'static str, value: String);
     /// Whether `name` is set.
@@ -201,16 +202,38 @@ pub(crate) mod tests {
         }
     }
 
-    fn decision(allowed: bool, rule_index: usize, remaining: u64) -> Decision {
+    /// A decision binding on rule `rule_index` of `rules`: denied when there is a
+    /// `retry_after`.
+    pub(crate) fn decision_under(
+        rules: &[Rule],
+        rule_index: usize,
+        remaining: u64,
+        reset_after: Duration,
+        retry_after: Option<Duration>,
+    ) -> Decision {
+        let rule = rules[rule_index];
         Decision {
-            allowed,
-            limit: RULES[rule_index].count(),
+            allowed: retry_after.is_none(),
+            limit: rule.count(),
             remaining,
-            reset_after: Duration::from_millis(59_001),
-            retry_after: (!allowed).then(|| Duration::from_millis(4_200)),
-            rule: RULES[rule_index],
+            reset_after,
+            retry_after,
+            rule,
             rule_index,
         }
+    }
+
+    /// Reset in 59.001 s; when denied, retry in 4.2 s.
+    fn decision(allowed: bool, rule_index: usize, remaining: u64) -> Decision {
+        let wait = Duration::from_millis(4_200);
+        let reset_after = Duration::from_millis(59_001);
+        decision_under(
+            &RULES,
+            rule_index,
+            remaining,
+            reset_after,
+            (!allowed).then_some(wait),
+        )
     }
 
     #[test]

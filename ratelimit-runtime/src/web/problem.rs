@@ -76,34 +76,40 @@ pub(crate) const PROBLEM_JSON: &str = "application/problem+json";
 /// The detail of a backend failure: the cause is logged, never sent.
 pub(crate) const UNAVAILABLE: &str = "the rate limiter is unavailable; try again later";
 
+/// The status each error answers, for every framework: 429 for `Limited`, 500 for
+/// `MissingIdentity`, 503 for `Backend`.
+pub(crate) fn status_of(err: &RateLimitError) -> u16 {
+    match err {
+        RateLimitError::Limited { .. } => 429,
+        RateLimitError::MissingIdentity { .. } => 500,
+        RateLimitError::Backend(_) => 503,
+    }
+}
+
 impl Problem {
-    /// The problem `err` answers, logging what the client is not told.
+    /// The problem `err` answers, with its [status](status_of), logging what the client is
+    /// not told.
     ///
     /// - `Limited`: 429 with the attribute's `message`;
     /// - `MissingIdentity`: 500 saying what is missing (the integration, the peer address,
     ///   a user id), as read from the current request context;
     /// - `Backend`: 503.
     pub(crate) fn of(err: &RateLimitError, integration: Integration) -> Problem {
-        match err {
-            RateLimitError::Limited { message, .. } => Problem {
-                status: 429,
-                detail: (*message).to_owned(),
-            },
+        let detail = match err {
+            RateLimitError::Limited { message, .. } => (*message).to_owned(),
             RateLimitError::MissingIdentity { limit_type } => {
                 let detail = missing_identity(*limit_type, RequestContext::current(), integration);
                 log_missing_identity(&detail);
-                Problem {
-                    status: 500,
-                    detail,
-                }
+                detail
             }
             RateLimitError::Backend(cause) => {
                 log_backend_failure(cause);
-                Problem {
-                    status: 503,
-                    detail: UNAVAILABLE.to_owned(),
-                }
+                UNAVAILABLE.to_owned()
             }
+        };
+        Problem {
+            status: status_of(err),
+            detail,
         }
     }
 
@@ -210,11 +216,48 @@ fn push_json_string(out: &mut String, text: &str) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::time::Duration;
 
     use super::*;
     use crate::{BackendError, BackendErrorKind, Rule};
+
+    /// Refused under 10 calls a minute, to be retried in 11.25 s, with `message`.
+    pub(crate) fn limited(message: &'static str) -> RateLimitError {
+        RateLimitError::Limited {
+            key: "rate_limit:ip:203.0.113.9:app::send_code".into(),
+            rule: Rule::per_minute(10),
+            retry_after: Duration::from_millis(11_250),
+            message,
+        }
+    }
+
+    /// Asserts the fields a [`limited`] error answers with, as `field` reads them from a
+    /// response: the rule alone (named `limit`), and the wait rounded up.
+    pub(crate) fn assert_limited_fields<'a>(field: impl Fn(&str) -> Option<&'a str>) {
+        assert_eq!(field("retry-after"), Some("12"));
+        assert_eq!(field("ratelimit-policy"), Some(r#""limit";q=10;w=60"#));
+        assert_eq!(field("ratelimit"), Some(r#""limit";r=0;t=12"#));
+    }
+
+    /// Refused under 10 calls a minute for a cost above 10: it never passes.
+    #[cfg_attr(not(any(feature = "axum", feature = "tonic")), allow(dead_code))]
+    pub(crate) fn never_passes() -> RateLimitError {
+        RateLimitError::Limited {
+            key: "rate_limit:custom:tom:app::upload".into(),
+            rule: Rule::per_minute(10),
+            retry_after: Duration::MAX,
+            message: "too many requests",
+        }
+    }
+
+    /// A fail-closed backend failure whose cause holds a password: never to be sent.
+    pub(crate) fn backend_failure() -> RateLimitError {
+        RateLimitError::Backend(BackendError::new(
+            BackendErrorKind::Unavailable,
+            "redis://secret@10.0.0.9 refused",
+        ))
+    }
 
     fn any_integration() -> Integration {
         #[cfg(feature = "axum")]
@@ -227,22 +270,14 @@ mod tests {
 
     #[test]
     fn each_error_has_its_status_and_a_detail_that_leaks_nothing() {
-        let limited = RateLimitError::Limited {
-            key: "rate_limit:ip:203.0.113.9:app::send_code".into(),
-            rule: Rule::per_minute(10),
-            retry_after: Duration::from_millis(11_250),
-            message: "too many codes, \"slow\" down",
-        };
+        let limited = limited("too many codes, \"slow\" down");
         let problem = Problem::of(&limited, any_integration());
         assert_eq!(problem.status, 429);
         assert_eq!(
             problem.body(),
             r#"{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"too many codes, \"slow\" down"}"#
         );
-        let backend = RateLimitError::Backend(BackendError::new(
-            BackendErrorKind::Unavailable,
-            "redis://secret@10.0.0.9 refused",
-        ));
+        let backend = backend_failure();
         assert_eq!(
             Problem::of(&backend, any_integration()).body(),
             r#"{"type":"about:blank","title":"Service Unavailable","status":503,"detail":"the rate limiter is unavailable; try again later"}"#
