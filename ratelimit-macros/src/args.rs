@@ -4,13 +4,15 @@
 //! [`Errors`] and parsing goes on past them, so one compile reports all of them.
 
 use proc_macro2::{Span, TokenStream};
-use quote::{quote, ToTokens};
-use syn::parse::{Parse, ParseStream};
-use syn::{parenthesized, Expr, ExprPath, Ident, LitBool, LitInt, LitStr, Path, Token};
+use quote::{quote, ToTokens, TokenStreamExt as _};
+use syn::parse::{Lookahead1, Parse, ParseStream};
+use syn::spanned::Spanned as _;
+use syn::{parenthesized, Expr, ExprPath, Ident, LitInt, LitStr, Path, Token};
 
-use ratelimit_rule_text::{too_large, too_long, window_ms as window};
+use ratelimit_rule_text::{InvalidRule, UNITS};
 
-use crate::item::{ItemFn, Returns};
+use crate::errors::Errors;
+use crate::item::Returns;
 
 mod kw {
     syn::custom_keyword!(rules);
@@ -31,7 +33,8 @@ mod kw {
     syn::custom_keyword!(cost);
 }
 
-const ARGUMENTS: &str = "rules, prevent_duplicate, prevent_duplicate_rule, limit_type, by, key, \
+const ARGUMENTS: &str =
+    "one of rules, prevent_duplicate, prevent_duplicate_rule, limit_type, by, key, \
                          message, algorithm, on_limit, limiter, crate, name, cost";
 
 const NAME_FORM: &str = "a name is one or more segments of ASCII letters, digits, `_`, `.` and \
@@ -89,101 +92,41 @@ impl Rule {
         count: 1,
         window_ms: 5_000,
     };
-
-    /// The runtime's `Rule::MAX_COUNT`: figures stay exact in the Lua scripts' doubles.
-    const MAX_COUNT: u64 = ratelimit_rule_text::MAX_COUNT;
 }
 
-/// `limit_type = ...`; expands to the runtime's variant name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LimitType {
-    Ip,
-    UserId,
-    Global,
-    Custom,
-}
+/// An argument whose value is one of a few names, written in any case: the enum, its
+/// names, and its expansion to the runtime's variant of the same name.
+macro_rules! choice {
+    ($(#[$doc:meta])* $choice:ident { $($variant:ident = $name:literal),+ $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum $choice { $($variant),+ }
 
-impl LimitType {
-    const CHOICES: &'static [(&'static str, LimitType)] = &[
-        ("IP", LimitType::Ip),
-        ("USER_ID", LimitType::UserId),
-        ("GLOBAL", LimitType::Global),
-        ("CUSTOM", LimitType::Custom),
-    ];
-}
-
-impl ToTokens for LimitType {
-    fn to_tokens(&self, tokens: &mut TokenStream) {
-        tokens.extend(match self {
-            LimitType::Ip => quote!(Ip),
-            LimitType::UserId => quote!(UserId),
-            LimitType::Global => quote!(Global),
-            LimitType::Custom => quote!(Custom),
-        });
-    }
-}
-
-/// `algorithm = ...`; expands to the runtime's variant name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Algorithm {
-    SlidingLog,
-    FixedWindow,
-    SlidingWindow,
-    TokenBucket,
-}
-
-impl Algorithm {
-    const CHOICES: &'static [(&'static str, Algorithm)] = &[
-        ("SLIDING_LOG", Algorithm::SlidingLog),
-        ("FIXED_WINDOW", Algorithm::FixedWindow),
-        ("SLIDING_WINDOW", Algorithm::SlidingWindow),
-        ("TOKEN_BUCKET", Algorithm::TokenBucket),
-    ];
-}
-
-impl ToTokens for Algorithm {
-    fn to_tokens(&self, tokens: &mut TokenStream) {
-        tokens.extend(match self {
-            Algorithm::SlidingLog => quote!(SlidingLog),
-            Algorithm::FixedWindow => quote!(FixedWindow),
-            Algorithm::SlidingWindow => quote!(SlidingWindow),
-            Algorithm::TokenBucket => quote!(TokenBucket),
-        });
-    }
-}
-
-/// `unit = ...` of a `rule(...)`.
-const UNITS: &[(&str, u64)] = &[
-    ("MILLISECONDS", 1),
-    ("SECONDS", 1_000),
-    ("MINUTES", 60_000),
-    ("HOURS", 3_600_000),
-    ("DAYS", 86_400_000),
-];
-
-/// Every error found so far, reported together.
-#[derive(Default)]
-pub struct Errors(Option<syn::Error>);
-
-impl Errors {
-    pub fn push(&mut self, error: syn::Error) {
-        match &mut self.0 {
-            Some(errors) => errors.combine(error),
-            None => self.0 = Some(error),
+        impl $choice {
+            const CHOICES: &'static [(&'static str, $choice)] = &[$(($name, $choice::$variant)),+];
         }
-    }
 
-    /// Records the error of `result`, if any, and passes its value on.
-    pub fn ok<T>(&mut self, result: syn::Result<T>) -> Option<T> {
-        result.map_err(|e| self.push(e)).ok()
-    }
+        impl ToTokens for $choice {
+            fn to_tokens(&self, tokens: &mut TokenStream) {
+                let variant = match self { $($choice::$variant => stringify!($variant)),+ };
+                tokens.append(Ident::new(variant, Span::call_site()));
+            }
+        }
+    };
+}
 
-    pub fn is_empty(&self) -> bool {
-        self.0.is_none()
-    }
+choice! {
+    /// `limit_type = ...`.
+    LimitType { Ip = "IP", UserId = "USER_ID", Global = "GLOBAL", Custom = "CUSTOM" }
+}
 
-    pub fn into_result(self) -> syn::Result<()> {
-        self.0.map_or(Ok(()), Err)
+choice! {
+    /// `algorithm = ...`.
+    Algorithm {
+        SlidingLog = "SLIDING_LOG",
+        FixedWindow = "FIXED_WINDOW",
+        SlidingWindow = "SLIDING_WINDOW",
+        TokenBucket = "TOKEN_BUCKET",
     }
 }
 
@@ -196,6 +139,22 @@ struct Slot<T> {
 impl<T> Slot<T> {
     fn new(name: &'static str) -> Self {
         Slot { name, value: None }
+    }
+
+    /// Parses `name = value`, the value with `value`, and sets it. `value` records an
+    /// invalid value in `errors` and gives `None`: the argument then stays unset.
+    fn parse<K: Parse + ToTokens>(
+        &mut self,
+        input: ParseStream,
+        errors: &mut Errors,
+        value: impl FnOnce(ParseStream, &mut Errors) -> syn::Result<Option<T>>,
+    ) -> syn::Result<()> {
+        let name = input.parse::<K>()?.span();
+        input.parse::<Token![=]>()?;
+        if let Some(value) = value(input, errors)? {
+            self.set(errors, name, value);
+        }
+        Ok(())
     }
 
     /// The one place repeated arguments are detected.
@@ -221,6 +180,11 @@ impl<T> Slot<T> {
     fn into_inner(self) -> Option<T> {
         self.value.map(|(_, value)| value)
     }
+}
+
+/// A value parsed as written, with no check of its own.
+fn parsed<T: Parse>(input: ParseStream, _: &mut Errors) -> syn::Result<Option<T>> {
+    input.parse().map(Some)
 }
 
 /// Arguments as written, before the checks that involve several of them (or the function).
@@ -270,89 +234,63 @@ impl RawArgs {
             let rules = parse_rules(input, errors)?;
             self.rules.set(errors, name, rules);
         } else if lookahead.peek(kw::prevent_duplicate) {
-            let name = input.parse::<kw::prevent_duplicate>()?.span;
-            input.parse::<Token![=]>()?;
-            let value = input.parse::<LitBool>()?.value;
-            self.prevent_duplicate.set(errors, name, value);
+            self.prevent_duplicate.parse::<kw::prevent_duplicate>(
+                input,
+                errors,
+                bool_literal("prevent_duplicate"),
+            )?;
         } else if lookahead.peek(kw::prevent_duplicate_rule) {
-            let name = input.parse::<kw::prevent_duplicate_rule>()?.span;
-            input.parse::<Token![=]>()?;
-            if let Some(rule) = parse_rule_call(input, errors)? {
-                self.prevent_duplicate_rule.set(errors, name, rule);
-            }
+            self.prevent_duplicate_rule
+                .parse::<kw::prevent_duplicate_rule>(input, errors, parse_rule_call)?;
         } else if lookahead.peek(kw::limit_type) {
-            let name = input.parse::<kw::limit_type>()?.span;
-            input.parse::<Token![=]>()?;
-            let ident = input.parse::<Ident>()?;
-            if let Some(value) = errors.ok(choose(&ident, "limit_type", LimitType::CHOICES)) {
-                self.limit_type.set(errors, name, (value, ident.span()));
-            }
+            self.limit_type
+                .parse::<kw::limit_type>(input, errors, |input, errors| {
+                    let ident = input.parse::<Ident>()?;
+                    let value = errors.ok(choose(&ident, "limit_type", LimitType::CHOICES));
+                    Ok(value.map(|value| (value, ident.span())))
+                })?;
         } else if lookahead.peek(kw::by) {
-            let name = input.parse::<kw::by>()?.span;
-            input.parse::<Token![=]>()?;
-            let expr = input.parse::<Expr>()?;
-            self.by.set(errors, name, expr);
+            self.by.parse::<kw::by>(input, errors, parsed)?;
         } else if lookahead.peek(kw::key) {
-            let name = input.parse::<kw::key>()?.span;
-            input.parse::<Token![=]>()?;
-            let prefix = input.parse::<LitStr>()?;
-            self.key.set(errors, name, prefix);
+            self.key.parse::<kw::key>(input, errors, parsed)?;
         } else if lookahead.peek(kw::message) {
-            let name = input.parse::<kw::message>()?.span;
-            input.parse::<Token![=]>()?;
-            let message = input.parse::<LitStr>()?;
-            self.message.set(errors, name, message);
+            self.message.parse::<kw::message>(input, errors, parsed)?;
         } else if lookahead.peek(kw::algorithm) {
-            let name = input.parse::<kw::algorithm>()?.span;
-            input.parse::<Token![=]>()?;
-            let ident = input.parse::<Ident>()?;
-            if let Some(value) = errors.ok(choose(&ident, "algorithm", Algorithm::CHOICES)) {
-                self.algorithm.set(errors, name, value);
-            }
+            self.algorithm
+                .parse::<kw::algorithm>(input, errors, |input, errors| {
+                    let ident = input.parse::<Ident>()?;
+                    Ok(errors.ok(choose(&ident, "algorithm", Algorithm::CHOICES)))
+                })?;
         } else if lookahead.peek(kw::on_limit) {
-            let name = input.parse::<kw::on_limit>()?.span;
-            input.parse::<Token![=]>()?;
-            let path = input.parse::<ExprPath>()?;
-            self.on_limit.set(errors, name, path);
+            self.on_limit.parse::<kw::on_limit>(input, errors, parsed)?;
         } else if lookahead.peek(kw::limiter) {
-            let name = input.parse::<kw::limiter>()?.span;
-            input.parse::<Token![=]>()?;
-            let expr = input.parse::<Expr>()?;
-            self.limiter.set(errors, name, expr);
+            self.limiter.parse::<kw::limiter>(input, errors, parsed)?;
         } else if lookahead.peek(Token![crate]) {
-            let name = input.parse::<Token![crate]>()?.span;
-            input.parse::<Token![=]>()?;
-            let path = input.call(Path::parse_mod_style)?;
-            self.krate.set(errors, name, path);
+            self.krate
+                .parse::<Token![crate]>(input, errors, |input, _| {
+                    input.call(Path::parse_mod_style).map(Some)
+                })?;
         } else if lookahead.peek(kw::name) {
-            let name = input.parse::<kw::name>()?.span;
-            input.parse::<Token![=]>()?;
-            let value = input.parse::<LitStr>()?;
-            if errors.ok(check_name(&value)).is_some() {
-                self.name.set(errors, name, value);
-            }
+            self.name
+                .parse::<kw::name>(input, errors, |input, errors| {
+                    let value = input.parse::<LitStr>()?;
+                    Ok(errors.ok(check_name(&value)).map(|()| value))
+                })?;
         } else if lookahead.peek(kw::cost) {
-            let name = input.parse::<kw::cost>()?.span;
-            input.parse::<Token![=]>()?;
-            let expr = input.parse::<Expr>()?;
-            if errors.ok(check_cost(&expr)).is_some() {
-                self.cost.set(errors, name, expr);
-            }
-        } else if input.peek(Ident) {
-            let ident = input.parse::<Ident>()?;
-            return Err(syn::Error::new(
-                ident.span(),
-                format!("unknown argument `{ident}`; expected one of {ARGUMENTS}"),
-            ));
+            self.cost
+                .parse::<kw::cost>(input, errors, |input, errors| {
+                    let expr = input.parse::<Expr>()?;
+                    Ok(errors.ok(check_cost(&expr)).map(|()| expr))
+                })?;
         } else {
-            return Err(lookahead.error());
+            return Err(unknown(input, lookahead, "argument", ARGUMENTS));
         }
         Ok(())
     }
 
-    /// The checks that involve several arguments or the function; then the typed
-    /// [`Args`], or every error found.
-    pub fn validate(mut self, item: &ItemFn) -> syn::Result<Args> {
+    /// The checks that involve several arguments or the function's return type; then the
+    /// typed [`Args`], or every error found.
+    pub fn validate(mut self, returns: Returns) -> syn::Result<Args> {
         let limit_type = self.limit_type.get().copied();
         let prevent_duplicate = self.prevent_duplicate.get().copied().unwrap_or(false);
 
@@ -384,12 +322,12 @@ impl RawArgs {
                  `rules(\"10/minute\")`, or `prevent_duplicate = true`",
             ));
         }
-        let limited = match (self.on_limit.into_inner(), item.returns()) {
+        let limited = match (self.on_limit.into_inner(), returns) {
             (Some(on_limit), _) => Some(Limited::OnLimit(on_limit)),
             (None, Returns::Result { error_span }) => Some(Limited::Err { error_span }),
-            (None, Returns::Other) => {
+            (None, Returns::Other { span }) => {
                 self.errors.push(syn::Error::new(
-                    item.return_type_span(),
+                    span,
                     "#[rate_limiter] on a function that does not return a `Result` needs \
                      `on_limit = path`, a `fn(RateLimitError) -> T` giving what a limited call \
                      returns; or return a `Result` whose error type implements \
@@ -530,7 +468,9 @@ fn parse_rule_call(input: ParseStream, errors: &mut Errors) -> syn::Result<Optio
     };
 
     let count = match fields.count.into_inner() {
-        Some(lit) => rule_errors.ok(parse_count(&lit)),
+        Some(lit) => rule_errors.ok(lit.base10_parse().and_then(|count| {
+            ratelimit_rule_text::check_count(count).map_err(|invalid| invalid_rule(&lit, invalid))
+        })),
         None => {
             complain(&mut rule_errors, "count");
             None
@@ -541,9 +481,11 @@ fn parse_rule_call(input: ParseStream, errors: &mut Errors) -> syn::Result<Optio
         None => (1_000, None),
     };
     let window_ms = match fields.time.into_inner() {
-        Some(lit) => rule_errors.ok(parse_time(&lit).and_then(|time| {
-            window(time, unit_ms).ok_or_else(|| {
-                syn::Error::new_spanned(quote!(#lit #unit_ident), too_long(time, unit_ms))
+        Some(lit) => rule_errors.ok(lit.base10_parse().and_then(|time| {
+            ratelimit_rule_text::window_ms(time, unit_ms).map_err(|invalid| match invalid {
+                // Too long is the time in its unit, so both are underlined.
+                InvalidRule::WindowTooLong => invalid_rule(quote!(#lit #unit_ident), invalid),
+                _ => invalid_rule(&lit, invalid),
             })
         })),
         None => {
@@ -560,6 +502,10 @@ fn parse_rule_call(input: ParseStream, errors: &mut Errors) -> syn::Result<Optio
             None
         }
     })
+}
+
+fn invalid_rule(tokens: impl ToTokens, invalid: InvalidRule) -> syn::Error {
+    syn::Error::new_spanned(tokens, invalid.message())
 }
 
 /// The `name = value` list inside `rule(...)`, as written.
@@ -584,30 +530,38 @@ impl RuleFields {
     fn parse_field(&mut self, input: ParseStream, errors: &mut Errors) -> syn::Result<()> {
         let lookahead = input.lookahead1();
         if lookahead.peek(kw::count) {
-            let name = input.parse::<kw::count>()?.span;
-            input.parse::<Token![=]>()?;
-            self.count.set(errors, name, input.parse()?);
+            self.count.parse::<kw::count>(input, errors, parsed)?;
         } else if lookahead.peek(kw::time) {
-            let name = input.parse::<kw::time>()?.span;
-            input.parse::<Token![=]>()?;
-            self.time.set(errors, name, input.parse()?);
+            self.time.parse::<kw::time>(input, errors, parsed)?;
         } else if lookahead.peek(kw::unit) {
-            let name = input.parse::<kw::unit>()?.span;
-            input.parse::<Token![=]>()?;
-            let ident = input.parse::<Ident>()?;
-            if let Some(ms) = errors.ok(choose(&ident, "unit", UNITS)) {
-                self.unit.set(errors, name, (ms, ident));
-            }
-        } else if input.peek(Ident) {
-            let ident = input.parse::<Ident>()?;
-            return Err(syn::Error::new(
-                ident.span(),
-                format!("unknown rule argument `{ident}`; expected count, time, unit"),
-            ));
+            self.unit
+                .parse::<kw::unit>(input, errors, |input, errors| {
+                    let ident = input.parse::<Ident>()?;
+                    let units: Vec<_> = UNITS.iter().map(|unit| (unit.name(), unit.ms)).collect();
+                    let ms = errors.ok(choose(&ident, "unit", &units));
+                    Ok(ms.map(|ms| (ms, ident)))
+                })?;
         } else {
-            return Err(lookahead.error());
+            return Err(unknown(
+                input,
+                lookahead,
+                "rule argument",
+                "count, time, unit",
+            ));
         }
         Ok(())
+    }
+}
+
+/// The error for what is none of the expected names: an unknown `what` (an identifier,
+/// consumed), or syn's own "expected ..." for any other token.
+fn unknown(input: ParseStream, lookahead: Lookahead1, what: &str, expected: &str) -> syn::Error {
+    match input.parse::<Ident>() {
+        Ok(ident) => syn::Error::new(
+            ident.span(),
+            format!("unknown {what} `{ident}`; expected {expected}"),
+        ),
+        Err(_) => lookahead.error(),
     }
 }
 
@@ -664,28 +618,32 @@ fn check_cost(expr: &Expr) -> syn::Result<()> {
     Ok(())
 }
 
-fn parse_count(lit: &LitInt) -> syn::Result<u64> {
-    match lit.base10_parse::<u64>()? {
-        0 => Err(syn::Error::new(
-            lit.span(),
-            "count must be at least 1: a rule admitting no calls would refuse every call",
-        )),
-        count if count > Rule::MAX_COUNT => Err(syn::Error::new(lit.span(), too_large(count))),
-        count => Ok(count),
+/// The value of `argument = true` or `argument = false`: only a literal, since it is
+/// decided at compile time.
+fn bool_literal(
+    argument: &'static str,
+) -> impl FnOnce(ParseStream, &mut Errors) -> syn::Result<Option<bool>> {
+    move |input, errors| {
+        let expr = input.parse::<Expr>()?;
+        if let Expr::Lit(syn::ExprLit {
+            lit: syn::Lit::Bool(value),
+            attrs,
+        }) = &expr
+        {
+            if attrs.is_empty() {
+                return Ok(Some(value.value));
+            }
+        }
+        errors.push(syn::Error::new_spanned(
+            expr,
+            format!("`{argument}` takes the literal `true` or `false`"),
+        ));
+        Ok(None)
     }
 }
 
-fn parse_time(lit: &LitInt) -> syn::Result<u64> {
-    match lit.base10_parse::<u64>()? {
-        0 => Err(syn::Error::new(
-            lit.span(),
-            "time must be at least 1: a rule's window cannot be empty",
-        )),
-        time => Ok(time),
-    }
-}
-
-/// The value named by `ident` (case-insensitively), or an error on it listing the choices.
+/// The value named by `ident` (case-insensitively), or an error on it listing the choices
+/// (in upper case, as the attribute spells them).
 fn choose<T: Copy>(ident: &Ident, what: &str, choices: &[(&str, T)]) -> syn::Result<T> {
     let name = ident.to_string();
     choices
@@ -693,7 +651,10 @@ fn choose<T: Copy>(ident: &Ident, what: &str, choices: &[(&str, T)]) -> syn::Res
         .find(|(choice, _)| choice.eq_ignore_ascii_case(&name))
         .map(|(_, value)| *value)
         .ok_or_else(|| {
-            let names: Vec<&str> = choices.iter().map(|(choice, _)| *choice).collect();
+            let names: Vec<String> = choices
+                .iter()
+                .map(|(choice, _)| choice.to_ascii_uppercase())
+                .collect();
             syn::Error::new(
                 ident.span(),
                 format!(
@@ -721,10 +682,10 @@ mod tests {
     use syn::parse_quote;
 
     fn args(tokens: TokenStream) -> syn::Result<Args> {
-        let item: ItemFn = parse_quote!(
-            async fn f() -> Result<(), E> {}
-        );
-        syn::parse2::<RawArgs>(tokens)?.validate(&item)
+        let returns = Returns::Result {
+            error_span: Span::call_site(),
+        };
+        syn::parse2::<RawArgs>(tokens)?.validate(returns)
     }
 
     fn messages(tokens: TokenStream) -> Vec<String> {
@@ -804,25 +765,26 @@ mod tests {
 
     #[test]
     fn windows_the_runtime_cannot_count_are_rejected() {
+        let too_long = InvalidRule::WindowTooLong.message();
+        let too_large = InvalidRule::CountTooLarge.message();
         let max_days = ratelimit_rule_text::MAX_WINDOW_MS / 86_400_000;
         assert!(args(quote!(rules(rule(count = 1, time = #max_days, unit = DAYS)))).is_ok());
         let over = max_days + 1;
         let errors = messages(quote!(rules(rule(count = 1, time = #over, unit = DAYS))));
-        assert_eq!(errors.len(), 1);
-        assert!(errors[0].contains("too long"), "{errors:?}");
+        assert_eq!(errors, [too_long]);
         let errors = messages(quote!(rules(rule(count = 1, time = 18446744073709551615))));
-        assert!(errors[0].contains("too long"), "{errors:?}");
+        assert_eq!(errors, [too_long]);
         let errors = messages(quote!(rules(rule(count = 18446744073709551616, time = 1))));
-        assert!(errors[0].contains("too large"), "{errors:?}");
+        assert_eq!(errors, ["number too large to fit in target type"]);
         let errors = messages(quote!(rules("1/18446744073709551615d")));
-        assert!(errors[0].contains("too long"), "{errors:?}");
-        let max_count = Rule::MAX_COUNT;
+        assert!(errors[0].ends_with(too_long), "{errors:?}");
+        let max_count = ratelimit_rule_text::MAX_COUNT;
         assert!(args(quote!(rules(rule(count = #max_count, time = 1)))).is_ok());
         let over = max_count + 1;
         let errors = messages(quote!(rules(rule(count = #over, time = 1))));
-        assert!(errors[0].contains("too large"), "{errors:?}");
+        assert_eq!(errors, [too_large]);
         let errors = messages(quote!(rules("4503599627370497/second")));
-        assert!(errors[0].contains("too large"), "{errors:?}");
+        assert!(errors[0].ends_with(too_large), "{errors:?}");
     }
 
     #[test]
@@ -838,8 +800,8 @@ mod tests {
         ));
         assert_eq!(errors.len(), 8, "{errors:#?}");
         let expected = [
-            "count must be at least 1",
-            "time must be at least 1",
+            "a rule's count must be at least 1",
+            "a rule's window must last at least 1 microsecond",
             "cannot parse rule \"often\"",
             "unknown limit_type `PER_IP`; expected one of IP, USER_ID, GLOBAL, CUSTOM",
             "unknown algorithm `LEAKY`",

@@ -1,56 +1,30 @@
 //! Code generation. Everything here has been validated: no user error is reported here.
 
-use proc_macro2::{Span, TokenStream};
+use proc_macro2::{Ident, Span, TokenStream};
 use quote::{quote, quote_spanned};
 use syn::spanned::Spanned as _;
 
 use crate::args::{Args, Limited, Rule};
-use crate::item::{AsyncTrait, ItemFn};
+use crate::item::ItemFn;
 
-/// The function with the guard prepended to its body (for a method `#[async_trait]` has
-/// rewritten, to the async block its body returns).
+/// The function with the check before its body (for a method `#[async_trait]` has
+/// rewritten, in the async block its body returns).
 pub fn expand(args: &Args, item: &ItemFn) -> TokenStream {
-    let ItemFn {
-        outer_attrs,
-        vis,
-        sig,
-        inner_attrs,
-        body,
-        async_trait,
-    } = item;
-    let guard = guard(args);
-    if let Some(async_trait) = async_trait {
-        // The function only builds the future; the check belongs in the future, before
-        // what it runs, and a limited call returns from the async block.
-        let mut body = async_trait.body.clone();
-        let block = AsyncTrait::async_block(&mut body, async_trait.block_at);
-        let guard: syn::Stmt = syn::parse2(guard).expect("the guard is a block");
-        block.block.stmts.insert(0, guard);
-        let stmts = &body.stmts;
-        return quote! {
-            #(#outer_attrs)*
-            #vis #sig {
-                #(#inner_attrs)*
-                #(#stmts)*
-            }
-        };
-    }
+    let check = check(args);
     // The body keeps a block of its own, so that it reads exactly as written: its items
     // and statements come first in their block, as they did.
-    quote! {
-        #(#outer_attrs)*
-        #vis #sig {
-            #(#inner_attrs)*
-            #guard
+    item.guarded(|body| {
+        quote! {
+            #check
             { #body }
         }
-    }
+    })
 }
 
 /// The block that checks the call site's rules and returns early when the call is limited.
 ///
 /// It is a block of its own so that none of its names are visible to the body.
-fn guard(args: &Args) -> TokenStream {
+fn check(args: &Args) -> TokenStream {
     let krate = &args.krate;
     let private = quote!(#krate::__private);
 
@@ -81,7 +55,7 @@ fn guard(args: &Args) -> TokenStream {
         }
     };
 
-    let limited = limited(&args.limited);
+    let (limited, err) = limited(&args.limited);
     let key = match &args.by {
         Some(by) => {
             // Spanned at `by`, so a value that is not `Display` is reported there.
@@ -93,7 +67,7 @@ fn guard(args: &Args) -> TokenStream {
         None => quote! {
             match __RATELIMIT_SITE.key_from_context(__ratelimit_probe_name) {
                 ::core::result::Result::Ok(__ratelimit_key) => __ratelimit_key,
-                ::core::result::Result::Err(__ratelimit_err) => #limited,
+                ::core::result::Result::Err(#err) => #limited,
             }
         },
     };
@@ -112,7 +86,7 @@ fn guard(args: &Args) -> TokenStream {
         // `.await` and does not affect whether the future is `Send`.
         let __ratelimit_key = #key;
         let __ratelimit_limiter: &#private::Limiter = #limiter;
-        if let ::core::result::Result::Err(__ratelimit_err) =
+        if let ::core::result::Result::Err(#err) =
             __RATELIMIT_SITE.check(__ratelimit_limiter, __ratelimit_key, #cost).await
         {
             #limited
@@ -128,13 +102,6 @@ fn guard(args: &Args) -> TokenStream {
             }
         },
         None => check,
-    };
-    // An exempt request (the application's decision, e.g. a health checker) skips
-    // everything: no identity is needed, nothing is counted or refused.
-    let check = quote! {
-        if !#private::RequestContext::current_is_exempt() {
-            #check
-        }
     };
 
     quote! {
@@ -156,29 +123,40 @@ fn guard(args: &Args) -> TokenStream {
             // Its type name is the guarded function's full path, impl type included.
             fn __ratelimit_probe() {}
             let __ratelimit_probe_name = ::core::any::type_name_of_val(&__ratelimit_probe);
-            #check
+            // An exempt request (the application's decision, e.g. a health checker) skips
+            // everything: no identity is needed, nothing is counted or refused.
+            if !#private::RequestContext::current_is_exempt() {
+                #check
+            }
         }
     }
 }
 
-/// `return ...` of a limited call, given `__ratelimit_err: RateLimitError`.
-fn limited(limited: &Limited) -> TokenStream {
+/// `return ...` of a limited call, and the name it reads the `RateLimitError` from, for the
+/// pattern that binds it.
+///
+/// The name has the span of the user's tokens it is reported with, at its binding too: one
+/// hygiene for both, also when those tokens come from a user's `macro_rules!` fragment.
+fn limited(limited: &Limited) -> (TokenStream, Ident) {
     match limited {
         Limited::OnLimit(on_limit) => {
             let span = first_span(on_limit);
-            quote_spanned! {span=>
-                return #on_limit(__ratelimit_err)
-            }
+            let err = Ident::new("__ratelimit_err", span);
+            (quote_spanned!(span=> return #on_limit(#err)), err)
         }
         // Spanned at the user's error type, so that a missing `From<RateLimitError>` is
         // reported there. Being user-spanned, it is linted as user code: the conversion is
         // the identity when the error type is `RateLimitError` itself.
-        Limited::Err { error_span } => quote_spanned! {*error_span=>
-            {
-                #[allow(clippy::useless_conversion)]
-                return ::core::result::Result::Err(::core::convert::From::from(__ratelimit_err));
-            }
-        },
+        Limited::Err { error_span } => {
+            let err = Ident::new("__ratelimit_err", *error_span);
+            let limited = quote_spanned! {*error_span=>
+                {
+                    #[allow(clippy::useless_conversion)]
+                    return ::core::result::Result::Err(::core::convert::From::from(#err));
+                }
+            };
+            (limited, err)
+        }
     }
 }
 
@@ -200,24 +178,29 @@ mod tests {
         let item: ItemFn = syn::parse2(item).unwrap();
         let args = syn::parse2::<RawArgs>(args)
             .unwrap()
-            .validate(&item)
+            .validate(item.returns())
             .unwrap();
         expand(&args, &item).to_string()
     }
 
-    #[test]
-    fn rules_are_static_data_in_milliseconds_with_the_duplicate_rule_last() {
-        let out = expand_str(
-            quote!(
-                rules("10/minute", rule(count = 2, time = 3, unit = HOURS)),
-                prevent_duplicate = true
-            ),
+    /// The expansion of `async fn f() -> Result<(), E> { Ok(()) }` under `args`.
+    fn expand_simple(args: TokenStream) -> String {
+        expand_str(
+            args,
             quote!(
                 async fn f() -> Result<(), E> {
                     Ok(())
                 }
             ),
-        );
+        )
+    }
+
+    #[test]
+    fn rules_are_static_data_in_milliseconds_with_the_duplicate_rule_last() {
+        let out = expand_simple(quote!(
+            rules("10/minute", rule(count = 2, time = 3, unit = HOURS)),
+            prevent_duplicate = true
+        ));
         let rule = |count: u64, ms: u64| {
             quote!(::redis_ratelimit::__private::Rule::new(
                 #count,
@@ -310,16 +293,18 @@ mod tests {
         let syn::Expr::Async(block) = &call.args[0] else {
             panic!("expected an async block: {out}");
         };
-        let stmts = &block.block.stmts;
-        assert_eq!(stmts.len(), 4, "{out}");
-        let guard = &stmts[0];
+        let [guard, syn::Stmt::Expr(syn::Expr::Block(body), None)] = &block.block.stmts[..] else {
+            panic!("expected the guard then the body: {out}");
+        };
         let guard = quote!(#guard).to_string();
         assert!(guard.contains("static __RATELIMIT_SITE"), "{guard}");
         assert!(
             guard.contains("return :: core :: result :: Result :: Err"),
             "{guard}"
         );
-        let first = &stmts[1];
+        let body = &body.block.stmts;
+        assert_eq!(body.len(), 3, "{out}");
+        let first = &body[0];
         assert_eq!(quote!(#first).to_string(), "let __self = self ;");
     }
 
@@ -344,14 +329,7 @@ mod tests {
             out.contains("check (__ratelimit_limiter , __ratelimit_key , __ratelimit_cost)"),
             "{out}"
         );
-        let default = expand_str(
-            quote!(rules("1/s"), limit_type = GLOBAL),
-            quote!(
-                async fn f() -> Result<(), E> {
-                    Ok(())
-                }
-            ),
-        );
+        let default = expand_simple(quote!(rules("1/s"), limit_type = GLOBAL));
         assert!(
             default.contains("check (__ratelimit_limiter , __ratelimit_key , 1)"),
             "{default}"
@@ -361,26 +339,16 @@ mod tests {
 
     #[test]
     fn a_name_and_the_attribute_s_location_are_given_to_the_call_site() {
-        let out = expand_str(
-            quote!(rules("1/s"), limit_type = GLOBAL, name = "billing::send"),
-            quote!(
-                async fn f() -> Result<(), E> {
-                    Ok(())
-                }
-            ),
-        );
+        let out = expand_simple(quote!(
+            rules("1/s"),
+            limit_type = GLOBAL,
+            name = "billing::send"
+        ));
         assert!(
             out.contains(") . named (\"billing::send\") . defined_at ("),
             "{out}"
         );
-        let unnamed = expand_str(
-            quote!(rules("1/s"), limit_type = GLOBAL),
-            quote!(
-                async fn f() -> Result<(), E> {
-                    Ok(())
-                }
-            ),
-        );
+        let unnamed = expand_simple(quote!(rules("1/s"), limit_type = GLOBAL));
         assert!(!unnamed.contains("named"), "{unnamed}");
         assert!(unnamed.contains(":: core :: file ! ()"), "{unnamed}");
     }

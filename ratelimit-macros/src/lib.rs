@@ -4,12 +4,14 @@
 #![warn(missing_docs)]
 
 mod args;
+mod errors;
 mod expand;
 mod item;
 
 use proc_macro::TokenStream;
 
-use crate::args::{Errors, RawArgs};
+use crate::args::RawArgs;
+use crate::errors::Errors;
 use crate::item::ItemFn;
 
 /// Rate-limits an `async fn`: before the body runs, every rule of this call site is checked
@@ -224,7 +226,8 @@ fn rate_limit(
     let item: ItemFn = syn::parse2(item)?;
     let mut errors = Errors::default();
     item.check(&mut errors);
-    let args = errors.ok(syn::parse2::<RawArgs>(args).and_then(|raw| raw.validate(&item)));
+    let returns = item.returns();
+    let args = errors.ok(syn::parse2::<RawArgs>(args).and_then(|raw| raw.validate(returns)));
     errors.into_result()?;
     let args = args.expect("no errors, so arguments");
     Ok(expand::expand(&args, &item))
