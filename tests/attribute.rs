@@ -67,17 +67,32 @@ fn ran(calls: &AtomicUsize) -> usize {
     calls.load(Ordering::SeqCst)
 }
 
+/// Guarded functions as the scenarios declare them: on the scenario's limiter, and with
+/// `#[counted_in(CALLS)]` adding one to `CALLS` each time the body runs, so that a scenario
+/// proves a refused call never runs it.
+macro_rules! guarded {
+    ($(
+        #[rate_limiter($($arg:tt)*)]
+        $(#[counted_in($calls:ident)])?
+        async fn $name:ident($($params:tt)*) $(-> $ret:ty)? $body:block
+    )+) => {$(
+        #[rate_limiter(limiter = support::limiter(), $($arg)*)]
+        async fn $name($($params)*) $(-> $ret)? {
+            $($calls.fetch_add(1, Ordering::SeqCst);)?
+            $body
+        }
+    )+};
+}
+
 backend_tests! {
     async fn rule_admits_its_count_then_refuses_without_running_the_body() {
         static CALLS: AtomicUsize = AtomicUsize::new(0);
-        #[rate_limiter(
-            rules(rule(count = 2, time = 60)),
-            limit_type = GLOBAL,
-            limiter = support::limiter()
-        )]
-        async fn guarded(n: u32) -> Result<u32, RateLimitError> {
-            CALLS.fetch_add(1, Ordering::SeqCst);
-            Ok(n * 2)
+        guarded! {
+            #[rate_limiter(rules(rule(count = 2, time = 60)), limit_type = GLOBAL)]
+            #[counted_in(CALLS)]
+            async fn guarded(n: u32) -> Result<u32, RateLimitError> {
+                Ok(n * 2)
+            }
         }
 
         assert_eq!(guarded(1).await.unwrap(), 2);
@@ -92,29 +107,26 @@ backend_tests! {
     }
 
     async fn rule_units_and_rule_strings_give_the_same_rule() {
-        #[rate_limiter(
-            rules(rule(count = 1, time = 2, unit = minutes)),
-            limit_type = GLOBAL,
-            limiter = support::limiter()
-        )]
-        async fn by_call() -> Result<(), RateLimitError> {
-            Ok(())
-        }
-        #[rate_limiter(rules("1 per 2 minutes"), limit_type = GLOBAL, limiter = support::limiter())]
-        async fn by_words() -> Result<(), RateLimitError> {
-            Ok(())
-        }
-        #[rate_limiter(rules("1/120s"), limit_type = GLOBAL, limiter = support::limiter())]
-        async fn by_slash() -> Result<(), RateLimitError> {
-            Ok(())
-        }
-        #[rate_limiter(
-            rules(rule(count = 1, time = 120000, unit = MILLISECONDS)),
-            limit_type = GLOBAL,
-            limiter = support::limiter()
-        )]
-        async fn by_millis() -> Result<(), RateLimitError> {
-            Ok(())
+        guarded! {
+            #[rate_limiter(rules(rule(count = 1, time = 2, unit = minutes)), limit_type = GLOBAL)]
+            async fn by_call() -> Result<(), RateLimitError> {
+                Ok(())
+            }
+            #[rate_limiter(rules("1 per 2 minutes"), limit_type = GLOBAL)]
+            async fn by_words() -> Result<(), RateLimitError> {
+                Ok(())
+            }
+            #[rate_limiter(rules("1/120s"), limit_type = GLOBAL)]
+            async fn by_slash() -> Result<(), RateLimitError> {
+                Ok(())
+            }
+            #[rate_limiter(
+                rules(rule(count = 1, time = 120000, unit = MILLISECONDS)),
+                limit_type = GLOBAL,
+            )]
+            async fn by_millis() -> Result<(), RateLimitError> {
+                Ok(())
+            }
         }
 
         let two_minutes = Rule::new(1, Duration::from_secs(120));
@@ -130,14 +142,12 @@ backend_tests! {
 
     async fn a_call_refused_by_one_rule_consumes_nothing_from_the_others() {
         static CALLS: AtomicUsize = AtomicUsize::new(0);
-        #[rate_limiter(
-            rules("2 per 300 ms", rule(count = 3, time = 60)),
-            limit_type = GLOBAL,
-            limiter = support::limiter()
-        )]
-        async fn guarded() -> Result<(), RateLimitError> {
-            CALLS.fetch_add(1, Ordering::SeqCst);
-            Ok(())
+        guarded! {
+            #[rate_limiter(rules("2 per 300 ms", rule(count = 3, time = 60)), limit_type = GLOBAL)]
+            #[counted_in(CALLS)]
+            async fn guarded() -> Result<(), RateLimitError> {
+                Ok(())
+            }
         }
 
         let short = Rule::new(2, Duration::from_millis(300));
@@ -155,15 +165,12 @@ backend_tests! {
 
     async fn prevent_duplicate_admits_one_call_per_five_seconds_by_default() {
         static CALLS: AtomicUsize = AtomicUsize::new(0);
-        #[rate_limiter(
-            prevent_duplicate = true,
-            limit_type = CUSTOM,
-            by = form,
-            limiter = support::limiter()
-        )]
-        async fn submit(form: &str) -> Result<(), RateLimitError> {
-            CALLS.fetch_add(1, Ordering::SeqCst);
-            Ok(())
+        guarded! {
+            #[rate_limiter(prevent_duplicate = true, limit_type = CUSTOM, by = form)]
+            #[counted_in(CALLS)]
+            async fn submit(form: &str) -> Result<(), RateLimitError> {
+                Ok(())
+            }
         }
 
         submit("order-1").await.unwrap();
@@ -177,16 +184,17 @@ backend_tests! {
 
     async fn prevent_duplicate_rule_replaces_the_default_and_adds_to_the_rules() {
         static CALLS: AtomicUsize = AtomicUsize::new(0);
-        #[rate_limiter(
-            rules("3/minute"),
-            prevent_duplicate = true,
-            prevent_duplicate_rule = rule(count = 1, time = 300, unit = MILLISECONDS),
-            limit_type = GLOBAL,
-            limiter = support::limiter()
-        )]
-        async fn submit() -> Result<(), RateLimitError> {
-            CALLS.fetch_add(1, Ordering::SeqCst);
-            Ok(())
+        guarded! {
+            #[rate_limiter(
+                rules("3/minute"),
+                prevent_duplicate = true,
+                prevent_duplicate_rule = rule(count = 1, time = 300, unit = MILLISECONDS),
+                limit_type = GLOBAL,
+            )]
+            #[counted_in(CALLS)]
+            async fn submit() -> Result<(), RateLimitError> {
+                Ok(())
+            }
         }
 
         let duplicate = Rule::new(1, Duration::from_millis(300));
@@ -206,10 +214,12 @@ backend_tests! {
 
     async fn ip_limits_count_each_client_ip_of_the_request_context_apart() {
         static CALLS: AtomicUsize = AtomicUsize::new(0);
-        #[rate_limiter(rules("1/minute"), limit_type = IP, limiter = support::limiter())]
-        async fn guarded() -> Result<(), RateLimitError> {
-            CALLS.fetch_add(1, Ordering::SeqCst);
-            Ok(())
+        guarded! {
+            #[rate_limiter(rules("1/minute"), limit_type = IP)]
+            #[counted_in(CALLS)]
+            async fn guarded() -> Result<(), RateLimitError> {
+                Ok(())
+            }
         }
 
         context::scope(from_ip(A), guarded()).await.unwrap();
@@ -228,10 +238,12 @@ backend_tests! {
 
     async fn ip_from_by_overrides_the_request_context() {
         static CALLS: AtomicUsize = AtomicUsize::new(0);
-        #[rate_limiter(rules("1/minute"), limit_type = IP, by = peer, limiter = support::limiter())]
-        async fn guarded(peer: IpAddr) -> Result<(), RateLimitError> {
-            CALLS.fetch_add(1, Ordering::SeqCst);
-            Ok(())
+        guarded! {
+            #[rate_limiter(rules("1/minute"), limit_type = IP, by = peer)]
+            #[counted_in(CALLS)]
+            async fn guarded(peer: IpAddr) -> Result<(), RateLimitError> {
+                Ok(())
+            }
         }
 
         guarded(ip(A)).await.unwrap();
@@ -247,20 +259,17 @@ backend_tests! {
 
     async fn user_id_limits_count_each_user_apart() {
         static CALLS: AtomicUsize = AtomicUsize::new(0);
-        #[rate_limiter(rules("1/minute"), limit_type = USER_ID, limiter = support::limiter())]
-        async fn from_context() -> Result<(), RateLimitError> {
-            CALLS.fetch_add(1, Ordering::SeqCst);
-            Ok(())
-        }
-        #[rate_limiter(
-            rules("1/minute"),
-            limit_type = USER_ID,
-            by = user.id,
-            limiter = support::limiter()
-        )]
-        async fn from_by(user: &User) -> Result<(), RateLimitError> {
-            CALLS.fetch_add(1, Ordering::SeqCst);
-            Ok(())
+        guarded! {
+            #[rate_limiter(rules("1/minute"), limit_type = USER_ID)]
+            #[counted_in(CALLS)]
+            async fn from_context() -> Result<(), RateLimitError> {
+                Ok(())
+            }
+            #[rate_limiter(rules("1/minute"), limit_type = USER_ID, by = user.id)]
+            #[counted_in(CALLS)]
+            async fn from_by(user: &User) -> Result<(), RateLimitError> {
+                Ok(())
+            }
         }
         struct User {
             id: u64,
@@ -283,15 +292,12 @@ backend_tests! {
 
     async fn custom_limits_count_each_value_of_by_apart() {
         static CALLS: AtomicUsize = AtomicUsize::new(0);
-        #[rate_limiter(
-            rules("2/minute"),
-            limit_type = CUSTOM,
-            by = phone,
-            limiter = support::limiter()
-        )]
-        async fn send_code(phone: String) -> Result<String, RateLimitError> {
-            CALLS.fetch_add(1, Ordering::SeqCst);
-            Ok(format!("code sent to {phone}"))
+        guarded! {
+            #[rate_limiter(rules("2/minute"), limit_type = CUSTOM, by = phone)]
+            #[counted_in(CALLS)]
+            async fn send_code(phone: String) -> Result<String, RateLimitError> {
+                Ok(format!("code sent to {phone}"))
+            }
         }
 
         let phone = "+1 555:0100".to_owned();
@@ -310,10 +316,12 @@ backend_tests! {
 
     async fn global_limits_count_every_caller_in_one_budget() {
         static CALLS: AtomicUsize = AtomicUsize::new(0);
-        #[rate_limiter(rules("2/minute"), limit_type = GLOBAL, limiter = support::limiter())]
-        async fn status() -> Result<&'static str, RateLimitError> {
-            CALLS.fetch_add(1, Ordering::SeqCst);
-            Ok("up")
+        guarded! {
+            #[rate_limiter(rules("2/minute"), limit_type = GLOBAL)]
+            #[counted_in(CALLS)]
+            async fn status() -> Result<&'static str, RateLimitError> {
+                Ok("up")
+            }
         }
 
         context::scope(from_ip(A), status()).await.unwrap();
@@ -330,15 +338,17 @@ backend_tests! {
 
     async fn a_missing_identity_refuses_the_call_without_running_the_body() {
         static CALLS: AtomicUsize = AtomicUsize::new(0);
-        #[rate_limiter(rules("100/minute"), limit_type = IP, limiter = support::limiter())]
-        async fn per_ip() -> Result<(), RateLimitError> {
-            CALLS.fetch_add(1, Ordering::SeqCst);
-            Ok(())
-        }
-        #[rate_limiter(rules("100/minute"), limit_type = USER_ID, limiter = support::limiter())]
-        async fn per_user() -> Result<(), RateLimitError> {
-            CALLS.fetch_add(1, Ordering::SeqCst);
-            Ok(())
+        guarded! {
+            #[rate_limiter(rules("100/minute"), limit_type = IP)]
+            #[counted_in(CALLS)]
+            async fn per_ip() -> Result<(), RateLimitError> {
+                Ok(())
+            }
+            #[rate_limiter(rules("100/minute"), limit_type = USER_ID)]
+            #[counted_in(CALLS)]
+            async fn per_user() -> Result<(), RateLimitError> {
+                Ok(())
+            }
         }
 
         // Outside any request scope.
@@ -364,9 +374,11 @@ backend_tests! {
     }
 
     async fn key_sets_the_prefix_of_the_exact_key() {
-        #[rate_limiter(rules("1/minute"), key = "myprefix:", limiter = support::limiter())]
-        async fn guarded() -> Result<(), RateLimitError> {
-            Ok(())
+        guarded! {
+            #[rate_limiter(rules("1/minute"), key = "myprefix:")]
+            async fn guarded() -> Result<(), RateLimitError> {
+                Ok(())
+            }
         }
 
         context::scope(from_ip(A), guarded()).await.unwrap();
@@ -379,14 +391,11 @@ backend_tests! {
     }
 
     async fn message_is_carried_by_the_error() {
-        #[rate_limiter(
-            rules("1/minute"),
-            limit_type = GLOBAL,
-            message = "one export a minute",
-            limiter = support::limiter()
-        )]
-        async fn export() -> Result<(), RateLimitError> {
-            Ok(())
+        guarded! {
+            #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, message = "one export a minute")]
+            async fn export() -> Result<(), RateLimitError> {
+                Ok(())
+            }
         }
 
         export().await.unwrap();
@@ -403,15 +412,12 @@ backend_tests! {
                 other => format!("unexpected: {other}"),
             }
         }
-        #[rate_limiter(
-            rules("1/minute"),
-            limit_type = GLOBAL,
-            on_limit = busy,
-            limiter = support::limiter()
-        )]
-        async fn greet(name: &str) -> String {
-            CALLS.fetch_add(1, Ordering::SeqCst);
-            format!("hello {name}")
+        guarded! {
+            #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, on_limit = busy)]
+            #[counted_in(CALLS)]
+            async fn greet(name: &str) -> String {
+                format!("hello {name}")
+            }
         }
         static MISSING: AtomicUsize = AtomicUsize::new(0);
         fn count_missing(err: RateLimitError) {
@@ -419,14 +425,11 @@ backend_tests! {
                 MISSING.fetch_add(1, Ordering::SeqCst);
             }
         }
-        #[rate_limiter(
-            rules("1/minute"),
-            limit_type = IP,
-            on_limit = count_missing,
-            limiter = support::limiter()
-        )]
-        async fn ping() {
-            CALLS.fetch_add(1, Ordering::SeqCst);
+        guarded! {
+            #[rate_limiter(rules("1/minute"), limit_type = IP, on_limit = count_missing)]
+            #[counted_in(CALLS)]
+            async fn ping() {
+            }
         }
 
         assert_eq!(greet("ann").await, "hello ann");
@@ -438,10 +441,12 @@ backend_tests! {
 
     async fn limiter_selects_where_calls_are_counted() {
         static CALLS: AtomicUsize = AtomicUsize::new(0);
-        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = support::limiter())]
-        async fn guarded() -> Result<(), RateLimitError> {
-            CALLS.fetch_add(1, Ordering::SeqCst);
-            Ok(())
+        guarded! {
+            #[rate_limiter(rules("1/minute"), limit_type = GLOBAL)]
+            #[counted_in(CALLS)]
+            async fn guarded() -> Result<(), RateLimitError> {
+                Ok(())
+            }
         }
 
         guarded().await.unwrap();
@@ -461,14 +466,18 @@ backend_tests! {
                 ApiError::RateLimited(err)
             }
         }
-        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = support::limiter())]
-        async fn custom() -> Result<u8, ApiError> {
-            Ok(1)
+        guarded! {
+            #[rate_limiter(rules("1/minute"), limit_type = GLOBAL)]
+            async fn custom() -> Result<u8, ApiError> {
+                Ok(1)
+            }
         }
         type BoxError = Box<dyn std::error::Error + Send + Sync>;
-        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = support::limiter())]
-        async fn boxed() -> Result<u8, BoxError> {
-            Ok(2)
+        guarded! {
+            #[rate_limiter(rules("1/minute"), limit_type = GLOBAL)]
+            async fn boxed() -> Result<u8, BoxError> {
+                Ok(2)
+            }
         }
 
         assert_eq!(custom().await.unwrap(), 1);
@@ -487,20 +496,17 @@ backend_tests! {
             sent: AtomicUsize,
         }
         impl Mailer {
-            #[rate_limiter(
-                rules("1/minute"),
-                limit_type = CUSTOM,
-                by = self.tenant,
-                limiter = support::limiter()
-            )]
-            async fn send(&self, to: &str) -> Result<String, RateLimitError> {
-                self.sent.fetch_add(1, Ordering::SeqCst);
-                Ok(format!("{} -> {to}", self.tenant))
-            }
-            #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = support::limiter())]
-            async fn reconfigure(&mut self, tenant: &'static str) -> Result<(), RateLimitError> {
-                self.tenant = tenant;
-                Ok(())
+            guarded! {
+                #[rate_limiter(rules("1/minute"), limit_type = CUSTOM, by = self.tenant)]
+                async fn send(&self, to: &str) -> Result<String, RateLimitError> {
+                    self.sent.fetch_add(1, Ordering::SeqCst);
+                    Ok(format!("{} -> {to}", self.tenant))
+                }
+                #[rate_limiter(rules("1/minute"), limit_type = GLOBAL)]
+                async fn reconfigure(&mut self, tenant: &'static str) -> Result<(), RateLimitError> {
+                    self.tenant = tenant;
+                    Ok(())
+                }
             }
         }
 
@@ -553,18 +559,15 @@ backend_tests! {
     }
 
     async fn algorithm_selects_how_rules_are_counted() {
-        #[rate_limiter(
-            rules("2 per 2 s"),
-            algorithm = TOKEN_BUCKET,
-            limit_type = GLOBAL,
-            limiter = support::limiter()
-        )]
-        async fn bucket() -> Result<(), RateLimitError> {
-            Ok(())
-        }
-        #[rate_limiter(rules("2 per 2 s"), limit_type = GLOBAL, limiter = support::limiter())]
-        async fn log() -> Result<(), RateLimitError> {
-            Ok(())
+        guarded! {
+            #[rate_limiter(rules("2 per 2 s"), algorithm = TOKEN_BUCKET, limit_type = GLOBAL)]
+            async fn bucket() -> Result<(), RateLimitError> {
+                Ok(())
+            }
+            #[rate_limiter(rules("2 per 2 s"), limit_type = GLOBAL)]
+            async fn log() -> Result<(), RateLimitError> {
+                Ok(())
+            }
         }
 
         for _ in 0..2 {
@@ -582,16 +585,17 @@ backend_tests! {
 
     async fn cost_uses_that_many_units_and_a_denial_consumes_nothing() {
         static CALLS: AtomicUsize = AtomicUsize::new(0);
-        #[rate_limiter(
-            rules("5/minute"),
-            limit_type = CUSTOM,
-            by = tenant,
-            cost = batch.len() as u64,
-            limiter = support::limiter()
-        )]
-        async fn upload(tenant: &str, batch: Vec<u8>) -> Result<usize, RateLimitError> {
-            CALLS.fetch_add(1, Ordering::SeqCst);
-            Ok(batch.len())
+        guarded! {
+            #[rate_limiter(
+                rules("5/minute"),
+                limit_type = CUSTOM,
+                by = tenant,
+                cost = batch.len() as u64,
+            )]
+            #[counted_in(CALLS)]
+            async fn upload(tenant: &str, batch: Vec<u8>) -> Result<usize, RateLimitError> {
+                Ok(batch.len())
+            }
         }
 
         assert_eq!(upload("acme", vec![1, 2]).await.unwrap(), 2);
@@ -609,15 +613,12 @@ backend_tests! {
 
     async fn a_cost_of_zero_at_run_time_runs_the_call_unchecked() {
         static CALLS: AtomicUsize = AtomicUsize::new(0);
-        #[rate_limiter(
-            rules("1/minute"),
-            limit_type = IP,
-            cost = n,
-            limiter = support::limiter()
-        )]
-        async fn guarded(n: u64) -> Result<(), RateLimitError> {
-            CALLS.fetch_add(1, Ordering::SeqCst);
-            Ok(())
+        guarded! {
+            #[rate_limiter(rules("1/minute"), limit_type = IP, cost = n)]
+            #[counted_in(CALLS)]
+            async fn guarded(n: u64) -> Result<(), RateLimitError> {
+                Ok(())
+            }
         }
 
         // Not checked at all: not even the missing client IP refuses it.
@@ -633,15 +634,12 @@ backend_tests! {
 
     async fn a_cost_above_a_rule_s_count_can_never_pass() {
         static CALLS: AtomicUsize = AtomicUsize::new(0);
-        #[rate_limiter(
-            rules("3/minute", "10/hour"),
-            limit_type = GLOBAL,
-            cost = n,
-            limiter = support::limiter()
-        )]
-        async fn guarded(n: u64) -> Result<(), RateLimitError> {
-            CALLS.fetch_add(1, Ordering::SeqCst);
-            Ok(())
+        guarded! {
+            #[rate_limiter(rules("3/minute", "10/hour"), limit_type = GLOBAL, cost = n)]
+            #[counted_in(CALLS)]
+            async fn guarded(n: u64) -> Result<(), RateLimitError> {
+                Ok(())
+            }
         }
 
         let denied = limited(guarded(4).await);
