@@ -1,8 +1,9 @@
 //! The rule-string grammar of [`redis-ratelimit`](https://docs.rs/redis-ratelimit):
 //! `"10/minute"`, `"10/60s"`, `"20 per 2 minutes"`, `"5/second"`, `"1000/day"`, and lists
-//! of them separated by commas (`"5/minute, 20/hour"`); and the limits every rule keeps.
+//! of them separated by commas (`"5/minute, 20/hour"`); durations in the same units
+//! (`"15 minutes"`, `"900s"`, `"500ms"`); and the limits every rule keeps.
 //!
-//! One implementation for every place a rule is written: the
+//! One implementation for every place a rule or a duration is written: the
 //! `#[rate_limiter]` attribute (at compile time), rules stored in Redis and rules built in
 //! code (at run time). It lives in a crate of its own, without dependencies, so that the
 //! proc-macro crate does not depend on the runtime (and its Redis client) to use it. Use it
@@ -12,6 +13,7 @@
 #![warn(missing_docs)]
 
 use std::fmt;
+use std::time::Duration;
 
 /// The largest count a rule may have: 2^52, so that every figure stays exact in the Lua
 /// scripts' doubles.
@@ -30,12 +32,18 @@ pub const RULE_FORMS: &str =
      (e.g. \"10/minute\", \"10/60s\", \"20 per 2 minutes\"), with units ms, s, m, h, d or \
      millisecond(s), sec(s), second(s), min(s), minute(s), hour(s), day(s)";
 
+/// The accepted forms of a duration, for error messages.
+pub const DURATION_FORMS: &str =
+    "expected \"N unit\" or \"N<unit>\" (e.g. \"15 minutes\", \"900s\", \"1 hour\", \"500ms\"), \
+     with units ms, s, m, h, d or millisecond(s), sec(s), second(s), min(s), minute(s), \
+     hour(s), day(s)";
+
 /// A unit of time of the grammar.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Unit {
     /// Its length in milliseconds.
     pub ms: u64,
-    /// Every spelling rule text accepts (in any case), its full name last.
+    /// Every spelling rule text and durations accept (in any case), its full name last.
     pub spellings: &'static [&'static str],
 }
 
@@ -160,7 +168,8 @@ pub struct ParsedRule {
     pub window_ms: u64,
 }
 
-/// Why a rule string is not a rule. Its `Display` is the message the attribute reports.
+/// Why a rule string or a duration is not one. Its `Display` is the message the attribute
+/// reports.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RuleTextError {
     message: String,
@@ -232,6 +241,36 @@ pub fn parse_rule_list(text: &str) -> Result<Vec<ParsedRule>, RuleTextError> {
         .collect()
 }
 
+/// Parses a duration in the rules' units, e.g. `"15 minutes"`, `"900s"`, `"1 hour"` or
+/// `"500ms"`: at least 1 ms, at most [`MAX_WINDOW_MS`], as a rule's window.
+///
+/// ```
+/// use std::time::Duration;
+/// use ratelimit_rule_text::parse_duration;
+///
+/// assert_eq!(parse_duration("15 minutes"), Ok(Duration::from_secs(900)));
+/// assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+/// assert!(parse_duration("0s").unwrap_err().to_string().contains("at least 1 ms"));
+/// assert!(parse_duration("soon").is_err());
+/// ```
+pub fn parse_duration(text: &str) -> Result<Duration, RuleTextError> {
+    let Some((Some(amount), unit_ms)) = amount_of_unit(text.trim()) else {
+        return Err(RuleTextError::new(format!(
+            "cannot parse duration \"{text}\": {DURATION_FORMS}"
+        )));
+    };
+    match window_ms(amount, unit_ms) {
+        Ok(ms) => Ok(Duration::from_millis(ms)),
+        Err(InvalidRule::EmptyWindow) => Err(RuleTextError::new(format!(
+            "duration \"{text}\" is empty: a duration must be at least 1 ms (e.g. \"500ms\", \
+             \"2s\")"
+        ))),
+        Err(_) => Err(RuleTextError::new(format!(
+            "duration \"{text}\" is too long: the longest is 2^52 microseconds (about 142 years)"
+        ))),
+    }
+}
+
 /// The parts of a rule string, before validation; numbers that overflow `u64` make the
 /// string unparsable.
 #[derive(Debug, PartialEq, Eq)]
@@ -272,7 +311,7 @@ impl RuleText {
 }
 
 /// `[N][ ]unit` (`"2 minutes"`, `"60s"`, `"hour"`): the number, if written, and the unit
-/// in milliseconds.
+/// in milliseconds. Rule periods and durations share it.
 fn amount_of_unit(text: &str) -> Option<(Option<u64>, u64)> {
     let digits = text.find(|c: char| !c.is_ascii_digit())?;
     let amount = match digits {
@@ -428,6 +467,52 @@ mod tests {
         assert_eq!(Unit::parse("HRS").map(|unit| unit.ms), Some(3_600_000));
         assert_eq!(Unit::parse("weeks"), None);
         assert_eq!(Unit::parse(""), None);
+    }
+
+    #[test]
+    fn durations_of_the_documented_forms_parse() {
+        let secs = Duration::from_secs;
+        assert_eq!(parse_duration("15 minutes"), Ok(secs(900)));
+        assert_eq!(parse_duration("900s"), Ok(secs(900)));
+        assert_eq!(parse_duration("1 hour"), Ok(secs(3_600)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2s"), Ok(secs(2)));
+        assert_eq!(parse_duration(" 3 DAYS "), Ok(secs(3 * 86_400)));
+        assert_eq!(
+            parse_duration(&format!("{MAX_WINDOW_MS}ms")),
+            Ok(Duration::from_millis(MAX_WINDOW_MS))
+        );
+    }
+
+    #[test]
+    fn empty_long_and_malformed_durations_are_rejected_with_the_reason() {
+        let message = |text: &str| parse_duration(text).unwrap_err().to_string();
+        for zero in ["0s", "0 minutes", "000ms"] {
+            assert!(
+                message(zero).starts_with(&format!("duration \"{zero}\" is empty")),
+                "{zero:?}"
+            );
+        }
+        assert!(message("999999999999 days").contains("is too long"));
+        assert!(message(&format!("{}ms", MAX_WINDOW_MS + 1)).contains("is too long"));
+        for bad in [
+            "",
+            "s",
+            "minutes",
+            "15",
+            "15 fortnights",
+            "1.5s",
+            "-2s",
+            "+2s",
+            "2 s s",
+            "1/s",
+            "99999999999999999999s",
+        ] {
+            assert!(
+                message(bad).starts_with(&format!("cannot parse duration \"{bad}\": expected")),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]
