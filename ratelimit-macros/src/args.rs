@@ -31,11 +31,16 @@ mod kw {
     syn::custom_keyword!(limiter);
     syn::custom_keyword!(name);
     syn::custom_keyword!(cost);
+    syn::custom_keyword!(charge_if);
+    syn::custom_keyword!(block_for);
+    syn::custom_keyword!(wait);
+    syn::custom_keyword!(shadow);
 }
 
 const ARGUMENTS: &str =
     "one of rules, prevent_duplicate, prevent_duplicate_rule, limit_type, by, key, \
-                         message, algorithm, on_limit, limiter, crate, name, cost";
+                         message, algorithm, on_limit, limiter, crate, name, cost, charge_if, \
+                         block_for, wait, shadow";
 
 const NAME_FORM: &str = "a name is one or more segments of ASCII letters, digits, `_`, `.` and \
                          `-`, separated by `::` or `/` (e.g. \"billing::send_invoice\", \
@@ -43,8 +48,7 @@ const NAME_FORM: &str = "a name is one or more segments of ASCII letters, digits
 
 /// The validated arguments of one `#[rate_limiter(...)]`.
 pub struct Args {
-    /// The rules of `rules(...)`, in the order written.
-    pub rules: Vec<Rule>,
+    pub rules: Rules,
     /// The duplicate-submission rule, when `prevent_duplicate = true`.
     pub duplicate_rule: Option<Rule>,
     pub limit_type: LimitType,
@@ -65,11 +69,27 @@ pub struct Args {
     pub name: Option<LitStr>,
     /// `cost = <expr>`; `None` for one unit.
     pub cost: Option<Expr>,
+    /// `charge_if = <expr>`: whether the call's units stay used, given its result.
+    pub charge_if: Option<Expr>,
+    /// `block_for = "..."`, in milliseconds.
+    pub block_for_ms: Option<u64>,
+    /// `wait = "..."`, in milliseconds.
+    pub wait_ms: Option<u64>,
+    /// `shadow = true`.
+    pub shadow: bool,
 }
 
 impl Args {
     pub const DEFAULT_PREFIX: &'static str = "rate_limit:";
     pub const DEFAULT_MESSAGE: &'static str = "too many requests";
+}
+
+/// Where the rules come from.
+pub enum Rules {
+    /// `rules(...)`, in the order written (none with only `prevent_duplicate`).
+    Listed(Vec<Rule>),
+    /// `rules = <expr>`, evaluated per call.
+    PerCall(Expr),
 }
 
 /// What a limited call returns: `on_limit(err)`, or `Err(From::from(err))` spanned at the
@@ -191,6 +211,8 @@ fn parsed<T: Parse>(input: ParseStream, _: &mut Errors) -> syn::Result<Option<T>
 pub struct RawArgs {
     errors: Errors,
     rules: Slot<Vec<Rule>>,
+    /// `rules = <expr>`: a slot of its own, so that it can be told apart from `rules(...)`.
+    rules_per_call: Slot<Expr>,
     prevent_duplicate: Slot<bool>,
     prevent_duplicate_rule: Slot<Rule>,
     limit_type: Slot<(LimitType, Span)>,
@@ -203,6 +225,10 @@ pub struct RawArgs {
     krate: Slot<Path>,
     name: Slot<LitStr>,
     cost: Slot<Expr>,
+    charge_if: Slot<Expr>,
+    block_for: Slot<u64>,
+    wait: Slot<u64>,
+    shadow: Slot<bool>,
 }
 
 impl RawArgs {
@@ -210,6 +236,7 @@ impl RawArgs {
         RawArgs {
             errors: Errors::default(),
             rules: Slot::new("rules"),
+            rules_per_call: Slot::new("rules"),
             prevent_duplicate: Slot::new("prevent_duplicate"),
             prevent_duplicate_rule: Slot::new("prevent_duplicate_rule"),
             limit_type: Slot::new("limit_type"),
@@ -222,6 +249,10 @@ impl RawArgs {
             krate: Slot::new("crate"),
             name: Slot::new("name"),
             cost: Slot::new("cost"),
+            charge_if: Slot::new("charge_if"),
+            block_for: Slot::new("block_for"),
+            wait: Slot::new("wait"),
+            shadow: Slot::new("shadow"),
         }
     }
 
@@ -229,7 +260,10 @@ impl RawArgs {
     /// well-formed but invalid one is recorded in `errors` and parsing goes on.
     fn parse_argument(&mut self, input: ParseStream, errors: &mut Errors) -> syn::Result<()> {
         let lookahead = input.lookahead1();
-        if lookahead.peek(kw::rules) {
+        if lookahead.peek(kw::rules) && input.peek2(Token![=]) {
+            self.rules_per_call
+                .parse::<kw::rules>(input, errors, parsed)?;
+        } else if lookahead.peek(kw::rules) {
             let name = input.parse::<kw::rules>()?.span;
             let rules = parse_rules(input, errors)?;
             self.rules.set(errors, name, rules);
@@ -282,6 +316,18 @@ impl RawArgs {
                     let expr = input.parse::<Expr>()?;
                     Ok(errors.ok(check_cost(&expr)).map(|()| expr))
                 })?;
+        } else if lookahead.peek(kw::charge_if) {
+            self.charge_if
+                .parse::<kw::charge_if>(input, errors, parsed)?;
+        } else if lookahead.peek(kw::block_for) {
+            self.block_for
+                .parse::<kw::block_for>(input, errors, duration_literal("block_for"))?;
+        } else if lookahead.peek(kw::wait) {
+            self.wait
+                .parse::<kw::wait>(input, errors, duration_literal("wait"))?;
+        } else if lookahead.peek(kw::shadow) {
+            self.shadow
+                .parse::<kw::shadow>(input, errors, bool_literal("shadow"))?;
         } else {
             return Err(unknown(input, lookahead, "argument", ARGUMENTS));
         }
@@ -315,11 +361,19 @@ impl RawArgs {
                 "prevent_duplicate_rule has no effect without `prevent_duplicate = true`",
             ));
         }
-        if self.rules.get().is_none() && !prevent_duplicate {
+        if let (Some(per_call), Some(_)) = (self.rules_per_call.span(), self.rules.get()) {
+            self.errors.push(syn::Error::new(
+                per_call,
+                "`rules = <expr>` cannot be used with `rules(...)`: choose the rules per call \
+                 with `rules = <expr>`, or write them in `rules(...)`",
+            ));
+        }
+        if self.rules.get().is_none() && self.rules_per_call.get().is_none() && !prevent_duplicate {
             self.errors.push(syn::Error::new(
                 Span::call_site(),
                 "#[rate_limiter] needs at least one rule: add `rules(...)`, e.g. \
-                 `rules(\"10/minute\")`, or `prevent_duplicate = true`",
+                 `rules(\"10/minute\")`, `rules = <expr>` for rules chosen per call, or \
+                 `prevent_duplicate = true`",
             ));
         }
         let limited = match (self.on_limit.into_inner(), returns) {
@@ -340,7 +394,10 @@ impl RawArgs {
         self.errors.into_result()?;
 
         Ok(Args {
-            rules: self.rules.into_inner().unwrap_or_default(),
+            rules: match self.rules_per_call.into_inner() {
+                Some(per_call) => Rules::PerCall(per_call),
+                None => Rules::Listed(self.rules.into_inner().unwrap_or_default()),
+            },
             duplicate_rule: prevent_duplicate.then(|| {
                 self.prevent_duplicate_rule
                     .into_inner()
@@ -359,6 +416,10 @@ impl RawArgs {
                 .unwrap_or_else(|| syn::parse_quote!(::redis_ratelimit)),
             name: self.name.into_inner(),
             cost: self.cost.into_inner(),
+            charge_if: self.charge_if.into_inner(),
+            block_for_ms: self.block_for.into_inner(),
+            wait_ms: self.wait.into_inner(),
+            shadow: self.shadow.into_inner().unwrap_or(false),
         })
     }
 }
@@ -642,6 +703,28 @@ fn bool_literal(
     }
 }
 
+/// The milliseconds of `argument = "<duration>"`, in the rules' units (`"15 minutes"`,
+/// `"900s"`, `"500ms"`); a duration of 0 or a malformed one is an error on the literal.
+fn duration_literal(
+    argument: &'static str,
+) -> impl FnOnce(ParseStream, &mut Errors) -> syn::Result<Option<u64>> {
+    move |input, errors| {
+        if !input.peek(LitStr) {
+            return Err(input.error(format!(
+                "`{argument}` takes a duration string, e.g. `{argument} = \"15 minutes\"`, \
+                 \"900s\" or \"500ms\""
+            )));
+        }
+        let lit = input.parse::<LitStr>()?;
+        let duration = ratelimit_rule_text::parse_duration(&lit.value())
+            .map_err(|err| syn::Error::new(lit.span(), err));
+        // Whole milliseconds, at most `MAX_WINDOW_MS`: the conversion is exact.
+        Ok(errors
+            .ok(duration)
+            .map(|duration| duration.as_millis() as u64))
+    }
+}
+
 /// The value named by `ident` (case-insensitively), or an error on it listing the choices
 /// (in upper case, as the attribute spells them).
 fn choose<T: Copy>(ident: &Ident, what: &str, choices: &[(&str, T)]) -> syn::Result<T> {
@@ -688,6 +771,14 @@ mod tests {
         syn::parse2::<RawArgs>(tokens)?.validate(returns)
     }
 
+    /// The rules of `rules(...)`; panics for `rules = <expr>`.
+    fn listed(args: &Args) -> &[Rule] {
+        match &args.rules {
+            Rules::Listed(rules) => rules,
+            Rules::PerCall(_) => panic!("rules chosen per call"),
+        }
+    }
+
     fn messages(tokens: TokenStream) -> Vec<String> {
         match args(tokens) {
             Ok(_) => Vec::new(),
@@ -704,7 +795,10 @@ mod tests {
             "1000/day"
         )))
         .unwrap();
-        let windows: Vec<(u64, u64)> = args.rules.iter().map(|r| (r.count, r.window_ms)).collect();
+        let windows: Vec<(u64, u64)> = listed(&args)
+            .iter()
+            .map(|r| (r.count, r.window_ms))
+            .collect();
         assert_eq!(
             windows,
             [(10, 60_000), (20, 180_000), (1, 250), (1000, 86_400_000)]
@@ -717,7 +811,7 @@ mod tests {
     #[test]
     fn prevent_duplicate_adds_its_rule_after_the_others() {
         let only = args(quote!(prevent_duplicate = true)).unwrap();
-        assert!(only.rules.is_empty());
+        assert!(listed(&only).is_empty());
         assert_eq!(only.duplicate_rule, Some(Rule::DEFAULT_DUPLICATE));
         let custom = args(quote!(
             rules("1/s"),
@@ -725,7 +819,7 @@ mod tests {
             prevent_duplicate_rule = rule(count = 2, time = 10)
         ))
         .unwrap();
-        assert_eq!(custom.rules.len(), 1);
+        assert_eq!(listed(&custom).len(), 1);
         let two_per_ten_seconds = Rule {
             count: 2,
             window_ms: 10_000,
@@ -932,5 +1026,124 @@ mod tests {
         assert!(args(quote!(rules("1/s"), cost = n)).is_ok());
         let errors = messages(quote!(rules("1/s"), cost = 2, cost = 3));
         assert_eq!(errors, ["duplicate argument `cost`"]);
+    }
+
+    #[test]
+    fn policies_are_kept_and_off_by_default() {
+        let plain = args(quote!(rules("1/s"))).unwrap();
+        assert!(plain.charge_if.is_none());
+        assert_eq!(
+            (plain.block_for_ms, plain.wait_ms, plain.shadow),
+            (None, None, false)
+        );
+        let args = args(quote!(
+            rules = plan_rules(&user),
+            charge_if = Result::is_err,
+            block_for = "15 minutes",
+            wait = "500ms",
+            shadow = true,
+        ))
+        .unwrap();
+        assert!(
+            matches!(&args.rules, Rules::PerCall(expr) if *expr == parse_quote!(plan_rules(&user)))
+        );
+        assert_eq!(args.charge_if, Some(parse_quote!(Result::is_err)));
+        assert_eq!(args.block_for_ms, Some(900_000));
+        assert_eq!(args.wait_ms, Some(500));
+        assert!(args.shadow);
+        let off = self::args(quote!(rules("1/s"), shadow = false)).unwrap();
+        assert!(!off.shadow);
+    }
+
+    #[test]
+    fn durations_take_the_rule_units() {
+        for (text, ms) in [
+            ("15 minutes", 900_000),
+            ("900s", 900_000),
+            ("1 hour", 3_600_000),
+            ("500ms", 500),
+            ("2s", 2_000),
+            ("1 DAY", 86_400_000),
+        ] {
+            let args = args(quote!(rules("1/s"), block_for = #text, wait = #text)).unwrap();
+            assert_eq!(
+                (args.block_for_ms, args.wait_ms),
+                (Some(ms), Some(ms)),
+                "{text}"
+            );
+        }
+    }
+
+    /// Asserts that there is one error per prefix, each starting with its prefix.
+    #[track_caller]
+    fn assert_errors_start_with(errors: &[String], prefixes: &[&str]) {
+        assert_eq!(errors.len(), prefixes.len(), "{errors:#?}");
+        for (error, prefix) in errors.iter().zip(prefixes) {
+            assert!(
+                error.starts_with(prefix),
+                "{error:?} does not start with {prefix:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn empty_malformed_and_unquoted_durations_are_rejected() {
+        let errors = messages(quote!(rules("1/s"), block_for = "0s", wait = "0 minutes"));
+        assert_errors_start_with(
+            &errors,
+            &[
+                "duration \"0s\" is empty",
+                "duration \"0 minutes\" is empty",
+            ],
+        );
+        let errors = messages(quote!(
+            rules("1/s"),
+            block_for = "soon",
+            wait = "2 fortnights"
+        ));
+        assert_errors_start_with(
+            &errors,
+            &[
+                "cannot parse duration \"soon\"",
+                "cannot parse duration \"2 fortnights\"",
+            ],
+        );
+        let errors = messages(quote!(
+            rules("1/s"),
+            wait = 2,
+            block_for = Duration::from_secs(1)
+        ));
+        assert_errors_start_with(
+            &errors,
+            &[
+                "`wait` takes a duration string",
+                "`block_for` takes a duration string",
+            ],
+        );
+    }
+
+    #[test]
+    fn shadow_and_prevent_duplicate_take_only_a_bool_literal() {
+        for value in [quote!(1), quote!(yes), quote!(cfg!(test)), quote!("true")] {
+            let errors = messages(quote!(rules("1/s"), shadow = #value));
+            assert_eq!(errors, ["`shadow` takes the literal `true` or `false`"]);
+            let errors = messages(quote!(rules("1/s"), prevent_duplicate = #value));
+            assert_eq!(
+                errors,
+                ["`prevent_duplicate` takes the literal `true` or `false`"]
+            );
+        }
+    }
+
+    #[test]
+    fn rules_per_call_exclude_listed_rules_but_not_the_duplicate_rule() {
+        let exclusive = ["`rules = <expr>` cannot be used with `rules(...)`"];
+        assert_errors_start_with(&messages(quote!(rules("1/s"), rules = tiers())), &exclusive);
+        assert_errors_start_with(&messages(quote!(rules = tiers(), rules("1/s"))), &exclusive);
+        let errors = messages(quote!(rules = tiers(), rules = other()));
+        assert_eq!(errors, ["duplicate argument `rules`"]);
+        let both = args(quote!(rules = tiers(), prevent_duplicate = true)).unwrap();
+        assert!(matches!(both.rules, Rules::PerCall(_)));
+        assert_eq!(both.duplicate_rule, Some(Rule::DEFAULT_DUPLICATE));
     }
 }

@@ -4,6 +4,7 @@ use proc_macro2::{Span, TokenStream};
 use quote::quote;
 use syn::parse::{Parse, ParseStream};
 use syn::spanned::Spanned as _;
+use syn::visit_mut::VisitMut;
 use syn::{
     braced, Attribute, Block, Expr, ExprAsync, GenericArgument, PathArguments, ReturnType,
     Signature, Stmt, Token, Type, TypeParamBound, Visibility,
@@ -228,6 +229,19 @@ impl ItemFn {
         }
     }
 
+    /// `R`, what a call gives: the declared return type (the future's output under
+    /// `#[async_trait]`), or `()`. An `impl Trait` in it becomes `_`, since only a
+    /// function's signature may name one.
+    pub fn output(&self) -> Type {
+        let mut output = match (&self.async_trait, &self.sig.output) {
+            (Some(async_trait), _) => async_trait.output.clone(),
+            (None, ReturnType::Type(_, ty)) => (**ty).clone(),
+            (None, ReturnType::Default) => syn::parse_quote!(()),
+        };
+        InferImplTrait.visit_type_mut(&mut output);
+        output
+    }
+
     /// The function as written, with `guard(statements)` in place of the statements that
     /// run when it is awaited: the body of an `async fn`, or the async block that
     /// `#[async_trait]` made of it (the function itself only builds that future).
@@ -252,6 +266,18 @@ impl ItemFn {
                 #(#inner_attrs)*
                 #statements
             }
+        }
+    }
+}
+
+/// Replaces each `impl Trait` of a type with `_`.
+struct InferImplTrait;
+
+impl VisitMut for InferImplTrait {
+    fn visit_type_mut(&mut self, ty: &mut Type) {
+        match ty {
+            Type::ImplTrait(_) => *ty = syn::parse_quote!(_),
+            _ => syn::visit_mut::visit_type_mut(self, ty),
         }
     }
 }
