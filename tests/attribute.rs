@@ -63,6 +63,19 @@ fn missing_identity<T: std::fmt::Debug>(result: Result<T, RateLimitError>) -> Li
     }
 }
 
+/// A login's error, whose refusals by the limiter are told apart from bad passwords.
+#[derive(Debug)]
+enum LoginError {
+    BadPassword,
+    Limited(RateLimitError),
+}
+
+impl From<RateLimitError> for LoginError {
+    fn from(err: RateLimitError) -> Self {
+        LoginError::Limited(err)
+    }
+}
+
 fn ran(calls: &AtomicUsize) -> usize {
     calls.load(Ordering::SeqCst)
 }
@@ -650,5 +663,191 @@ backend_tests! {
         // It consumed nothing: the whole count is still there.
         guarded(3).await.unwrap();
         assert_eq!(ran(&CALLS), 1);
+    }
+
+    async fn rules_per_call_give_each_caller_the_rules_of_its_plan() {
+        static CALLS: AtomicUsize = AtomicUsize::new(0);
+        static FREE: [Rule; 1] = [Rule::per_minute(1)];
+        static PRO: [Rule; 1] = [Rule::per_minute(3)];
+        fn plan(pro: bool) -> &'static [Rule] {
+            if pro {
+                &PRO
+            } else {
+                &FREE
+            }
+        }
+        guarded! {
+            #[rate_limiter(rules = plan(pro), limit_type = CUSTOM, by = user)]
+            #[counted_in(CALLS)]
+            async fn search(user: &str, pro: bool) -> Result<(), RateLimitError> {
+                Ok(())
+            }
+        }
+
+        search("free", false).await.unwrap();
+        assert_eq!(limited(search("free", false).await).rule, FREE[0]);
+        for _ in 0..3 {
+            search("pro", true).await.unwrap();
+        }
+        assert_eq!(limited(search("pro", true).await).rule, PRO[0]);
+        assert_eq!(ran(&CALLS), 4);
+    }
+
+    async fn rules_per_call_keep_the_duplicate_rule_and_an_empty_list_is_unlimited() {
+        static CALLS: AtomicUsize = AtomicUsize::new(0);
+        guarded! {
+            #[rate_limiter(rules = rules.clone(), prevent_duplicate = true, limit_type = GLOBAL)]
+            #[counted_in(CALLS)]
+            async fn submit(rules: Vec<Rule>) -> Result<(), RateLimitError> {
+                Ok(())
+            }
+            #[rate_limiter(rules = Vec::new(), limit_type = GLOBAL)]
+            #[counted_in(CALLS)]
+            async fn unlimited() -> Result<(), RateLimitError> {
+                Ok(())
+            }
+        }
+
+        submit(vec![Rule::per_minute(10)]).await.unwrap();
+        let denied = limited(submit(vec![Rule::per_minute(10)]).await);
+        assert_eq!(denied.rule, Rule::new(1, Duration::from_secs(5)));
+        for _ in 0..5 {
+            unlimited().await.unwrap();
+        }
+        assert_eq!(ran(&CALLS), 6);
+    }
+
+    async fn charge_if_gives_back_the_units_of_the_calls_it_does_not_charge() {
+        static CALLS: AtomicUsize = AtomicUsize::new(0);
+        guarded! {
+            #[rate_limiter(
+                rules("2/minute"),
+                limit_type = CUSTOM,
+                by = user,
+                charge_if = |r: &Result<(), LoginError>| matches!(r, Err(LoginError::BadPassword)),
+            )]
+            #[counted_in(CALLS)]
+            async fn login(user: &str, password: &str) -> Result<(), LoginError> {
+                if password != "secret" {
+                    return Err(LoginError::BadPassword);
+                }
+                Ok(())
+            }
+        }
+
+        for _ in 0..5 {
+            login("ann", "secret").await.unwrap();
+        }
+        for _ in 0..2 {
+            assert!(matches!(login("ann", "guess").await, Err(LoginError::BadPassword)));
+        }
+        for password in ["guess", "secret"] {
+            let Err(LoginError::Limited(err)) = login("ann", password).await else {
+                panic!("expected the third failure to lock the user out");
+            };
+            limited(Err::<(), _>(err));
+        }
+        assert_eq!(ran(&CALLS), 7);
+    }
+
+    async fn charge_if_takes_the_units_before_the_body_so_concurrent_failures_stay_within_the_rule() {
+        static CALLS: AtomicUsize = AtomicUsize::new(0);
+        // Spawned tasks do not see the scenario's task-local limiter.
+        static LIMITER: OnceLock<&'static Limiter> = OnceLock::new();
+        LIMITER.set(support::limiter()).unwrap();
+        #[rate_limiter(
+            rules("3/minute"),
+            limit_type = GLOBAL,
+            charge_if = Result::is_err,
+            limiter = LIMITER.get().unwrap(),
+        )]
+        async fn login() -> Result<(), LoginError> {
+            CALLS.fetch_add(1, Ordering::SeqCst);
+            tokio::task::yield_now().await;
+            Err(LoginError::BadPassword)
+        }
+
+        let tasks: Vec<_> = (0..20).map(|_| tokio::spawn(login())).collect();
+        let mut refused = 0;
+        for task in tasks {
+            match task.await.unwrap() {
+                Err(LoginError::BadPassword) => {}
+                Err(LoginError::Limited(_)) => refused += 1,
+                Ok(()) => panic!("a failing login succeeded"),
+            }
+        }
+        assert_eq!(refused, 17);
+        assert_eq!(ran(&CALLS), 3);
+    }
+
+    async fn block_for_refuses_the_caller_for_the_block_after_a_refusal() {
+        static CALLS: AtomicUsize = AtomicUsize::new(0);
+        guarded! {
+            #[rate_limiter(
+                rules("1 per 200 ms"),
+                limit_type = CUSTOM,
+                by = user,
+                block_for = "1 hour",
+            )]
+            #[counted_in(CALLS)]
+            async fn reset_password(user: &str) -> Result<(), RateLimitError> {
+                Ok(())
+            }
+        }
+
+        reset_password("ann").await.unwrap();
+        limited(reset_password("ann").await);
+        // Long after the rule's window, the block still refuses, for the block's time.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let blocked = limited(reset_password("ann").await);
+        assert!(blocked.retry_after > Duration::from_secs(3000), "{blocked:?}");
+        // Another caller is not blocked.
+        reset_password("bob").await.unwrap();
+        assert_eq!(ran(&CALLS), 2);
+    }
+
+    async fn wait_admits_calls_in_turn_instead_of_refusing_them() {
+        static CALLS: AtomicUsize = AtomicUsize::new(0);
+        guarded! {
+            #[rate_limiter(rules("1 per 300 ms"), limit_type = GLOBAL, wait = "5s")]
+            #[counted_in(CALLS)]
+            async fn call_partner() -> Result<(), RateLimitError> {
+                Ok(())
+            }
+            #[rate_limiter(rules("1 per 1 minute"), limit_type = GLOBAL, wait = "1s")]
+            async fn too_far() -> Result<(), RateLimitError> {
+                Ok(())
+            }
+        }
+
+        for _ in 0..3 {
+            call_partner().await.unwrap();
+        }
+        assert_eq!(ran(&CALLS), 3);
+        // A refusal whose retry_after does not fit in the wait is refused at once.
+        too_far().await.unwrap();
+        limited(too_far().await);
+    }
+
+    async fn shadow_counts_but_never_refuses() {
+        static CALLS: AtomicUsize = AtomicUsize::new(0);
+        guarded! {
+            #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, name = "shadowed", shadow = true)]
+            #[counted_in(CALLS)]
+            async fn export() -> Result<(), RateLimitError> {
+                Ok(())
+            }
+            #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, name = "shadowed")]
+            async fn enforced() -> Result<(), RateLimitError> {
+                Ok(())
+            }
+        }
+
+        for _ in 0..3 {
+            export().await.unwrap();
+        }
+        assert_eq!(ran(&CALLS), 3);
+        // It counted: the enforcing site sharing its key finds the budget used.
+        limited(enforced().await);
     }
 }
