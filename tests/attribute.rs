@@ -63,21 +63,49 @@ fn missing_identity<T: std::fmt::Debug>(result: Result<T, RateLimitError>) -> Li
     }
 }
 
+/// A login's error, whose refusals by the limiter are told apart from bad passwords.
+#[derive(Debug)]
+enum LoginError {
+    BadPassword,
+    Limited(RateLimitError),
+}
+
+impl From<RateLimitError> for LoginError {
+    fn from(err: RateLimitError) -> Self {
+        LoginError::Limited(err)
+    }
+}
+
 fn ran(calls: &AtomicUsize) -> usize {
     calls.load(Ordering::SeqCst)
+}
+
+/// Guarded functions as the scenarios declare them: on the scenario's limiter, and with
+/// `#[counted_in(CALLS)]` adding one to `CALLS` each time the body runs, so that a scenario
+/// proves a refused call never runs it.
+macro_rules! guarded {
+    ($(
+        #[rate_limiter($($arg:tt)*)]
+        $(#[counted_in($calls:ident)])?
+        async fn $name:ident($($params:tt)*) $(-> $ret:ty)? $body:block
+    )+) => {$(
+        #[rate_limiter(limiter = support::limiter(), $($arg)*)]
+        async fn $name($($params)*) $(-> $ret)? {
+            $($calls.fetch_add(1, Ordering::SeqCst);)?
+            $body
+        }
+    )+};
 }
 
 backend_tests! {
     async fn rule_admits_its_count_then_refuses_without_running_the_body() {
         static CALLS: AtomicUsize = AtomicUsize::new(0);
-        #[rate_limiter(
-            rules(rule(count = 2, time = 60)),
-            limit_type = GLOBAL,
-            limiter = support::limiter()
-        )]
-        async fn guarded(n: u32) -> Result<u32, RateLimitError> {
-            CALLS.fetch_add(1, Ordering::SeqCst);
-            Ok(n * 2)
+        guarded! {
+            #[rate_limiter(rules(rule(count = 2, time = 60)), limit_type = GLOBAL)]
+            #[counted_in(CALLS)]
+            async fn guarded(n: u32) -> Result<u32, RateLimitError> {
+                Ok(n * 2)
+            }
         }
 
         assert_eq!(guarded(1).await.unwrap(), 2);
@@ -92,29 +120,26 @@ backend_tests! {
     }
 
     async fn rule_units_and_rule_strings_give_the_same_rule() {
-        #[rate_limiter(
-            rules(rule(count = 1, time = 2, unit = minutes)),
-            limit_type = GLOBAL,
-            limiter = support::limiter()
-        )]
-        async fn by_call() -> Result<(), RateLimitError> {
-            Ok(())
-        }
-        #[rate_limiter(rules("1 per 2 minutes"), limit_type = GLOBAL, limiter = support::limiter())]
-        async fn by_words() -> Result<(), RateLimitError> {
-            Ok(())
-        }
-        #[rate_limiter(rules("1/120s"), limit_type = GLOBAL, limiter = support::limiter())]
-        async fn by_slash() -> Result<(), RateLimitError> {
-            Ok(())
-        }
-        #[rate_limiter(
-            rules(rule(count = 1, time = 120000, unit = MILLISECONDS)),
-            limit_type = GLOBAL,
-            limiter = support::limiter()
-        )]
-        async fn by_millis() -> Result<(), RateLimitError> {
-            Ok(())
+        guarded! {
+            #[rate_limiter(rules(rule(count = 1, time = 2, unit = minutes)), limit_type = GLOBAL)]
+            async fn by_call() -> Result<(), RateLimitError> {
+                Ok(())
+            }
+            #[rate_limiter(rules("1 per 2 minutes"), limit_type = GLOBAL)]
+            async fn by_words() -> Result<(), RateLimitError> {
+                Ok(())
+            }
+            #[rate_limiter(rules("1/120s"), limit_type = GLOBAL)]
+            async fn by_slash() -> Result<(), RateLimitError> {
+                Ok(())
+            }
+            #[rate_limiter(
+                rules(rule(count = 1, time = 120000, unit = MILLISECONDS)),
+                limit_type = GLOBAL,
+            )]
+            async fn by_millis() -> Result<(), RateLimitError> {
+                Ok(())
+            }
         }
 
         let two_minutes = Rule::new(1, Duration::from_secs(120));
@@ -130,14 +155,12 @@ backend_tests! {
 
     async fn a_call_refused_by_one_rule_consumes_nothing_from_the_others() {
         static CALLS: AtomicUsize = AtomicUsize::new(0);
-        #[rate_limiter(
-            rules("2 per 300 ms", rule(count = 3, time = 60)),
-            limit_type = GLOBAL,
-            limiter = support::limiter()
-        )]
-        async fn guarded() -> Result<(), RateLimitError> {
-            CALLS.fetch_add(1, Ordering::SeqCst);
-            Ok(())
+        guarded! {
+            #[rate_limiter(rules("2 per 300 ms", rule(count = 3, time = 60)), limit_type = GLOBAL)]
+            #[counted_in(CALLS)]
+            async fn guarded() -> Result<(), RateLimitError> {
+                Ok(())
+            }
         }
 
         let short = Rule::new(2, Duration::from_millis(300));
@@ -155,15 +178,12 @@ backend_tests! {
 
     async fn prevent_duplicate_admits_one_call_per_five_seconds_by_default() {
         static CALLS: AtomicUsize = AtomicUsize::new(0);
-        #[rate_limiter(
-            prevent_duplicate = true,
-            limit_type = CUSTOM,
-            by = form,
-            limiter = support::limiter()
-        )]
-        async fn submit(form: &str) -> Result<(), RateLimitError> {
-            CALLS.fetch_add(1, Ordering::SeqCst);
-            Ok(())
+        guarded! {
+            #[rate_limiter(prevent_duplicate = true, limit_type = CUSTOM, by = form)]
+            #[counted_in(CALLS)]
+            async fn submit(form: &str) -> Result<(), RateLimitError> {
+                Ok(())
+            }
         }
 
         submit("order-1").await.unwrap();
@@ -177,16 +197,17 @@ backend_tests! {
 
     async fn prevent_duplicate_rule_replaces_the_default_and_adds_to_the_rules() {
         static CALLS: AtomicUsize = AtomicUsize::new(0);
-        #[rate_limiter(
-            rules("3/minute"),
-            prevent_duplicate = true,
-            prevent_duplicate_rule = rule(count = 1, time = 300, unit = MILLISECONDS),
-            limit_type = GLOBAL,
-            limiter = support::limiter()
-        )]
-        async fn submit() -> Result<(), RateLimitError> {
-            CALLS.fetch_add(1, Ordering::SeqCst);
-            Ok(())
+        guarded! {
+            #[rate_limiter(
+                rules("3/minute"),
+                prevent_duplicate = true,
+                prevent_duplicate_rule = rule(count = 1, time = 300, unit = MILLISECONDS),
+                limit_type = GLOBAL,
+            )]
+            #[counted_in(CALLS)]
+            async fn submit() -> Result<(), RateLimitError> {
+                Ok(())
+            }
         }
 
         let duplicate = Rule::new(1, Duration::from_millis(300));
@@ -206,10 +227,12 @@ backend_tests! {
 
     async fn ip_limits_count_each_client_ip_of_the_request_context_apart() {
         static CALLS: AtomicUsize = AtomicUsize::new(0);
-        #[rate_limiter(rules("1/minute"), limit_type = IP, limiter = support::limiter())]
-        async fn guarded() -> Result<(), RateLimitError> {
-            CALLS.fetch_add(1, Ordering::SeqCst);
-            Ok(())
+        guarded! {
+            #[rate_limiter(rules("1/minute"), limit_type = IP)]
+            #[counted_in(CALLS)]
+            async fn guarded() -> Result<(), RateLimitError> {
+                Ok(())
+            }
         }
 
         context::scope(from_ip(A), guarded()).await.unwrap();
@@ -228,10 +251,12 @@ backend_tests! {
 
     async fn ip_from_by_overrides_the_request_context() {
         static CALLS: AtomicUsize = AtomicUsize::new(0);
-        #[rate_limiter(rules("1/minute"), limit_type = IP, by = peer, limiter = support::limiter())]
-        async fn guarded(peer: IpAddr) -> Result<(), RateLimitError> {
-            CALLS.fetch_add(1, Ordering::SeqCst);
-            Ok(())
+        guarded! {
+            #[rate_limiter(rules("1/minute"), limit_type = IP, by = peer)]
+            #[counted_in(CALLS)]
+            async fn guarded(peer: IpAddr) -> Result<(), RateLimitError> {
+                Ok(())
+            }
         }
 
         guarded(ip(A)).await.unwrap();
@@ -247,20 +272,17 @@ backend_tests! {
 
     async fn user_id_limits_count_each_user_apart() {
         static CALLS: AtomicUsize = AtomicUsize::new(0);
-        #[rate_limiter(rules("1/minute"), limit_type = USER_ID, limiter = support::limiter())]
-        async fn from_context() -> Result<(), RateLimitError> {
-            CALLS.fetch_add(1, Ordering::SeqCst);
-            Ok(())
-        }
-        #[rate_limiter(
-            rules("1/minute"),
-            limit_type = USER_ID,
-            by = user.id,
-            limiter = support::limiter()
-        )]
-        async fn from_by(user: &User) -> Result<(), RateLimitError> {
-            CALLS.fetch_add(1, Ordering::SeqCst);
-            Ok(())
+        guarded! {
+            #[rate_limiter(rules("1/minute"), limit_type = USER_ID)]
+            #[counted_in(CALLS)]
+            async fn from_context() -> Result<(), RateLimitError> {
+                Ok(())
+            }
+            #[rate_limiter(rules("1/minute"), limit_type = USER_ID, by = user.id)]
+            #[counted_in(CALLS)]
+            async fn from_by(user: &User) -> Result<(), RateLimitError> {
+                Ok(())
+            }
         }
         struct User {
             id: u64,
@@ -283,15 +305,12 @@ backend_tests! {
 
     async fn custom_limits_count_each_value_of_by_apart() {
         static CALLS: AtomicUsize = AtomicUsize::new(0);
-        #[rate_limiter(
-            rules("2/minute"),
-            limit_type = CUSTOM,
-            by = phone,
-            limiter = support::limiter()
-        )]
-        async fn send_code(phone: String) -> Result<String, RateLimitError> {
-            CALLS.fetch_add(1, Ordering::SeqCst);
-            Ok(format!("code sent to {phone}"))
+        guarded! {
+            #[rate_limiter(rules("2/minute"), limit_type = CUSTOM, by = phone)]
+            #[counted_in(CALLS)]
+            async fn send_code(phone: String) -> Result<String, RateLimitError> {
+                Ok(format!("code sent to {phone}"))
+            }
         }
 
         let phone = "+1 555:0100".to_owned();
@@ -310,10 +329,12 @@ backend_tests! {
 
     async fn global_limits_count_every_caller_in_one_budget() {
         static CALLS: AtomicUsize = AtomicUsize::new(0);
-        #[rate_limiter(rules("2/minute"), limit_type = GLOBAL, limiter = support::limiter())]
-        async fn status() -> Result<&'static str, RateLimitError> {
-            CALLS.fetch_add(1, Ordering::SeqCst);
-            Ok("up")
+        guarded! {
+            #[rate_limiter(rules("2/minute"), limit_type = GLOBAL)]
+            #[counted_in(CALLS)]
+            async fn status() -> Result<&'static str, RateLimitError> {
+                Ok("up")
+            }
         }
 
         context::scope(from_ip(A), status()).await.unwrap();
@@ -330,15 +351,17 @@ backend_tests! {
 
     async fn a_missing_identity_refuses_the_call_without_running_the_body() {
         static CALLS: AtomicUsize = AtomicUsize::new(0);
-        #[rate_limiter(rules("100/minute"), limit_type = IP, limiter = support::limiter())]
-        async fn per_ip() -> Result<(), RateLimitError> {
-            CALLS.fetch_add(1, Ordering::SeqCst);
-            Ok(())
-        }
-        #[rate_limiter(rules("100/minute"), limit_type = USER_ID, limiter = support::limiter())]
-        async fn per_user() -> Result<(), RateLimitError> {
-            CALLS.fetch_add(1, Ordering::SeqCst);
-            Ok(())
+        guarded! {
+            #[rate_limiter(rules("100/minute"), limit_type = IP)]
+            #[counted_in(CALLS)]
+            async fn per_ip() -> Result<(), RateLimitError> {
+                Ok(())
+            }
+            #[rate_limiter(rules("100/minute"), limit_type = USER_ID)]
+            #[counted_in(CALLS)]
+            async fn per_user() -> Result<(), RateLimitError> {
+                Ok(())
+            }
         }
 
         // Outside any request scope.
@@ -364,9 +387,11 @@ backend_tests! {
     }
 
     async fn key_sets_the_prefix_of_the_exact_key() {
-        #[rate_limiter(rules("1/minute"), key = "myprefix:", limiter = support::limiter())]
-        async fn guarded() -> Result<(), RateLimitError> {
-            Ok(())
+        guarded! {
+            #[rate_limiter(rules("1/minute"), key = "myprefix:")]
+            async fn guarded() -> Result<(), RateLimitError> {
+                Ok(())
+            }
         }
 
         context::scope(from_ip(A), guarded()).await.unwrap();
@@ -379,14 +404,11 @@ backend_tests! {
     }
 
     async fn message_is_carried_by_the_error() {
-        #[rate_limiter(
-            rules("1/minute"),
-            limit_type = GLOBAL,
-            message = "one export a minute",
-            limiter = support::limiter()
-        )]
-        async fn export() -> Result<(), RateLimitError> {
-            Ok(())
+        guarded! {
+            #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, message = "one export a minute")]
+            async fn export() -> Result<(), RateLimitError> {
+                Ok(())
+            }
         }
 
         export().await.unwrap();
@@ -403,15 +425,12 @@ backend_tests! {
                 other => format!("unexpected: {other}"),
             }
         }
-        #[rate_limiter(
-            rules("1/minute"),
-            limit_type = GLOBAL,
-            on_limit = busy,
-            limiter = support::limiter()
-        )]
-        async fn greet(name: &str) -> String {
-            CALLS.fetch_add(1, Ordering::SeqCst);
-            format!("hello {name}")
+        guarded! {
+            #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, on_limit = busy)]
+            #[counted_in(CALLS)]
+            async fn greet(name: &str) -> String {
+                format!("hello {name}")
+            }
         }
         static MISSING: AtomicUsize = AtomicUsize::new(0);
         fn count_missing(err: RateLimitError) {
@@ -419,14 +438,11 @@ backend_tests! {
                 MISSING.fetch_add(1, Ordering::SeqCst);
             }
         }
-        #[rate_limiter(
-            rules("1/minute"),
-            limit_type = IP,
-            on_limit = count_missing,
-            limiter = support::limiter()
-        )]
-        async fn ping() {
-            CALLS.fetch_add(1, Ordering::SeqCst);
+        guarded! {
+            #[rate_limiter(rules("1/minute"), limit_type = IP, on_limit = count_missing)]
+            #[counted_in(CALLS)]
+            async fn ping() {
+            }
         }
 
         assert_eq!(greet("ann").await, "hello ann");
@@ -438,10 +454,12 @@ backend_tests! {
 
     async fn limiter_selects_where_calls_are_counted() {
         static CALLS: AtomicUsize = AtomicUsize::new(0);
-        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = support::limiter())]
-        async fn guarded() -> Result<(), RateLimitError> {
-            CALLS.fetch_add(1, Ordering::SeqCst);
-            Ok(())
+        guarded! {
+            #[rate_limiter(rules("1/minute"), limit_type = GLOBAL)]
+            #[counted_in(CALLS)]
+            async fn guarded() -> Result<(), RateLimitError> {
+                Ok(())
+            }
         }
 
         guarded().await.unwrap();
@@ -461,14 +479,18 @@ backend_tests! {
                 ApiError::RateLimited(err)
             }
         }
-        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = support::limiter())]
-        async fn custom() -> Result<u8, ApiError> {
-            Ok(1)
+        guarded! {
+            #[rate_limiter(rules("1/minute"), limit_type = GLOBAL)]
+            async fn custom() -> Result<u8, ApiError> {
+                Ok(1)
+            }
         }
         type BoxError = Box<dyn std::error::Error + Send + Sync>;
-        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = support::limiter())]
-        async fn boxed() -> Result<u8, BoxError> {
-            Ok(2)
+        guarded! {
+            #[rate_limiter(rules("1/minute"), limit_type = GLOBAL)]
+            async fn boxed() -> Result<u8, BoxError> {
+                Ok(2)
+            }
         }
 
         assert_eq!(custom().await.unwrap(), 1);
@@ -487,20 +509,17 @@ backend_tests! {
             sent: AtomicUsize,
         }
         impl Mailer {
-            #[rate_limiter(
-                rules("1/minute"),
-                limit_type = CUSTOM,
-                by = self.tenant,
-                limiter = support::limiter()
-            )]
-            async fn send(&self, to: &str) -> Result<String, RateLimitError> {
-                self.sent.fetch_add(1, Ordering::SeqCst);
-                Ok(format!("{} -> {to}", self.tenant))
-            }
-            #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = support::limiter())]
-            async fn reconfigure(&mut self, tenant: &'static str) -> Result<(), RateLimitError> {
-                self.tenant = tenant;
-                Ok(())
+            guarded! {
+                #[rate_limiter(rules("1/minute"), limit_type = CUSTOM, by = self.tenant)]
+                async fn send(&self, to: &str) -> Result<String, RateLimitError> {
+                    self.sent.fetch_add(1, Ordering::SeqCst);
+                    Ok(format!("{} -> {to}", self.tenant))
+                }
+                #[rate_limiter(rules("1/minute"), limit_type = GLOBAL)]
+                async fn reconfigure(&mut self, tenant: &'static str) -> Result<(), RateLimitError> {
+                    self.tenant = tenant;
+                    Ok(())
+                }
             }
         }
 
@@ -553,18 +572,15 @@ backend_tests! {
     }
 
     async fn algorithm_selects_how_rules_are_counted() {
-        #[rate_limiter(
-            rules("2 per 2 s"),
-            algorithm = TOKEN_BUCKET,
-            limit_type = GLOBAL,
-            limiter = support::limiter()
-        )]
-        async fn bucket() -> Result<(), RateLimitError> {
-            Ok(())
-        }
-        #[rate_limiter(rules("2 per 2 s"), limit_type = GLOBAL, limiter = support::limiter())]
-        async fn log() -> Result<(), RateLimitError> {
-            Ok(())
+        guarded! {
+            #[rate_limiter(rules("2 per 2 s"), algorithm = TOKEN_BUCKET, limit_type = GLOBAL)]
+            async fn bucket() -> Result<(), RateLimitError> {
+                Ok(())
+            }
+            #[rate_limiter(rules("2 per 2 s"), limit_type = GLOBAL)]
+            async fn log() -> Result<(), RateLimitError> {
+                Ok(())
+            }
         }
 
         for _ in 0..2 {
@@ -582,16 +598,17 @@ backend_tests! {
 
     async fn cost_uses_that_many_units_and_a_denial_consumes_nothing() {
         static CALLS: AtomicUsize = AtomicUsize::new(0);
-        #[rate_limiter(
-            rules("5/minute"),
-            limit_type = CUSTOM,
-            by = tenant,
-            cost = batch.len() as u64,
-            limiter = support::limiter()
-        )]
-        async fn upload(tenant: &str, batch: Vec<u8>) -> Result<usize, RateLimitError> {
-            CALLS.fetch_add(1, Ordering::SeqCst);
-            Ok(batch.len())
+        guarded! {
+            #[rate_limiter(
+                rules("5/minute"),
+                limit_type = CUSTOM,
+                by = tenant,
+                cost = batch.len() as u64,
+            )]
+            #[counted_in(CALLS)]
+            async fn upload(tenant: &str, batch: Vec<u8>) -> Result<usize, RateLimitError> {
+                Ok(batch.len())
+            }
         }
 
         assert_eq!(upload("acme", vec![1, 2]).await.unwrap(), 2);
@@ -609,15 +626,12 @@ backend_tests! {
 
     async fn a_cost_of_zero_at_run_time_runs_the_call_unchecked() {
         static CALLS: AtomicUsize = AtomicUsize::new(0);
-        #[rate_limiter(
-            rules("1/minute"),
-            limit_type = IP,
-            cost = n,
-            limiter = support::limiter()
-        )]
-        async fn guarded(n: u64) -> Result<(), RateLimitError> {
-            CALLS.fetch_add(1, Ordering::SeqCst);
-            Ok(())
+        guarded! {
+            #[rate_limiter(rules("1/minute"), limit_type = IP, cost = n)]
+            #[counted_in(CALLS)]
+            async fn guarded(n: u64) -> Result<(), RateLimitError> {
+                Ok(())
+            }
         }
 
         // Not checked at all: not even the missing client IP refuses it.
@@ -633,15 +647,12 @@ backend_tests! {
 
     async fn a_cost_above_a_rule_s_count_can_never_pass() {
         static CALLS: AtomicUsize = AtomicUsize::new(0);
-        #[rate_limiter(
-            rules("3/minute", "10/hour"),
-            limit_type = GLOBAL,
-            cost = n,
-            limiter = support::limiter()
-        )]
-        async fn guarded(n: u64) -> Result<(), RateLimitError> {
-            CALLS.fetch_add(1, Ordering::SeqCst);
-            Ok(())
+        guarded! {
+            #[rate_limiter(rules("3/minute", "10/hour"), limit_type = GLOBAL, cost = n)]
+            #[counted_in(CALLS)]
+            async fn guarded(n: u64) -> Result<(), RateLimitError> {
+                Ok(())
+            }
         }
 
         let denied = limited(guarded(4).await);
@@ -652,5 +663,191 @@ backend_tests! {
         // It consumed nothing: the whole count is still there.
         guarded(3).await.unwrap();
         assert_eq!(ran(&CALLS), 1);
+    }
+
+    async fn rules_per_call_give_each_caller_the_rules_of_its_plan() {
+        static CALLS: AtomicUsize = AtomicUsize::new(0);
+        static FREE: [Rule; 1] = [Rule::per_minute(1)];
+        static PRO: [Rule; 1] = [Rule::per_minute(3)];
+        fn plan(pro: bool) -> &'static [Rule] {
+            if pro {
+                &PRO
+            } else {
+                &FREE
+            }
+        }
+        guarded! {
+            #[rate_limiter(rules = plan(pro), limit_type = CUSTOM, by = user)]
+            #[counted_in(CALLS)]
+            async fn search(user: &str, pro: bool) -> Result<(), RateLimitError> {
+                Ok(())
+            }
+        }
+
+        search("free", false).await.unwrap();
+        assert_eq!(limited(search("free", false).await).rule, FREE[0]);
+        for _ in 0..3 {
+            search("pro", true).await.unwrap();
+        }
+        assert_eq!(limited(search("pro", true).await).rule, PRO[0]);
+        assert_eq!(ran(&CALLS), 4);
+    }
+
+    async fn rules_per_call_keep_the_duplicate_rule_and_an_empty_list_is_unlimited() {
+        static CALLS: AtomicUsize = AtomicUsize::new(0);
+        guarded! {
+            #[rate_limiter(rules = rules.clone(), prevent_duplicate = true, limit_type = GLOBAL)]
+            #[counted_in(CALLS)]
+            async fn submit(rules: Vec<Rule>) -> Result<(), RateLimitError> {
+                Ok(())
+            }
+            #[rate_limiter(rules = Vec::new(), limit_type = GLOBAL)]
+            #[counted_in(CALLS)]
+            async fn unlimited() -> Result<(), RateLimitError> {
+                Ok(())
+            }
+        }
+
+        submit(vec![Rule::per_minute(10)]).await.unwrap();
+        let denied = limited(submit(vec![Rule::per_minute(10)]).await);
+        assert_eq!(denied.rule, Rule::new(1, Duration::from_secs(5)));
+        for _ in 0..5 {
+            unlimited().await.unwrap();
+        }
+        assert_eq!(ran(&CALLS), 6);
+    }
+
+    async fn charge_if_gives_back_the_units_of_the_calls_it_does_not_charge() {
+        static CALLS: AtomicUsize = AtomicUsize::new(0);
+        guarded! {
+            #[rate_limiter(
+                rules("2/minute"),
+                limit_type = CUSTOM,
+                by = user,
+                charge_if = |r: &Result<(), LoginError>| matches!(r, Err(LoginError::BadPassword)),
+            )]
+            #[counted_in(CALLS)]
+            async fn login(user: &str, password: &str) -> Result<(), LoginError> {
+                if password != "secret" {
+                    return Err(LoginError::BadPassword);
+                }
+                Ok(())
+            }
+        }
+
+        for _ in 0..5 {
+            login("ann", "secret").await.unwrap();
+        }
+        for _ in 0..2 {
+            assert!(matches!(login("ann", "guess").await, Err(LoginError::BadPassword)));
+        }
+        for password in ["guess", "secret"] {
+            let Err(LoginError::Limited(err)) = login("ann", password).await else {
+                panic!("expected the third failure to lock the user out");
+            };
+            limited(Err::<(), _>(err));
+        }
+        assert_eq!(ran(&CALLS), 7);
+    }
+
+    async fn charge_if_takes_the_units_before_the_body_so_concurrent_failures_stay_within_the_rule() {
+        static CALLS: AtomicUsize = AtomicUsize::new(0);
+        // Spawned tasks do not see the scenario's task-local limiter.
+        static LIMITER: OnceLock<&'static Limiter> = OnceLock::new();
+        LIMITER.set(support::limiter()).unwrap();
+        #[rate_limiter(
+            rules("3/minute"),
+            limit_type = GLOBAL,
+            charge_if = Result::is_err,
+            limiter = LIMITER.get().unwrap(),
+        )]
+        async fn login() -> Result<(), LoginError> {
+            CALLS.fetch_add(1, Ordering::SeqCst);
+            tokio::task::yield_now().await;
+            Err(LoginError::BadPassword)
+        }
+
+        let tasks: Vec<_> = (0..20).map(|_| tokio::spawn(login())).collect();
+        let mut refused = 0;
+        for task in tasks {
+            match task.await.unwrap() {
+                Err(LoginError::BadPassword) => {}
+                Err(LoginError::Limited(_)) => refused += 1,
+                Ok(()) => panic!("a failing login succeeded"),
+            }
+        }
+        assert_eq!(refused, 17);
+        assert_eq!(ran(&CALLS), 3);
+    }
+
+    async fn block_for_refuses_the_caller_for_the_block_after_a_refusal() {
+        static CALLS: AtomicUsize = AtomicUsize::new(0);
+        guarded! {
+            #[rate_limiter(
+                rules("1 per 200 ms"),
+                limit_type = CUSTOM,
+                by = user,
+                block_for = "1 hour",
+            )]
+            #[counted_in(CALLS)]
+            async fn reset_password(user: &str) -> Result<(), RateLimitError> {
+                Ok(())
+            }
+        }
+
+        reset_password("ann").await.unwrap();
+        limited(reset_password("ann").await);
+        // Long after the rule's window, the block still refuses, for the block's time.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let blocked = limited(reset_password("ann").await);
+        assert!(blocked.retry_after > Duration::from_secs(3000), "{blocked:?}");
+        // Another caller is not blocked.
+        reset_password("bob").await.unwrap();
+        assert_eq!(ran(&CALLS), 2);
+    }
+
+    async fn wait_admits_calls_in_turn_instead_of_refusing_them() {
+        static CALLS: AtomicUsize = AtomicUsize::new(0);
+        guarded! {
+            #[rate_limiter(rules("1 per 300 ms"), limit_type = GLOBAL, wait = "5s")]
+            #[counted_in(CALLS)]
+            async fn call_partner() -> Result<(), RateLimitError> {
+                Ok(())
+            }
+            #[rate_limiter(rules("1 per 1 minute"), limit_type = GLOBAL, wait = "1s")]
+            async fn too_far() -> Result<(), RateLimitError> {
+                Ok(())
+            }
+        }
+
+        for _ in 0..3 {
+            call_partner().await.unwrap();
+        }
+        assert_eq!(ran(&CALLS), 3);
+        // A refusal whose retry_after does not fit in the wait is refused at once.
+        too_far().await.unwrap();
+        limited(too_far().await);
+    }
+
+    async fn shadow_counts_but_never_refuses() {
+        static CALLS: AtomicUsize = AtomicUsize::new(0);
+        guarded! {
+            #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, name = "shadowed", shadow = true)]
+            #[counted_in(CALLS)]
+            async fn export() -> Result<(), RateLimitError> {
+                Ok(())
+            }
+            #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, name = "shadowed")]
+            async fn enforced() -> Result<(), RateLimitError> {
+                Ok(())
+            }
+        }
+
+        for _ in 0..3 {
+            export().await.unwrap();
+        }
+        assert_eq!(ran(&CALLS), 3);
+        // It counted: the enforcing site sharing its key finds the budget used.
+        limited(enforced().await);
     }
 }

@@ -16,6 +16,26 @@ static LIMITER: LazyLock<Limiter> = LazyLock::new(Limiter::memory);
 /// The crate's name, as key paths start with it.
 const CRATE: &str = module_path!();
 
+/// Functions returning `Ok(())`, guarded with this file's limiter and the given arguments.
+macro_rules! guarded {
+    ($(#[rate_limiter($($arg:tt)*)] $vis:vis async fn $name:ident($($params:tt)*);)+) => {$(
+        #[rate_limiter(limiter = &*LIMITER, $($arg)*)]
+        $vis async fn $name($($params)*) -> Result<(), RateLimitError> {
+            Ok(())
+        }
+    )+};
+}
+
+/// Functions guarded as most here are: one call a minute, counted in one budget for every
+/// caller, so that the second call's error names the key.
+macro_rules! once_a_minute {
+    ($($vis:vis async fn $name:ident($($params:tt)*);)+) => {
+        guarded! {
+            $(#[rate_limiter(rules("1/minute"), limit_type = GLOBAL)] $vis async fn $name($($params)*);)+
+        }
+    };
+}
+
 mod models {
     use super::*;
 
@@ -39,14 +59,9 @@ mod models {
     }
 
     impl Svc {
-        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = &*LIMITER)]
-        pub async fn own(&self) -> Result<(), RateLimitError> {
-            Ok(())
-        }
-
-        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = &*LIMITER)]
-        pub async fn go(&self) -> Result<(), RateLimitError> {
-            Ok(())
+        once_a_minute! {
+            pub async fn own(&self);
+            pub async fn go(&self);
         }
     }
 
@@ -60,103 +75,79 @@ mod handlers {
     use super::*;
 
     impl models::Svc {
-        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = &*LIMITER)]
-        pub async fn send(&self) -> Result<(), RateLimitError> {
-            Ok(())
-        }
-
-        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = &*LIMITER)]
-        pub async fn create() -> Result<(), RateLimitError> {
-            Ok(())
+        once_a_minute! {
+            pub async fn send(&self);
+            pub async fn create();
         }
     }
 
     impl models::Svc {
-        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = &*LIMITER)]
-        pub async fn notify(&self) -> Result<(), RateLimitError> {
-            Ok(())
+        once_a_minute! {
+            pub async fn notify(&self);
         }
     }
 
     impl models::Other {
-        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = &*LIMITER)]
-        pub async fn notify(&self) -> Result<(), RateLimitError> {
-            Ok(())
-        }
-
-        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = &*LIMITER)]
-        pub async fn send(&self) -> Result<(), RateLimitError> {
-            Ok(())
-        }
-
-        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = &*LIMITER)]
-        pub async fn create() -> Result<(), RateLimitError> {
-            Ok(())
+        once_a_minute! {
+            pub async fn notify(&self);
+            pub async fn send(&self);
+            pub async fn create();
         }
     }
 
     impl<T: Send + Sync> models::Gen<T> {
-        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = &*LIMITER)]
-        pub async fn get(&self) -> Result<(), RateLimitError> {
-            Ok(())
+        once_a_minute! {
+            pub async fn get(&self);
         }
     }
 
     impl A for models::Svc {
-        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = &*LIMITER)]
-        async fn go(&self) -> Result<(), RateLimitError> {
-            Ok(())
+        once_a_minute! {
+            async fn go(&self);
         }
     }
 
     impl B for models::Svc {
-        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = &*LIMITER)]
-        async fn go(&self) -> Result<(), RateLimitError> {
-            Ok(())
+        once_a_minute! {
+            async fn go(&self);
         }
     }
 
     impl A for models::Gen<u8> {
-        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = &*LIMITER)]
-        async fn go(&self) -> Result<(), RateLimitError> {
-            Ok(())
+        once_a_minute! {
+            async fn go(&self);
         }
     }
 
     impl A for models::Gen<u16> {
-        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = &*LIMITER)]
-        async fn go(&self) -> Result<(), RateLimitError> {
-            Ok(())
+        once_a_minute! {
+            async fn go(&self);
         }
     }
 
     impl<T: Marked + Sync> Audit for T {
-        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = &*LIMITER)]
-        async fn audit(&self) -> Result<(), RateLimitError> {
-            Ok(())
+        once_a_minute! {
+            async fn audit(&self);
         }
     }
 
     impl Convert<u8> for models::Svc {
-        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = &*LIMITER)]
-        async fn convert(&self) -> Result<(), RateLimitError> {
-            Ok(())
+        once_a_minute! {
+            async fn convert(&self);
         }
     }
 
     impl Convert<u16> for models::Svc {
-        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = &*LIMITER)]
-        async fn convert(&self) -> Result<(), RateLimitError> {
-            Ok(())
+        once_a_minute! {
+            async fn convert(&self);
         }
     }
 
     pub mod nested {
         use super::*;
 
-        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, limiter = &*LIMITER)]
-        pub async fn free() -> Result<(), RateLimitError> {
-            Ok(())
+        once_a_minute! {
+            pub async fn free();
         }
     }
 }
@@ -282,14 +273,9 @@ async fn free_functions_name_their_module_path() {
 
 #[tokio::test]
 async fn a_name_sets_the_key_path() {
-    #[rate_limiter(
-        rules("1/minute"),
-        limit_type = GLOBAL,
-        name = "billing::send_invoice",
-        limiter = &*LIMITER
-    )]
-    async fn send() -> Result<(), RateLimitError> {
-        Ok(())
+    guarded! {
+        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, name = "billing::send_invoice")]
+        async fn send();
     }
 
     assert_eq!(path_of(send).await, "billing::send_invoice");
@@ -297,24 +283,16 @@ async fn a_name_sets_the_key_path() {
 
 #[tokio::test]
 async fn sites_given_one_name_and_the_same_rules_share_a_budget_silently() {
-    #[rate_limiter(
-        rules("1/minute"),
-        limit_type = GLOBAL,
-        name = "shared/quietly",
-        limiter = &*LIMITER
-    )]
-    async fn first() -> Result<(), RateLimitError> {
-        Ok(())
-    }
-    #[rate_limiter(
-        rules(rule(count = 1, time = 60)),
-        limit_type = GLOBAL,
-        name = "shared/quietly",
-        message = "another message changes no count",
-        limiter = &*LIMITER
-    )]
-    async fn second() -> Result<(), RateLimitError> {
-        Ok(())
+    guarded! {
+        #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, name = "shared/quietly")]
+        async fn first();
+        #[rate_limiter(
+            rules(rule(count = 1, time = 60)),
+            limit_type = GLOBAL,
+            name = "shared/quietly",
+            message = "another message changes no count",
+        )]
+        async fn second();
     }
 
     let (logs, _guard) = support::capture_logs();
@@ -326,23 +304,15 @@ async fn sites_given_one_name_and_the_same_rules_share_a_budget_silently() {
 
 #[tokio::test]
 async fn sites_sharing_a_path_with_different_rules_are_reported_once_naming_both() {
-    #[rate_limiter(
-        rules("5/minute"),
-        limit_type = GLOBAL,
-        name = "shared::by_mistake",
-        limiter = &*LIMITER
-    )]
-    async fn strict() -> Result<(), RateLimitError> {
-        Ok(())
-    }
-    #[rate_limiter(
-        rules("10/minute", "100/hour"),
-        limit_type = GLOBAL,
-        name = "shared::by_mistake",
-        limiter = &*LIMITER
-    )]
-    async fn lenient() -> Result<(), RateLimitError> {
-        Ok(())
+    guarded! {
+        #[rate_limiter(rules("5/minute"), limit_type = GLOBAL, name = "shared::by_mistake")]
+        async fn strict();
+        #[rate_limiter(
+            rules("10/minute", "100/hour"),
+            limit_type = GLOBAL,
+            name = "shared::by_mistake",
+        )]
+        async fn lenient();
     }
 
     let (logs, _guard) = support::capture_logs();
@@ -370,26 +340,18 @@ async fn sites_sharing_a_path_with_different_rules_are_reported_once_naming_both
 
 #[tokio::test]
 async fn sites_sharing_a_path_with_different_algorithms_are_reported() {
-    #[rate_limiter(
-        rules("5/minute"),
-        limit_type = GLOBAL,
-        name = "shared::algorithms",
-        limiter = &*LIMITER
-    )]
-    async fn log() -> Result<(), RateLimitError> {
-        Ok(())
-    }
-    #[rate_limiter(
-        rules("5/minute"),
-        limit_type = USER_ID,
-        by = "u1",
-        algorithm = TOKEN_BUCKET,
-        key = "other:",
-        name = "shared::algorithms",
-        limiter = &*LIMITER
-    )]
-    async fn bucket() -> Result<(), RateLimitError> {
-        Ok(())
+    guarded! {
+        #[rate_limiter(rules("5/minute"), limit_type = GLOBAL, name = "shared::algorithms")]
+        async fn log();
+        #[rate_limiter(
+            rules("5/minute"),
+            limit_type = USER_ID,
+            by = "u1",
+            algorithm = TOKEN_BUCKET,
+            key = "other:",
+            name = "shared::algorithms",
+        )]
+        async fn bucket();
     }
 
     let (logs, _guard) = support::capture_logs();

@@ -4,13 +4,15 @@
 //! [`Errors`] and parsing goes on past them, so one compile reports all of them.
 
 use proc_macro2::{Span, TokenStream};
-use quote::{quote, ToTokens};
-use syn::parse::{Parse, ParseStream};
-use syn::{parenthesized, Expr, ExprPath, Ident, LitBool, LitInt, LitStr, Path, Token};
+use quote::{quote, ToTokens, TokenStreamExt as _};
+use syn::parse::{Lookahead1, Parse, ParseStream};
+use syn::spanned::Spanned as _;
+use syn::{parenthesized, Expr, ExprPath, Ident, LitInt, LitStr, Path, Token};
 
-use ratelimit_rule_text::{too_large, too_long, window_ms as window};
+use ratelimit_rule_text::{InvalidRule, UNITS};
 
-use crate::item::{ItemFn, Returns};
+use crate::errors::Errors;
+use crate::item::Returns;
 
 mod kw {
     syn::custom_keyword!(rules);
@@ -29,10 +31,16 @@ mod kw {
     syn::custom_keyword!(limiter);
     syn::custom_keyword!(name);
     syn::custom_keyword!(cost);
+    syn::custom_keyword!(charge_if);
+    syn::custom_keyword!(block_for);
+    syn::custom_keyword!(wait);
+    syn::custom_keyword!(shadow);
 }
 
-const ARGUMENTS: &str = "rules, prevent_duplicate, prevent_duplicate_rule, limit_type, by, key, \
-                         message, algorithm, on_limit, limiter, crate, name, cost";
+const ARGUMENTS: &str =
+    "one of rules, prevent_duplicate, prevent_duplicate_rule, limit_type, by, key, \
+                         message, algorithm, on_limit, limiter, crate, name, cost, charge_if, \
+                         block_for, wait, shadow";
 
 const NAME_FORM: &str = "a name is one or more segments of ASCII letters, digits, `_`, `.` and \
                          `-`, separated by `::` or `/` (e.g. \"billing::send_invoice\", \
@@ -40,8 +48,7 @@ const NAME_FORM: &str = "a name is one or more segments of ASCII letters, digits
 
 /// The validated arguments of one `#[rate_limiter(...)]`.
 pub struct Args {
-    /// The rules of `rules(...)`, in the order written.
-    pub rules: Vec<Rule>,
+    pub rules: Rules,
     /// The duplicate-submission rule, when `prevent_duplicate = true`.
     pub duplicate_rule: Option<Rule>,
     pub limit_type: LimitType,
@@ -62,11 +69,27 @@ pub struct Args {
     pub name: Option<LitStr>,
     /// `cost = <expr>`; `None` for one unit.
     pub cost: Option<Expr>,
+    /// `charge_if = <expr>`: whether the call's units stay used, given its result.
+    pub charge_if: Option<Expr>,
+    /// `block_for = "..."`, in milliseconds.
+    pub block_for_ms: Option<u64>,
+    /// `wait = "..."`, in milliseconds.
+    pub wait_ms: Option<u64>,
+    /// `shadow = true`.
+    pub shadow: bool,
 }
 
 impl Args {
     pub const DEFAULT_PREFIX: &'static str = "rate_limit:";
     pub const DEFAULT_MESSAGE: &'static str = "too many requests";
+}
+
+/// Where the rules come from.
+pub enum Rules {
+    /// `rules(...)`, in the order written (none with only `prevent_duplicate`).
+    Listed(Vec<Rule>),
+    /// `rules = <expr>`, evaluated per call.
+    PerCall(Expr),
 }
 
 /// What a limited call returns: `on_limit(err)`, or `Err(From::from(err))` spanned at the
@@ -89,101 +112,41 @@ impl Rule {
         count: 1,
         window_ms: 5_000,
     };
-
-    /// The runtime's `Rule::MAX_COUNT`: figures stay exact in the Lua scripts' doubles.
-    const MAX_COUNT: u64 = ratelimit_rule_text::MAX_COUNT;
 }
 
-/// `limit_type = ...`; expands to the runtime's variant name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LimitType {
-    Ip,
-    UserId,
-    Global,
-    Custom,
-}
+/// An argument whose value is one of a few names, written in any case: the enum, its
+/// names, and its expansion to the runtime's variant of the same name.
+macro_rules! choice {
+    ($(#[$doc:meta])* $choice:ident { $($variant:ident = $name:literal),+ $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum $choice { $($variant),+ }
 
-impl LimitType {
-    const CHOICES: &'static [(&'static str, LimitType)] = &[
-        ("IP", LimitType::Ip),
-        ("USER_ID", LimitType::UserId),
-        ("GLOBAL", LimitType::Global),
-        ("CUSTOM", LimitType::Custom),
-    ];
-}
-
-impl ToTokens for LimitType {
-    fn to_tokens(&self, tokens: &mut TokenStream) {
-        tokens.extend(match self {
-            LimitType::Ip => quote!(Ip),
-            LimitType::UserId => quote!(UserId),
-            LimitType::Global => quote!(Global),
-            LimitType::Custom => quote!(Custom),
-        });
-    }
-}
-
-/// `algorithm = ...`; expands to the runtime's variant name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Algorithm {
-    SlidingLog,
-    FixedWindow,
-    SlidingWindow,
-    TokenBucket,
-}
-
-impl Algorithm {
-    const CHOICES: &'static [(&'static str, Algorithm)] = &[
-        ("SLIDING_LOG", Algorithm::SlidingLog),
-        ("FIXED_WINDOW", Algorithm::FixedWindow),
-        ("SLIDING_WINDOW", Algorithm::SlidingWindow),
-        ("TOKEN_BUCKET", Algorithm::TokenBucket),
-    ];
-}
-
-impl ToTokens for Algorithm {
-    fn to_tokens(&self, tokens: &mut TokenStream) {
-        tokens.extend(match self {
-            Algorithm::SlidingLog => quote!(SlidingLog),
-            Algorithm::FixedWindow => quote!(FixedWindow),
-            Algorithm::SlidingWindow => quote!(SlidingWindow),
-            Algorithm::TokenBucket => quote!(TokenBucket),
-        });
-    }
-}
-
-/// `unit = ...` of a `rule(...)`.
-const UNITS: &[(&str, u64)] = &[
-    ("MILLISECONDS", 1),
-    ("SECONDS", 1_000),
-    ("MINUTES", 60_000),
-    ("HOURS", 3_600_000),
-    ("DAYS", 86_400_000),
-];
-
-/// Every error found so far, reported together.
-#[derive(Default)]
-pub struct Errors(Option<syn::Error>);
-
-impl Errors {
-    pub fn push(&mut self, error: syn::Error) {
-        match &mut self.0 {
-            Some(errors) => errors.combine(error),
-            None => self.0 = Some(error),
+        impl $choice {
+            const CHOICES: &'static [(&'static str, $choice)] = &[$(($name, $choice::$variant)),+];
         }
-    }
 
-    /// Records the error of `result`, if any, and passes its value on.
-    pub fn ok<T>(&mut self, result: syn::Result<T>) -> Option<T> {
-        result.map_err(|e| self.push(e)).ok()
-    }
+        impl ToTokens for $choice {
+            fn to_tokens(&self, tokens: &mut TokenStream) {
+                let variant = match self { $($choice::$variant => stringify!($variant)),+ };
+                tokens.append(Ident::new(variant, Span::call_site()));
+            }
+        }
+    };
+}
 
-    pub fn is_empty(&self) -> bool {
-        self.0.is_none()
-    }
+choice! {
+    /// `limit_type = ...`.
+    LimitType { Ip = "IP", UserId = "USER_ID", Global = "GLOBAL", Custom = "CUSTOM" }
+}
 
-    pub fn into_result(self) -> syn::Result<()> {
-        self.0.map_or(Ok(()), Err)
+choice! {
+    /// `algorithm = ...`.
+    Algorithm {
+        SlidingLog = "SLIDING_LOG",
+        FixedWindow = "FIXED_WINDOW",
+        SlidingWindow = "SLIDING_WINDOW",
+        TokenBucket = "TOKEN_BUCKET",
     }
 }
 
@@ -196,6 +159,22 @@ struct Slot<T> {
 impl<T> Slot<T> {
     fn new(name: &'static str) -> Self {
         Slot { name, value: None }
+    }
+
+    /// Parses `name = value`, the value with `value`, and sets it. `value` records an
+    /// invalid value in `errors` and gives `None`: the argument then stays unset.
+    fn parse<K: Parse + ToTokens>(
+        &mut self,
+        input: ParseStream,
+        errors: &mut Errors,
+        value: impl FnOnce(ParseStream, &mut Errors) -> syn::Result<Option<T>>,
+    ) -> syn::Result<()> {
+        let name = input.parse::<K>()?.span();
+        input.parse::<Token![=]>()?;
+        if let Some(value) = value(input, errors)? {
+            self.set(errors, name, value);
+        }
+        Ok(())
     }
 
     /// The one place repeated arguments are detected.
@@ -223,10 +202,17 @@ impl<T> Slot<T> {
     }
 }
 
+/// A value parsed as written, with no check of its own.
+fn parsed<T: Parse>(input: ParseStream, _: &mut Errors) -> syn::Result<Option<T>> {
+    input.parse().map(Some)
+}
+
 /// Arguments as written, before the checks that involve several of them (or the function).
 pub struct RawArgs {
     errors: Errors,
     rules: Slot<Vec<Rule>>,
+    /// `rules = <expr>`: a slot of its own, so that it can be told apart from `rules(...)`.
+    rules_per_call: Slot<Expr>,
     prevent_duplicate: Slot<bool>,
     prevent_duplicate_rule: Slot<Rule>,
     limit_type: Slot<(LimitType, Span)>,
@@ -239,6 +225,10 @@ pub struct RawArgs {
     krate: Slot<Path>,
     name: Slot<LitStr>,
     cost: Slot<Expr>,
+    charge_if: Slot<Expr>,
+    block_for: Slot<u64>,
+    wait: Slot<u64>,
+    shadow: Slot<bool>,
 }
 
 impl RawArgs {
@@ -246,6 +236,7 @@ impl RawArgs {
         RawArgs {
             errors: Errors::default(),
             rules: Slot::new("rules"),
+            rules_per_call: Slot::new("rules"),
             prevent_duplicate: Slot::new("prevent_duplicate"),
             prevent_duplicate_rule: Slot::new("prevent_duplicate_rule"),
             limit_type: Slot::new("limit_type"),
@@ -258,6 +249,10 @@ impl RawArgs {
             krate: Slot::new("crate"),
             name: Slot::new("name"),
             cost: Slot::new("cost"),
+            charge_if: Slot::new("charge_if"),
+            block_for: Slot::new("block_for"),
+            wait: Slot::new("wait"),
+            shadow: Slot::new("shadow"),
         }
     }
 
@@ -265,94 +260,83 @@ impl RawArgs {
     /// well-formed but invalid one is recorded in `errors` and parsing goes on.
     fn parse_argument(&mut self, input: ParseStream, errors: &mut Errors) -> syn::Result<()> {
         let lookahead = input.lookahead1();
-        if lookahead.peek(kw::rules) {
+        if lookahead.peek(kw::rules) && input.peek2(Token![=]) {
+            self.rules_per_call
+                .parse::<kw::rules>(input, errors, parsed)?;
+        } else if lookahead.peek(kw::rules) {
             let name = input.parse::<kw::rules>()?.span;
             let rules = parse_rules(input, errors)?;
             self.rules.set(errors, name, rules);
         } else if lookahead.peek(kw::prevent_duplicate) {
-            let name = input.parse::<kw::prevent_duplicate>()?.span;
-            input.parse::<Token![=]>()?;
-            let value = input.parse::<LitBool>()?.value;
-            self.prevent_duplicate.set(errors, name, value);
+            self.prevent_duplicate.parse::<kw::prevent_duplicate>(
+                input,
+                errors,
+                bool_literal("prevent_duplicate"),
+            )?;
         } else if lookahead.peek(kw::prevent_duplicate_rule) {
-            let name = input.parse::<kw::prevent_duplicate_rule>()?.span;
-            input.parse::<Token![=]>()?;
-            if let Some(rule) = parse_rule_call(input, errors)? {
-                self.prevent_duplicate_rule.set(errors, name, rule);
-            }
+            self.prevent_duplicate_rule
+                .parse::<kw::prevent_duplicate_rule>(input, errors, parse_rule_call)?;
         } else if lookahead.peek(kw::limit_type) {
-            let name = input.parse::<kw::limit_type>()?.span;
-            input.parse::<Token![=]>()?;
-            let ident = input.parse::<Ident>()?;
-            if let Some(value) = errors.ok(choose(&ident, "limit_type", LimitType::CHOICES)) {
-                self.limit_type.set(errors, name, (value, ident.span()));
-            }
+            self.limit_type
+                .parse::<kw::limit_type>(input, errors, |input, errors| {
+                    let ident = input.parse::<Ident>()?;
+                    let value = errors.ok(choose(&ident, "limit_type", LimitType::CHOICES));
+                    Ok(value.map(|value| (value, ident.span())))
+                })?;
         } else if lookahead.peek(kw::by) {
-            let name = input.parse::<kw::by>()?.span;
-            input.parse::<Token![=]>()?;
-            let expr = input.parse::<Expr>()?;
-            self.by.set(errors, name, expr);
+            self.by.parse::<kw::by>(input, errors, parsed)?;
         } else if lookahead.peek(kw::key) {
-            let name = input.parse::<kw::key>()?.span;
-            input.parse::<Token![=]>()?;
-            let prefix = input.parse::<LitStr>()?;
-            self.key.set(errors, name, prefix);
+            self.key.parse::<kw::key>(input, errors, parsed)?;
         } else if lookahead.peek(kw::message) {
-            let name = input.parse::<kw::message>()?.span;
-            input.parse::<Token![=]>()?;
-            let message = input.parse::<LitStr>()?;
-            self.message.set(errors, name, message);
+            self.message.parse::<kw::message>(input, errors, parsed)?;
         } else if lookahead.peek(kw::algorithm) {
-            let name = input.parse::<kw::algorithm>()?.span;
-            input.parse::<Token![=]>()?;
-            let ident = input.parse::<Ident>()?;
-            if let Some(value) = errors.ok(choose(&ident, "algorithm", Algorithm::CHOICES)) {
-                self.algorithm.set(errors, name, value);
-            }
+            self.algorithm
+                .parse::<kw::algorithm>(input, errors, |input, errors| {
+                    let ident = input.parse::<Ident>()?;
+                    Ok(errors.ok(choose(&ident, "algorithm", Algorithm::CHOICES)))
+                })?;
         } else if lookahead.peek(kw::on_limit) {
-            let name = input.parse::<kw::on_limit>()?.span;
-            input.parse::<Token![=]>()?;
-            let path = input.parse::<ExprPath>()?;
-            self.on_limit.set(errors, name, path);
+            self.on_limit.parse::<kw::on_limit>(input, errors, parsed)?;
         } else if lookahead.peek(kw::limiter) {
-            let name = input.parse::<kw::limiter>()?.span;
-            input.parse::<Token![=]>()?;
-            let expr = input.parse::<Expr>()?;
-            self.limiter.set(errors, name, expr);
+            self.limiter.parse::<kw::limiter>(input, errors, parsed)?;
         } else if lookahead.peek(Token![crate]) {
-            let name = input.parse::<Token![crate]>()?.span;
-            input.parse::<Token![=]>()?;
-            let path = input.call(Path::parse_mod_style)?;
-            self.krate.set(errors, name, path);
+            self.krate
+                .parse::<Token![crate]>(input, errors, |input, _| {
+                    input.call(Path::parse_mod_style).map(Some)
+                })?;
         } else if lookahead.peek(kw::name) {
-            let name = input.parse::<kw::name>()?.span;
-            input.parse::<Token![=]>()?;
-            let value = input.parse::<LitStr>()?;
-            if errors.ok(check_name(&value)).is_some() {
-                self.name.set(errors, name, value);
-            }
+            self.name
+                .parse::<kw::name>(input, errors, |input, errors| {
+                    let value = input.parse::<LitStr>()?;
+                    Ok(errors.ok(check_name(&value)).map(|()| value))
+                })?;
         } else if lookahead.peek(kw::cost) {
-            let name = input.parse::<kw::cost>()?.span;
-            input.parse::<Token![=]>()?;
-            let expr = input.parse::<Expr>()?;
-            if errors.ok(check_cost(&expr)).is_some() {
-                self.cost.set(errors, name, expr);
-            }
-        } else if input.peek(Ident) {
-            let ident = input.parse::<Ident>()?;
-            return Err(syn::Error::new(
-                ident.span(),
-                format!("unknown argument `{ident}`; expected one of {ARGUMENTS}"),
-            ));
+            self.cost
+                .parse::<kw::cost>(input, errors, |input, errors| {
+                    let expr = input.parse::<Expr>()?;
+                    Ok(errors.ok(check_cost(&expr)).map(|()| expr))
+                })?;
+        } else if lookahead.peek(kw::charge_if) {
+            self.charge_if
+                .parse::<kw::charge_if>(input, errors, parsed)?;
+        } else if lookahead.peek(kw::block_for) {
+            self.block_for
+                .parse::<kw::block_for>(input, errors, duration_literal("block_for"))?;
+        } else if lookahead.peek(kw::wait) {
+            self.wait
+                .parse::<kw::wait>(input, errors, duration_literal("wait"))?;
+        } else if lookahead.peek(kw::shadow) {
+            self.shadow
+                .parse::<kw::shadow>(input, errors, bool_literal("shadow"))?;
         } else {
-            return Err(lookahead.error());
+            return Err(unknown(input, lookahead, "argument", ARGUMENTS));
         }
         Ok(())
     }
 
-    /// The checks that involve several arguments or the function; then the typed
-    /// [`Args`], or every error found.
-    pub fn validate(mut self, item: &ItemFn) -> syn::Result<Args> {
+    /// The checks that involve several arguments or the function's return type; then the
+    /// typed [`Args`], or every error found.
+    pub fn validate(mut self, returns: Returns) -> syn::Result<Args> {
         let limit_type = self.limit_type.get().copied();
         let prevent_duplicate = self.prevent_duplicate.get().copied().unwrap_or(false);
 
@@ -377,19 +361,27 @@ impl RawArgs {
                 "prevent_duplicate_rule has no effect without `prevent_duplicate = true`",
             ));
         }
-        if self.rules.get().is_none() && !prevent_duplicate {
+        if let (Some(per_call), Some(_)) = (self.rules_per_call.span(), self.rules.get()) {
+            self.errors.push(syn::Error::new(
+                per_call,
+                "`rules = <expr>` cannot be used with `rules(...)`: choose the rules per call \
+                 with `rules = <expr>`, or write them in `rules(...)`",
+            ));
+        }
+        if self.rules.get().is_none() && self.rules_per_call.get().is_none() && !prevent_duplicate {
             self.errors.push(syn::Error::new(
                 Span::call_site(),
                 "#[rate_limiter] needs at least one rule: add `rules(...)`, e.g. \
-                 `rules(\"10/minute\")`, or `prevent_duplicate = true`",
+                 `rules(\"10/minute\")`, `rules = <expr>` for rules chosen per call, or \
+                 `prevent_duplicate = true`",
             ));
         }
-        let limited = match (self.on_limit.into_inner(), item.returns()) {
+        let limited = match (self.on_limit.into_inner(), returns) {
             (Some(on_limit), _) => Some(Limited::OnLimit(on_limit)),
             (None, Returns::Result { error_span }) => Some(Limited::Err { error_span }),
-            (None, Returns::Other) => {
+            (None, Returns::Other { span }) => {
                 self.errors.push(syn::Error::new(
-                    item.return_type_span(),
+                    span,
                     "#[rate_limiter] on a function that does not return a `Result` needs \
                      `on_limit = path`, a `fn(RateLimitError) -> T` giving what a limited call \
                      returns; or return a `Result` whose error type implements \
@@ -402,7 +394,10 @@ impl RawArgs {
         self.errors.into_result()?;
 
         Ok(Args {
-            rules: self.rules.into_inner().unwrap_or_default(),
+            rules: match self.rules_per_call.into_inner() {
+                Some(per_call) => Rules::PerCall(per_call),
+                None => Rules::Listed(self.rules.into_inner().unwrap_or_default()),
+            },
             duplicate_rule: prevent_duplicate.then(|| {
                 self.prevent_duplicate_rule
                     .into_inner()
@@ -421,6 +416,10 @@ impl RawArgs {
                 .unwrap_or_else(|| syn::parse_quote!(::redis_ratelimit)),
             name: self.name.into_inner(),
             cost: self.cost.into_inner(),
+            charge_if: self.charge_if.into_inner(),
+            block_for_ms: self.block_for.into_inner(),
+            wait_ms: self.wait.into_inner(),
+            shadow: self.shadow.into_inner().unwrap_or(false),
         })
     }
 }
@@ -530,7 +529,9 @@ fn parse_rule_call(input: ParseStream, errors: &mut Errors) -> syn::Result<Optio
     };
 
     let count = match fields.count.into_inner() {
-        Some(lit) => rule_errors.ok(parse_count(&lit)),
+        Some(lit) => rule_errors.ok(lit.base10_parse().and_then(|count| {
+            ratelimit_rule_text::check_count(count).map_err(|invalid| invalid_rule(&lit, invalid))
+        })),
         None => {
             complain(&mut rule_errors, "count");
             None
@@ -541,9 +542,11 @@ fn parse_rule_call(input: ParseStream, errors: &mut Errors) -> syn::Result<Optio
         None => (1_000, None),
     };
     let window_ms = match fields.time.into_inner() {
-        Some(lit) => rule_errors.ok(parse_time(&lit).and_then(|time| {
-            window(time, unit_ms).ok_or_else(|| {
-                syn::Error::new_spanned(quote!(#lit #unit_ident), too_long(time, unit_ms))
+        Some(lit) => rule_errors.ok(lit.base10_parse().and_then(|time| {
+            ratelimit_rule_text::window_ms(time, unit_ms).map_err(|invalid| match invalid {
+                // Too long is the time in its unit, so both are underlined.
+                InvalidRule::WindowTooLong => invalid_rule(quote!(#lit #unit_ident), invalid),
+                _ => invalid_rule(&lit, invalid),
             })
         })),
         None => {
@@ -560,6 +563,10 @@ fn parse_rule_call(input: ParseStream, errors: &mut Errors) -> syn::Result<Optio
             None
         }
     })
+}
+
+fn invalid_rule(tokens: impl ToTokens, invalid: InvalidRule) -> syn::Error {
+    syn::Error::new_spanned(tokens, invalid.message())
 }
 
 /// The `name = value` list inside `rule(...)`, as written.
@@ -584,30 +591,38 @@ impl RuleFields {
     fn parse_field(&mut self, input: ParseStream, errors: &mut Errors) -> syn::Result<()> {
         let lookahead = input.lookahead1();
         if lookahead.peek(kw::count) {
-            let name = input.parse::<kw::count>()?.span;
-            input.parse::<Token![=]>()?;
-            self.count.set(errors, name, input.parse()?);
+            self.count.parse::<kw::count>(input, errors, parsed)?;
         } else if lookahead.peek(kw::time) {
-            let name = input.parse::<kw::time>()?.span;
-            input.parse::<Token![=]>()?;
-            self.time.set(errors, name, input.parse()?);
+            self.time.parse::<kw::time>(input, errors, parsed)?;
         } else if lookahead.peek(kw::unit) {
-            let name = input.parse::<kw::unit>()?.span;
-            input.parse::<Token![=]>()?;
-            let ident = input.parse::<Ident>()?;
-            if let Some(ms) = errors.ok(choose(&ident, "unit", UNITS)) {
-                self.unit.set(errors, name, (ms, ident));
-            }
-        } else if input.peek(Ident) {
-            let ident = input.parse::<Ident>()?;
-            return Err(syn::Error::new(
-                ident.span(),
-                format!("unknown rule argument `{ident}`; expected count, time, unit"),
-            ));
+            self.unit
+                .parse::<kw::unit>(input, errors, |input, errors| {
+                    let ident = input.parse::<Ident>()?;
+                    let units: Vec<_> = UNITS.iter().map(|unit| (unit.name(), unit.ms)).collect();
+                    let ms = errors.ok(choose(&ident, "unit", &units));
+                    Ok(ms.map(|ms| (ms, ident)))
+                })?;
         } else {
-            return Err(lookahead.error());
+            return Err(unknown(
+                input,
+                lookahead,
+                "rule argument",
+                "count, time, unit",
+            ));
         }
         Ok(())
+    }
+}
+
+/// The error for what is none of the expected names: an unknown `what` (an identifier,
+/// consumed), or syn's own "expected ..." for any other token.
+fn unknown(input: ParseStream, lookahead: Lookahead1, what: &str, expected: &str) -> syn::Error {
+    match input.parse::<Ident>() {
+        Ok(ident) => syn::Error::new(
+            ident.span(),
+            format!("unknown {what} `{ident}`; expected {expected}"),
+        ),
+        Err(_) => lookahead.error(),
     }
 }
 
@@ -664,28 +679,54 @@ fn check_cost(expr: &Expr) -> syn::Result<()> {
     Ok(())
 }
 
-fn parse_count(lit: &LitInt) -> syn::Result<u64> {
-    match lit.base10_parse::<u64>()? {
-        0 => Err(syn::Error::new(
-            lit.span(),
-            "count must be at least 1: a rule admitting no calls would refuse every call",
-        )),
-        count if count > Rule::MAX_COUNT => Err(syn::Error::new(lit.span(), too_large(count))),
-        count => Ok(count),
+/// The value of `argument = true` or `argument = false`: only a literal, since it is
+/// decided at compile time.
+fn bool_literal(
+    argument: &'static str,
+) -> impl FnOnce(ParseStream, &mut Errors) -> syn::Result<Option<bool>> {
+    move |input, errors| {
+        let expr = input.parse::<Expr>()?;
+        if let Expr::Lit(syn::ExprLit {
+            lit: syn::Lit::Bool(value),
+            attrs,
+        }) = &expr
+        {
+            if attrs.is_empty() {
+                return Ok(Some(value.value));
+            }
+        }
+        errors.push(syn::Error::new_spanned(
+            expr,
+            format!("`{argument}` takes the literal `true` or `false`"),
+        ));
+        Ok(None)
     }
 }
 
-fn parse_time(lit: &LitInt) -> syn::Result<u64> {
-    match lit.base10_parse::<u64>()? {
-        0 => Err(syn::Error::new(
-            lit.span(),
-            "time must be at least 1: a rule's window cannot be empty",
-        )),
-        time => Ok(time),
+/// The milliseconds of `argument = "<duration>"`, in the rules' units (`"15 minutes"`,
+/// `"900s"`, `"500ms"`); a duration of 0 or a malformed one is an error on the literal.
+fn duration_literal(
+    argument: &'static str,
+) -> impl FnOnce(ParseStream, &mut Errors) -> syn::Result<Option<u64>> {
+    move |input, errors| {
+        if !input.peek(LitStr) {
+            return Err(input.error(format!(
+                "`{argument}` takes a duration string, e.g. `{argument} = \"15 minutes\"`, \
+                 \"900s\" or \"500ms\""
+            )));
+        }
+        let lit = input.parse::<LitStr>()?;
+        let duration = ratelimit_rule_text::parse_duration(&lit.value())
+            .map_err(|err| syn::Error::new(lit.span(), err));
+        // Whole milliseconds, at most `MAX_WINDOW_MS`: the conversion is exact.
+        Ok(errors
+            .ok(duration)
+            .map(|duration| duration.as_millis() as u64))
     }
 }
 
-/// The value named by `ident` (case-insensitively), or an error on it listing the choices.
+/// The value named by `ident` (case-insensitively), or an error on it listing the choices
+/// (in upper case, as the attribute spells them).
 fn choose<T: Copy>(ident: &Ident, what: &str, choices: &[(&str, T)]) -> syn::Result<T> {
     let name = ident.to_string();
     choices
@@ -693,7 +734,10 @@ fn choose<T: Copy>(ident: &Ident, what: &str, choices: &[(&str, T)]) -> syn::Res
         .find(|(choice, _)| choice.eq_ignore_ascii_case(&name))
         .map(|(_, value)| *value)
         .ok_or_else(|| {
-            let names: Vec<&str> = choices.iter().map(|(choice, _)| *choice).collect();
+            let names: Vec<String> = choices
+                .iter()
+                .map(|(choice, _)| choice.to_ascii_uppercase())
+                .collect();
             syn::Error::new(
                 ident.span(),
                 format!(
@@ -721,10 +765,18 @@ mod tests {
     use syn::parse_quote;
 
     fn args(tokens: TokenStream) -> syn::Result<Args> {
-        let item: ItemFn = parse_quote!(
-            async fn f() -> Result<(), E> {}
-        );
-        syn::parse2::<RawArgs>(tokens)?.validate(&item)
+        let returns = Returns::Result {
+            error_span: Span::call_site(),
+        };
+        syn::parse2::<RawArgs>(tokens)?.validate(returns)
+    }
+
+    /// The rules of `rules(...)`; panics for `rules = <expr>`.
+    fn listed(args: &Args) -> &[Rule] {
+        match &args.rules {
+            Rules::Listed(rules) => rules,
+            Rules::PerCall(_) => panic!("rules chosen per call"),
+        }
     }
 
     fn messages(tokens: TokenStream) -> Vec<String> {
@@ -743,7 +795,10 @@ mod tests {
             "1000/day"
         )))
         .unwrap();
-        let windows: Vec<(u64, u64)> = args.rules.iter().map(|r| (r.count, r.window_ms)).collect();
+        let windows: Vec<(u64, u64)> = listed(&args)
+            .iter()
+            .map(|r| (r.count, r.window_ms))
+            .collect();
         assert_eq!(
             windows,
             [(10, 60_000), (20, 180_000), (1, 250), (1000, 86_400_000)]
@@ -756,7 +811,7 @@ mod tests {
     #[test]
     fn prevent_duplicate_adds_its_rule_after_the_others() {
         let only = args(quote!(prevent_duplicate = true)).unwrap();
-        assert!(only.rules.is_empty());
+        assert!(listed(&only).is_empty());
         assert_eq!(only.duplicate_rule, Some(Rule::DEFAULT_DUPLICATE));
         let custom = args(quote!(
             rules("1/s"),
@@ -764,7 +819,7 @@ mod tests {
             prevent_duplicate_rule = rule(count = 2, time = 10)
         ))
         .unwrap();
-        assert_eq!(custom.rules.len(), 1);
+        assert_eq!(listed(&custom).len(), 1);
         let two_per_ten_seconds = Rule {
             count: 2,
             window_ms: 10_000,
@@ -804,25 +859,26 @@ mod tests {
 
     #[test]
     fn windows_the_runtime_cannot_count_are_rejected() {
+        let too_long = InvalidRule::WindowTooLong.message();
+        let too_large = InvalidRule::CountTooLarge.message();
         let max_days = ratelimit_rule_text::MAX_WINDOW_MS / 86_400_000;
         assert!(args(quote!(rules(rule(count = 1, time = #max_days, unit = DAYS)))).is_ok());
         let over = max_days + 1;
         let errors = messages(quote!(rules(rule(count = 1, time = #over, unit = DAYS))));
-        assert_eq!(errors.len(), 1);
-        assert!(errors[0].contains("too long"), "{errors:?}");
+        assert_eq!(errors, [too_long]);
         let errors = messages(quote!(rules(rule(count = 1, time = 18446744073709551615))));
-        assert!(errors[0].contains("too long"), "{errors:?}");
+        assert_eq!(errors, [too_long]);
         let errors = messages(quote!(rules(rule(count = 18446744073709551616, time = 1))));
-        assert!(errors[0].contains("too large"), "{errors:?}");
+        assert_eq!(errors, ["number too large to fit in target type"]);
         let errors = messages(quote!(rules("1/18446744073709551615d")));
-        assert!(errors[0].contains("too long"), "{errors:?}");
-        let max_count = Rule::MAX_COUNT;
+        assert!(errors[0].ends_with(too_long), "{errors:?}");
+        let max_count = ratelimit_rule_text::MAX_COUNT;
         assert!(args(quote!(rules(rule(count = #max_count, time = 1)))).is_ok());
         let over = max_count + 1;
         let errors = messages(quote!(rules(rule(count = #over, time = 1))));
-        assert!(errors[0].contains("too large"), "{errors:?}");
+        assert_eq!(errors, [too_large]);
         let errors = messages(quote!(rules("4503599627370497/second")));
-        assert!(errors[0].contains("too large"), "{errors:?}");
+        assert!(errors[0].ends_with(too_large), "{errors:?}");
     }
 
     #[test]
@@ -838,8 +894,8 @@ mod tests {
         ));
         assert_eq!(errors.len(), 8, "{errors:#?}");
         let expected = [
-            "count must be at least 1",
-            "time must be at least 1",
+            "a rule's count must be at least 1",
+            "a rule's window must last at least 1 microsecond",
             "cannot parse rule \"often\"",
             "unknown limit_type `PER_IP`; expected one of IP, USER_ID, GLOBAL, CUSTOM",
             "unknown algorithm `LEAKY`",
@@ -970,5 +1026,124 @@ mod tests {
         assert!(args(quote!(rules("1/s"), cost = n)).is_ok());
         let errors = messages(quote!(rules("1/s"), cost = 2, cost = 3));
         assert_eq!(errors, ["duplicate argument `cost`"]);
+    }
+
+    #[test]
+    fn policies_are_kept_and_off_by_default() {
+        let plain = args(quote!(rules("1/s"))).unwrap();
+        assert!(plain.charge_if.is_none());
+        assert_eq!(
+            (plain.block_for_ms, plain.wait_ms, plain.shadow),
+            (None, None, false)
+        );
+        let args = args(quote!(
+            rules = plan_rules(&user),
+            charge_if = Result::is_err,
+            block_for = "15 minutes",
+            wait = "500ms",
+            shadow = true,
+        ))
+        .unwrap();
+        assert!(
+            matches!(&args.rules, Rules::PerCall(expr) if *expr == parse_quote!(plan_rules(&user)))
+        );
+        assert_eq!(args.charge_if, Some(parse_quote!(Result::is_err)));
+        assert_eq!(args.block_for_ms, Some(900_000));
+        assert_eq!(args.wait_ms, Some(500));
+        assert!(args.shadow);
+        let off = self::args(quote!(rules("1/s"), shadow = false)).unwrap();
+        assert!(!off.shadow);
+    }
+
+    #[test]
+    fn durations_take_the_rule_units() {
+        for (text, ms) in [
+            ("15 minutes", 900_000),
+            ("900s", 900_000),
+            ("1 hour", 3_600_000),
+            ("500ms", 500),
+            ("2s", 2_000),
+            ("1 DAY", 86_400_000),
+        ] {
+            let args = args(quote!(rules("1/s"), block_for = #text, wait = #text)).unwrap();
+            assert_eq!(
+                (args.block_for_ms, args.wait_ms),
+                (Some(ms), Some(ms)),
+                "{text}"
+            );
+        }
+    }
+
+    /// Asserts that there is one error per prefix, each starting with its prefix.
+    #[track_caller]
+    fn assert_errors_start_with(errors: &[String], prefixes: &[&str]) {
+        assert_eq!(errors.len(), prefixes.len(), "{errors:#?}");
+        for (error, prefix) in errors.iter().zip(prefixes) {
+            assert!(
+                error.starts_with(prefix),
+                "{error:?} does not start with {prefix:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn empty_malformed_and_unquoted_durations_are_rejected() {
+        let errors = messages(quote!(rules("1/s"), block_for = "0s", wait = "0 minutes"));
+        assert_errors_start_with(
+            &errors,
+            &[
+                "duration \"0s\" is empty",
+                "duration \"0 minutes\" is empty",
+            ],
+        );
+        let errors = messages(quote!(
+            rules("1/s"),
+            block_for = "soon",
+            wait = "2 fortnights"
+        ));
+        assert_errors_start_with(
+            &errors,
+            &[
+                "cannot parse duration \"soon\"",
+                "cannot parse duration \"2 fortnights\"",
+            ],
+        );
+        let errors = messages(quote!(
+            rules("1/s"),
+            wait = 2,
+            block_for = Duration::from_secs(1)
+        ));
+        assert_errors_start_with(
+            &errors,
+            &[
+                "`wait` takes a duration string",
+                "`block_for` takes a duration string",
+            ],
+        );
+    }
+
+    #[test]
+    fn shadow_and_prevent_duplicate_take_only_a_bool_literal() {
+        for value in [quote!(1), quote!(yes), quote!(cfg!(test)), quote!("true")] {
+            let errors = messages(quote!(rules("1/s"), shadow = #value));
+            assert_eq!(errors, ["`shadow` takes the literal `true` or `false`"]);
+            let errors = messages(quote!(rules("1/s"), prevent_duplicate = #value));
+            assert_eq!(
+                errors,
+                ["`prevent_duplicate` takes the literal `true` or `false`"]
+            );
+        }
+    }
+
+    #[test]
+    fn rules_per_call_exclude_listed_rules_but_not_the_duplicate_rule() {
+        let exclusive = ["`rules = <expr>` cannot be used with `rules(...)`"];
+        assert_errors_start_with(&messages(quote!(rules("1/s"), rules = tiers())), &exclusive);
+        assert_errors_start_with(&messages(quote!(rules = tiers(), rules("1/s"))), &exclusive);
+        let errors = messages(quote!(rules = tiers(), rules = other()));
+        assert_eq!(errors, ["duplicate argument `rules`"]);
+        let both = args(quote!(rules = tiers(), prevent_duplicate = true)).unwrap();
+        assert!(matches!(both.rules, Rules::PerCall(_)));
+        assert_eq!(both.duplicate_rule, Some(Rule::DEFAULT_DUPLICATE));
     }
 }

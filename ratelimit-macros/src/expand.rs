@@ -1,61 +1,84 @@
 //! Code generation. Everything here has been validated: no user error is reported here.
 
-use proc_macro2::{Span, TokenStream};
+use proc_macro2::{Ident, Span, TokenStream};
 use quote::{quote, quote_spanned};
 use syn::spanned::Spanned as _;
 
-use crate::args::{Args, Limited, Rule};
-use crate::item::{AsyncTrait, ItemFn};
+use crate::args::{Args, Limited, Rule, Rules};
+use crate::item::ItemFn;
 
-/// The function with the guard prepended to its body (for a method `#[async_trait]` has
-/// rewritten, to the async block its body returns).
+/// The function with the check before its body (for a method `#[async_trait]` has
+/// rewritten, in the async block its body returns).
 pub fn expand(args: &Args, item: &ItemFn) -> TokenStream {
-    let ItemFn {
-        outer_attrs,
-        vis,
-        sig,
-        inner_attrs,
-        body,
-        async_trait,
-    } = item;
-    let guard = guard(args);
-    if let Some(async_trait) = async_trait {
-        // The function only builds the future; the check belongs in the future, before
-        // what it runs, and a limited call returns from the async block.
-        let mut body = async_trait.body.clone();
-        let block = AsyncTrait::async_block(&mut body, async_trait.block_at);
-        let guard: syn::Stmt = syn::parse2(guard).expect("the guard is a block");
-        block.block.stmts.insert(0, guard);
-        let stmts = &body.stmts;
+    item.guarded(|body| guard(args, item, body))
+}
+
+/// The statements that check the call, return early when it is limited, run `body`, and
+/// with `charge_if` give the call's units back when it answers `false`.
+fn guard(args: &Args, item: &ItemFn, body: TokenStream) -> TokenStream {
+    let permit = check(args);
+    let Some(charge_if) = &args.charge_if else {
+        // Without `charge_if` the units stay used: the permit is dropped at once. The body
+        // keeps a block of its own, so that it reads exactly as written: its items and
+        // statements come first in their block, as they did.
         return quote! {
-            #(#outer_attrs)*
-            #vis #sig {
-                #(#inner_attrs)*
-                #(#stmts)*
-            }
-        };
-    }
-    // The body keeps a block of its own, so that it reads exactly as written: its items
-    // and statements come first in their block, as they did.
-    quote! {
-        #(#outer_attrs)*
-        #vis #sig {
-            #(#inner_attrs)*
-            #guard
+            let _ = #permit;
             { #body }
+        };
+    };
+    let output = item.output();
+    let result = quote!(__ratelimit_result);
+    // Spanned at the user's expression, so that a `charge_if` that is not an
+    // `Fn(&R) -> bool` for the function's return type `R` is reported there.
+    let charged = quote_spanned! {charge_if.span()=>
+        __ratelimit_charged::<#output, _>(#charge_if, &#result)
+    };
+    quote! {
+        let __ratelimit_permit = #permit;
+        // An async block of its own, so that the body's `return`s and `?`s end the block,
+        // not the function: `charge_if` sees every result. The unreachable `return` types
+        // the block as the function before the body's own `return`s, as the function's
+        // signature did (tracing-attributes does the same).
+        let #result: #output = async move {
+            #[allow(
+                unreachable_code,
+                clippy::diverging_sub_expression,
+                clippy::let_unit_value,
+                clippy::unreachable
+            )]
+            if false {
+                let __ratelimit_declared: #output = ::core::unreachable!();
+                return __ratelimit_declared;
+            }
+            #body
         }
+        .await;
+        if let ::core::option::Option::Some(__ratelimit_permit) = __ratelimit_permit {
+            fn __ratelimit_charged<R, F: ::core::ops::Fn(&R) -> bool>(
+                charge_if: F,
+                result: &R,
+            ) -> bool {
+                charge_if(result)
+            }
+            __ratelimit_permit.settle(#charged).await;
+        }
+        #result
     }
 }
 
-/// The block that checks the call site's rules and returns early when the call is limited.
+/// A block that checks the call site's rules and gives the call's permit, `None` when the
+/// call is not checked, or returns early when the call is limited.
 ///
 /// It is a block of its own so that none of its names are visible to the body.
-fn guard(args: &Args) -> TokenStream {
+fn check(args: &Args) -> TokenStream {
     let krate = &args.krate;
     let private = quote!(#krate::__private);
 
-    let rules = args
-        .rules
+    let (compiled, dynamic_rules) = match &args.rules {
+        Rules::Listed(rules) => (&rules[..], false),
+        Rules::PerCall(_) => (&[][..], true),
+    };
+    let rules = compiled
         .iter()
         .chain(&args.duplicate_rule)
         .map(|Rule { count, window_ms }| {
@@ -81,7 +104,11 @@ fn guard(args: &Args) -> TokenStream {
         }
     };
 
-    let limited = limited(&args.limited);
+    let shadow = args.shadow;
+    let block_for = duration(args.block_for_ms);
+    let wait = duration(args.wait_ms);
+
+    let (limited, err) = limited(&args.limited);
     let key = match &args.by {
         Some(by) => {
             // Spanned at `by`, so a value that is not `Display` is reported there.
@@ -93,13 +120,39 @@ fn guard(args: &Args) -> TokenStream {
         None => quote! {
             match __RATELIMIT_SITE.key_from_context(__ratelimit_probe_name) {
                 ::core::result::Result::Ok(__ratelimit_key) => __ratelimit_key,
-                ::core::result::Result::Err(__ratelimit_err) => #limited,
+                ::core::result::Result::Err(#err) => #limited,
             }
         },
     };
     let limiter = match &args.limiter {
         Some(limiter) => quote!(&*(#limiter)),
         None => quote!(#private::global()),
+    };
+
+    // Rules chosen per call are evaluated once, before the key, and lent to the check.
+    // Spanned at the expression, so that a value that does not deref to `[Rule]` is
+    // reported there (the local too, with one hygiene for its binding and its use). An
+    // empty list (and no duplicate-submission rule) runs the call unchecked: no identity
+    // is needed and no key is touched.
+    let (per_call_rules, rules_of_the_call, unchecked) = match &args.rules {
+        Rules::PerCall(expr) => {
+            let span = expr.span();
+            let local = Ident::new("__ratelimit_rules", span);
+            let unchecked = match duplicate_rule {
+                true => quote!(false),
+                false => quote_spanned!(span=> <[_]>::is_empty(&*#local)),
+            };
+            (
+                quote!(let #local = #expr;),
+                quote_spanned!(span=> ::core::option::Option::Some(&*#local)),
+                unchecked,
+            )
+        }
+        Rules::Listed(_) => (
+            quote!(),
+            quote!(::core::option::Option::None),
+            quote!(false),
+        ),
     };
 
     let named = args.name.as_ref().map(|name| quote!(.named(#name)));
@@ -110,12 +163,21 @@ fn guard(args: &Args) -> TokenStream {
     let check = quote! {
         // `by` is borrowed only to build the (owned) key, so it is not held across the
         // `.await` and does not affect whether the future is `Send`.
-        let __ratelimit_key = #key;
-        let __ratelimit_limiter: &#private::Limiter = #limiter;
-        if let ::core::result::Result::Err(__ratelimit_err) =
-            __RATELIMIT_SITE.check(__ratelimit_limiter, __ratelimit_key, #cost, ::core::option::Option::None).await
-        {
-            #limited
+        #per_call_rules
+        if #unchecked {
+            ::core::option::Option::None
+        } else {
+            let __ratelimit_key = #key;
+            let __ratelimit_limiter: &#private::Limiter = #limiter;
+            match __RATELIMIT_SITE
+                .check(__ratelimit_limiter, __ratelimit_key, #cost, #rules_of_the_call)
+                .await
+            {
+                ::core::result::Result::Ok(__ratelimit_permit) => {
+                    ::core::option::Option::Some(__ratelimit_permit)
+                }
+                ::core::result::Result::Err(#err) => #limited,
+            }
         }
     };
     // A cost is evaluated once, before the body, into a plain `u64`: it holds no borrow
@@ -123,18 +185,13 @@ fn guard(args: &Args) -> TokenStream {
     let check = match &args.cost {
         Some(cost) => quote! {
             let __ratelimit_cost: u64 = #cost;
-            if __ratelimit_cost != 0 {
+            if __ratelimit_cost == 0 {
+                ::core::option::Option::None
+            } else {
                 #check
             }
         },
         None => check,
-    };
-    // An exempt request (the application's decision, e.g. a health checker) skips
-    // everything: no identity is needed, nothing is counted or refused.
-    let check = quote! {
-        if !#private::RequestContext::current_is_exempt() {
-            #check
-        }
     };
 
     quote! {
@@ -143,14 +200,14 @@ fn guard(args: &Args) -> TokenStream {
                 #private::SiteConfig {
                     rules: &[#(#rules),*],
                     duplicate_rule: #duplicate_rule,
-                    dynamic_rules: false,
+                    dynamic_rules: #dynamic_rules,
                     algorithm: #private::Algorithm::#algorithm,
                     limit_type: #private::LimitType::#limit_type,
                     prefix: #prefix,
                     message: #message,
-                    shadow: false,
-                    block_for: ::core::option::Option::None,
-                    wait: ::core::option::Option::None,
+                    shadow: #shadow,
+                    block_for: #block_for,
+                    wait: #wait,
                 },
             )
             #named
@@ -160,29 +217,52 @@ fn guard(args: &Args) -> TokenStream {
             // Its type name is the guarded function's full path, impl type included.
             fn __ratelimit_probe() {}
             let __ratelimit_probe_name = ::core::any::type_name_of_val(&__ratelimit_probe);
-            #check
+            // An exempt request (the application's decision, e.g. a health checker) skips
+            // everything: no identity is needed, nothing is counted or refused.
+            if #private::RequestContext::current_is_exempt() {
+                ::core::option::Option::None
+            } else {
+                #check
+            }
         }
     }
 }
 
-/// `return ...` of a limited call, given `__ratelimit_err: RateLimitError`.
-fn limited(limited: &Limited) -> TokenStream {
+/// `Some(Duration)` of a duration argument, or `None`.
+fn duration(ms: Option<u64>) -> TokenStream {
+    match ms {
+        Some(ms) => quote! {
+            ::core::option::Option::Some(::core::time::Duration::from_millis(#ms))
+        },
+        None => quote!(::core::option::Option::None),
+    }
+}
+
+/// `return ...` of a limited call, and the name it reads the `RateLimitError` from, for the
+/// pattern that binds it.
+///
+/// The name has the span of the user's tokens it is reported with, at its binding too: one
+/// hygiene for both, also when those tokens come from a user's `macro_rules!` fragment.
+fn limited(limited: &Limited) -> (TokenStream, Ident) {
     match limited {
         Limited::OnLimit(on_limit) => {
             let span = first_span(on_limit);
-            quote_spanned! {span=>
-                return #on_limit(__ratelimit_err)
-            }
+            let err = Ident::new("__ratelimit_err", span);
+            (quote_spanned!(span=> return #on_limit(#err)), err)
         }
         // Spanned at the user's error type, so that a missing `From<RateLimitError>` is
         // reported there. Being user-spanned, it is linted as user code: the conversion is
         // the identity when the error type is `RateLimitError` itself.
-        Limited::Err { error_span } => quote_spanned! {*error_span=>
-            {
-                #[allow(clippy::useless_conversion)]
-                return ::core::result::Result::Err(::core::convert::From::from(__ratelimit_err));
-            }
-        },
+        Limited::Err { error_span } => {
+            let err = Ident::new("__ratelimit_err", *error_span);
+            let limited = quote_spanned! {*error_span=>
+                {
+                    #[allow(clippy::useless_conversion)]
+                    return ::core::result::Result::Err(::core::convert::From::from(#err));
+                }
+            };
+            (limited, err)
+        }
     }
 }
 
@@ -204,24 +284,29 @@ mod tests {
         let item: ItemFn = syn::parse2(item).unwrap();
         let args = syn::parse2::<RawArgs>(args)
             .unwrap()
-            .validate(&item)
+            .validate(item.returns())
             .unwrap();
         expand(&args, &item).to_string()
     }
 
-    #[test]
-    fn rules_are_static_data_in_milliseconds_with_the_duplicate_rule_last() {
-        let out = expand_str(
-            quote!(
-                rules("10/minute", rule(count = 2, time = 3, unit = HOURS)),
-                prevent_duplicate = true
-            ),
+    /// The expansion of `async fn f() -> Result<(), E> { Ok(()) }` under `args`.
+    fn expand_simple(args: TokenStream) -> String {
+        expand_str(
+            args,
             quote!(
                 async fn f() -> Result<(), E> {
                     Ok(())
                 }
             ),
-        );
+        )
+    }
+
+    #[test]
+    fn rules_are_static_data_in_milliseconds_with_the_duplicate_rule_last() {
+        let out = expand_simple(quote!(
+            rules("10/minute", rule(count = 2, time = 3, unit = HOURS)),
+            prevent_duplicate = true
+        ));
         let rule = |count: u64, ms: u64| {
             quote!(::redis_ratelimit::__private::Rule::new(
                 #count,
@@ -265,10 +350,10 @@ mod tests {
         assert_eq!(expanded.attrs, original.attrs);
         assert_eq!(expanded.vis, original.vis);
         assert_eq!(expanded.sig, original.sig);
-        let [syn::Stmt::Expr(syn::Expr::Block(guard), None), syn::Stmt::Expr(syn::Expr::Block(body), None)] =
+        let [syn::Stmt::Local(guard), syn::Stmt::Expr(syn::Expr::Block(body), None)] =
             &expanded.block.stmts[..]
         else {
-            panic!("expected the guard block then the body block: {out}");
+            panic!("expected the guard then the body block: {out}");
         };
         assert_eq!(body.block.stmts, original.block.stmts);
         let guard = quote!(#guard).to_string();
@@ -281,31 +366,39 @@ mod tests {
         assert!(guard.contains("LimitType :: Global"), "{guard}");
         assert!(guard.contains("key_from_context"), "{guard}");
         assert!(
-            guard.contains("if ! :: facade :: __private :: RequestContext :: current_is_exempt ()"),
+            guard.contains(
+                "if :: facade :: __private :: RequestContext :: current_is_exempt () \
+                 { :: core :: option :: Option :: None }"
+            ),
             "{guard}"
         );
+    }
+
+    /// A method returning `Result<u8, E>` as `#[async_trait]` leaves it.
+    fn async_trait_method() -> TokenStream {
+        quote!(
+            fn go<'life0, 'async_trait>(
+                &'life0 self,
+            ) -> ::core::pin::Pin<
+                Box<dyn ::core::future::Future<Output = Result<u8, E>> + Send + 'async_trait>,
+            >
+            where
+                'life0: 'async_trait,
+            {
+                Box::pin(async move {
+                    let __self = self;
+                    let __ret: Result<u8, E> = { Ok(1) };
+                    __ret
+                })
+            }
+        )
     }
 
     #[test]
     fn under_async_trait_the_guard_goes_first_in_the_boxed_async_block() {
         let out = expand_str(
             quote!(rules("1/s"), limit_type = GLOBAL),
-            quote!(
-                fn go<'life0, 'async_trait>(
-                    &'life0 self,
-                ) -> ::core::pin::Pin<
-                    Box<dyn ::core::future::Future<Output = Result<u8, E>> + Send + 'async_trait>,
-                >
-                where
-                    'life0: 'async_trait,
-                {
-                    Box::pin(async move {
-                        let __self = self;
-                        let __ret: Result<u8, E> = { Ok(1) };
-                        __ret
-                    })
-                }
-            ),
+            async_trait_method(),
         );
         let expanded: syn::ItemFn = syn::parse_str(&out).unwrap();
         let [syn::Stmt::Expr(syn::Expr::Call(call), None)] = &expanded.block.stmts[..] else {
@@ -314,16 +407,18 @@ mod tests {
         let syn::Expr::Async(block) = &call.args[0] else {
             panic!("expected an async block: {out}");
         };
-        let stmts = &block.block.stmts;
-        assert_eq!(stmts.len(), 4, "{out}");
-        let guard = &stmts[0];
+        let [guard, syn::Stmt::Expr(syn::Expr::Block(body), None)] = &block.block.stmts[..] else {
+            panic!("expected the guard then the body: {out}");
+        };
         let guard = quote!(#guard).to_string();
         assert!(guard.contains("static __RATELIMIT_SITE"), "{guard}");
         assert!(
             guard.contains("return :: core :: result :: Result :: Err"),
             "{guard}"
         );
-        let first = &stmts[1];
+        let body = &body.block.stmts;
+        assert_eq!(body.len(), 3, "{out}");
+        let first = &body[0];
         assert_eq!(quote!(#first).to_string(), "let __self = self ;");
     }
 
@@ -340,24 +435,23 @@ mod tests {
         assert!(
             out.contains(
                 "let __ratelimit_cost : u64 = batch . len () as u64 ; \
-                 if __ratelimit_cost != 0 {"
+                 if __ratelimit_cost == 0 { :: core :: option :: Option :: None }"
             ),
             "{out}"
         );
         assert!(
-            out.contains("check (__ratelimit_limiter , __ratelimit_key , __ratelimit_cost , :: core :: option :: Option :: None)"),
+            out.contains(
+                "check (__ratelimit_limiter , __ratelimit_key , __ratelimit_cost , \
+                 :: core :: option :: Option :: None)"
+            ),
             "{out}"
         );
-        let default = expand_str(
-            quote!(rules("1/s"), limit_type = GLOBAL),
-            quote!(
-                async fn f() -> Result<(), E> {
-                    Ok(())
-                }
-            ),
-        );
+        let default = expand_simple(quote!(rules("1/s"), limit_type = GLOBAL));
         assert!(
-            default.contains("check (__ratelimit_limiter , __ratelimit_key , 1 , :: core :: option :: Option :: None)"),
+            default.contains(
+                "check (__ratelimit_limiter , __ratelimit_key , 1 , \
+                 :: core :: option :: Option :: None)"
+            ),
             "{default}"
         );
         assert!(!default.contains("__ratelimit_cost"), "{default}");
@@ -365,27 +459,212 @@ mod tests {
 
     #[test]
     fn a_name_and_the_attribute_s_location_are_given_to_the_call_site() {
-        let out = expand_str(
-            quote!(rules("1/s"), limit_type = GLOBAL, name = "billing::send"),
-            quote!(
-                async fn f() -> Result<(), E> {
-                    Ok(())
-                }
-            ),
-        );
+        let out = expand_simple(quote!(
+            rules("1/s"),
+            limit_type = GLOBAL,
+            name = "billing::send"
+        ));
         assert!(
             out.contains(") . named (\"billing::send\") . defined_at ("),
             "{out}"
         );
-        let unnamed = expand_str(
-            quote!(rules("1/s"), limit_type = GLOBAL),
+        let unnamed = expand_simple(quote!(rules("1/s"), limit_type = GLOBAL));
+        assert!(!unnamed.contains("named"), "{unnamed}");
+        assert!(unnamed.contains(":: core :: file ! ()"), "{unnamed}");
+    }
+
+    #[test]
+    fn policies_are_static_data_of_the_call_site() {
+        let out = expand_simple(quote!(
+            rules("1/s"),
+            block_for = "15 minutes",
+            wait = "2s",
+            shadow = true
+        ));
+        assert!(
+            out.contains(
+                "shadow : true , \
+                 block_for : :: core :: option :: Option :: Some \
+                 (:: core :: time :: Duration :: from_millis (900000u64)) , \
+                 wait : :: core :: option :: Option :: Some \
+                 (:: core :: time :: Duration :: from_millis (2000u64)) ,"
+            ),
+            "{out}"
+        );
+        let default = expand_simple(quote!(rules("1/s")));
+        assert!(
+            default.contains("dynamic_rules : false , algorithm"),
+            "{default}"
+        );
+        assert!(
+            default.contains(
+                "shadow : false , block_for : :: core :: option :: Option :: None , \
+                 wait : :: core :: option :: Option :: None ,"
+            ),
+            "{default}"
+        );
+    }
+
+    #[test]
+    fn rules_per_call_are_evaluated_after_the_key_and_lent_to_the_check() {
+        let out = expand_str(
+            quote!(rules = plan_rules(&user), prevent_duplicate = true),
             quote!(
-                async fn f() -> Result<(), E> {
+                async fn f(user: User) -> Result<(), E> {
                     Ok(())
                 }
             ),
         );
-        assert!(!unnamed.contains("named"), "{unnamed}");
-        assert!(unnamed.contains(":: core :: file ! ()"), "{unnamed}");
+        let duplicate_only = format!(
+            "rules : & [{}] , duplicate_rule : true , dynamic_rules : true ,",
+            quote!(::redis_ratelimit::__private::Rule::new(
+                1u64,
+                ::core::time::Duration::from_millis(5000u64)
+            ))
+        );
+        assert!(out.contains(&duplicate_only), "{out}");
+        let key = out.find("let __ratelimit_key =").expect("a key");
+        let rules = out
+            .find("let __ratelimit_rules = plan_rules (& user) ;")
+            .expect("the rules");
+        assert!(key < rules, "{out}");
+        assert!(
+            out.contains(
+                "check (__ratelimit_limiter , __ratelimit_key , 1 , \
+                 :: core :: option :: Option :: Some (& * __ratelimit_rules))"
+            ),
+            "{out}"
+        );
+    }
+
+    /// The statements of an expanded function's body.
+    fn statements(out: &str) -> Vec<syn::Stmt> {
+        let expanded: syn::ItemFn = syn::parse_str(out).unwrap();
+        expanded.block.stmts
+    }
+
+    #[test]
+    fn without_charge_if_the_permit_is_dropped_before_the_body() {
+        let out = expand_simple(quote!(rules("1/s")));
+        let stmts = statements(&out);
+        let [syn::Stmt::Local(permit), syn::Stmt::Expr(syn::Expr::Block(_), None)] = &stmts[..]
+        else {
+            panic!("expected `let _ = check;` then the body block: {out}");
+        };
+        assert!(matches!(permit.pat, syn::Pat::Wild(_)), "{out}");
+        assert!(!out.contains("settle"), "{out}");
+    }
+
+    #[test]
+    fn with_charge_if_the_body_s_result_decides_whether_the_units_are_given_back() {
+        let out = expand_str(
+            quote!(rules("3/minute"), charge_if = Result::is_err),
+            quote!(
+                async fn login(password: &str) -> Result<u8, E> {
+                    check(password)?;
+                    Ok(1)
+                }
+            ),
+        );
+        let stmts = statements(&out);
+        let [syn::Stmt::Local(permit), syn::Stmt::Local(result), syn::Stmt::Expr(syn::Expr::If(settle), None), syn::Stmt::Expr(returned, None)] =
+            &stmts[..]
+        else {
+            panic!("expected the permit, the body's result, the settlement, the result: {out}");
+        };
+        assert_eq!(
+            quote!(#permit).to_string().split(" =").next(),
+            Some("let __ratelimit_permit")
+        );
+        let result = quote!(#result).to_string();
+        assert!(
+            result.starts_with(
+                "let __ratelimit_result : Result < u8 , E > = async move { \
+                 # [allow (unreachable_code ,"
+            ),
+            "{result}"
+        );
+        assert!(
+            result.ends_with(
+                "if false { let __ratelimit_declared : Result < u8 , E > = :: core :: unreachable ! () ; \
+                 return __ratelimit_declared ; } check (password) ? ; Ok (1) } . await ;"
+            ),
+            "{result}"
+        );
+        let settle = quote!(#settle).to_string();
+        assert!(
+            settle.starts_with(
+                "if let :: core :: option :: Option :: Some (__ratelimit_permit) = __ratelimit_permit"
+            ),
+            "{settle}"
+        );
+        assert!(
+            settle.contains(
+                "__ratelimit_permit . settle (__ratelimit_charged :: < Result < u8 , E > , _ > \
+                 (Result :: is_err , & __ratelimit_result)) . await ;"
+            ),
+            "{settle}"
+        );
+        assert_eq!(quote!(#returned).to_string(), "__ratelimit_result");
+    }
+
+    #[test]
+    fn charge_if_types_the_result_as_the_return_type_with_impl_trait_inferred() {
+        let out = expand_str(
+            quote!(rules("1/s"), on_limit = busy, charge_if = |n: &_| true),
+            quote!(
+                async fn f() -> impl Display {
+                    1
+                }
+            ),
+        );
+        assert!(
+            out.contains("let __ratelimit_result : _ = async move"),
+            "{out}"
+        );
+        assert!(out.contains("__ratelimit_charged :: < _ , _ >"), "{out}");
+        let unit = expand_str(
+            quote!(rules("1/s"), on_limit = busy, charge_if = |_: &()| true),
+            quote!(
+                async fn f() {}
+            ),
+        );
+        assert!(
+            unit.contains("let __ratelimit_result : () = async move"),
+            "{unit}"
+        );
+    }
+
+    #[test]
+    fn under_async_trait_charge_if_settles_inside_the_boxed_async_block() {
+        let out = expand_str(
+            quote!(
+                rules("1/s"),
+                limit_type = GLOBAL,
+                charge_if = Result::is_err
+            ),
+            async_trait_method(),
+        );
+        let stmts = statements(&out);
+        let [syn::Stmt::Expr(syn::Expr::Call(call), None)] = &stmts[..] else {
+            panic!("expected only Box::pin(..): {out}");
+        };
+        let syn::Expr::Async(block) = &call.args[0] else {
+            panic!("expected an async block: {out}");
+        };
+        let block = quote!(#block).to_string();
+        assert!(
+            block.starts_with("async move { let __ratelimit_permit = {"),
+            "{block}"
+        );
+        assert!(
+            block.contains("let __ratelimit_result : Result < u8 , E > = async move {"),
+            "{block}"
+        );
+        assert!(block.contains("let __self = self ;"), "{block}");
+        assert!(
+            block.ends_with(". await ; } __ratelimit_result }"),
+            "{block}"
+        );
     }
 }

@@ -1,26 +1,28 @@
 //! The guarded function's shape: only its signature is parsed; the body stays tokens.
 
 use proc_macro2::{Span, TokenStream};
+use quote::quote;
 use syn::parse::{Parse, ParseStream};
 use syn::spanned::Spanned as _;
+use syn::visit_mut::VisitMut;
 use syn::{
     braced, Attribute, Block, Expr, ExprAsync, GenericArgument, PathArguments, ReturnType,
     Signature, Stmt, Token, Type, TypeParamBound, Visibility,
 };
 
-use crate::args::Errors;
+use crate::errors::Errors;
 
 /// An `fn` item (free function or method): attributes, visibility, signature and body.
 pub struct ItemFn {
-    pub outer_attrs: Vec<Attribute>,
-    pub vis: Visibility,
-    pub sig: Signature,
+    outer_attrs: Vec<Attribute>,
+    vis: Visibility,
+    sig: Signature,
     /// `#![...]` at the start of the body; they must stay first in the new body.
-    pub inner_attrs: Vec<Attribute>,
+    inner_attrs: Vec<Attribute>,
     /// The statements of the body, untouched.
-    pub body: TokenStream,
+    body: TokenStream,
     /// Set when the function is an `async fn` that `#[async_trait]` has already rewritten.
-    pub async_trait: Option<AsyncTrait>,
+    async_trait: Option<AsyncTrait>,
 }
 
 /// An `async fn` of a trait impl as `#[async_trait]` leaves it, the attribute being written
@@ -32,18 +34,18 @@ pub struct ItemFn {
 /// The shape is recognised as tracing-attributes recognises it (async-trait 0.1.44 and
 /// later): the last expression statement of the body is an async block, possibly inside a
 /// call whose path ends in `Box::pin`.
-pub struct AsyncTrait {
+struct AsyncTrait {
     /// The whole body, parsed, with the async block to guard at `stmts[block_at]`.
-    pub body: Block,
-    pub block_at: usize,
+    body: Block,
+    block_at: usize,
     /// `R`, what the async block returns.
-    pub output: Type,
+    output: Type,
 }
 
 impl AsyncTrait {
-    /// The async block to guard, inside the body.
-    pub fn async_block(body: &mut Block, at: usize) -> &mut ExprAsync {
-        match &mut body.stmts[at] {
+    /// The async block to guard, inside `body` (a copy of [`AsyncTrait::body`]).
+    fn async_block<'a>(&self, body: &'a mut Block) -> &'a mut ExprAsync {
+        match &mut body.stmts[self.block_at] {
             Stmt::Expr(expr, _) => async_block_of(expr).expect("recognised when parsed"),
             _ => unreachable!("recognised when parsed"),
         }
@@ -57,7 +59,7 @@ impl AsyncTrait {
             return None;
         };
         let output = boxed_future_output(ty)?.clone();
-        let mut body: Block = syn::parse2(quote::quote!({ #body })).ok()?;
+        let mut body: Block = syn::parse2(quote!({ #body })).ok()?;
         let block_at = body
             .stmts
             .iter_mut()
@@ -178,8 +180,9 @@ pub enum Returns {
     /// A `Result`: `Err(From::from(err))`, spanned at the given error type, or at the whole
     /// type when the error type is not written out (`io::Result<T>`).
     Result { error_span: Span },
-    /// Anything else: only `on_limit` can produce it.
-    Other,
+    /// Anything else: only `on_limit` can produce it. `span` is where to say so: the return
+    /// type, or the function's name when it returns `()` implicitly.
+    Other { span: Span },
 }
 
 impl ItemFn {
@@ -208,29 +211,73 @@ impl ItemFn {
         }
     }
 
-    /// The error to report when the function cannot return a limited call's error: its
-    /// return type is not a `Result` and there is no `on_limit`.
+    /// Whether the function returns a `Result`, from its declared return type.
     pub fn returns(&self) -> Returns {
-        if let Some(async_trait) = &self.async_trait {
-            return result_error_span(&async_trait.output)
-                .map_or(Returns::Other, |error_span| Returns::Result { error_span });
-        }
-        match &self.sig.output {
-            ReturnType::Type(_, ty) => result_error_span(ty)
-                .map_or(Returns::Other, |error_span| Returns::Result { error_span }),
-            ReturnType::Default => Returns::Other,
+        let declared = match (&self.async_trait, &self.sig.output) {
+            (Some(async_trait), _) => Some(&async_trait.output),
+            (None, ReturnType::Type(_, ty)) => Some(&**ty),
+            (None, ReturnType::Default) => None,
+        };
+        match declared {
+            Some(ty) => result_error_span(ty)
+                .map_or(Returns::Other { span: ty.span() }, |error_span| {
+                    Returns::Result { error_span }
+                }),
+            None => Returns::Other {
+                span: self.sig.ident.span(),
+            },
         }
     }
 
-    /// Where "no `on_limit` for a non-`Result` return" is reported: the return type, or the
-    /// function's name when it returns `()` implicitly.
-    pub fn return_type_span(&self) -> Span {
-        if let Some(async_trait) = &self.async_trait {
-            return async_trait.output.span();
+    /// `R`, what a call gives: the declared return type (the future's output under
+    /// `#[async_trait]`), or `()`. An `impl Trait` in it becomes `_`, since only a
+    /// function's signature may name one.
+    pub fn output(&self) -> Type {
+        let mut output = match (&self.async_trait, &self.sig.output) {
+            (Some(async_trait), _) => async_trait.output.clone(),
+            (None, ReturnType::Type(_, ty)) => (**ty).clone(),
+            (None, ReturnType::Default) => syn::parse_quote!(()),
+        };
+        InferImplTrait.visit_type_mut(&mut output);
+        output
+    }
+
+    /// The function as written, with `guard(statements)` in place of the statements that
+    /// run when it is awaited: the body of an `async fn`, or the async block that
+    /// `#[async_trait]` made of it (the function itself only builds that future).
+    pub fn guarded(&self, guard: impl FnOnce(TokenStream) -> TokenStream) -> TokenStream {
+        let statements = match &self.async_trait {
+            None => guard(self.body.clone()),
+            Some(async_trait) => {
+                let mut body = async_trait.body.clone();
+                let block = &mut async_trait.async_block(&mut body).block;
+                let stmts = &block.stmts;
+                let guarded = guard(quote!(#(#stmts)*));
+                *block = syn::parse2(quote!({ #guarded })).expect("the guarded body is a block");
+                let stmts = &body.stmts;
+                quote!(#(#stmts)*)
+            }
+        };
+        let (attrs, vis, sig, inner_attrs) =
+            (&self.outer_attrs, &self.vis, &self.sig, &self.inner_attrs);
+        quote! {
+            #(#attrs)*
+            #vis #sig {
+                #(#inner_attrs)*
+                #statements
+            }
         }
-        match &self.sig.output {
-            ReturnType::Type(_, ty) => ty.span(),
-            ReturnType::Default => self.sig.ident.span(),
+    }
+}
+
+/// Replaces each `impl Trait` of a type with `_`.
+struct InferImplTrait;
+
+impl VisitMut for InferImplTrait {
+    fn visit_type_mut(&mut self, ty: &mut Type) {
+        match ty {
+            Type::ImplTrait(_) => *ty = syn::parse_quote!(_),
+            _ => syn::visit_mut::visit_type_mut(self, ty),
         }
     }
 }

@@ -4,12 +4,14 @@
 #![warn(missing_docs)]
 
 mod args;
+mod errors;
 mod expand;
 mod item;
 
 use proc_macro::TokenStream;
 
-use crate::args::{Errors, RawArgs};
+use crate::args::RawArgs;
+use crate::errors::Errors;
 use crate::item::ItemFn;
 
 /// Rate-limits an `async fn`: before the body runs, every rule of this call site is checked
@@ -71,7 +73,8 @@ use crate::item::ItemFn;
 ///
 /// # Arguments
 ///
-/// All are optional, but at least one rule or `prevent_duplicate = true` is required.
+/// All are optional, but at least one rule (`rules(...)` or `rules = <expr>`) or
+/// `prevent_duplicate = true` is required.
 ///
 /// | argument | meaning | default |
 /// |---|---|---|
@@ -89,6 +92,11 @@ use crate::item::ItemFn;
 /// | `crate = path` | path to `redis-ratelimit`, when it is re-exported under another name | `::redis_ratelimit` |
 /// | `name = "..."` | the `path` part of the keys, instead of the function's path (see [Keys](#keys)): stable across refactors and compilers, and the way to share one budget between functions on purpose | the function's path |
 /// | `cost = <expr>` | how many units of every rule a call uses: any `u64` expression in the function's scope, e.g. `cost = batch.len() as u64`, evaluated once before the body; a call that costs 0 is not checked at all (it uses nothing, needs no identity and is never refused); a literal `0` is a compile error | `1` |
+/// | `rules = <expr>` | the rules, chosen per call (see [Policies](#policies)): any expression in the function's scope whose value derefs to `[Rule]`, evaluated once before the body; not with `rules(...)` | none |
+/// | `charge_if = <expr>` | a `Fn(&R) -> bool`, `R` the function's return type: the call's units are given back when it answers `false` for the call's result | every call is charged |
+/// | `block_for = "<duration>"` | once a call is refused, every call of that caller at this site is refused for that long | no block |
+/// | `wait = "<duration>"` | a call that would be refused waits up to that long for room instead | refused at once |
+/// | `shadow = bool` | count and report, never refuse | `false` |
 ///
 /// Rule strings take the forms `N/unit`, `N/<k><unit>`, `N per unit` and `N per k units`,
 /// with units `ms`/`millisecond(s)`, `s`/`sec(s)`/`second(s)`, `m`/`min(s)`/`minute(s)`,
@@ -98,6 +106,139 @@ use crate::item::ItemFn;
 /// A call of `cost = n` uses `n` units of every rule at once, or none: a refused call
 /// consumes nothing. A cost above a rule's count can never pass; it is refused with
 /// `retry_after: Duration::MAX`.
+///
+/// # Policies
+///
+/// `rules = <expr>` chooses the rules per call, e.g. by the caller's plan. The expression
+/// is evaluated once, before the body, and may give anything that derefs to `[Rule]`: a
+/// `&'static [Rule]`, a `&Vec<Rule>`, a `Vec<Rule>`, an `Arc<[Rule]>`. An empty list runs
+/// the call unchecked. `prevent_duplicate = true` still adds its rule, and an operator's
+/// override of the site's rules wins over the expression.
+///
+/// ```
+/// use redis_ratelimit::{rate_limiter, RateLimitError, Rule};
+///
+/// static FREE: [Rule; 1] = [Rule::per_minute(2)];
+/// static PRO: [Rule; 1] = [Rule::per_minute(100)];
+///
+/// struct User {
+///     id: u64,
+///     pro: bool,
+/// }
+///
+/// fn plan_rules(user: &User) -> &'static [Rule] {
+///     if user.pro { &PRO } else { &FREE }
+/// }
+///
+/// #[rate_limiter(rules = plan_rules(user), limit_type = USER_ID, by = user.id)]
+/// async fn search(user: &User) -> Result<(), RateLimitError> {
+///     Ok(())
+/// }
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let (free, pro) = (User { id: 1, pro: false }, User { id: 2, pro: true });
+/// for _ in 0..2 {
+///     search(&free).await.unwrap();
+///     search(&pro).await.unwrap();
+/// }
+/// assert!(search(&free).await.is_err());
+/// assert!(search(&pro).await.is_ok());
+/// # }
+/// ```
+///
+/// `charge_if = <expr>` counts only the calls it says to count: a function or closure
+/// `Fn(&R) -> bool`, `R` being the function's return type (`Result::is_err`,
+/// `|r: &Result<Session, LoginError>| matches!(r, Err(LoginError::BadPassword))`). The
+/// call's units are taken before the body runs, so that concurrent calls never exceed a
+/// rule; when the body returns (by its end, a `return` or a `?`) and `charge_if` answers
+/// `false`, exactly those units are given back. A refund that cannot reach the backend
+/// leaves them used, and a call whose future is dropped before the body returns keeps them.
+/// The expression is evaluated after the body, which has taken the function's arguments:
+/// it sees the call only through the result it is given.
+///
+/// ```
+/// use redis_ratelimit::{rate_limiter, RateLimitError};
+///
+/// #[derive(Debug)]
+/// enum LoginError {
+///     BadPassword,
+///     Limited(RateLimitError),
+/// }
+///
+/// impl From<RateLimitError> for LoginError {
+///     fn from(err: RateLimitError) -> Self {
+///         LoginError::Limited(err)
+///     }
+/// }
+///
+/// /// Three failed logins a minute per user; successful ones are not counted.
+/// #[rate_limiter(
+///     rules("3/minute"),
+///     limit_type = CUSTOM,
+///     by = user,
+///     charge_if = |r: &Result<(), LoginError>| matches!(r, Err(LoginError::BadPassword)),
+/// )]
+/// async fn login(user: &str, password: &str) -> Result<(), LoginError> {
+///     if password != "secret" {
+///         return Err(LoginError::BadPassword);
+///     }
+///     Ok(())
+/// }
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// for _ in 0..5 {
+///     login("ann", "secret").await.unwrap();
+/// }
+/// for _ in 0..3 {
+///     assert!(matches!(login("ann", "guess").await, Err(LoginError::BadPassword)));
+/// }
+/// assert!(matches!(login("ann", "secret").await, Err(LoginError::Limited(_))));
+/// # }
+/// ```
+///
+/// `block_for = "<duration>"` locks a caller out of the site once one of its calls is
+/// refused: every call of that caller is then refused until the refusal's time plus the
+/// duration, with `retry_after` the block's remaining time; blocked calls consume nothing,
+/// and `Limiter::reset` of the key lifts the block. `wait = "<duration>"` makes a call that
+/// would be refused wait for room, when the refusal's `retry_after` fits in what is left of
+/// that time (plus a little jitter), and check again; it is refused once the time is spent,
+/// and at once when it could never pass. Durations take the rules' units: `"15 minutes"`,
+/// `"900s"`, `"1 hour"`, `"500ms"`; a duration of 0 or a malformed one is a compile error.
+///
+/// `shadow = true` counts the calls exactly as enforcing would, but never refuses one: a
+/// would-be refusal is reported (metrics outcome `shadow_limited` and a throttled `info`
+/// event) and the body runs. It is the way to roll a limit out; operators can switch a
+/// site between enforcing, shadow and off at run time, and their choice wins over the
+/// attribute's.
+///
+/// ```
+/// use redis_ratelimit::{rate_limiter, RateLimitError};
+///
+/// #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, shadow = true)]
+/// async fn export() -> Result<(), RateLimitError> {
+///     Ok(())
+/// }
+///
+/// #[rate_limiter(rules("2/second"), limit_type = GLOBAL, wait = "2s")]
+/// async fn call_partner_api() -> Result<(), RateLimitError> {
+///     Ok(())
+/// }
+///
+/// #[rate_limiter(rules("5/minute"), limit_type = CUSTOM, by = user, block_for = "15 minutes")]
+/// async fn reset_password(user: &str) -> Result<(), RateLimitError> {
+///     Ok(())
+/// }
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// for _ in 0..3 {
+///     export().await.unwrap(); // over the limit from the second call on, never refused
+/// }
+/// for _ in 0..3 {
+///     call_partner_api().await.unwrap(); // the third waits for room
+/// }
+/// for _ in 0..5 {
+///     reset_password("ann").await.unwrap();
+/// }
+/// assert!(reset_password("ann").await.is_err());
+/// # }
+/// ```
 ///
 /// # What a refused call returns
 ///
@@ -195,9 +336,12 @@ use crate::item::ItemFn;
 /// count, an unknown unit, limit type or algorithm, an unparsable rule string, `by` with
 /// `GLOBAL`, `CUSTOM` without `by`, `prevent_duplicate_rule` without
 /// `prevent_duplicate = true`, no rule at all, a non-`Result` return type without
-/// `on_limit`, an empty or malformed `name`, and `cost = 0`. An error type without
-/// `From<RateLimitError>` is reported at that type, and a `cost` that is not a `u64` at
-/// its expression.
+/// `on_limit`, an empty or malformed `name`, `cost = 0`, `rules = <expr>` together with
+/// `rules(...)`, `shadow` or `prevent_duplicate` given anything but `true` or `false`, and a
+/// `block_for` or `wait` duration that is 0, too long or malformed. An error type without
+/// `From<RateLimitError>` is reported at that type, a `cost` that is not a `u64`, a
+/// `rules = <expr>` that does not deref to `[Rule]` and a `charge_if` that is not a
+/// `Fn(&R) -> bool` for the function's return type at their expressions.
 ///
 /// [`RateLimitError::Limited`]: https://docs.rs/redis-ratelimit/*/redis_ratelimit/enum.RateLimitError.html#variant.Limited
 /// [`RateLimitError::MissingIdentity`]: https://docs.rs/redis-ratelimit/*/redis_ratelimit/enum.RateLimitError.html#variant.MissingIdentity
@@ -224,7 +368,8 @@ fn rate_limit(
     let item: ItemFn = syn::parse2(item)?;
     let mut errors = Errors::default();
     item.check(&mut errors);
-    let args = errors.ok(syn::parse2::<RawArgs>(args).and_then(|raw| raw.validate(&item)));
+    let returns = item.returns();
+    let args = errors.ok(syn::parse2::<RawArgs>(args).and_then(|raw| raw.validate(returns)));
     errors.into_result()?;
     let args = args.expect("no errors, so arguments");
     Ok(expand::expand(&args, &item))

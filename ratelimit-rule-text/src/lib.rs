@@ -1,30 +1,163 @@
 //! The rule-string grammar of [`redis-ratelimit`](https://docs.rs/redis-ratelimit):
 //! `"10/minute"`, `"10/60s"`, `"20 per 2 minutes"`, `"5/second"`, `"1000/day"`, and lists
-//! of them separated by commas (`"5/minute, 20/hour"`).
+//! of them separated by commas (`"5/minute, 20/hour"`); durations in the same units
+//! (`"15 minutes"`, `"900s"`, `"500ms"`); and the limits every rule keeps.
 //!
-//! One parser for every place a rule is written as text: the `#[rate_limiter]` attribute
-//! (at compile time) and rules stored in Redis (at run time). It lives in a crate of its
-//! own, without dependencies, so that the proc-macro crate does not depend on the runtime
-//! (and its Redis client) to use it. Use it through `redis-ratelimit`
-//! (`"5/minute".parse::<Rule>()`, `Rule::parse_list`).
+//! One implementation for every place a rule or a duration is written: the
+//! `#[rate_limiter]` attribute (at compile time), rules stored in Redis and rules built in
+//! code (at run time). It lives in a crate of its own, without dependencies, so that the
+//! proc-macro crate does not depend on the runtime (and its Redis client) to use it. Use it
+//! through `redis-ratelimit` (`"5/minute".parse::<Rule>()`, `Rule::parse_list`).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 use std::fmt;
+use std::time::Duration;
 
 /// The largest count a rule may have: 2^52, so that every figure stays exact in the Lua
 /// scripts' doubles.
 pub const MAX_COUNT: u64 = 1 << 52;
 
-/// The longest window a rule may have, in whole milliseconds: 2^52 µs (about 142 years).
-pub const MAX_WINDOW_MS: u64 = (1 << 52) / 1_000;
+/// The longest window a rule may have, in microseconds (the unit the backends count in):
+/// 2^52, about 142 years, for the same reason.
+pub const MAX_WINDOW_US: u64 = 1 << 52;
 
-/// The accepted forms, for error messages.
+/// The longest window in whole milliseconds, the finest unit rule text can name.
+pub const MAX_WINDOW_MS: u64 = MAX_WINDOW_US / 1_000;
+
+/// The accepted forms of a rule, for error messages.
 pub const RULE_FORMS: &str =
     "expected \"N/unit\", \"N/<k><unit>\", \"N per unit\" or \"N per k units\" \
      (e.g. \"10/minute\", \"10/60s\", \"20 per 2 minutes\"), with units ms, s, m, h, d or \
      millisecond(s), sec(s), second(s), min(s), minute(s), hour(s), day(s)";
+
+/// The accepted forms of a duration, for error messages.
+pub const DURATION_FORMS: &str =
+    "expected \"N unit\" or \"N<unit>\" (e.g. \"15 minutes\", \"900s\", \"1 hour\", \"500ms\"), \
+     with units ms, s, m, h, d or millisecond(s), sec(s), second(s), min(s), minute(s), \
+     hour(s), day(s)";
+
+/// A unit of time of the grammar.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Unit {
+    /// Its length in milliseconds.
+    pub ms: u64,
+    /// Every spelling rule text and durations accept (in any case), its full name last.
+    pub spellings: &'static [&'static str],
+}
+
+/// The units, shortest first.
+pub const UNITS: [Unit; 5] = [
+    Unit::new(1, &["ms", "msec", "msecs", "millisecond", "milliseconds"]),
+    Unit::new(1_000, &["s", "sec", "secs", "second", "seconds"]),
+    Unit::new(60_000, &["m", "min", "mins", "minute", "minutes"]),
+    Unit::new(3_600_000, &["h", "hr", "hrs", "hour", "hours"]),
+    Unit::new(86_400_000, &["d", "day", "days"]),
+];
+
+impl Unit {
+    const fn new(ms: u64, spellings: &'static [&'static str]) -> Unit {
+        Unit { ms, spellings }
+    }
+
+    /// Its full name, in the plural (`"minutes"`): what the attribute's
+    /// `rule(unit = ...)` takes, in any case.
+    pub fn name(&self) -> &'static str {
+        self.spellings.last().expect("every unit has spellings")
+    }
+
+    /// The unit of any of its spellings, in any case.
+    ///
+    /// ```
+    /// use ratelimit_rule_text::Unit;
+    ///
+    /// assert_eq!(Unit::parse("Min").map(|unit| unit.ms), Some(60_000));
+    /// assert_eq!(Unit::parse("fortnight"), None);
+    /// ```
+    pub fn parse(spelling: &str) -> Option<&'static Unit> {
+        UNITS.iter().find(|unit| {
+            unit.spellings
+                .iter()
+                .any(|known| known.eq_ignore_ascii_case(spelling))
+        })
+    }
+}
+
+/// Why a count or a window cannot make a rule. Every way of writing a rule (the attribute,
+/// rule text, `Rule::new`) checks it here, so each is refused with the same reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InvalidRule {
+    /// A count of 0.
+    NoCalls,
+    /// A count above [`MAX_COUNT`].
+    CountTooLarge,
+    /// A window shorter than one microsecond.
+    EmptyWindow,
+    /// A window longer than [`MAX_WINDOW_US`].
+    WindowTooLong,
+}
+
+impl InvalidRule {
+    /// What is wrong and what is allowed (`const`, for `Rule::new`'s compile-time panics).
+    pub const fn message(self) -> &'static str {
+        match self {
+            InvalidRule::NoCalls => {
+                "a rule's count must be at least 1 (a rule admitting no calls would refuse \
+                 every call)"
+            }
+            InvalidRule::CountTooLarge => {
+                "a rule's count must be at most 2^52 (4503599627370496), so that every figure \
+                 stays exact"
+            }
+            InvalidRule::EmptyWindow => "a rule's window must last at least 1 microsecond",
+            InvalidRule::WindowTooLong => {
+                "a rule's window must last at most 2^52 microseconds (about 142 years)"
+            }
+        }
+    }
+}
+
+impl fmt::Display for InvalidRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.message())
+    }
+}
+
+impl std::error::Error for InvalidRule {}
+
+/// `count` if a rule may admit that many calls per window.
+pub const fn check_count(count: u64) -> Result<u64, InvalidRule> {
+    match count {
+        0 => Err(InvalidRule::NoCalls),
+        count if count > MAX_COUNT => Err(InvalidRule::CountTooLarge),
+        count => Ok(count),
+    }
+}
+
+/// `window_us` as a `u64` if a rule can count a window of that many microseconds.
+pub const fn check_window_us(window_us: u128) -> Result<u64, InvalidRule> {
+    match window_us {
+        0 => Err(InvalidRule::EmptyWindow),
+        us if us > MAX_WINDOW_US as u128 => Err(InvalidRule::WindowTooLong),
+        us => Ok(us as u64),
+    }
+}
+
+/// The window of `time` units of `unit_ms` milliseconds, in milliseconds, if a rule can
+/// count it.
+///
+/// ```
+/// use ratelimit_rule_text::{window_ms, InvalidRule};
+///
+/// assert_eq!(window_ms(2, 60_000), Ok(120_000));
+/// assert_eq!(window_ms(0, 60_000), Err(InvalidRule::EmptyWindow));
+/// assert_eq!(window_ms(u64::MAX, 1), Err(InvalidRule::WindowTooLong));
+/// ```
+pub fn window_ms(time: u64, unit_ms: u64) -> Result<u64, InvalidRule> {
+    let window_us = (u128::from(time) * u128::from(unit_ms)).saturating_mul(1_000);
+    check_window_us(window_us).map(|us| us / 1_000)
+}
 
 /// A valid rule: `count` calls per `window_ms` milliseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,7 +168,8 @@ pub struct ParsedRule {
     pub window_ms: u64,
 }
 
-/// Why a rule string is not a rule. Its `Display` is the message the attribute reports.
+/// Why a rule string or a duration is not one. Its `Display` is the message the attribute
+/// reports.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RuleTextError {
     message: String,
@@ -61,31 +195,27 @@ impl RuleTextError {
 /// use ratelimit_rule_text::{parse_rule, ParsedRule};
 ///
 /// assert_eq!(parse_rule("20 per 2 minutes"), Ok(ParsedRule { count: 20, window_ms: 120_000 }));
-/// assert!(parse_rule("0/s").unwrap_err().to_string().contains("admits no calls"));
+/// assert!(parse_rule("0/s").unwrap_err().to_string().contains("count must be at least 1"));
 /// ```
 pub fn parse_rule(text: &str) -> Result<ParsedRule, RuleTextError> {
-    match RuleText::parse(text) {
-        Some(RuleText { count: 0, .. }) => Err(RuleTextError::new(format!(
-            "rule \"{text}\" admits no calls: the count must be at least 1"
-        ))),
-        Some(RuleText { time: 0, .. }) => Err(RuleTextError::new(format!(
-            "rule \"{text}\" has an empty window: the time must be at least 1"
-        ))),
-        Some(RuleText { count, .. }) if count > MAX_COUNT => {
-            Err(RuleTextError::new(too_large(count)))
-        }
-        Some(RuleText {
-            count,
-            time,
-            unit_ms,
-        }) => match window_ms(time, unit_ms) {
-            Some(window_ms) => Ok(ParsedRule { count, window_ms }),
-            None => Err(RuleTextError::new(too_long(time, unit_ms))),
-        },
-        None => Err(RuleTextError::new(format!(
+    let Some(RuleText {
+        count,
+        time,
+        unit_ms,
+    }) = RuleText::parse(text)
+    else {
+        return Err(RuleTextError::new(format!(
             "cannot parse rule \"{text}\": {RULE_FORMS}"
-        ))),
-    }
+        )));
+    };
+    check_count(count)
+        .and_then(|count| {
+            Ok(ParsedRule {
+                count,
+                window_ms: window_ms(time, unit_ms)?,
+            })
+        })
+        .map_err(|invalid| RuleTextError::new(format!("rule \"{text}\" is not valid: {invalid}")))
 }
 
 /// Parses rule strings separated by commas, e.g. `"5/minute, 20/hour"`: at least one, each
@@ -111,22 +241,34 @@ pub fn parse_rule_list(text: &str) -> Result<Vec<ParsedRule>, RuleTextError> {
         .collect()
 }
 
-/// `time` units of `unit_ms` milliseconds, if a rule can count such a window.
-pub fn window_ms(time: u64, unit_ms: u64) -> Option<u64> {
-    time.checked_mul(unit_ms).filter(|ms| *ms <= MAX_WINDOW_MS)
-}
-
-/// The message for a count above [`MAX_COUNT`].
-pub fn too_large(count: u64) -> String {
-    format!("a count of {count} is too large: the most is {MAX_COUNT} (2^52)")
-}
-
-/// The message for a window above [`MAX_WINDOW_MS`].
-pub fn too_long(time: u64, unit_ms: u64) -> String {
-    format!(
-        "a window of {time} x {unit_ms} ms is too long: the longest is {MAX_WINDOW_MS} ms \
-         (about 142 years)"
-    )
+/// Parses a duration in the rules' units, e.g. `"15 minutes"`, `"900s"`, `"1 hour"` or
+/// `"500ms"`: at least 1 ms, at most [`MAX_WINDOW_MS`], as a rule's window.
+///
+/// ```
+/// use std::time::Duration;
+/// use ratelimit_rule_text::parse_duration;
+///
+/// assert_eq!(parse_duration("15 minutes"), Ok(Duration::from_secs(900)));
+/// assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+/// assert!(parse_duration("0s").unwrap_err().to_string().contains("at least 1 ms"));
+/// assert!(parse_duration("soon").is_err());
+/// ```
+pub fn parse_duration(text: &str) -> Result<Duration, RuleTextError> {
+    let Some((Some(amount), unit_ms)) = amount_of_unit(text.trim()) else {
+        return Err(RuleTextError::new(format!(
+            "cannot parse duration \"{text}\": {DURATION_FORMS}"
+        )));
+    };
+    match window_ms(amount, unit_ms) {
+        Ok(ms) => Ok(Duration::from_millis(ms)),
+        Err(InvalidRule::EmptyWindow) => Err(RuleTextError::new(format!(
+            "duration \"{text}\" is empty: a duration must be at least 1 ms (e.g. \"500ms\", \
+             \"2s\")"
+        ))),
+        Err(_) => Err(RuleTextError::new(format!(
+            "duration \"{text}\" is too long: the longest is 2^52 microseconds (about 142 years)"
+        ))),
+    }
 }
 
 /// The parts of a rule string, before validation; numbers that overflow `u64` make the
@@ -159,19 +301,25 @@ impl RuleText {
             }
         };
         let count = parse_digits(count.trim())?;
-        let period = period.trim();
-        let digits = period.find(|c: char| !c.is_ascii_digit())?;
-        let time = match digits {
-            0 => 1,
-            _ => parse_digits(&period[..digits])?,
-        };
-        let unit_ms = unit_ms(period[digits..].trim_start())?;
+        let (time, unit_ms) = amount_of_unit(period.trim())?;
         Some(RuleText {
             count,
-            time,
+            time: time.unwrap_or(1),
             unit_ms,
         })
     }
+}
+
+/// `[N][ ]unit` (`"2 minutes"`, `"60s"`, `"hour"`): the number, if written, and the unit
+/// in milliseconds. Rule periods and durations share it.
+fn amount_of_unit(text: &str) -> Option<(Option<u64>, u64)> {
+    let digits = text.find(|c: char| !c.is_ascii_digit())?;
+    let amount = match digits {
+        0 => None,
+        _ => Some(parse_digits(&text[..digits])?),
+    };
+    let unit = Unit::parse(text[digits..].trim_start())?;
+    Some((amount, unit.ms))
 }
 
 /// Plain decimal digits (no sign, no underscores) that fit in `u64`.
@@ -180,20 +328,6 @@ fn parse_digits(text: &str) -> Option<u64> {
         return None;
     }
     text.parse().ok()
-}
-
-/// A unit's length in milliseconds, by any of its spellings, in any case.
-fn unit_ms(unit: &str) -> Option<u64> {
-    let unit = unit.to_ascii_lowercase();
-    let ms = match unit.as_str() {
-        "ms" | "msec" | "msecs" | "millisecond" | "milliseconds" => 1,
-        "s" | "sec" | "secs" | "second" | "seconds" => 1_000,
-        "m" | "min" | "mins" | "minute" | "minutes" => 60_000,
-        "h" | "hr" | "hrs" | "hour" | "hours" => 3_600_000,
-        "d" | "day" | "days" => 86_400_000,
-        _ => return None,
-    };
-    Some(ms)
 }
 
 #[cfg(test)]
@@ -271,10 +405,13 @@ mod tests {
     #[test]
     fn rules_the_runtime_cannot_count_are_rejected_with_the_reason() {
         let message = |text: &str| parse_rule(text).unwrap_err().to_string();
-        assert!(message("0/s").contains("admits no calls"));
-        assert!(message("1/0s").contains("empty window"));
-        assert!(message("4503599627370497/s").contains("too large"));
-        assert!(message("1/999999999999d").contains("too long"));
+        assert_eq!(
+            message("0/s"),
+            format!("rule \"0/s\" is not valid: {}", InvalidRule::NoCalls)
+        );
+        assert!(message("1/0s").ends_with(InvalidRule::EmptyWindow.message()));
+        assert!(message("4503599627370497/s").ends_with(InvalidRule::CountTooLarge.message()));
+        assert!(message("1/999999999999d").ends_with(InvalidRule::WindowTooLong.message()));
         assert!(message("1/fortnight").starts_with("cannot parse rule \"1/fortnight\": expected"));
         assert_eq!(
             parse_rule("4503599627370496/s"),
@@ -283,6 +420,99 @@ mod tests {
                 window_ms: 1_000
             })
         );
+        assert_eq!(
+            parse_rule(&format!("1/{MAX_WINDOW_MS}ms")),
+            Ok(ParsedRule {
+                count: 1,
+                window_ms: MAX_WINDOW_MS
+            })
+        );
+        assert!(parse_rule(&format!("1/{}ms", MAX_WINDOW_MS + 1)).is_err());
+    }
+
+    #[test]
+    fn counts_and_windows_are_checked_at_their_limits() {
+        assert_eq!(check_count(0), Err(InvalidRule::NoCalls));
+        assert_eq!(check_count(1), Ok(1));
+        assert_eq!(check_count(MAX_COUNT), Ok(MAX_COUNT));
+        assert_eq!(check_count(MAX_COUNT + 1), Err(InvalidRule::CountTooLarge));
+        assert_eq!(check_window_us(0), Err(InvalidRule::EmptyWindow));
+        assert_eq!(check_window_us(1), Ok(1));
+        assert_eq!(
+            check_window_us(u128::from(MAX_WINDOW_US)),
+            Ok(MAX_WINDOW_US)
+        );
+        assert_eq!(
+            check_window_us(u128::from(MAX_WINDOW_US) + 1),
+            Err(InvalidRule::WindowTooLong)
+        );
+        assert_eq!(
+            window_ms(u64::MAX, u64::MAX),
+            Err(InvalidRule::WindowTooLong)
+        );
+        assert_eq!(window_ms(MAX_WINDOW_MS, 1), Ok(MAX_WINDOW_MS));
+        assert_eq!(window_ms(0, 1_000), Err(InvalidRule::EmptyWindow));
+    }
+
+    #[test]
+    fn units_are_found_by_any_spelling_and_named_in_full() {
+        for unit in &UNITS {
+            assert_eq!(Unit::parse(&unit.name().to_uppercase()), Some(unit));
+        }
+        let names: Vec<&str> = UNITS.iter().map(Unit::name).collect();
+        assert_eq!(
+            names,
+            ["milliseconds", "seconds", "minutes", "hours", "days"]
+        );
+        assert_eq!(Unit::parse("HRS").map(|unit| unit.ms), Some(3_600_000));
+        assert_eq!(Unit::parse("weeks"), None);
+        assert_eq!(Unit::parse(""), None);
+    }
+
+    #[test]
+    fn durations_of_the_documented_forms_parse() {
+        let secs = Duration::from_secs;
+        assert_eq!(parse_duration("15 minutes"), Ok(secs(900)));
+        assert_eq!(parse_duration("900s"), Ok(secs(900)));
+        assert_eq!(parse_duration("1 hour"), Ok(secs(3_600)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2s"), Ok(secs(2)));
+        assert_eq!(parse_duration(" 3 DAYS "), Ok(secs(3 * 86_400)));
+        assert_eq!(
+            parse_duration(&format!("{MAX_WINDOW_MS}ms")),
+            Ok(Duration::from_millis(MAX_WINDOW_MS))
+        );
+    }
+
+    #[test]
+    fn empty_long_and_malformed_durations_are_rejected_with_the_reason() {
+        let message = |text: &str| parse_duration(text).unwrap_err().to_string();
+        for zero in ["0s", "0 minutes", "000ms"] {
+            assert!(
+                message(zero).starts_with(&format!("duration \"{zero}\" is empty")),
+                "{zero:?}"
+            );
+        }
+        assert!(message("999999999999 days").contains("is too long"));
+        assert!(message(&format!("{}ms", MAX_WINDOW_MS + 1)).contains("is too long"));
+        for bad in [
+            "",
+            "s",
+            "minutes",
+            "15",
+            "15 fortnights",
+            "1.5s",
+            "-2s",
+            "+2s",
+            "2 s s",
+            "1/s",
+            "99999999999999999999s",
+        ] {
+            assert!(
+                message(bad).starts_with(&format!("cannot parse duration \"{bad}\": expected")),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]
@@ -313,6 +543,6 @@ mod tests {
         assert!(parse_rule_list("5/minute, 0/s")
             .unwrap_err()
             .to_string()
-            .contains("admits no calls"));
+            .contains("count must be at least 1"));
     }
 }

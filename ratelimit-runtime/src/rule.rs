@@ -26,7 +26,7 @@ impl Rule {
     pub const MAX_COUNT: u64 = ratelimit_rule_text::MAX_COUNT;
 
     /// The longest window: 2^52 µs (about 142 years), for the same reason.
-    pub const MAX_WINDOW: Duration = Duration::from_micros(1 << 52);
+    pub const MAX_WINDOW: Duration = Duration::from_micros(ratelimit_rule_text::MAX_WINDOW_US);
 
     /// A rule admitting `count` calls in any `window`.
     ///
@@ -36,26 +36,19 @@ impl Rule {
     ///
     /// When `count` is 0 or above [`MAX_COUNT`](Self::MAX_COUNT), or `window` is shorter
     /// than one microsecond or longer than [`MAX_WINDOW`](Self::MAX_WINDOW) (at compile time
-    /// when used in a `const`).
+    /// when used in a `const`), with the reason rule text and the attribute give too.
     pub const fn new(count: u64, window: Duration) -> Rule {
-        assert!(count > 0, "a rule's count must be at least 1");
-        assert!(
-            count <= Self::MAX_COUNT,
-            "a rule's count must be at most 2^52"
-        );
-        let window_us = window.as_micros();
-        assert!(
-            window_us > 0,
-            "a rule's window must be at least 1 microsecond"
-        );
-        assert!(
-            window_us <= Self::MAX_WINDOW.as_micros(),
-            "a rule's window must be at most 2^52 microseconds (about 142 years)"
-        );
-        Rule {
-            count,
-            window_us: window_us as u64,
-        }
+        // The checks of rule text and of the attribute, so every way of writing a rule
+        // admits the same rules.
+        let count = match ratelimit_rule_text::check_count(count) {
+            Ok(count) => count,
+            Err(invalid) => panic!("{}", invalid.message()),
+        };
+        let window_us = match ratelimit_rule_text::check_window_us(window.as_micros()) {
+            Ok(window_us) => window_us,
+            Err(invalid) => panic!("{}", invalid.message()),
+        };
+        Rule { count, window_us }
     }
 
     /// `count` calls per second.
@@ -140,7 +133,7 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "at most 2^52 microseconds")]
+    #[should_panic(expected = "window must last at most 2^52 microseconds")]
     fn windows_beyond_the_exact_range_are_rejected() {
         let _ = Rule::new(1, Rule::MAX_WINDOW + Duration::from_micros(1));
     }
@@ -152,7 +145,7 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "at least 1 microsecond")]
+    #[should_panic(expected = "window must last at least 1 microsecond")]
     fn zero_window_is_rejected() {
         let _ = Rule::new(1, Duration::from_nanos(999));
     }

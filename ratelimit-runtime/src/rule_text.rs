@@ -41,7 +41,7 @@ impl Rule {
 /// use redis_ratelimit::Rule;
 ///
 /// assert_eq!("10/minute".parse::<Rule>()?, Rule::per_minute(10));
-/// assert!("0/minute".parse::<Rule>().unwrap_err().to_string().contains("admits no calls"));
+/// assert!("0/minute".parse::<Rule>().unwrap_err().to_string().contains("count must be at least 1"));
 /// # Ok::<(), redis_ratelimit::ParseRuleError>(())
 /// ```
 impl FromStr for Rule {

@@ -112,7 +112,7 @@ impl CallSite {
         limiter: &'a Limiter,
         key: Cow<'static, str>,
         cost: u64,
-        rules: Option<&'a [Rule]>,
+        rules: Option<&[Rule]>,
     ) -> Result<Permit<'a>, RateLimitError> {
         let path = self.built.get().map_or("", |built| built.path);
         guard(&self.config, path, limiter, key, cost, rules).await
@@ -155,7 +155,7 @@ pub(crate) async fn guard<'a>(
     limiter: &'a Limiter,
     key: Cow<'static, str>,
     cost: u64,
-    rules: Option<&'a [Rule]>,
+    rules: Option<&[Rule]>,
 ) -> Result<Permit<'a>, RateLimitError> {
     debug_assert!(cost > 0, "a guarded call's cost is at least 1");
     let (in_force, mode) =
@@ -163,7 +163,7 @@ pub(crate) async fn guard<'a>(
     if mode == Mode::Off {
         return Ok(Permit::NOTHING);
     }
-    let rules: Cow<'a, [Rule]> = match rules {
+    let rules: Cow<'_, [Rule]> = match rules {
         // An operator's override of the ordinary rules wins over the call's own.
         Some(given) if in_force.ordinary().is_empty() => match in_force.duplicate() {
             None => Cow::Borrowed(given),
@@ -224,7 +224,13 @@ pub(crate) async fn guard<'a>(
         taken: decision.allowed.then(|| Taken {
             limiter,
             key,
-            rules,
+            // Rules chosen per call are the caller's; a permit may outlive them.
+            rules: match rules {
+                Cow::Borrowed(rules) if rules.as_ptr() == in_force.rules.as_ptr() => {
+                    Cow::Borrowed(in_force.rules)
+                }
+                rules => Cow::Owned(rules.into_owned()),
+            },
             decision,
         }),
     })
@@ -260,7 +266,7 @@ pub struct Permit<'a> {
 struct Taken<'a> {
     limiter: &'a Limiter,
     key: Cow<'static, str>,
-    rules: Cow<'a, [Rule]>,
+    rules: Cow<'static, [Rule]>,
     decision: Decision,
 }
 
