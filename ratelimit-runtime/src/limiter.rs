@@ -196,11 +196,28 @@ impl Limiter {
         self.reconfigure_redis(|config| config.set_timeout(timeout))
     }
 
-    /// When to stop sending checks to a Redis that keeps failing, and for how long (default
-    /// [`Breaker::DEFAULT`]: after 3 consecutive failures, for 1 second). While the breaker
-    /// is open a check fails in microseconds instead of waiting for the timeout, and goes
-    /// through the failure policy ([`fail_open`](Self::fail_open) or the
-    /// [`fallback`](Self::fallback)). The embedded backend does not fail, so has no breaker.
+    /// When to stop sending checks to a Redis server that keeps failing, and for how long
+    /// (default [`Breaker::DEFAULT`]: after 3 consecutive failures, for 1 second).
+    ///
+    /// Every server has a breaker of its own with this configuration: the one server, each
+    /// master of a Redis Cluster (kept by address, so a promoted replica starts closed), the
+    /// master the sentinels name. While a server's breaker is open, checks of the keys it
+    /// serves fail in microseconds instead of waiting for the timeout, and go through the
+    /// failure policy ([`fail_open`](Self::fail_open) or the [`fallback`](Self::fallback),
+    /// which then counts those keys only); checks of keys on other servers go on as before.
+    /// After the cool-down one check probes that server alone. See [`Breaker`]. The embedded
+    /// backend does not fail, so has no breaker.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_ratelimit::{Breaker, Limiter};
+    ///
+    /// // A hung master costs its keys' checks 3 timeouts, then microseconds, probed every 500 ms.
+    /// let limiter = Limiter::redis("redis+cluster://10.0.0.1:7000,10.0.0.2:7000")?
+    ///     .breaker(Breaker::new(3, Duration::from_millis(500)))
+    ///     .fallback(Limiter::memory());
+    /// # Ok::<(), redis_ratelimit::ConfigError>(())
+    /// ```
     pub fn breaker(self, breaker: Breaker) -> Self {
         self.reconfigure_redis(|config| config.set_breaker(breaker))
     }
