@@ -16,7 +16,8 @@ use std::time::Duration;
 /// sentinels) when it must be made again.
 ///
 /// After [`failures`](Self::new) consecutive failures of one server (unreachable, timed out,
-/// busy, refused; an error about one key's contents does not count) its breaker *opens*:
+/// a connection broken mid-call, the limiter's credentials refused; Redis's other error
+/// answers come back in a round trip and do not count) its breaker *opens*:
 /// checks of the keys it serves fail at once with
 /// [`BackendErrorKind::Unavailable`](crate::BackendErrorKind::Unavailable), without touching
 /// it, for the cool-down, and one warning names the server. Checks of keys on other servers

@@ -80,10 +80,10 @@ impl Failure {
     pub fn health(&self) -> Health {
         match self {
             Failure::Unreachable(_) | Failure::Interrupted(_) | Failure::Timeout => Health::Failed,
-            // Busy, or refusing the limiter: retrying at once will not help.
+            // Refusing the limiter: every call would be refused alike. Other error answers
+            // (a busy server's included) come back in a round trip, not a timeout.
             Failure::Answer(err) => match err.code() {
-                "LOADING" | "TRYAGAIN" | "MASTERDOWN" | "CLUSTERDOWN" | "NOPERM" | "NOAUTH"
-                | "WRONGPASS" => Health::Failed,
+                "NOPERM" | "NOAUTH" | "WRONGPASS" => Health::Failed,
                 _ => Health::Answered,
             },
             Failure::Moved(_)
@@ -253,6 +253,31 @@ mod tests {
             Failure::from_reply(Value::Int(7)),
             Ok(Value::Int(7))
         ));
+    }
+
+    #[test]
+    fn what_counts_against_a_server_is_silence_and_refusal() {
+        let health = |text| {
+            Failure::from_reply(server_error(text))
+                .unwrap_err()
+                .health()
+        };
+        assert_eq!(health("CLUSTERDOWN The cluster is down"), Health::Answered);
+        assert_eq!(health("LOADING Redis is loading"), Health::Answered);
+        assert_eq!(
+            health("WRONGTYPE Operation against a key"),
+            Health::Answered
+        );
+        assert_eq!(health("MOVED 1 h:1"), Health::Answered);
+        assert_eq!(
+            health("NOPERM this user has no permissions"),
+            Health::Failed
+        );
+        let io = || RedisError::from(std::io::Error::other("reset"));
+        assert_eq!(Failure::Unreachable(io()).health(), Health::Failed);
+        assert_eq!(Failure::Interrupted(io()).health(), Health::Failed);
+        assert_eq!(Failure::Timeout.health(), Health::Failed);
+        assert_eq!(Failure::Unsent(io()).health(), Health::Unknown);
     }
 
     #[test]

@@ -202,7 +202,8 @@ impl RedisBackend {
                 Failure::Moved(_) | Failure::Ask(_) | Failure::ReadOnly(_) => true,
                 _ => false,
             };
-            if !follow {
+            // With no time left, finding the server again would only be cut short.
+            if !follow || Instant::now() >= deadline {
                 return Err(failure);
             }
             // When the topology cannot say (its refresh failed), what happened here says

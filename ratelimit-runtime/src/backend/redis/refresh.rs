@@ -57,6 +57,9 @@ impl Refresh {
             if self.mark() != mark {
                 return Ok(());
             }
+            if Instant::now() >= deadline {
+                return Err(Failure::Timeout);
+            }
             let pass = self.breaker.admit().map_err(Failure::BreakerOpen)?;
             let result = timeout_at(deadline, refresh)
                 .await
