@@ -112,16 +112,15 @@ impl Limiter {
     /// When `pem` holds no certificate or an unreadable one, and when this limiter is not
     /// on a TLS URL.
     #[cfg(feature = "tls")]
-    pub fn with_tls_ca(mut self, pem: &[u8]) -> Result<Limiter, ConfigError> {
+    pub fn with_tls_ca(self, pem: &[u8]) -> Result<Limiter, ConfigError> {
         let Store::Redis(backend) = &self.store else {
             return Err(ConfigError::new(
                 "`with_tls_ca` applies to a Redis limiter on a TLS URL (`rediss://`)",
             ));
         };
-        let mut config = backend.config().clone();
-        config.trust_ca(pem)?;
-        self.store = Store::Redis(Arc::new(RedisBackend::new(&config)));
-        Ok(self)
+        let mut trusting = backend.config().clone();
+        trusting.trust_ca(pem)?;
+        Ok(self.reconfigure_redis(|config| *config = trusting))
     }
 
     /// A limiter on the embedded in-process backend: no server, limits count per process.
@@ -212,7 +211,8 @@ impl Limiter {
     /// use std::time::Duration;
     /// use redis_ratelimit::{Breaker, Limiter};
     ///
-    /// // A hung master costs its keys' checks 3 timeouts, then microseconds, probed every 500 ms.
+    /// // A hung master costs the checks of its keys a few timeouts, then microseconds (on
+    /// // the fallback), with a probe every 500 ms.
     /// let limiter = Limiter::redis("redis+cluster://10.0.0.1:7000,10.0.0.2:7000")?
     ///     .breaker(Breaker::new(3, Duration::from_millis(500)))
     ///     .fallback(Limiter::memory());
