@@ -165,7 +165,7 @@ impl BreakerState {
 
     fn refusal(&self, wait_ms: u64) -> String {
         format!(
-            "{} failed {} calls in a row, so checks of the keys it serves fail at once without \
+            "{} failed {} calls in a row, so the checks that need it fail at once without \
              reaching it (circuit breaker open); a probe goes through in {wait_ms} ms",
             self.server, self.config.failures
         )
@@ -185,8 +185,8 @@ impl BreakerState {
                 server = %self.server,
                 failures = self.config.failures,
                 cool_down_ms = self.config.cool_down.as_millis() as u64,
-                "circuit breaker opened: {} failed {} calls in a row; checks of the keys it \
-                 serves fail at once (or go to the fallback) until a probe after the cool-down \
+                "circuit breaker opened: {} failed {} calls in a row; the checks that need it \
+                 fail at once (or go to the fallback) until a probe after the cool-down \
                  succeeds",
                 self.server,
                 self.config.failures,

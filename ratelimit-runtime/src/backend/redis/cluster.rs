@@ -144,7 +144,9 @@ impl Cluster {
         let masters = known.iter().flat_map(|map| map.masters.iter());
         // A master whose breaker is open would likely make the others wait: asked last.
         let (failing, healthy): (Vec<_>, Vec<_>) = masters.partition(|node| node.is_failing());
-        let candidates = (healthy.into_iter().map(|node| node.endpoint()))
+        let candidates = healthy
+            .into_iter()
+            .map(|node| node.endpoint())
             .chain(&self.seeds)
             .chain(failing.into_iter().map(|node| node.endpoint()))
             .cloned();
