@@ -117,16 +117,15 @@ impl Limiter {
     /// When `pem` holds no certificate or an unreadable one, and when this limiter is not
     /// on a TLS URL.
     #[cfg(feature = "tls")]
-    pub fn with_tls_ca(mut self, pem: &[u8]) -> Result<Limiter, ConfigError> {
+    pub fn with_tls_ca(self, pem: &[u8]) -> Result<Limiter, ConfigError> {
         let Store::Redis(backend) = &self.store else {
             return Err(ConfigError::new(
                 "`with_tls_ca` applies to a Redis limiter on a TLS URL (`rediss://`)",
             ));
         };
-        let mut config = backend.config().clone();
-        config.trust_ca(pem)?;
-        self.store = Store::Redis(Arc::new(RedisBackend::new(&config)));
-        Ok(self)
+        let mut trusting = backend.config().clone();
+        trusting.trust_ca(pem)?;
+        Ok(self.reconfigure_redis(|config| *config = trusting))
     }
 
     /// A limiter on the embedded in-process backend: no server, limits count per process.
@@ -208,11 +207,29 @@ impl Limiter {
         }
     }
 
-    /// When to stop sending checks to a Redis that keeps failing, and for how long (default
-    /// [`Breaker::DEFAULT`]: after 3 consecutive failures, for 1 second). While the breaker
-    /// is open a check fails in microseconds instead of waiting for the timeout, and goes
-    /// through the failure policy ([`fail_open`](Self::fail_open) or the
-    /// [`fallback`](Self::fallback)). The embedded backend does not fail, so has no breaker.
+    /// When to stop sending checks to a Redis server that keeps failing, and for how long
+    /// (default [`Breaker::DEFAULT`]: after 3 consecutive failures, for 1 second).
+    ///
+    /// Every server has a breaker of its own with this configuration: the one server, each
+    /// master of a Redis Cluster (kept by address, so a promoted replica starts closed), the
+    /// master the sentinels name. While a server's breaker is open, checks of the keys it
+    /// serves fail in microseconds instead of waiting for the timeout, and go through the
+    /// failure policy ([`fail_open`](Self::fail_open) or the [`fallback`](Self::fallback),
+    /// which then counts those keys only); checks of keys on other servers go on as before.
+    /// After the cool-down one check probes that server alone. See [`Breaker`]. The embedded
+    /// backend does not fail, so has no breaker.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_ratelimit::{Breaker, Limiter};
+    ///
+    /// // A hung master costs the checks of its keys a few timeouts, then microseconds (on
+    /// // the fallback), with a probe every 500 ms.
+    /// let limiter = Limiter::redis("redis+cluster://10.0.0.1:7000,10.0.0.2:7000")?
+    ///     .breaker(Breaker::new(3, Duration::from_millis(500)))
+    ///     .fallback(Limiter::memory());
+    /// # Ok::<(), redis_ratelimit::ConfigError>(())
+    /// ```
     #[cfg(feature = "redis")]
     pub fn breaker(self, breaker: Breaker) -> Self {
         self.reconfigure_redis(|config| config.set_breaker(breaker))

@@ -1,21 +1,32 @@
-//! The circuit breaker: a backend that keeps failing is not sent to until a cool-down has
-//! passed, so that a dead Redis costs each check microseconds instead of the timeout.
+//! The circuit breaker, one per Redis server: a server that keeps failing is not sent to
+//! until a cool-down has passed, so that a dead or hung server costs the checks of its keys
+//! microseconds instead of the timeout, and costs the checks of other servers' keys nothing.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::{BackendError, BackendErrorKind};
-
-/// When a limiter stops sending checks to a failing backend, and for how long.
+/// When a limiter stops sending checks to a failing Redis server, and for how long.
 ///
-/// After [`failures`](Self::new) consecutive failures (unreachable, timed out, refused; an
-/// error about one key's contents does not count) the breaker *opens*: checks fail at once
-/// with [`BackendErrorKind::Unavailable`], without touching the backend, for the
-/// cool-down. Then one check is let through as a probe: if it succeeds the breaker closes
-/// and every check goes to the backend again; if it fails, another cool-down starts. A
-/// failing check goes through the limiter's failure policy (fail-open, fail-closed, or
-/// the [fallback](crate::Limiter::fallback)) either way.
+/// Each server has a breaker of its own, with this configuration: the one server of a
+/// `redis://` URL, each master of a Redis Cluster (by address: when a replica is promoted,
+/// the keys of its slots go to the new master's breaker, closed), the master that the
+/// sentinels name (a new one after a failover), and, for a Cluster or Sentinel, the search
+/// for where the servers are (`CLUSTER SLOTS` from the known nodes, the question to the
+/// sentinels) when it must be made again.
+///
+/// After [`failures`](Self::new) consecutive failures of one server (unreachable, timed out,
+/// a connection broken mid-call, the limiter's credentials refused; Redis's other error
+/// answers come back in a round trip and do not count) its breaker *opens*:
+/// checks of the keys it serves fail at once with
+/// [`BackendErrorKind::Unavailable`](crate::BackendErrorKind::Unavailable), without touching
+/// it, for the cool-down, and one warning names the server. Checks of keys on other servers
+/// are not affected. After the cool-down one check of its keys is let through as a probe, to
+/// that server only: if it succeeds the breaker closes and every check goes to the server
+/// again; if it fails, another cool-down starts. A probe that finds the key's slot served
+/// elsewhere (a failover) follows it there. A failing check goes through the limiter's
+/// failure policy (fail-open, fail-closed, or the [fallback](crate::Limiter::fallback),
+/// which then counts only the keys of the failing server) either way.
 ///
 /// The default, [`Breaker::DEFAULT`], opens after 3 consecutive failures for 1 second.
 ///
@@ -23,7 +34,7 @@ use crate::{BackendError, BackendErrorKind};
 /// use std::time::Duration;
 /// use redis_ratelimit::{Breaker, Limiter};
 ///
-/// let limiter = Limiter::redis("redis://127.0.0.1:6379")?
+/// let limiter = Limiter::redis("redis+cluster://10.0.0.1:7000,10.0.0.2:7000")?
 ///     .breaker(Breaker::new(5, Duration::from_millis(500)));
 /// # Ok::<(), redis_ratelimit::ConfigError>(())
 /// ```
@@ -37,7 +48,7 @@ impl Breaker {
     /// 3 consecutive failures open the breaker for 1 second.
     pub const DEFAULT: Breaker = Breaker::new(3, Duration::from_secs(1));
 
-    /// Opens after `failures` consecutive failures, for `cool_down`.
+    /// Opens after `failures` consecutive failures of one server, for `cool_down`.
     ///
     /// # Panics
     ///
@@ -50,17 +61,17 @@ impl Breaker {
         }
     }
 
-    /// How many consecutive failures open the breaker.
+    /// How many consecutive failures of one server open its breaker.
     pub const fn failures(&self) -> u32 {
         self.failures
     }
 
-    /// How long the breaker stays open before it lets a probe through.
+    /// How long a breaker stays open before it lets a probe through.
     pub const fn cool_down(&self) -> Duration {
         self.cool_down
     }
 
-    /// A breaker that never opens: every check goes to the backend and waits for its
+    /// A breaker that never opens: every check goes to its server and waits for the
     /// timeout.
     pub const fn never() -> Breaker {
         Breaker {
@@ -76,51 +87,64 @@ impl Default for Breaker {
     }
 }
 
-/// A [`Breaker`]'s state, shared by every check of one limiter. Lock-free: a check reads
-/// one atomic while the breaker is closed.
+/// A [`Breaker`]'s state for one server, shared by every check sent to it. Lock-free: a
+/// check reads one atomic while the breaker is closed.
 pub(super) struct BreakerState {
     config: Breaker,
+    /// What messages call the server: `Redis at 127.0.0.1:7001`, `the sentinels`.
+    server: Box<str>,
     consecutive: AtomicU32,
-    /// Milliseconds since [`crate::throttle::epoch`] until which the breaker is open, plus one; 0
-    /// while closed.
+    /// Milliseconds since [`crate::throttle::epoch`] until which the breaker is open, plus
+    /// one; 0 while closed.
     open_until_ms: AtomicU64,
     /// Whether a probe is under way (at most one at a time).
     probing: AtomicBool,
 }
 
-/// What the breaker lets a check do.
-pub(super) enum Admission<'a> {
-    /// Send it; report how it went with [`Pass::record`].
-    Send(Pass<'a>),
-    /// Do not send it: the breaker is open.
-    Refuse(BackendError),
+/// What one call's outcome says about its server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Health {
+    /// It answered (an error about one key's contents included).
+    Answered,
+    /// It could not be reached, did not answer in time, or cannot serve.
+    Failed,
+    /// Nothing: the call never reached it (a connection found broken before the write).
+    Unknown,
 }
 
-/// A check the breaker let through. A probe that is dropped before it reports (its caller
-/// gave up) lets the next check probe instead of keeping the breaker open.
+/// A call the breaker let through; report how it went with [`record`](Self::record). A
+/// probe that is dropped before it reports (its caller gave up) lets the next call probe
+/// instead of keeping the breaker open.
 pub(super) struct Pass<'a> {
     state: &'a BreakerState,
     probe: bool,
 }
 
 impl BreakerState {
-    pub fn new(config: Breaker) -> Self {
+    pub fn new(config: Breaker, server: impl Into<Box<str>>) -> Self {
         BreakerState {
             config,
+            server: server.into(),
             consecutive: AtomicU32::new(0),
             open_until_ms: AtomicU64::new(0),
             probing: AtomicBool::new(false),
         }
     }
 
-    pub fn admit(&self) -> Admission<'_> {
+    /// A pass for one call, or, while the breaker is open, why the call may not go.
+    pub fn admit(&self) -> Result<Pass<'_>, String> {
         self.admit_at(now_ms())
     }
 
-    fn admit_at(&self, now_ms: u64) -> Admission<'_> {
+    /// Whether the breaker is open now (a probe may be due).
+    pub fn is_open(&self) -> bool {
+        self.open_until_ms.load(Ordering::Acquire) != 0
+    }
+
+    fn admit_at(&self, now_ms: u64) -> Result<Pass<'_>, String> {
         let until = self.open_until_ms.load(Ordering::Acquire);
         if until == 0 {
-            return Admission::Send(Pass {
+            return Ok(Pass {
                 state: self,
                 probe: false,
             });
@@ -131,63 +155,94 @@ impl BreakerState {
                 .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
         {
-            return Admission::Send(Pass {
+            return Ok(Pass {
                 state: self,
                 probe: true,
             });
         }
-        Admission::Refuse(self.open_error(until.saturating_sub(now_ms)))
+        Err(self.refusal(until.saturating_sub(now_ms)))
     }
 
-    fn open_error(&self, wait_ms: u64) -> BackendError {
-        BackendError::new(
-            BackendErrorKind::Unavailable,
-            format!(
-                "the backend failed {} checks in a row, so checks fail at once without \
-                 reaching it (circuit breaker open); a probe goes through in {wait_ms} ms",
-                self.config.failures
-            ),
+    fn refusal(&self, wait_ms: u64) -> String {
+        format!(
+            "{} failed {} calls in a row, so the checks that need it fail at once without \
+             reaching it (circuit breaker open); a probe goes through in {wait_ms} ms",
+            self.server, self.config.failures
         )
     }
 
+    /// Opens the breaker after consecutive failures; one warning per opening, from the
+    /// call that opened it.
     fn open(&self, now_ms: u64) {
-        let until = now_ms + self.config.cool_down.as_millis() as u64;
-        self.open_until_ms.store(until.max(1), Ordering::Release);
+        let until = self.until(now_ms);
+        if self
+            .open_until_ms
+            .compare_exchange(0, until, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            tracing::warn!(
+                target: "redis_ratelimit",
+                server = %self.server,
+                failures = self.config.failures,
+                cool_down_ms = self.config.cool_down.as_millis() as u64,
+                "circuit breaker opened: {} failed {} calls in a row; the checks that need it \
+                 fail at once (or go to the fallback) until a probe after the cool-down \
+                 succeeds",
+                self.server,
+                self.config.failures,
+            );
+        }
+    }
+
+    /// Keeps the breaker open for another cool-down after a failed probe.
+    fn reopen(&self, now_ms: u64) {
+        self.open_until_ms
+            .store(self.until(now_ms), Ordering::Release);
+    }
+
+    fn until(&self, now_ms: u64) -> u64 {
+        (now_ms + self.config.cool_down.as_millis() as u64).max(1)
     }
 
     fn close(&self) {
         self.consecutive.store(0, Ordering::Relaxed);
-        self.open_until_ms.store(0, Ordering::Release);
+        if self.open_until_ms.swap(0, Ordering::AcqRel) != 0 {
+            tracing::info!(
+                target: "redis_ratelimit",
+                server = %self.server,
+                "circuit breaker closed: {} answers again",
+                self.server,
+            );
+        }
     }
 }
 
 impl Pass<'_> {
-    /// Reports how the check went: `Err` with a failure the breaker counts, or `Ok`.
-    pub fn record<T>(self, result: &Result<T, BackendError>) {
-        self.record_at(result, now_ms());
+    /// Reports how the call went.
+    pub fn record(self, health: Health) {
+        self.record_at(health, now_ms());
     }
 
-    fn record_at<T>(mut self, result: &Result<T, BackendError>, now_ms: u64) {
+    fn record_at(mut self, health: Health, now_ms: u64) {
         let state = self.state;
-        match result {
-            Err(err) if counts(err) => {
-                if self.probe {
+        match health {
+            Health::Failed if self.probe => state.reopen(now_ms),
+            Health::Failed => {
+                let failures = state
+                    .consecutive
+                    .fetch_add(1, Ordering::Relaxed)
+                    .saturating_add(1);
+                if failures >= state.config.failures {
                     state.open(now_ms);
-                } else {
-                    let failures = state.consecutive.fetch_add(1, Ordering::Relaxed) + 1;
-                    if failures >= state.config.failures
-                        && state.open_until_ms.load(Ordering::Acquire) == 0
-                    {
-                        state.open(now_ms);
-                    }
                 }
             }
-            // An answer, even an error about one key, shows the backend is there.
-            _ => {
+            Health::Answered => {
+                // Read first: a store on every call would contend for the line between cores.
                 if self.probe || state.consecutive.load(Ordering::Relaxed) > 0 {
                     state.close();
                 }
             }
+            Health::Unknown => {}
         }
         if std::mem::take(&mut self.probe) {
             state.probing.store(false, Ordering::Release);
@@ -203,11 +258,6 @@ impl Drop for Pass<'_> {
     }
 }
 
-/// Whether `err` says the backend cannot serve (and so counts towards opening).
-fn counts(err: &BackendError) -> bool {
-    err.kind() != BackendErrorKind::Command
-}
-
 fn now_ms() -> u64 {
     crate::throttle::epoch().elapsed().as_millis() as u64 + 1
 }
@@ -215,9 +265,10 @@ fn now_ms() -> u64 {
 impl fmt::Debug for BreakerState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BreakerState")
+            .field("server", &self.server)
             .field("config", &self.config)
             .field("consecutive", &self.consecutive.load(Ordering::Relaxed))
-            .field("open", &(self.open_until_ms.load(Ordering::Relaxed) != 0))
+            .field("open", &self.is_open())
             .finish()
     }
 }
@@ -226,53 +277,49 @@ impl fmt::Debug for BreakerState {
 mod tests {
     use super::*;
 
-    fn failure() -> Result<(), BackendError> {
-        Err(BackendError::new(BackendErrorKind::Timeout, "slow"))
-    }
-
     fn sends(state: &BreakerState, now: u64) -> Option<Pass<'_>> {
-        match state.admit_at(now) {
-            Admission::Send(pass) => Some(pass),
-            Admission::Refuse(_) => None,
-        }
+        state.admit_at(now).ok()
     }
 
     #[test]
     fn opens_after_consecutive_failures_and_probes_after_the_cool_down() {
-        let state = BreakerState::new(Breaker::new(3, Duration::from_millis(100)));
+        let state = BreakerState::new(Breaker::new(3, Duration::from_millis(100)), "Redis at h:1");
         for now in 1..3 {
-            sends(&state, now).unwrap().record_at(&failure(), now);
+            sends(&state, now).unwrap().record_at(Health::Failed, now);
         }
-        // A success in between starts the count again.
-        sends(&state, 3).unwrap().record_at(&Ok(()), 3);
+        // An answer in between starts the count again.
+        sends(&state, 3).unwrap().record_at(Health::Answered, 3);
         for now in 4..7 {
-            sends(&state, now).unwrap().record_at(&failure(), now);
+            sends(&state, now).unwrap().record_at(Health::Failed, now);
         }
         assert!(sends(&state, 7).is_none(), "open after 3 in a row");
         assert!(sends(&state, 105).is_none(), "still cooling down");
         let probe = sends(&state, 106).expect("one probe after the cool-down");
         assert!(sends(&state, 106).is_none(), "only one probe at a time");
-        probe.record_at(&failure(), 106);
+        probe.record_at(Health::Failed, 106);
         assert!(sends(&state, 205).is_none(), "a failed probe reopens it");
-        sends(&state, 206).unwrap().record_at(&Ok(()), 206);
+        sends(&state, 206).unwrap().record_at(Health::Answered, 206);
         for now in 207..210 {
             assert!(sends(&state, now).is_some(), "closed after a good probe");
         }
     }
 
     #[test]
-    fn errors_about_one_key_do_not_count() {
-        let state = BreakerState::new(Breaker::new(1, Duration::from_secs(1)));
-        let wrong_type: Result<(), _> =
-            Err(BackendError::new(BackendErrorKind::Command, "WRONGTYPE"));
-        sends(&state, 1).unwrap().record_at(&wrong_type, 1);
-        assert!(sends(&state, 2).is_some());
+    fn calls_that_never_reached_the_server_change_nothing() {
+        let state = BreakerState::new(Breaker::new(2, Duration::from_millis(10)), "Redis at h:1");
+        sends(&state, 1).unwrap().record_at(Health::Failed, 1);
+        sends(&state, 2).unwrap().record_at(Health::Unknown, 2);
+        sends(&state, 3).unwrap().record_at(Health::Failed, 3);
+        assert!(sends(&state, 4).is_none(), "two failures in a row");
+        let probe = sends(&state, 20).expect("probe");
+        probe.record_at(Health::Unknown, 20);
+        assert!(sends(&state, 20).is_some(), "the next call probes instead");
     }
 
     #[test]
     fn a_dropped_probe_lets_the_next_check_probe() {
-        let state = BreakerState::new(Breaker::new(1, Duration::from_millis(10)));
-        sends(&state, 1).unwrap().record_at(&failure(), 1);
+        let state = BreakerState::new(Breaker::new(1, Duration::from_millis(10)), "Redis at h:1");
+        sends(&state, 1).unwrap().record_at(Health::Failed, 1);
         drop(sends(&state, 20).expect("probe"));
         assert!(
             sends(&state, 20).is_some(),
@@ -281,26 +328,28 @@ mod tests {
     }
 
     #[test]
-    fn the_refusal_says_what_happened() {
-        let state = BreakerState::new(Breaker::new(2, Duration::from_millis(500)));
+    fn the_refusal_names_the_server_and_when_it_is_probed() {
+        let state = BreakerState::new(
+            Breaker::new(2, Duration::from_millis(500)),
+            "Redis at 127.0.0.1:7001",
+        );
         for now in [1, 2] {
-            sends(&state, now).unwrap().record_at(&failure(), now);
+            sends(&state, now).unwrap().record_at(Health::Failed, now);
         }
-        let Admission::Refuse(err) = state.admit_at(102) else {
-            panic!("open");
-        };
-        assert_eq!(err.kind(), BackendErrorKind::Unavailable);
-        let message = err.to_string();
-        assert!(message.contains("failed 2 checks in a row"), "{message}");
+        let message = state.admit_at(102).err().expect("open");
+        assert!(
+            message.starts_with("Redis at 127.0.0.1:7001 failed 2 calls in a row"),
+            "{message}"
+        );
         assert!(message.contains("circuit breaker open"), "{message}");
         assert!(message.contains("in 400 ms"), "{message}");
     }
 
     #[test]
     fn never_does_not_open() {
-        let state = BreakerState::new(Breaker::never());
+        let state = BreakerState::new(Breaker::never(), "Redis at h:1");
         for now in 0..1_000 {
-            sends(&state, now).unwrap().record_at(&failure(), now);
+            sends(&state, now).unwrap().record_at(Health::Failed, now);
         }
         assert!(sends(&state, 1_000).is_some());
     }

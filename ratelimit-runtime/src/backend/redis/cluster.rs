@@ -1,31 +1,34 @@
 //! Redis Cluster: every check touches one key, so it runs on the master serving that key's
-//! hash slot, through that master's [`Node`].
+//! hash slot, through that master's [`Node`] (and its breaker).
 //!
-//! - The slot map is read with `CLUSTER SLOTS` from a known node (the masters known, then
-//!   the seeds) on first use, and again after a `MOVED`, a `READONLY` (the master was
-//!   demoted), or a master that cannot be reached. Calls that need a refresh at once share
-//!   one.
+//! - The slot map is read with `CLUSTER SLOTS` from a known node (the masters known whose
+//!   breaker is closed, then the seeds, then the others) on first use, and again after a
+//!   `MOVED`, a `READONLY` (the master was demoted), or a master that cannot be reached or
+//!   broke a connection. Calls that need a refresh at once share one.
 //! - An `ASK` (a slot being migrated) is followed for that one command, with `ASKING`,
 //!   without changing the map.
 //! - `MOVED`, `ASK` and `READONLY` mean the command did not run, so following them never
 //!   counts a check twice; a node that breaks mid-call is handled as on one server.
-//! - No redirect loop outlives the limiter's timeout, which bounds every check.
+//! - Nodes are kept by address across refreshes: a master keeps its connections and its
+//!   breaker, and a replica promoted in its place is a node of its own, breaker closed.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwapOption;
 use redis::{ConnectionAddr, Value};
+use tokio::time::Instant;
 
 use super::dial::Endpoint;
 use super::failure::Failure;
-use super::link::Link;
 use super::node::Node;
 use super::refresh::{Refresh, Refreshing};
-use super::Redirect;
 
 /// The number of hash slots.
 const SLOTS: usize = 16384;
+
+const UNSERVED_SLOT: Failure =
+    Failure::NoServer("no master of the Redis Cluster serves the key's slot");
 
 pub(super) struct Cluster {
     seeds: Vec<Endpoint>,
@@ -44,62 +47,70 @@ struct SlotMap {
 const UNSERVED: u16 = u16::MAX;
 
 impl Cluster {
-    pub fn new(seeds: Vec<Endpoint>) -> Cluster {
+    /// `shown` is what messages call the cluster.
+    pub fn new(seeds: Vec<Endpoint>, shown: &str) -> Cluster {
+        let breaker = seeds[0].options.breaker;
         Cluster {
             seeds,
             nodes: Mutex::default(),
             map: ArcSwapOption::empty(),
-            map_refresh: Refresh::new(),
+            map_refresh: Refresh::new(breaker, format!("{shown}, asked for its slot map,")),
         }
     }
 
-    /// A connection to the master serving `key`. When the map has none, or the master
-    /// cannot be reached, the map is read again first, once.
-    pub async fn link(&self, key: &str) -> Result<Link, Failure> {
+    /// What a call notes before it uses the slot map, to pass to the calls that read it
+    /// again when what it found failed.
+    pub fn mark(&self) -> u64 {
+        self.map_refresh.mark()
+    }
+
+    /// The master serving `key`. The map is read first when there is none yet (or it left
+    /// the key's slot unserved), unless that was done since `seen`.
+    pub async fn node_for(
+        &self,
+        key: &str,
+        seen: u64,
+        deadline: Instant,
+    ) -> Result<Arc<Node>, Failure> {
         let slot = slot(key.as_bytes());
-        let seen = self.map_refresh.mark();
         if let Some(node) = self.master(slot) {
-            match node.next().await {
-                Err(Failure::Unreachable(_)) => {}
-                link => return link,
-            }
+            return Ok(node);
         }
-        self.refresh(seen).await?;
-        match self.master(slot) {
-            Some(node) => node.next().await,
-            None => Err(Failure::NoServer(
-                "no master of the Redis Cluster serves the key's slot",
-            )),
-        }
+        self.refresh(seen, deadline).await?;
+        self.master(slot).ok_or(UNSERVED_SLOT)
     }
 
-    /// A connection for `key` in place of `broken`, after a call on it failed: its master
-    /// may have changed, so the map is read again.
-    pub async fn replace(&self, key: &str, broken: &Link) -> Result<Link, Failure> {
-        let seen = self.map_refresh.mark();
-        broken.close();
-        self.refresh(seen).await?;
-        self.link(key).await
+    /// The master serving `key` after a call to the one the map named failed (it could not
+    /// be reached, broke a connection, or answered `READONLY`): it may have changed, so the
+    /// map is read again first, unless that was done since `seen`.
+    pub async fn reroute(
+        &self,
+        key: &str,
+        seen: u64,
+        deadline: Instant,
+    ) -> Result<Arc<Node>, Failure> {
+        self.refresh(seen, deadline).await?;
+        self.master(slot(key.as_bytes())).ok_or(UNSERVED_SLOT)
     }
 
-    /// Where to send `key`'s command again after `failure`, if anywhere.
-    pub async fn redirect(&self, key: &str, failure: &Failure) -> Option<Redirect> {
-        let seen = self.map_refresh.mark();
-        let (link, asking) = match failure {
-            Failure::Moved(address) => {
-                // The slot moved for good (resharding, failover): others did too.
-                self.refresh(seen).await.ok()?;
-                (self.node(address)?.next().await.ok()?, false)
-            }
-            Failure::Ask(address) => (self.node(address)?.next().await.ok()?, true),
-            // The master was demoted: its slots are served by another now.
-            Failure::ReadOnly(_) => {
-                self.refresh(seen).await.ok()?;
-                (self.link(key).await.ok()?, false)
-            }
-            _ => return None,
-        };
-        Some(Redirect { link, asking })
+    /// The node at `address`, after a `MOVED` there: the slot moved for good (resharding,
+    /// failover), and others did too, so the map is read again as well (unless that was
+    /// done since `seen`). The command goes to `address` whatever that finds.
+    pub async fn moved(
+        &self,
+        address: &str,
+        seen: u64,
+        deadline: Instant,
+    ) -> Result<Arc<Node>, Failure> {
+        let _ = self.refresh(seen, deadline).await;
+        self.asked(address)
+    }
+
+    /// The node at `address`, after an `ASK` there: for this one command.
+    pub fn asked(&self, address: &str) -> Result<Arc<Node>, Failure> {
+        self.node_at(address).ok_or_else(|| {
+            Failure::Unexpected(format!("redirected to `{address}`, which is not host:port").into())
+        })
     }
 
     fn master(&self, slot: u16) -> Option<Arc<Node>> {
@@ -110,7 +121,7 @@ impl Cluster {
     }
 
     /// The node at `address` (`host:port`), made if new.
-    fn node(&self, address: &str) -> Option<Arc<Node>> {
+    fn node_at(&self, address: &str) -> Option<Arc<Node>> {
         let mut nodes = self.nodes.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(node) = nodes.get(address) {
             return Some(node.clone());
@@ -124,16 +135,21 @@ impl Cluster {
     }
 
     /// Reads the slot map again, unless that was done since `seen` (see [`Refresh`]).
-    fn refresh(&self, seen: u64) -> Refreshing<'_> {
-        self.map_refresh.run(seen, self.read_slots())
+    fn refresh(&self, seen: u64, deadline: Instant) -> Refreshing<'_> {
+        self.map_refresh.run(seen, deadline, self.read_slots())
     }
 
     async fn read_slots(&self) -> Result<(), Failure> {
         let known = self.map.load_full();
         let masters = known.iter().flat_map(|map| map.masters.iter());
-        let candidates = masters
-            .map(|node| node.endpoint().clone())
-            .chain(self.seeds.iter().cloned());
+        // A master whose breaker is open would likely make the others wait: asked last.
+        let (failing, healthy): (Vec<_>, Vec<_>) = masters.partition(|node| node.is_failing());
+        let candidates = healthy
+            .into_iter()
+            .map(|node| node.endpoint())
+            .chain(&self.seeds)
+            .chain(failing.into_iter().map(|node| node.endpoint()))
+            .cloned();
         let mut failure = None;
         for endpoint in candidates {
             let asked = match endpoint.info.addr() {
@@ -188,7 +204,9 @@ impl Cluster {
                 continue;
             }
             let host = if host.is_empty() { asked } else { &host };
-            let node = self.node(&format!("{host}:{port}")).ok_or_else(malformed)?;
+            let node = self
+                .node_at(&format!("{host}:{port}"))
+                .ok_or_else(malformed)?;
             let index = match masters.iter().position(|known| Arc::ptr_eq(known, &node)) {
                 Some(index) => index,
                 None => {

@@ -13,6 +13,7 @@ use redis::{
 };
 use socket2::{SockRef, TcpKeepalive};
 
+use super::breaker::Breaker;
 use super::config::RedisConfig;
 use super::failure::Failure;
 #[cfg(feature = "tls")]
@@ -35,10 +36,12 @@ pub(super) struct Endpoint {
     pub options: Arc<Options>,
 }
 
-/// What every connection of a backend shares, from its configuration.
+/// What every server and connection of a backend shares, from its configuration.
 pub(super) struct Options {
     /// How long one connection attempt may take.
     connect_timeout: Duration,
+    /// Each server's breaker.
+    pub breaker: Breaker,
     /// Set for the `rediss…://` forms.
     #[cfg(feature = "tls")]
     tls: Option<Tls>,
@@ -163,6 +166,7 @@ impl Options {
             connect_timeout: config
                 .timeout
                 .clamp(Duration::from_millis(1), CONNECT_TIMEOUT),
+            breaker: config.breaker,
             #[cfg(feature = "tls")]
             tls: config.tls.clone(),
         }

@@ -10,9 +10,11 @@
 //! never decides where a command goes; it only helps word the message.
 
 use std::borrow::Cow;
+use std::time::Duration;
 
 use redis::{ErrorKind, RedisError, ServerError, Value};
 
+use super::breaker::Health;
 use crate::{BackendError, BackendErrorKind};
 
 #[derive(Clone, Debug)]
@@ -48,6 +50,10 @@ pub(super) enum Failure {
     Redirects,
     /// A connection cannot be made without a Tokio runtime (none, or it is shutting down).
     NoRuntime(&'static str),
+    /// No answer within the check's timeout.
+    Timeout,
+    /// The server's circuit breaker is open: the command was not sent. Says why.
+    BreakerOpen(String),
 }
 
 impl Failure {
@@ -70,10 +76,34 @@ impl Failure {
         })
     }
 
+    /// What this failure of a call says about the server it was sent to.
+    pub fn health(&self) -> Health {
+        match self {
+            Failure::Unreachable(_) | Failure::Interrupted(_) | Failure::Timeout => Health::Failed,
+            // Refusing the limiter: every call would be refused alike. Other error answers
+            // (a busy server's included) come back in a round trip, not a timeout.
+            Failure::Answer(err) => match err.code() {
+                "NOPERM" | "NOAUTH" | "WRONGPASS" => Health::Failed,
+                _ => Health::Answered,
+            },
+            Failure::Moved(_)
+            | Failure::Ask(_)
+            | Failure::ReadOnly(_)
+            | Failure::NoScript
+            | Failure::Unexpected(_) => Health::Answered,
+            Failure::Unsent(_)
+            | Failure::NoServer(_)
+            | Failure::UnknownMaster
+            | Failure::Redirects
+            | Failure::NoRuntime(_)
+            | Failure::BreakerOpen(_) => Health::Unknown,
+        }
+    }
+
     /// What the limiter reports: the kind, and a message that names the server (`shown`)
     /// and the key, never the URL. Redis's (or redis-rs's) error is the source, and its text
-    /// ends the message.
-    pub fn into_backend_error(self, shown: &str, key: &str) -> BackendError {
+    /// ends the message. `timeout` is the check's.
+    pub fn into_backend_error(self, shown: &str, key: &str, timeout: Duration) -> BackendError {
         let unreachable = || format!("cannot reach {shown}; is it running?");
         let (kind, detail, source) = match self {
             Failure::Interrupted(err) => (
@@ -141,6 +171,8 @@ impl Failure {
                 None,
             ),
             Failure::NoRuntime(why) => (BackendErrorKind::Command, why.to_owned(), None),
+            Failure::Timeout => return BackendError::timeout(timeout),
+            Failure::BreakerOpen(why) => (BackendErrorKind::Unavailable, why, None),
         };
         let err = BackendError::new(kind, detail);
         match source {
@@ -214,13 +246,38 @@ mod tests {
         let Err(failure) = Failure::from_reply(wrongtype) else {
             panic!("an error answer")
         };
-        let err = failure.into_backend_error("Redis at h:1", "k");
+        let err = failure.into_backend_error("Redis at h:1", "k", Duration::from_millis(100));
         assert_eq!(err.kind(), BackendErrorKind::Command);
         assert!(err.to_string().contains("another type"), "{err}");
         assert!(matches!(
             Failure::from_reply(Value::Int(7)),
             Ok(Value::Int(7))
         ));
+    }
+
+    #[test]
+    fn what_counts_against_a_server_is_silence_and_refusal() {
+        let health = |text| {
+            Failure::from_reply(server_error(text))
+                .unwrap_err()
+                .health()
+        };
+        assert_eq!(health("CLUSTERDOWN The cluster is down"), Health::Answered);
+        assert_eq!(health("LOADING Redis is loading"), Health::Answered);
+        assert_eq!(
+            health("WRONGTYPE Operation against a key"),
+            Health::Answered
+        );
+        assert_eq!(health("MOVED 1 h:1"), Health::Answered);
+        assert_eq!(
+            health("NOPERM this user has no permissions"),
+            Health::Failed
+        );
+        let io = || RedisError::from(std::io::Error::other("reset"));
+        assert_eq!(Failure::Unreachable(io()).health(), Health::Failed);
+        assert_eq!(Failure::Interrupted(io()).health(), Health::Failed);
+        assert_eq!(Failure::Timeout.health(), Health::Failed);
+        assert_eq!(Failure::Unsent(io()).health(), Health::Unknown);
     }
 
     #[test]
@@ -233,18 +290,18 @@ mod tests {
     fn messages_name_the_server_and_the_key() {
         let busy = Failure::from_reply(server_error("LOADING Redis is loading"))
             .unwrap_err()
-            .into_backend_error("Redis at h:1", "k");
+            .into_backend_error("Redis at h:1", "k", Duration::from_millis(100));
         assert_eq!(busy.kind(), BackendErrorKind::Unavailable);
         assert!(busy
             .to_string()
             .starts_with("Redis at h:1 cannot serve writes"));
         let interrupted = Failure::Interrupted(std::io::Error::other("reset").into())
-            .into_backend_error("Redis at h:1", "k");
+            .into_backend_error("Redis at h:1", "k", Duration::from_millis(100));
         assert_eq!(interrupted.kind(), BackendErrorKind::Unavailable);
         assert!(interrupted.to_string().contains("may have been counted"));
         let refused = Failure::from_reply(server_error("WRONGPASS invalid username-password"))
             .unwrap_err()
-            .into_backend_error("Redis at h:1", "k");
+            .into_backend_error("Redis at h:1", "k", Duration::from_millis(100));
         assert_eq!(refused.kind(), BackendErrorKind::Misconfigured);
         assert!(refused.to_string().contains("password"));
     }

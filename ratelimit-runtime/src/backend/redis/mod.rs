@@ -47,10 +47,12 @@
 //!   included) and goes through the [`breaker`]: while it is open, it fails in microseconds
 //!   without touching Redis.
 
-use std::future::Future;
+use std::ops::Deref;
 use std::sync::Arc;
+use std::time::Duration;
 
 use redis::{Cmd, Value};
+use tokio::time::{timeout_at, Instant};
 
 mod breaker;
 mod cluster;
@@ -74,7 +76,7 @@ pub(crate) use config::RedisConfig;
 use super::Request;
 use crate::decision::RawDecision;
 use crate::BackendError;
-use breaker::{Admission, BreakerState};
+use breaker::Health;
 use cluster::Cluster;
 use dial::{Endpoint, Options};
 use failure::Failure;
@@ -83,16 +85,17 @@ use node::Node;
 use sentinel::Sentinel;
 use target::Layout;
 
-/// How many times one command follows redirects (`MOVED`, `ASK`, `READONLY`) before it
-/// fails: a few suffice while a Cluster or Sentinel changes masters.
-const MAX_REDIRECTS: usize = 5;
+/// How many servers (or connections) one command is sent to at most, following redirects
+/// (`MOVED`, `ASK`, `READONLY`) and failovers: a few suffice while a Cluster or Sentinel
+/// changes masters.
+const MAX_HOPS: usize = 5;
 
-/// The Redis backend: checks and resets under the configuration's timeout and breaker.
+/// The Redis backend: checks and resets under the configuration's timeout, each server
+/// behind a breaker of its own.
 pub(crate) struct RedisBackend {
     /// What it was built from.
     config: RedisConfig,
     topology: Topology,
-    breaker: BreakerState,
 }
 
 /// Where a key's commands go; each topology is a file of its own.
@@ -102,9 +105,18 @@ enum Topology {
     Sentinel(Sentinel),
 }
 
-/// Where to send a command again after Redis answered it with an error.
-struct Redirect {
-    link: Link,
+/// A server a topology found: the one it holds, or one it shares.
+enum NodeRef<'a> {
+    Held(&'a Node),
+    Shared(Arc<Node>),
+}
+
+/// Where one attempt of a command goes.
+struct Hop<'a> {
+    node: NodeRef<'a>,
+    /// A connection of `node` that broke in the last attempt: this one goes on its
+    /// replacement.
+    broken: Option<Link>,
     /// Send `ASKING` first.
     asking: bool,
 }
@@ -117,11 +129,13 @@ impl RedisBackend {
             info,
             options: options.clone(),
         };
+        let shown = &config.target.shown;
         let topology = match config.target.layout.clone() {
             Layout::Single(info) => Topology::Single(Node::new(endpoint(info))),
-            Layout::Cluster(seeds) => {
-                Topology::Cluster(Cluster::new(seeds.into_iter().map(endpoint).collect()))
-            }
+            Layout::Cluster(seeds) => Topology::Cluster(Cluster::new(
+                seeds.into_iter().map(endpoint).collect(),
+                shown,
+            )),
             Layout::Sentinel {
                 sentinels,
                 master_name,
@@ -130,12 +144,12 @@ impl RedisBackend {
                 sentinels.into_iter().map(endpoint).collect(),
                 master_name,
                 master,
+                shown,
             )),
         };
         RedisBackend {
             config: config.clone(),
             topology,
-            breaker: BreakerState::new(config.breaker),
         }
     }
 
@@ -144,71 +158,84 @@ impl RedisBackend {
         &self.config
     }
 
-    /// Runs `work` on `key`'s server when the breaker lets it, within the timeout, and
-    /// tells the breaker how it went.
-    async fn guarded<T>(
-        &self,
-        key: &str,
-        work: impl Future<Output = Result<T, Failure>>,
-    ) -> Result<T, BackendError> {
-        let pass = match self.breaker.admit() {
-            Admission::Send(pass) => pass,
-            Admission::Refuse(err) => return Err(err),
-        };
-        let timeout = self.config.timeout;
-        let result = match tokio::time::timeout(timeout, work).await {
-            Ok(result) => result.map_err(|failure| self.error(key, failure)),
-            Err(_) => Err(BackendError::timeout(timeout)),
-        };
-        pass.record(&result);
-        result
-    }
-
     fn error(&self, key: &str, failure: Failure) -> BackendError {
-        failure.into_backend_error(&self.config.target.shown, key)
+        failure.into_backend_error(&self.config.target.shown, key, self.config.timeout)
     }
 
-    /// Sends `command` on `key`'s server. Sends it again where Redis redirects it (it did
-    /// not run), and once on a new connection when the first one broke and either the
-    /// command did not run or running it twice counts it once (`rerun_is_harmless`).
+    /// When a call started now must have its answer.
+    fn deadline(&self, timeout: Duration) -> Instant {
+        let now = Instant::now();
+        // A timeout too long to add is no timeout: a year will do.
+        now.checked_add(timeout)
+            .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600))
+    }
+
+    /// Sends `command` on `key`'s server, before `deadline`. Sends it again where Redis
+    /// redirects it (it did not run), and once on a new connection, to wherever the key
+    /// lives now, when the first one broke and either the command did not run or running it
+    /// twice counts it once (`rerun_is_harmless`).
     async fn send(
         &self,
         key: &str,
         command: &Cmd,
         rerun_is_harmless: bool,
+        deadline: Instant,
     ) -> Result<Value, Failure> {
-        let mut link = self.topology.link(key).await?;
-        let (mut asking, mut resent) = (false, false);
-        for _ in 0..MAX_REDIRECTS {
-            let failure = match attempt(&mut link, command, asking).await {
+        let mut seen = self.topology.mark();
+        let mut hop = Hop {
+            node: self.topology.node(key, seen, deadline).await?,
+            broken: None,
+            asking: false,
+        };
+        let (mut resent, mut rerouted) = (false, false);
+        for _ in 0..MAX_HOPS {
+            let failure = match hop.attempt(command, deadline).await {
                 Ok(reply) => return Ok(reply),
                 Err(failure) => failure,
             };
-            let may_resend = match &failure {
-                Failure::Unsent(_) => true,
-                Failure::Interrupted(_) => rerun_is_harmless,
+            let follow = match &failure {
+                Failure::Unsent(_) => !std::mem::replace(&mut resent, true),
+                Failure::Interrupted(_) => {
+                    rerun_is_harmless && !std::mem::replace(&mut resent, true)
+                }
+                Failure::Unreachable(_) => !std::mem::replace(&mut rerouted, true),
+                Failure::Moved(_) | Failure::Ask(_) | Failure::ReadOnly(_) => true,
                 _ => false,
             };
-            (link, asking) = if may_resend && !resent {
-                resent = true;
-                (self.topology.replace(key, &link).await?, false)
-            } else {
-                match self.topology.redirect(key, &failure).await {
-                    Some(redirect) => (redirect.link, redirect.asking),
-                    None => return Err(failure),
-                }
+            // With no time left, finding the server again would only be cut short.
+            if !follow || Instant::now() >= deadline {
+                return Err(failure);
+            }
+            // When the topology cannot say (its refresh failed), what happened here says
+            // more than why it could not.
+            let Ok(Some(next)) = self.topology.after(key, &failure, seen, deadline).await else {
+                return Err(failure);
+            };
+            let same = next.node.is(&hop.node);
+            if same && matches!(failure, Failure::Unreachable(_)) {
+                return Err(failure);
+            }
+            seen = self.topology.mark();
+            hop = Hop {
+                // The connection to replace, when the command goes to the same server.
+                broken: hop.broken.take().filter(|_| same),
+                ..next
             };
         }
         Err(Failure::Redirects)
     }
 
-    async fn run(&self, request: &Request<'_>) -> Result<RawDecision, Failure> {
+    async fn run(&self, request: &Request<'_>, deadline: Instant) -> Result<RawDecision, Failure> {
         let harmless = script::rerun_is_harmless(request.algorithm);
         let key = request.key;
-        let reply = match self.send(key, &script::evalsha(request), harmless).await {
+        let evalsha = script::evalsha(request);
+        let reply = match self.send(key, &evalsha, harmless, deadline).await {
             // NOSCRIPT: nothing ran. The body goes with this check, instead of a SCRIPT LOAD
             // that a Cluster would have to send to every node.
-            Err(Failure::NoScript) => self.send(key, &script::eval(request), harmless).await,
+            Err(Failure::NoScript) => {
+                let eval = script::eval(request);
+                self.send(key, &eval, harmless, deadline).await
+            }
             reply => reply,
         }?;
         script::decode(&reply, request.rules).ok_or_else(|| {
@@ -219,18 +246,19 @@ impl RedisBackend {
     }
 
     /// Every field and value of the hash at `key` (none when it does not exist), through
-    /// this runtime's connections: what the rule-override poller reads. Not timed here (the
-    /// caller times it); bytes that are not UTF-8 are replaced, so such a value reads as
-    /// malformed.
+    /// this runtime's connections: what the rule-override poller reads. Timed out after
+    /// the check timeout or 1 s, whichever is longer; bytes that are not UTF-8 are replaced,
+    /// so such a value reads as malformed.
     pub(crate) async fn hash_fields(
         &self,
         key: &str,
     ) -> Result<Vec<(String, String)>, BackendError> {
         let mut hgetall = redis::cmd("HGETALL");
         hgetall.arg(key);
+        let deadline = self.deadline(self.config.timeout.max(Duration::from_secs(1)));
         // A read: sending it twice changes nothing.
         let reply = self
-            .send(key, &hgetall, true)
+            .send(key, &hgetall, true, deadline)
             .await
             .map_err(|failure| self.error(key, failure))?;
         let pairs: Vec<(Vec<u8>, Vec<u8>)> = redis::from_redis_value(reply).map_err(|err| {
@@ -249,74 +277,163 @@ impl RedisBackend {
     }
 }
 
-/// Sends `command` on `link` once (after `ASKING` when `asking`). A connection that fails
-/// is closed, so that the next call makes a new one.
-async fn attempt(link: &mut Link, command: &Cmd, asking: bool) -> Result<Value, Failure> {
-    let writes = link.writes();
-    let reply = if asking {
-        link.send_asking(command).await
-    } else {
-        link.send(command).await
-    };
-    match reply {
-        Ok(reply) => Failure::from_reply(reply),
-        Err(err) => {
-            link.close();
-            Err(if link.writes() == writes {
-                Failure::Unsent(err)
+impl Hop<'_> {
+    /// Sends `command` to this hop's server when its breaker lets it, before `deadline`,
+    /// and tells the breaker how it went. A connection that breaks is closed (so that the
+    /// next call makes a new one) and kept in `broken`.
+    async fn attempt(&mut self, command: &Cmd, deadline: Instant) -> Result<Value, Failure> {
+        let node: &Node = &self.node;
+        let pass = node.admit()?;
+        let (broken, asking) = (&mut self.broken, self.asking);
+        let sent = async {
+            let mut link = match broken.take() {
+                Some(broken) => node.replace(&broken).await?,
+                None => node.next().await?,
+            };
+            let writes = link.writes();
+            let reply = if asking {
+                link.send_asking(command).await
             } else {
-                Failure::Interrupted(err)
-            })
-        }
+                link.send(command).await
+            };
+            match reply {
+                Ok(reply) => Failure::from_reply(reply),
+                Err(err) => {
+                    link.close();
+                    let unsent = link.writes() == writes;
+                    *broken = Some(link);
+                    Err(match unsent {
+                        true => Failure::Unsent(err),
+                        false => Failure::Interrupted(err),
+                    })
+                }
+            }
+        };
+        let outcome = timeout_at(deadline, sent)
+            .await
+            .unwrap_or(Err(Failure::Timeout));
+        pass.record(match &outcome {
+            Ok(_) => Health::Answered,
+            Err(failure) => failure.health(),
+        });
+        outcome
     }
 }
 
 impl Topology {
-    /// A connection to the server for `key`.
-    async fn link(&self, key: &str) -> Result<Link, Failure> {
+    /// A mark to pass to [`after`](Self::after), taken before what the topology knows is
+    /// used.
+    fn mark(&self) -> u64 {
         match self {
-            Topology::Single(node) => node.next().await,
-            Topology::Cluster(cluster) => cluster.link(key).await,
-            Topology::Sentinel(sentinel) => sentinel.link().await,
+            Topology::Single(_) => 0,
+            Topology::Cluster(cluster) => cluster.mark(),
+            Topology::Sentinel(sentinel) => sentinel.mark(),
         }
     }
 
-    /// A connection for `key` in place of `broken`, on which a call just failed.
-    async fn replace(&self, key: &str, broken: &Link) -> Result<Link, Failure> {
-        match self {
-            Topology::Single(node) => node.replace(broken).await,
-            Topology::Cluster(cluster) => cluster.replace(key, broken).await,
-            Topology::Sentinel(sentinel) => sentinel.replace(broken).await,
-        }
+    /// The server for `key`; found first when not known yet.
+    async fn node(&self, key: &str, seen: u64, deadline: Instant) -> Result<NodeRef<'_>, Failure> {
+        Ok(match self {
+            Topology::Single(node) => NodeRef::Held(node),
+            Topology::Cluster(cluster) => {
+                NodeRef::Shared(cluster.node_for(key, seen, deadline).await?)
+            }
+            Topology::Sentinel(sentinel) => NodeRef::Shared(sentinel.node(seen, deadline).await?),
+        })
     }
 
-    /// Where to send `key`'s command again after `failure`, if anywhere.
-    async fn redirect(&self, key: &str, failure: &Failure) -> Option<Redirect> {
+    /// Where `key`'s command goes after `failure`: the server found again after one that
+    /// could not be reached, broke a connection or was demoted; the node a Cluster
+    /// redirected it to. `None` when nowhere.
+    async fn after(
+        &self,
+        key: &str,
+        failure: &Failure,
+        seen: u64,
+        deadline: Instant,
+    ) -> Result<Option<Hop<'_>>, Failure> {
+        let hop = |node, asking| {
+            Some(Hop {
+                node,
+                broken: None,
+                asking,
+            })
+        };
+        Ok(match (self, failure) {
+            (
+                Topology::Single(node),
+                Failure::Unreachable(_) | Failure::Unsent(_) | Failure::Interrupted(_),
+            ) => hop(NodeRef::Held(node), false),
+            (
+                Topology::Cluster(cluster),
+                Failure::Unreachable(_)
+                | Failure::Unsent(_)
+                | Failure::Interrupted(_)
+                | Failure::ReadOnly(_),
+            ) => hop(
+                NodeRef::Shared(cluster.reroute(key, seen, deadline).await?),
+                false,
+            ),
+            (Topology::Cluster(cluster), Failure::Moved(address)) => hop(
+                NodeRef::Shared(cluster.moved(address, seen, deadline).await?),
+                false,
+            ),
+            (Topology::Cluster(cluster), Failure::Ask(address)) => {
+                hop(NodeRef::Shared(cluster.asked(address)?), true)
+            }
+            (
+                Topology::Sentinel(sentinel),
+                Failure::Unreachable(_)
+                | Failure::Unsent(_)
+                | Failure::Interrupted(_)
+                | Failure::ReadOnly(_),
+            ) => hop(
+                NodeRef::Shared(sentinel.reroute(seen, deadline).await?),
+                false,
+            ),
+            _ => None,
+        })
+    }
+}
+
+impl Deref for NodeRef<'_> {
+    type Target = Node;
+
+    fn deref(&self) -> &Node {
         match self {
-            Topology::Single(_) => None,
-            Topology::Cluster(cluster) => cluster.redirect(key, failure).await,
-            Topology::Sentinel(sentinel) => sentinel.redirect(failure).await.map(|link| Redirect {
-                link,
-                asking: false,
-            }),
+            NodeRef::Held(node) => node,
+            NodeRef::Shared(node) => node,
         }
     }
 }
 
-/// Checks and resets fail at once while the breaker is open, and with
+impl NodeRef<'_> {
+    /// Whether `other` is the same server.
+    fn is(&self, other: &NodeRef<'_>) -> bool {
+        std::ptr::eq::<Node>(&**self, &**other)
+    }
+}
+
+/// Checks and resets fail at once while the breaker of the key's server is open, and with
 /// [`BackendError::timeout`] when no answer came in time.
 impl RedisBackend {
     /// Runs `request` atomically.
     pub(crate) async fn check(&self, request: &Request<'_>) -> Result<RawDecision, BackendError> {
-        self.guarded(request.key, self.run(request)).await
+        let deadline = self.deadline(self.config.timeout);
+        self.run(request, deadline)
+            .await
+            .map_err(|failure| self.error(request.key, failure))
     }
 
     /// Forgets `key`.
     pub(crate) async fn reset(&self, key: &str) -> Result<(), BackendError> {
         let mut del = redis::cmd("DEL");
         del.arg(key);
+        let deadline = self.deadline(self.config.timeout);
         // Deleting twice forgets the key once.
-        self.guarded(key, async { self.send(key, &del, true).await.map(drop) })
+        self.send(key, &del, true, deadline)
             .await
+            .map(drop)
+            .map_err(|failure| self.error(key, failure))
     }
 }

@@ -21,21 +21,25 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use tokio::runtime::{self, Handle};
 
+use super::breaker::{BreakerState, Pass};
 use super::dial::Endpoint;
 use super::failure::Failure;
 use super::link::Link;
 use super::pool::{self, Pool};
 
-/// One Redis server's connections, by runtime.
+/// One Redis server: its breaker, and its connections by runtime.
 pub(super) struct Node {
     endpoint: Endpoint,
+    breaker: BreakerState,
     runtimes: RwLock<HashMap<runtime::Id, Arc<Pool>>>,
 }
 
 impl Node {
     /// Connects on first use; nothing starts before.
     pub(super) fn new(endpoint: Endpoint) -> Self {
+        let server = format!("Redis at {}", endpoint.info.addr());
         Node {
+            breaker: BreakerState::new(endpoint.options.breaker, server),
             endpoint,
             runtimes: RwLock::default(),
         }
@@ -43,6 +47,17 @@ impl Node {
 
     pub(super) fn endpoint(&self) -> &Endpoint {
         &self.endpoint
+    }
+
+    /// A pass of this server's breaker for one call, or, while it is open, the failure
+    /// that stops the call from being sent.
+    pub(super) fn admit(&self) -> Result<Pass<'_>, Failure> {
+        self.breaker.admit().map_err(Failure::BreakerOpen)
+    }
+
+    /// Whether this server's breaker is open: it failed lately.
+    pub(super) fn is_failing(&self) -> bool {
+        self.breaker.is_open()
     }
 
     /// The next connection in turn of the current runtime. When its slot holds none, or one

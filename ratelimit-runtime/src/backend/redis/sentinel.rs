@@ -10,7 +10,8 @@
 //! - The master is also asked for again when it answers `READONLY`, refuses connections or
 //!   breaks one; calls that need that at once share one question.
 //! - Moving swaps the master for the checks that start after; those already sent finish on
-//!   the connection they were sent on.
+//!   the connection they were sent on. Each master is a [`Node`] of its own: the new one
+//!   starts with its breaker closed.
 
 use std::fmt;
 use std::sync::{Arc, OnceLock, Weak};
@@ -19,15 +20,19 @@ use std::time::Duration;
 use arc_swap::ArcSwapOption;
 use futures_util::StreamExt;
 use redis::{ConnectionAddr, RedisConnectionInfo, RedisError, Value};
+use tokio::time::Instant;
 
 use super::dial::Endpoint;
 use super::failure::Failure;
-use super::link::Link;
 use super::node::Node;
 use super::refresh::{Refresh, Refreshing};
 
 /// How long the watcher waits before trying the next sentinel.
 const RESUBSCRIBE_AFTER: Duration = Duration::from_millis(200);
+
+/// How long the watcher's question to the sentinels may take (each sentinel's connect is
+/// bounded too).
+const WATCHER_QUESTION: Duration = Duration::from_secs(5);
 
 pub(super) struct Sentinel {
     shared: Arc<Shared>,
@@ -46,68 +51,61 @@ struct Shared {
 }
 
 impl Sentinel {
+    /// `shown` is what messages call the master and its sentinels.
     pub fn new(
         sentinels: Vec<Endpoint>,
         master_name: Box<str>,
         settings: RedisConnectionInfo,
+        shown: &str,
     ) -> Sentinel {
+        let breaker = sentinels[0].options.breaker;
         Sentinel {
             shared: Arc::new(Shared {
                 sentinels,
                 master_name,
                 settings,
                 master: ArcSwapOption::empty(),
-                master_refresh: Refresh::new(),
+                master_refresh: Refresh::new(breaker, format!("the sentinels of {shown}")),
             }),
             watching: OnceLock::new(),
         }
     }
 
-    /// A connection to the master. The first call asks the sentinels for it; a master that
-    /// cannot be reached is asked for again, once.
-    pub async fn link(&self) -> Result<Link, Failure> {
+    /// What a call notes before it uses the master, to pass to
+    /// [`reroute`](Self::reroute) when that failed.
+    pub fn mark(&self) -> u64 {
+        self.shared.master_refresh.mark()
+    }
+
+    /// The master. The first call asks the sentinels for it (and starts following their
+    /// failovers), unless that was done since `seen`.
+    pub async fn node(&self, seen: u64, deadline: Instant) -> Result<Arc<Node>, Failure> {
         self.watching
             .get_or_init(|| watch(Arc::downgrade(&self.shared)));
-        let shared = &self.shared;
-        let seen = shared.master_refresh.mark();
-        if let Some(node) = shared.master.load_full() {
-            match node.next().await {
-                Err(Failure::Unreachable(_)) => {}
-                link => return link,
-            }
+        if let Some(node) = self.shared.master.load_full() {
+            return Ok(node);
         }
-        shared.resolve(seen).await?;
-        match shared.master.load_full() {
-            Some(node) => node.next().await,
-            None => Err(Failure::NoServer("the sentinels named no master")),
-        }
+        self.reroute(seen, deadline).await
     }
 
-    /// A connection in place of `broken`, after a call on it failed: the master may have
-    /// changed.
-    pub async fn replace(&self, broken: &Link) -> Result<Link, Failure> {
-        let seen = self.shared.master_refresh.mark();
-        broken.close();
-        self.shared.resolve(seen).await?;
-        self.link().await
-    }
-
-    /// After a `READONLY` answer (the master was demoted): a connection to the new one.
-    pub async fn redirect(&self, failure: &Failure) -> Option<Link> {
-        if !matches!(failure, Failure::ReadOnly(_)) {
-            return None;
-        }
-        let seen = self.shared.master_refresh.mark();
-        self.shared.resolve(seen).await.ok()?;
-        self.link().await.ok()
+    /// The master after a call to the last one failed (it could not be reached, broke a
+    /// connection, or answered `READONLY`): the sentinels are asked again first, unless that
+    /// was done since `seen`.
+    pub async fn reroute(&self, seen: u64, deadline: Instant) -> Result<Arc<Node>, Failure> {
+        self.shared.resolve(seen, deadline).await?;
+        self.shared
+            .master
+            .load_full()
+            .ok_or(Failure::NoServer("the sentinels named no master"))
     }
 }
 
 impl Shared {
     /// Asks the sentinels for the master, unless that was done since `seen` (see
     /// [`Refresh`]).
-    fn resolve(&self, seen: u64) -> Refreshing<'_> {
-        self.master_refresh.run(seen, self.ask_sentinels())
+    fn resolve(&self, seen: u64, deadline: Instant) -> Refreshing<'_> {
+        self.master_refresh
+            .run(seen, deadline, self.ask_sentinels())
     }
 
     async fn ask_sentinels(&self) -> Result<(), Failure> {
@@ -263,7 +261,8 @@ async fn listen(shared: &Weak<Shared>, sentinel: &Endpoint, master_name: &str) -
     match shared.upgrade() {
         Some(shared) => {
             let seen = shared.master_refresh.mark();
-            shared.resolve(seen).await.map_err(Lost::Master)?;
+            let deadline = Instant::now() + WATCHER_QUESTION;
+            shared.resolve(seen, deadline).await.map_err(Lost::Master)?;
         }
         None => return Ok(()),
     }

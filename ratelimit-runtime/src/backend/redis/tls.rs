@@ -52,7 +52,7 @@ impl Tls {
     pub async fn handshake(&self, host: &str, tcp: TcpStream) -> RedisResult<TlsStream<TcpStream>> {
         let config = match &self.private_ca {
             Some(config) => config.clone(),
-            None => system_roots()?,
+            None => system_roots().await?,
         };
         let name = ServerName::try_from(host.to_owned()).map_err(|_| {
             RedisError::from((
@@ -79,30 +79,39 @@ impl Tls {
     }
 }
 
-/// The system's roots, read once.
-fn system_roots() -> RedisResult<Arc<ClientConfig>> {
+/// The system's roots, read once, off the runtime's threads: reading and parsing the
+/// system's store can take longer than a check may.
+async fn system_roots() -> RedisResult<Arc<ClientConfig>> {
     static SYSTEM: OnceLock<Result<Arc<ClientConfig>, String>> = OnceLock::new();
-    let config = SYSTEM.get_or_init(|| {
-        let found = rustls_native_certs::load_native_certs();
-        let mut roots = RootCertStore::empty();
-        roots.add_parsable_certificates(found.certs);
-        if roots.is_empty() {
-            let errors: Vec<String> = found.errors.iter().map(ToString::to_string).collect();
-            return Err(format!(
-                "no trusted root certificates found ({}); install the system's CA bundle \
-                 (Debian: ca-certificates) or pass the CA with `Limiter::with_tls_ca`",
-                errors.join("; ")
-            ));
-        }
-        Ok(config(roots))
-    });
-    config.clone().map_err(|why| {
+    let config = match SYSTEM.get() {
+        Some(config) => config.clone(),
+        // Kept once read, also when the connect that waits for it gives up.
+        None => tokio::task::spawn_blocking(|| SYSTEM.get_or_init(read_system_roots).clone())
+            .await
+            .unwrap_or_else(|e| Err(format!("reading them stopped: {e}"))),
+    };
+    config.map_err(|why| {
         RedisError::from((
             ErrorKind::InvalidClientConfig,
             "cannot verify the Redis server's TLS certificate",
             why,
         ))
     })
+}
+
+fn read_system_roots() -> Result<Arc<ClientConfig>, String> {
+    let found = rustls_native_certs::load_native_certs();
+    let mut roots = RootCertStore::empty();
+    roots.add_parsable_certificates(found.certs);
+    if roots.is_empty() {
+        let errors: Vec<String> = found.errors.iter().map(ToString::to_string).collect();
+        return Err(format!(
+            "no trusted root certificates found ({}); install the system's CA bundle \
+             (Debian: ca-certificates) or pass the CA with `Limiter::with_tls_ca`",
+            errors.join("; ")
+        ));
+    }
+    Ok(config(roots))
 }
 
 fn config(roots: RootCertStore) -> Arc<ClientConfig> {
