@@ -506,7 +506,7 @@ mod tests {
     }
 
     #[test]
-    fn rules_per_call_are_evaluated_after_the_key_and_lent_to_the_check() {
+    fn rules_per_call_are_evaluated_before_the_key_and_lent_to_the_check() {
         let out = expand_str(
             quote!(rules = plan_rules(&user), prevent_duplicate = true),
             quote!(
@@ -527,7 +527,7 @@ mod tests {
         let rules = out
             .find("let __ratelimit_rules = plan_rules (& user) ;")
             .expect("the rules");
-        assert!(key < rules, "{out}");
+        assert!(rules < key, "{out}");
         assert!(
             out.contains(
                 "check (__ratelimit_limiter , __ratelimit_key , 1 , \
@@ -541,6 +541,33 @@ mod tests {
     fn statements(out: &str) -> Vec<syn::Stmt> {
         let expanded: syn::ItemFn = syn::parse_str(out).unwrap();
         expanded.block.stmts
+    }
+
+    #[test]
+    fn an_empty_list_of_rules_per_call_skips_the_key_and_the_check() {
+        let out = expand_str(
+            quote!(rules = plan_rules(&user), limit_type = IP),
+            quote!(
+                async fn f(user: User) -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        let empty = out
+            .find("if < [_] > :: is_empty (& * __ratelimit_rules)")
+            .expect("the emptiness test");
+        let key = out.find("let __ratelimit_key =").expect("a key");
+        assert!(empty < key, "{out}");
+        // With a duplicate-submission rule there is always a rule to check.
+        let with_duplicate = expand_str(
+            quote!(rules = plan_rules(&user), prevent_duplicate = true),
+            quote!(
+                async fn f(user: User) -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        assert!(with_duplicate.contains("if false {"), "{with_duplicate}");
     }
 
     #[test]

@@ -120,11 +120,13 @@ impl BackendError {
         }
     }
 
+    #[cfg(feature = "redis")]
     pub(crate) fn with_source(mut self, source: impl Error + Send + Sync + 'static) -> Self {
         self.source = Some(Box::new(source));
         self
     }
 
+    #[cfg(any(feature = "redis", test))]
     pub(crate) fn timeout(after: Duration) -> Self {
         BackendError::new(
             BackendErrorKind::Timeout,

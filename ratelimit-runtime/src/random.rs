@@ -10,6 +10,7 @@
 
 use std::cell::Cell;
 use std::hash::{BuildHasher, RandomState};
+#[cfg(feature = "redis")]
 use std::time::Duration;
 
 thread_local! {
@@ -40,6 +41,7 @@ pub(crate) fn fraction() -> f64 {
 
 /// `every`, spread uniformly over `every * [1 - spread, 1 + spread)`: a sleep that many
 /// instances take, so that they do not all wake at once.
+#[cfg(feature = "redis")]
 pub(crate) fn around(every: Duration, spread: f64) -> Duration {
     every.mul_f64(1.0 - spread + 2.0 * spread * fraction())
 }
@@ -79,6 +81,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "redis")]
     fn around_stays_within_its_spread() {
         let every = Duration::from_secs(10);
         let sleeps: Vec<Duration> = (0..1_000).map(|_| around(every, 0.2)).collect();
