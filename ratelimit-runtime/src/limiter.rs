@@ -683,7 +683,19 @@ impl Limiter {
     }
 
     fn warn_backend_failed(&self, key: &str, err: &BackendError, action: &str) {
-        if let Some(suppressed) = self.warnings.admit() {
+        let Some(suppressed) = self.warnings.admit() else {
+            return;
+        };
+        // Not a passing failure: it lasts until someone changes the configuration.
+        if err.kind() == BackendErrorKind::Misconfigured {
+            tracing::error!(
+                target: "redis_ratelimit",
+                %key,
+                error = %err,
+                suppressed,
+                "rate limiter backend is misconfigured; {action}"
+            );
+        } else {
             tracing::warn!(
                 target: "redis_ratelimit",
                 %key,

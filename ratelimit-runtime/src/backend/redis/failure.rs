@@ -76,6 +76,19 @@ impl Failure {
         })
     }
 
+    /// Whether the server refused a command that a script called (`TIME`, on servers that
+    /// refuse it in scripts or have it renamed away): the script stopped there, before any
+    /// write.
+    pub fn refuses_a_command_in_scripts(&self) -> bool {
+        let Failure::Answer(err) = self else {
+            return false;
+        };
+        let detail = err.details().unwrap_or_default();
+        err.code() == "ERR"
+            && (detail.contains("command called from script")
+                || detail.contains("not allowed from script"))
+    }
+
     /// What this failure of a call says about the server it was sent to.
     pub fn health(&self) -> Health {
         match self {
@@ -129,7 +142,7 @@ impl Failure {
                         format!("cannot connect to {shown} as configured"),
                     ),
                     _ => match err.code() {
-                        Some(code) => answered(code, shown, key),
+                        Some(code) => answered(code, err.detail().unwrap_or_default(), shown, key),
                         None => (BackendErrorKind::Unavailable, unreachable()),
                     },
                 };
@@ -144,7 +157,8 @@ impl Failure {
                 None,
             ),
             Failure::ReadOnly(err) | Failure::Answer(err) => {
-                let (kind, detail) = answered(err.code(), shown, key);
+                let (kind, detail) =
+                    answered(err.code(), err.details().unwrap_or_default(), shown, key);
                 (kind, detail, Some(err.into()))
             }
             Failure::NoScript => (
@@ -182,8 +196,18 @@ impl Failure {
     }
 }
 
-/// The kind and message of Redis's error answer `code`.
-fn answered(code: &str, shown: &str, key: &str) -> (BackendErrorKind, String) {
+/// The kind and message of Redis's error answer: its `code` and the `detail` after it.
+fn answered(code: &str, detail: &str, shown: &str, key: &str) -> (BackendErrorKind, String) {
+    if refuses_scripts(code, detail) {
+        return (
+            BackendErrorKind::Misconfigured,
+            format!(
+                "{shown} refuses Lua scripts, and every check is one script (EVALSHA, EVAL): \
+                 allow them for the limiter's user (ACL `+evalsha +eval`, or `+@scripting`), \
+                 or use a server that runs scripts"
+            ),
+        );
+    }
     match code {
         "LOADING" | "TRYAGAIN" | "MASTERDOWN" | "CLUSTERDOWN" | "READONLY" => (
             BackendErrorKind::Unavailable,
@@ -202,6 +226,18 @@ fn answered(code: &str, shown: &str, key: &str) -> (BackendErrorKind, String) {
             format!("{shown} failed the rate-limit check of `{key}`"),
         ),
     }
+}
+
+/// Whether an error answer refuses the scripts themselves: `EVALSHA` or `EVAL` unknown (renamed
+/// away), or not permitted to the user, or a command a script called refused even with
+/// this process's clock (so not `TIME`).
+fn refuses_scripts(code: &str, detail: &str) -> bool {
+    let detail = detail.to_ascii_lowercase();
+    let names_a_script_command = ["'evalsha'", "'eval'", "from script"]
+        .iter()
+        .any(|name| detail.contains(name));
+    names_a_script_command
+        && (code == "NOPERM" || detail.contains("unknown") || detail.contains("not allowed"))
 }
 
 fn refused(shown: &str) -> (BackendErrorKind, String) {
@@ -224,6 +260,36 @@ mod tests {
         let value = redis::parse_redis_value(resp.as_bytes()).expect("a RESP error");
         assert!(matches!(value, Value::ServerError(_)), "{value:?}");
         value
+    }
+
+    #[test]
+    fn a_command_refused_in_a_script_is_told_from_scripts_refused() {
+        let time = Failure::from_reply(server_error(
+            "ERR Unknown Redis command called from script script: 104ae65d, on @user_script:1.",
+        ))
+        .unwrap_err();
+        assert!(time.refuses_a_command_in_scripts());
+        let elsewhere =
+            Failure::from_reply(server_error("ERR value is not an integer")).unwrap_err();
+        assert!(!elsewhere.refuses_a_command_in_scripts());
+
+        let misconfigured = |text| {
+            let failure = Failure::from_reply(server_error(text)).unwrap_err();
+            let err = failure.into_backend_error("redis://127.0.0.1:6379", "k", Duration::ZERO);
+            (err.kind(), err.to_string())
+        };
+        let (kind, text) =
+            misconfigured("NOPERM User limiter has no permissions to run the 'evalsha' command");
+        assert_eq!(kind, BackendErrorKind::Misconfigured);
+        assert!(
+            text.contains("refuses Lua scripts") && text.contains("+@scripting"),
+            "{text}"
+        );
+        let (kind, _) = misconfigured("ERR unknown command 'EVALSHA', with args beginning with: ");
+        assert_eq!(kind, BackendErrorKind::Misconfigured);
+        // A refusal seen again with this process's clock is not about TIME: scripts are refused.
+        let (kind, _) = misconfigured("ERR This Redis command is not allowed from script");
+        assert_eq!(kind, BackendErrorKind::Misconfigured);
     }
 
     #[test]

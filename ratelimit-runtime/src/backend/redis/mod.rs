@@ -48,6 +48,7 @@
 //!   without touching Redis.
 
 use std::ops::Deref;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -96,6 +97,9 @@ pub(crate) struct RedisBackend {
     /// What it was built from.
     config: RedisConfig,
     topology: Topology,
+    /// Whether checks carry this process's clock, the server having refused `TIME` in
+    /// scripts (see [`check`](Self::check)).
+    client_clock: AtomicBool,
 }
 
 /// Where a key's commands go; each topology is a file of its own.
@@ -150,6 +154,7 @@ impl RedisBackend {
         RedisBackend {
             config: config.clone(),
             topology,
+            client_clock: AtomicBool::new(false),
         }
     }
 
@@ -414,15 +419,53 @@ impl NodeRef<'_> {
     }
 }
 
+/// `request` at this process's clock, unless it has a time of its own.
+fn with_client_clock<'a>(request: &Request<'a>) -> Request<'a> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    Request {
+        now_us: Some(request.now_us.unwrap_or(now.as_micros() as u64)),
+        ..*request
+    }
+}
+
 /// Checks and resets fail at once while the breaker of the key's server is open, and with
 /// [`BackendError::timeout`] when no answer came in time.
 impl RedisBackend {
     /// Runs `request` atomically.
+    ///
+    /// Time comes from the server's `TIME` inside the script. Some servers refuse `TIME` in
+    /// scripts (some managed services; `rename-command TIME ""`): the first check that
+    /// meets the refusal, which ran nothing, is sent again with this process's clock, and
+    /// if that passes every later check carries it too, with one warning. The scripts
+    /// still never let a key's time run backwards (a check older than the key's state is
+    /// counted at the state's time), but instances' clocks now matter.
     pub(crate) async fn check(&self, request: &Request<'_>) -> Result<RawDecision, BackendError> {
         let deadline = self.deadline(self.config.timeout);
-        self.run(request, deadline)
-            .await
-            .map_err(|failure| self.error(request.key, failure))
+        if self.client_clock.load(Ordering::Relaxed) {
+            return self
+                .run(&with_client_clock(request), deadline)
+                .await
+                .map_err(|failure| self.error(request.key, failure));
+        }
+        match self.run(request, deadline).await {
+            Err(failure) if request.now_us.is_none() && failure.refuses_a_command_in_scripts() => {
+                let answer = self.run(&with_client_clock(request), deadline).await;
+                if answer.is_ok() && !self.client_clock.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        target: "redis_ratelimit",
+                        server = %self.config.target.shown,
+                        "the server refuses TIME in scripts: checks now carry this process's \
+                         clock, so the clocks of the instances sharing these limits matter \
+                         (keep them in sync, e.g. with NTP)"
+                    );
+                }
+                answer
+            }
+            answer => answer,
+        }
+        .map_err(|failure| self.error(request.key, failure))
     }
 
     /// Forgets `key`.
