@@ -2,12 +2,15 @@
 //! through Sentinel and living through a failover.
 
 use super::tls::write_certificates;
-use super::{connect, free_ports, query, replica_in_sync, wait_until, RedisProcess, ScratchDir};
+use super::{
+    connect, query, replica_in_sync, retry_on_taken_ports, wait_until, PortReservation, PortTaken,
+    RedisProcess, ScratchDir,
+};
 use std::collections::HashMap;
 use std::time::Duration;
 
 /// How long Sentinel may take to discover the topology, or to carry out a failover.
-const SETTLE: Duration = Duration::from_secs(20);
+const SETTLE: Duration = Duration::from_secs(30);
 
 /// A master, a replica and 3 sentinels; all killed on drop, their files removed.
 pub struct RedisSentinels {
@@ -16,6 +19,7 @@ pub struct RedisSentinels {
     sentinels: Vec<RedisProcess>,
     tls: Option<Tls>,
     _dir: ScratchDir,
+    _ports: Vec<PortReservation>,
 }
 
 /// The TLS side of a set from [`start_tls`](RedisSentinels::start_tls).
@@ -34,7 +38,7 @@ impl RedisSentinels {
     /// reports the master, knows the 2 other sentinels, and has the replica as a healthy
     /// candidate for promotion (until then SENTINEL FAILOVER answers -NOGOODSLAVE).
     pub fn start() -> RedisSentinels {
-        RedisSentinels::start_with(false)
+        retry_on_taken_ports(|| RedisSentinels::try_start(false))
     }
 
     /// The same set speaking TLS everywhere (to clients, for replication, between sentinels
@@ -42,11 +46,12 @@ impl RedisSentinels {
     /// port for inspection, and the ports this API returns are those plain ones. See
     /// [`tls_url`](Self::tls_url) and [`ca_pem`](Self::ca_pem).
     pub fn start_tls() -> RedisSentinels {
-        RedisSentinels::start_with(true)
+        retry_on_taken_ports(|| RedisSentinels::try_start(true))
     }
 
-    fn start_with(tls: bool) -> RedisSentinels {
-        let ports = free_ports(if tls { 10 } else { 5 }, 0);
+    fn try_start(tls: bool) -> Result<RedisSentinels, PortTaken> {
+        let reserved = PortReservation::many(if tls { 10 } else { 5 }, 0);
+        let ports: Vec<u16> = reserved.iter().map(|port| **port).collect();
         let (master, replica) = (ports[0], ports[1]);
         let dir = ScratchDir::new(&format!("sentinel-{master}"));
         let ca_pem = tls.then(|| write_certificates(&dir));
@@ -86,7 +91,8 @@ impl RedisSentinels {
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             RedisProcess::spawn_node(port, &dir.join(port.to_string()), &args)
         });
-        data.iter_mut().for_each(RedisProcess::wait_until_ready);
+        data.iter_mut()
+            .try_for_each(RedisProcess::wait_until_ready)?;
         // Sentinels learn replicas from the master's INFO: their first INFO comes as soon as
         // they connect, the next one 10 s later. Start them once the master lists the replica.
         wait_until("the replica to sync with the master", SETTLE, || {
@@ -111,12 +117,13 @@ impl RedisSentinels {
                 }
                 std::fs::write(&conf, text)
                     .unwrap_or_else(|e| panic!("write {}: {e}", conf.display()));
-                RedisProcess::spawn(port, [conf.as_os_str(), "--sentinel".as_ref()])
+                let log = dir.join(format!("sentinel-{port}.log"));
+                RedisProcess::spawn(port, log, [conf.as_os_str(), "--sentinel".as_ref()])
             })
             .collect();
         sentinels
             .iter_mut()
-            .for_each(RedisProcess::wait_until_ready);
+            .try_for_each(RedisProcess::wait_until_ready)?;
         let topology = RedisSentinels {
             data,
             sentinels,
@@ -126,6 +133,7 @@ impl RedisSentinels {
                 ca_pem,
             }),
             _dir: dir,
+            _ports: reserved,
         };
         for sentinel in topology.sentinel_ports() {
             wait_until(
@@ -137,7 +145,7 @@ impl RedisSentinels {
                 || sentinel_ready(sentinel, named_master, named_replica),
             );
         }
-        topology
+        Ok(topology)
     }
 
     /// `rediss+sentinel://127.0.0.1:t1,127.0.0.1:t2,127.0.0.1:t3/mymaster`: the sentinels'
