@@ -7,7 +7,6 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
-use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use redis_ratelimit::context::{self, RequestContext};
@@ -105,6 +104,11 @@ async fn on_redis(limiter: &'static Limiter, who: &str) -> Result<(), RateLimitE
     Ok(())
 }
 
+/// A limiter on `server` that reads no rule overrides (reads are not checks).
+fn redis_limiter(server: &RedisServer) -> Limiter {
+    support::counting_limiter(&server.url()).rules_poll(None)
+}
+
 #[tokio::test]
 async fn guarded_checks_count_per_site_and_outcome_and_direct_checks_as_programmatic() {
     let _turn = turn().await;
@@ -146,9 +150,7 @@ async fn exempt_requests_are_not_checked_and_count_nothing() {
 async fn checks_on_redis_are_timed_as_redis() {
     let _turn = turn().await;
     let server = RedisServer::start();
-    let limiter: &'static Limiter = Box::leak(Box::new(
-        Limiter::redis(&server.url()).unwrap().rules_poll(None),
-    ));
+    let limiter = support::leak(redis_limiter(&server));
     for _ in 0..3 {
         let _ = on_redis(limiter, "tom").await;
     }
@@ -174,12 +176,7 @@ async fn checks_on_redis_are_timed_as_redis() {
 async fn a_dead_redis_counts_fallback_answers_as_fallback_and_timed_as_memory() {
     let _turn = turn().await;
     let mut server = RedisServer::start();
-    let limiter: &'static Limiter = Box::leak(Box::new(
-        Limiter::redis(&server.url())
-            .unwrap()
-            .rules_poll(None)
-            .fallback(Limiter::memory()),
-    ));
+    let limiter = support::leak(redis_limiter(&server).fallback(Limiter::memory()));
     on_redis(limiter, "ann").await.unwrap();
     server.kill();
     // Two more admitted by the fallback, which counts alone, then one denied by it.
@@ -209,13 +206,11 @@ async fn a_dead_redis_counts_fallback_answers_as_fallback_and_timed_as_memory() 
 async fn a_dead_redis_fail_open_counts_errors_and_lets_calls_through() {
     let _turn = turn().await;
     let mut server = RedisServer::start();
-    let limiter: &'static Limiter = Box::leak(Box::new(
-        Limiter::redis(&server.url())
-            .unwrap()
-            .rules_poll(None)
-            .timeout(Duration::from_millis(200))
+    let limiter = support::leak(
+        redis_limiter(&server)
+            .fail_open(true)
             .breaker(Breaker::DEFAULT),
-    ));
+    );
     server.kill();
     for _ in 0..5 {
         on_redis(limiter, "bob").await.unwrap();
