@@ -7,10 +7,11 @@ mod support;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis_ratelimit::{Limiter, Rule};
 use support::cluster::RedisCluster;
+use support::Topology;
 
 const THREE_PER_MINUTE: [Rule; 1] = [Rule::new(3, Duration::from_secs(60))];
 
@@ -113,22 +114,8 @@ fn load(
 /// (sharing its slot through a hash tag) count exactly, on the new master.
 async fn assert_recovered(limiter: &Limiter, cluster: &RedisCluster, key: &str, after: &str) {
     let slot = format!("{{{key}}}:{after}");
-    let changed = Instant::now();
-    let mut attempt = 0;
-    support::eventually(
-        &format!("checks to work after the {after}"),
-        GIVE_UP_AFTER,
-        || {
-            attempt += 1;
-            let probe = format!("{slot}:probe:{attempt}");
-            async move {
-                let checked = limiter.check(&probe, &THREE_PER_MINUTE).await;
-                checked.map(drop).map_err(|e| e.to_string())
-            }
-        },
-    )
-    .await;
-    eprintln!("{after}: checks worked again after {:?}", changed.elapsed());
+    let took = support::until_a_check_lands(limiter, &format!("{slot}:probe"), |_| true).await;
+    eprintln!("{after}: checks worked again after {took:?}");
     let fresh = keys(&slot, 30);
     assert_admitted(limiter, &fresh, 4, 3).await;
     assert_three_entries(cluster, &fresh);

@@ -73,18 +73,18 @@ fn seen() -> Seen {
     seen
 }
 
-fn counts<const N: usize>(entries: [(&str, u64); N]) -> BTreeMap<String, u64> {
-    entries
-        .into_iter()
-        .map(|(k, n)| (k.to_owned(), n))
-        .collect()
-}
-
-fn durations<const N: usize>(entries: [(&str, usize); N]) -> BTreeMap<String, usize> {
-    entries
-        .into_iter()
-        .map(|(k, n)| (k.to_owned(), n))
-        .collect()
+/// Requires what was recorded since the last snapshot to be exactly `checks` (counters by
+/// `site/algorithm/outcome`) and `durations` (samples by backend).
+fn assert_seen<const C: usize, const D: usize>(
+    checks: [(&str, u64); C],
+    durations: [(&str, usize); D],
+) {
+    let seen = seen();
+    let checks: BTreeMap<String, u64> = checks.iter().map(|&(k, n)| (k.to_owned(), n)).collect();
+    let durations: BTreeMap<String, usize> =
+        durations.iter().map(|&(k, n)| (k.to_owned(), n)).collect();
+    assert_eq!(seen.checks, checks, "checks");
+    assert_eq!(seen.durations, durations, "durations");
 }
 
 static MEMORY: LazyLock<Limiter> = LazyLock::new(Limiter::memory);
@@ -120,18 +120,16 @@ async fn guarded_checks_count_per_site_and_outcome_and_direct_checks_as_programm
     assert!(MEMORY.check("direct", &ONE).await.unwrap().allowed);
     assert!(!MEMORY.check("direct", &ONE).await.unwrap().allowed);
     assert!(!MEMORY.peek("direct", &ONE).await.unwrap().allowed);
-    let seen = seen();
-    assert_eq!(
-        seen.checks,
-        counts([
+    assert_seen(
+        [
             ("metrics.send/sliding_log/allowed", 2),
             ("metrics.send/sliding_log/limited", 1),
             ("metrics::unnamed/token_bucket/allowed", 1),
             ("programmatic/sliding_log/allowed", 1),
             ("programmatic/sliding_log/limited", 2),
-        ])
+        ],
+        [("memory", 7)],
     );
-    assert_eq!(seen.durations, durations([("memory", 7)]));
 }
 
 #[tokio::test]
@@ -141,9 +139,7 @@ async fn exempt_requests_are_not_checked_and_count_nothing() {
     for _ in 0..5 {
         context::scope(exempt.clone(), send()).await.unwrap();
     }
-    let seen = seen();
-    assert!(seen.checks.is_empty(), "{seen:?}");
-    assert!(seen.durations.is_empty(), "{seen:?}");
+    assert_seen([], []);
 }
 
 #[tokio::test]
@@ -160,16 +156,14 @@ async fn checks_on_redis_are_timed_as_redis() {
         .await
         .unwrap();
     assert_eq!(d.remaining, 4);
-    let seen = seen();
-    assert_eq!(
-        seen.checks,
-        counts([
+    assert_seen(
+        [
             ("metrics.redis/sliding_log/allowed", 2),
             ("metrics.redis/sliding_log/limited", 1),
             ("programmatic/fixed_window/allowed", 1),
-        ])
+        ],
+        [("redis", 4)],
     );
-    assert_eq!(seen.durations, durations([("redis", 4)]));
 }
 
 #[tokio::test]
@@ -190,16 +184,14 @@ async fn a_dead_redis_counts_fallback_answers_as_fallback_and_timed_as_memory() 
             .unwrap()
             .allowed
     );
-    let seen = seen();
-    assert_eq!(
-        seen.checks,
-        counts([
+    assert_seen(
+        [
             ("metrics.redis/sliding_log/allowed", 1),
             ("metrics.redis/sliding_log/fallback", 3),
             ("programmatic/sliding_log/fallback", 1),
-        ])
+        ],
+        [("memory", 4), ("redis", 1)],
     );
-    assert_eq!(seen.durations, durations([("memory", 4), ("redis", 1)]));
 }
 
 #[tokio::test]
@@ -219,13 +211,11 @@ async fn a_dead_redis_fail_open_counts_errors_and_lets_calls_through() {
         .check("direct", &[Rule::per_minute(5)])
         .await
         .is_err());
-    let seen = seen();
-    assert_eq!(
-        seen.checks,
-        counts([
+    assert_seen(
+        [
             ("metrics.redis/sliding_log/error", 5),
             ("programmatic/sliding_log/error", 1),
-        ])
+        ],
+        [("redis", 6)],
     );
-    assert_eq!(seen.durations, durations([("redis", 6)]));
 }

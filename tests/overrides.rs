@@ -54,31 +54,31 @@ fn reads(server: &RedisServer) -> u64 {
     support::command_calls(&mut server.connection(), "hgetall")
 }
 
-/// Runs `change` on the stored overrides, then waits until `path`'s rules in force are
-/// `expected`, failing if they are not once a second read has run since the change: the
-/// poller reads again only after it has applied the last answer, so by then the first read
-/// after the change has been applied.
-async fn change_and_expect(
+/// Stores `value` as the override of `ops.send` (`None`: removes it), then waits until its
+/// rules in force are `expected`, failing if they are not once a second read has run since
+/// the write: the poller reads again only after it has applied the last answer, so by then
+/// the first read after the write has been applied.
+async fn store_and_expect(
     server: &RedisServer,
     limiter: &Limiter,
-    change: &mut redis::Cmd,
-    path: &str,
+    value: Option<&str>,
     expected: &[Rule],
 ) {
-    change.exec(&mut server.connection()).unwrap();
-    let after_change = reads(server);
+    let path = "ops.send";
+    store(server, value);
+    let after_write = reads(server);
     support::eventually(
         &format!("`{path}` to have {expected:?}"),
         GIVE_UP_AFTER,
         || async move {
-            let reads = reads(server) - after_change;
+            let reads = reads(server) - after_write;
             let in_force = limiter.rules_in_force(path);
             if in_force == expected {
                 return Ok(());
             }
             assert!(
                 reads < 2,
-                "`{path}` still has {in_force:?} after {reads} reads since the change"
+                "`{path}` still has {in_force:?} after {reads} reads since the write"
             );
             Err(format!("{in_force:?} after {reads} reads"))
         },
@@ -86,12 +86,11 @@ async fn change_and_expect(
     .await;
 }
 
-fn hset(field: &str, value: &str) -> redis::Cmd {
-    redis::cmd("HSET")
-        .arg("rate_limit:rules")
-        .arg(field)
-        .arg(value)
-        .clone()
+/// Stores `value` as the override of `ops.send` (`None`: removes it).
+fn store(server: &RedisServer, value: Option<&str>) {
+    let mut command = redis::cmd(if value.is_some() { "HSET" } else { "HDEL" });
+    command.arg("rate_limit:rules").arg("ops.send").arg(value);
+    command.exec(&mut server.connection()).unwrap();
 }
 
 #[tokio::test]
@@ -140,14 +139,11 @@ async fn an_override_stored_in_redis_is_picked_up_by_the_next_read_and_removed()
     assert_eq!(admitted(limiter, "a", 3).await, 2);
 
     let both = [Rule::per_minute(5), Rule::per_hour(20)];
-    let mut set = hset("ops.send", "5/minute, 20/hour");
-    change_and_expect(&server, limiter, &mut set, "ops.send", &both).await;
+    store_and_expect(&server, limiter, Some("5/minute, 20/hour"), &both).await;
     assert_eq!(admitted(limiter, "b", 7).await, 5);
 
-    let mut remove = redis::cmd("HDEL");
-    remove.arg("rate_limit:rules").arg("ops.send");
     let compiled = [Rule::per_minute(2)];
-    change_and_expect(&server, limiter, &mut remove, "ops.send", &compiled).await;
+    store_and_expect(&server, limiter, None, &compiled).await;
     assert_eq!(admitted(limiter, "c", 3).await, 2);
 }
 
@@ -157,9 +153,7 @@ async fn a_malformed_stored_value_is_ignored_with_one_warning() {
     let server = RedisServer::start();
     let limiter = leak(support::counting_limiter(&server.url()));
     admitted(limiter, "a", 1).await;
-    hset("ops.send", "5 per fortnight")
-        .exec(&mut server.connection())
-        .unwrap();
+    store(&server, Some("5 per fortnight"));
     // Two reads applied since the write: a third has run.
     let after_write = reads(&server);
     support::eventually("three reads after the write", GIVE_UP_AFTER, || async {
@@ -180,15 +174,7 @@ async fn a_malformed_stored_value_is_ignored_with_one_warning() {
     );
     assert!(text.contains("5 per fortnight"), "{text}");
     // A fixed value is read as usual.
-    let mut fixed = hset("ops.send", "6/minute");
-    change_and_expect(
-        &server,
-        limiter,
-        &mut fixed,
-        "ops.send",
-        &[Rule::per_minute(6)],
-    )
-    .await;
+    store_and_expect(&server, limiter, Some("6/minute"), &[Rule::per_minute(6)]).await;
 }
 
 #[tokio::test]
@@ -197,15 +183,7 @@ async fn redis_down_keeps_the_last_rules_read_in_force() {
     let mut server = RedisServer::start();
     let limiter = leak(support::counting_limiter(&server.url()).fallback(Limiter::memory()));
     admitted(limiter, "a", 1).await;
-    let mut set = hset("ops.send", "4/minute");
-    change_and_expect(
-        &server,
-        limiter,
-        &mut set,
-        "ops.send",
-        &[Rule::per_minute(4)],
-    )
-    .await;
+    store_and_expect(&server, limiter, Some("4/minute"), &[Rule::per_minute(4)]).await;
     server.kill();
     support::eventually("a read of the overrides to fail", GIVE_UP_AFTER, || async {
         match logs.text() {
@@ -256,9 +234,7 @@ fn two_processes_both_pick_up_one_stored_override() {
     for child in &mut children {
         child.wait_for("ready");
     }
-    hset("ops.send", "5/minute")
-        .exec(&mut server.connection())
-        .unwrap();
+    store(&server, Some("5/minute"));
     for child in children {
         assert_eq!(child.finish("admitted="), "5");
     }

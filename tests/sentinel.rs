@@ -6,10 +6,11 @@ mod support;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis_ratelimit::{Limiter, Rule};
 use support::sentinel::RedisSentinels;
+use support::Topology;
 
 const THREE_PER_MINUTE: [Rule; 1] = [Rule::new(3, Duration::from_secs(60))];
 
@@ -29,25 +30,7 @@ async fn admitted(limiter: &Limiter, key: &str, tries: u32) -> u32 {
 
 /// Checks fresh keys until one is written on `master`; how long that took.
 async fn until_written_on(limiter: &Limiter, sentinels: &RedisSentinels, master: u16) -> Duration {
-    let started = Instant::now();
-    let mut probe = 0;
-    support::eventually(
-        &format!("checks to be written on {master}"),
-        GIVE_UP_AFTER,
-        || {
-            probe += 1;
-            let key = format!("after:{probe}");
-            async move {
-                match limiter.check(&key, &THREE_PER_MINUTE).await {
-                    Ok(_) if exists(sentinels, master, &key) => Ok(()),
-                    Ok(_) => Err(format!("{key} was written elsewhere")),
-                    Err(err) => Err(err.to_string()),
-                }
-            }
-        },
-    )
-    .await;
-    started.elapsed()
+    support::until_a_check_lands(limiter, "after", |key| exists(sentinels, master, key)).await
 }
 
 fn exists(sentinels: &RedisSentinels, port: u16, key: &str) -> bool {

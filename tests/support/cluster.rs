@@ -3,8 +3,8 @@
 
 use super::tls::write_certificates;
 use super::{
-    cli_binary, connect, info_field, poll_connection, query, replica_in_sync, retry_on_taken_ports,
-    wait_until, PortReservation, PortTaken, RedisProcess, ScratchDir,
+    cli_binary, connect, info_field, poll_connection, query, replica_in_sync, wait_until,
+    PortReservation, PortTaken, RedisProcess, ScratchDir, Topology,
 };
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -39,27 +39,19 @@ struct Node {
     master_id: String,
 }
 
-impl RedisCluster {
-    /// 6 nodes: 3 masters + 3 replicas, on free loopback ports whose port+10000 (the cluster
-    /// bus) is also free, created by `redis-cli --cluster create`. Returns when every node
-    /// says cluster_state:ok, every node's CLUSTER SLOTS covers all 16384 slots with the same
-    /// masters, and every replica is in sync with its master (so a failover can happen).
-    pub fn start() -> RedisCluster {
-        retry_on_taken_ports(|| RedisCluster::try_start(false))
-    }
-
-    /// The same cluster, speaking TLS to clients, between nodes and for replication
-    /// (`--tls-cluster yes --tls-replication yes`), with a certificate from a throwaway CA;
-    /// each node keeps a plain port for inspection. A node answers `CLUSTER SLOTS` with TLS
-    /// ports to TLS clients. See [`tls_url`](Self::tls_url) and [`ca_pem`](Self::ca_pem).
-    pub fn start_tls() -> RedisCluster {
-        retry_on_taken_ports(|| RedisCluster::try_start(true))
-    }
-
+/// 6 nodes: 3 masters + 3 replicas, on reserved loopback ports whose port+10000 (the
+/// cluster bus) is reserved too, created by `<cli> --cluster create`. Started when every
+/// node says cluster_state:ok, every node's CLUSTER SLOTS covers all 16384 slots with the
+/// same masters, and every replica is in sync with its master (so a failover can happen).
+///
+/// With TLS, the nodes speak it to clients, between them and for replication
+/// (`--tls-cluster yes --tls-replication yes`), and a node answers `CLUSTER SLOTS` with TLS
+/// ports to TLS clients. See [`tls_url`](RedisCluster::tls_url) and
+/// [`ca_pem`](RedisCluster::ca_pem).
+impl Topology for RedisCluster {
     fn try_start(tls: bool) -> Result<RedisCluster, PortTaken> {
         // A TLS port's + 10000 is reserved too, and left unused.
-        let reserved = PortReservation::many(if tls { 12 } else { 6 }, 10000);
-        let all: Vec<u16> = reserved.iter().map(|port| **port).collect();
+        let (reserved, all) = PortReservation::many(if tls { 12 } else { 6 }, 10000);
         let (ports, tls_ports) = all.split_at(6);
         let dir = ScratchDir::new(&format!("cluster-{}", ports[0]));
         let ca_pem = tls.then(|| write_certificates(&dir));
@@ -134,7 +126,9 @@ impl RedisCluster {
         cluster.seeds = cluster.masters();
         Ok(cluster)
     }
+}
 
+impl RedisCluster {
     /// `rediss+cluster://127.0.0.1:t1,…`: the TLS ports of the three initial masters. Only
     /// for [`start_tls`](Self::start_tls).
     pub fn tls_url(&self) -> String {

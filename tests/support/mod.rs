@@ -179,6 +179,23 @@ pub fn retry_on_taken_ports<T>(mut start: impl FnMut() -> Result<T, PortTaken>) 
     panic!("5 starts in a row found a chosen port taken by a process outside this suite")
 }
 
+/// Servers started together (a cluster, a sentinel set), plain or speaking TLS throughout
+/// with a certificate from a throwaway CA; killed on drop, their files removed.
+pub trait Topology: Sized {
+    /// Starts it on newly reserved ports, or says one turned out taken.
+    fn try_start(tls: bool) -> Result<Self, PortTaken>;
+
+    /// Starts it plain, retried on other ports while one turns out taken.
+    fn start() -> Self {
+        retry_on_taken_ports(|| Self::try_start(false))
+    }
+
+    /// Starts it speaking TLS, as [`start`](Self::start) does.
+    fn start_tls() -> Self {
+        retry_on_taken_ports(|| Self::try_start(true))
+    }
+}
+
 /// One `redis-server` child (a data node or a sentinel) listening on 127.0.0.1:`port`,
 /// logging to a file, SIGKILLed on drop. It also dies with the thread that spawned it
 /// (`PR_SET_PDEATHSIG`), so a test that aborts leaks no server: start servers from the
@@ -347,9 +364,11 @@ impl PortReservation {
         panic!("no free loopback port pair (offset {offset}) in 1000 tries")
     }
 
-    /// `n` distinct reservations, as [`any`](Self::any) makes them.
-    pub fn many(n: usize, offset: u16) -> Vec<PortReservation> {
-        (0..n).map(|_| PortReservation::any(offset)).collect()
+    /// `n` distinct reservations, as [`any`](Self::any) makes them, and their ports.
+    pub fn many(n: usize, offset: u16) -> (Vec<PortReservation>, Vec<u16>) {
+        let reserved: Vec<PortReservation> = (0..n).map(|_| PortReservation::any(offset)).collect();
+        let ports = reserved.iter().map(|port| port.port).collect();
+        (reserved, ports)
     }
 
     /// `port` (and `port + offset`), when no test process holds it and it can be bound now.
@@ -447,6 +466,36 @@ where
             Err(last) => tokio::time::sleep(backoff.next(what, timeout, last)).await,
         }
     }
+}
+
+/// Checks fresh keys `{prefix}:{n}` until one is answered and `landed(key)` says it was
+/// counted where it should be, for at most 30 s (a topology that changed may take a few
+/// seconds to route again on a loaded machine); how long that took.
+pub async fn until_a_check_lands(
+    limiter: &Limiter,
+    prefix: &str,
+    landed: impl Fn(&str) -> bool,
+) -> Duration {
+    static PROBE: [redis_ratelimit::Rule; 1] = [redis_ratelimit::Rule::per_minute(1_000)];
+    let (started, landed) = (Instant::now(), &landed);
+    let mut probe = 0;
+    eventually(
+        &format!("a check on {prefix} to land"),
+        Duration::from_secs(30),
+        || {
+            probe += 1;
+            let key = format!("{prefix}:{probe}");
+            async move {
+                match limiter.check(&key, &PROBE).await {
+                    Ok(_) if landed(&key) => Ok(()),
+                    Ok(_) => Err(format!("{key} was counted elsewhere")),
+                    Err(err) => Err(err.to_string()),
+                }
+            }
+        },
+    )
+    .await;
+    started.elapsed()
 }
 
 /// This test binary run again as a child process, running only the ignored tests that

@@ -3,8 +3,8 @@
 
 use super::tls::write_certificates;
 use super::{
-    connect, query, replica_in_sync, retry_on_taken_ports, wait_until, PortReservation, PortTaken,
-    RedisProcess, ScratchDir,
+    connect, query, replica_in_sync, wait_until, PortReservation, PortTaken, RedisProcess,
+    ScratchDir, Topology,
 };
 use std::collections::HashMap;
 use std::time::Duration;
@@ -22,7 +22,7 @@ pub struct RedisSentinels {
     _ports: Vec<PortReservation>,
 }
 
-/// The TLS side of a set from [`start_tls`](RedisSentinels::start_tls).
+/// The TLS side of a set started with TLS.
 struct Tls {
     /// Each data node's plain port by its TLS port (the one the sentinels name).
     plain_of: HashMap<u16, u16>,
@@ -30,28 +30,17 @@ struct Tls {
     ca_pem: String,
 }
 
-impl RedisSentinels {
-    pub const MASTER_NAME: &'static str = "mymaster";
-
-    /// A master, one replica of it, and 3 sentinels monitoring it with quorum 2 (down after
-    /// 1 s, failover timeout 5 s). Ready when the replica is in sync and every sentinel
-    /// reports the master, knows the 2 other sentinels, and has the replica as a healthy
-    /// candidate for promotion (until then SENTINEL FAILOVER answers -NOGOODSLAVE).
-    pub fn start() -> RedisSentinels {
-        retry_on_taken_ports(|| RedisSentinels::try_start(false))
-    }
-
-    /// The same set speaking TLS everywhere (to clients, for replication, between sentinels
-    /// and data nodes), with a certificate from a throwaway CA; every process keeps a plain
-    /// port for inspection, and the ports this API returns are those plain ones. See
-    /// [`tls_url`](Self::tls_url) and [`ca_pem`](Self::ca_pem).
-    pub fn start_tls() -> RedisSentinels {
-        retry_on_taken_ports(|| RedisSentinels::try_start(true))
-    }
-
+/// A master, one replica of it, and 3 sentinels monitoring it with quorum 2 (down after
+/// 1 s, failover timeout 5 s). Started when the replica is in sync and every sentinel
+/// reports the master, knows the 2 other sentinels, and has the replica as a healthy
+/// candidate for promotion (until then SENTINEL FAILOVER answers -NOGOODSLAVE).
+///
+/// With TLS, everything speaks it (clients, replication, sentinels to data nodes), and the
+/// ports this API returns are the plain ones every process keeps. See
+/// [`tls_url`](RedisSentinels::tls_url) and [`ca_pem`](RedisSentinels::ca_pem).
+impl Topology for RedisSentinels {
     fn try_start(tls: bool) -> Result<RedisSentinels, PortTaken> {
-        let reserved = PortReservation::many(if tls { 10 } else { 5 }, 0);
-        let ports: Vec<u16> = reserved.iter().map(|port| **port).collect();
+        let (reserved, ports) = PortReservation::many(if tls { 10 } else { 5 }, 0);
         let (master, replica) = (ports[0], ports[1]);
         let dir = ScratchDir::new(&format!("sentinel-{master}"));
         let ca_pem = tls.then(|| write_certificates(&dir));
@@ -147,6 +136,10 @@ impl RedisSentinels {
         }
         Ok(topology)
     }
+}
+
+impl RedisSentinels {
+    pub const MASTER_NAME: &'static str = "mymaster";
 
     /// `rediss+sentinel://127.0.0.1:t1,127.0.0.1:t2,127.0.0.1:t3/mymaster`: the sentinels'
     /// TLS ports. Only for [`start_tls`](Self::start_tls).

@@ -24,8 +24,8 @@ impl TlsRedisServer {
     }
 
     fn try_start() -> Result<TlsRedisServer, PortTaken> {
-        let ports = PortReservation::many(2, 0);
-        let (tls_port, plain_port) = (*ports[0], *ports[1]);
+        let (reserved, ports) = PortReservation::many(2, 0);
+        let (tls_port, plain_port) = (ports[0], ports[1]);
         let dir = ScratchDir::new(&format!("tls-{tls_port}"));
         let ca_pem = write_certificates(&dir);
         let file = |name: &str| {
@@ -50,7 +50,7 @@ impl TlsRedisServer {
             plain_port,
             ca_pem,
             _dir: dir,
-            _ports: ports,
+            _ports: reserved,
         })
     }
 
