@@ -151,9 +151,10 @@ fn threads_with_runtimes_of_their_own_share_one_static_limiter() {
                         first_checked.wait();
                         let runtime = runtime(n % 2 == 1);
                         let mut tally = Tally::default();
-                        // Batches until the first runtime is gone, and two more after.
+                        // Batches until the first runtime is gone, and two more after; and
+                        // 150 checks at least, so that together they pass the limit.
                         let mut after_drop = 0;
-                        while after_drop < 2 {
+                        while after_drop < 2 || tally.total() < 150 {
                             let before = first.load(Ordering::SeqCst);
                             let batch = runtime.block_on(checks(key, &RULES, 10, 5));
                             let after = first.load(Ordering::SeqCst);
