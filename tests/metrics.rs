@@ -7,7 +7,6 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
-use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use redis_ratelimit::context::{self, RequestContext};
@@ -74,18 +73,18 @@ fn seen() -> Seen {
     seen
 }
 
-fn counts<const N: usize>(entries: [(&str, u64); N]) -> BTreeMap<String, u64> {
-    entries
-        .into_iter()
-        .map(|(k, n)| (k.to_owned(), n))
-        .collect()
-}
-
-fn durations<const N: usize>(entries: [(&str, usize); N]) -> BTreeMap<String, usize> {
-    entries
-        .into_iter()
-        .map(|(k, n)| (k.to_owned(), n))
-        .collect()
+/// Requires what was recorded since the last snapshot to be exactly `checks` (counters by
+/// `site/algorithm/outcome`) and `durations` (samples by backend).
+fn assert_seen<const C: usize, const D: usize>(
+    checks: [(&str, u64); C],
+    durations: [(&str, usize); D],
+) {
+    let seen = seen();
+    let checks: BTreeMap<String, u64> = checks.iter().map(|&(k, n)| (k.to_owned(), n)).collect();
+    let durations: BTreeMap<String, usize> =
+        durations.iter().map(|&(k, n)| (k.to_owned(), n)).collect();
+    assert_eq!(seen.checks, checks, "checks");
+    assert_eq!(seen.durations, durations, "durations");
 }
 
 static MEMORY: LazyLock<Limiter> = LazyLock::new(Limiter::memory);
@@ -105,6 +104,11 @@ async fn on_redis(limiter: &'static Limiter, who: &str) -> Result<(), RateLimitE
     Ok(())
 }
 
+/// A limiter on `server` that reads no rule overrides (reads are not checks).
+fn redis_limiter(server: &RedisServer) -> Limiter {
+    support::counting_limiter(&server.url()).rules_poll(None)
+}
+
 #[tokio::test]
 async fn guarded_checks_count_per_site_and_outcome_and_direct_checks_as_programmatic() {
     let _turn = turn().await;
@@ -116,18 +120,16 @@ async fn guarded_checks_count_per_site_and_outcome_and_direct_checks_as_programm
     assert!(MEMORY.check("direct", &ONE).await.unwrap().allowed);
     assert!(!MEMORY.check("direct", &ONE).await.unwrap().allowed);
     assert!(!MEMORY.peek("direct", &ONE).await.unwrap().allowed);
-    let seen = seen();
-    assert_eq!(
-        seen.checks,
-        counts([
+    assert_seen(
+        [
             ("metrics.send/sliding_log/allowed", 2),
             ("metrics.send/sliding_log/limited", 1),
             ("metrics::unnamed/token_bucket/allowed", 1),
             ("programmatic/sliding_log/allowed", 1),
             ("programmatic/sliding_log/limited", 2),
-        ])
+        ],
+        [("memory", 7)],
     );
-    assert_eq!(seen.durations, durations([("memory", 7)]));
 }
 
 #[tokio::test]
@@ -137,18 +139,14 @@ async fn exempt_requests_are_not_checked_and_count_nothing() {
     for _ in 0..5 {
         context::scope(exempt.clone(), send()).await.unwrap();
     }
-    let seen = seen();
-    assert!(seen.checks.is_empty(), "{seen:?}");
-    assert!(seen.durations.is_empty(), "{seen:?}");
+    assert_seen([], []);
 }
 
 #[tokio::test]
 async fn checks_on_redis_are_timed_as_redis() {
     let _turn = turn().await;
     let server = RedisServer::start();
-    let limiter: &'static Limiter = Box::leak(Box::new(
-        Limiter::redis(&server.url()).unwrap().rules_poll(None),
-    ));
+    let limiter = support::leak(redis_limiter(&server));
     for _ in 0..3 {
         let _ = on_redis(limiter, "tom").await;
     }
@@ -158,28 +156,21 @@ async fn checks_on_redis_are_timed_as_redis() {
         .await
         .unwrap();
     assert_eq!(d.remaining, 4);
-    let seen = seen();
-    assert_eq!(
-        seen.checks,
-        counts([
+    assert_seen(
+        [
             ("metrics.redis/sliding_log/allowed", 2),
             ("metrics.redis/sliding_log/limited", 1),
             ("programmatic/fixed_window/allowed", 1),
-        ])
+        ],
+        [("redis", 4)],
     );
-    assert_eq!(seen.durations, durations([("redis", 4)]));
 }
 
 #[tokio::test]
 async fn a_dead_redis_counts_fallback_answers_as_fallback_and_timed_as_memory() {
     let _turn = turn().await;
     let mut server = RedisServer::start();
-    let limiter: &'static Limiter = Box::leak(Box::new(
-        Limiter::redis(&server.url())
-            .unwrap()
-            .rules_poll(None)
-            .fallback(Limiter::memory()),
-    ));
+    let limiter = support::leak(redis_limiter(&server).fallback(Limiter::memory()));
     on_redis(limiter, "ann").await.unwrap();
     server.kill();
     // Two more admitted by the fallback, which counts alone, then one denied by it.
@@ -193,29 +184,25 @@ async fn a_dead_redis_counts_fallback_answers_as_fallback_and_timed_as_memory() 
             .unwrap()
             .allowed
     );
-    let seen = seen();
-    assert_eq!(
-        seen.checks,
-        counts([
+    assert_seen(
+        [
             ("metrics.redis/sliding_log/allowed", 1),
             ("metrics.redis/sliding_log/fallback", 3),
             ("programmatic/sliding_log/fallback", 1),
-        ])
+        ],
+        [("memory", 4), ("redis", 1)],
     );
-    assert_eq!(seen.durations, durations([("memory", 4), ("redis", 1)]));
 }
 
 #[tokio::test]
 async fn a_dead_redis_fail_open_counts_errors_and_lets_calls_through() {
     let _turn = turn().await;
     let mut server = RedisServer::start();
-    let limiter: &'static Limiter = Box::leak(Box::new(
-        Limiter::redis(&server.url())
-            .unwrap()
-            .rules_poll(None)
-            .timeout(Duration::from_millis(200))
+    let limiter = support::leak(
+        redis_limiter(&server)
+            .fail_open(true)
             .breaker(Breaker::DEFAULT),
-    ));
+    );
     server.kill();
     for _ in 0..5 {
         on_redis(limiter, "bob").await.unwrap();
@@ -224,13 +211,11 @@ async fn a_dead_redis_fail_open_counts_errors_and_lets_calls_through() {
         .check("direct", &[Rule::per_minute(5)])
         .await
         .is_err());
-    let seen = seen();
-    assert_eq!(
-        seen.checks,
-        counts([
+    assert_seen(
+        [
             ("metrics.redis/sliding_log/error", 5),
             ("programmatic/sliding_log/error", 1),
-        ])
+        ],
+        [("redis", 6)],
     );
-    assert_eq!(seen.durations, durations([("redis", 6)]));
 }

@@ -15,9 +15,11 @@ use redis_ratelimit::{
 };
 use support::RedisServer;
 
-const TIMEOUT: Duration = Duration::from_millis(100);
-/// What a loaded test machine may add to a timeout before a call counts as hung.
-const SLACK: Duration = Duration::from_millis(400);
+/// Long enough for any answer on a loaded machine, short enough to wait for a few times.
+const TIMEOUT: Duration = Duration::from_secs(1);
+/// A call this long ignored its timeout: the timeout and as much again, an order of
+/// magnitude more than a loaded machine delays an answer.
+const HUNG: Duration = Duration::from_secs(2);
 
 static ONE_PER_MINUTE: [Rule; 1] = [Rule::new(1, Duration::from_secs(60))];
 static TEN_PER_MINUTE: [Rule; 1] = [Rule::new(10, Duration::from_secs(60))];
@@ -55,26 +57,6 @@ async fn guarded(limiter: &Limiter, key: &'static str) -> (Result<(), RateLimitE
         .await
         .map(drop);
     (result, start.elapsed())
-}
-
-/// Checks until one succeeds, for at most `within`; returns how many failed first.
-async fn until_checks_work(limiter: &Limiter, within: Duration) -> usize {
-    let deadline = Instant::now() + within;
-    let mut failures = 0;
-    loop {
-        let start = Instant::now();
-        let result = limiter.check("probe", &TEN_PER_MINUTE).await;
-        assert!(start.elapsed() < TIMEOUT + SLACK, "a check hung");
-        match result {
-            Ok(_) => return failures,
-            Err(err) if Instant::now() < deadline => {
-                failures += 1;
-                eprintln!("not yet: {err}");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            Err(err) => panic!("checks still fail after {within:?}: {err}"),
-        }
-    }
 }
 
 fn assert_unavailable(err: &BackendError, server: &RedisServer) {
@@ -117,7 +99,7 @@ async fn fail_open_lets_guarded_calls_through_while_redis_is_down() {
     for _ in 0..20 {
         let (result, elapsed) = guarded(&limiter, "open").await;
         assert!(result.is_ok(), "{result:?}");
-        assert!(elapsed < TIMEOUT + SLACK, "{elapsed:?}");
+        assert!(elapsed < HUNG, "{elapsed:?}");
     }
     // The programmatic API still reports the failure.
     let err = limiter.check("open", &ONE_PER_MINUTE).await.unwrap_err();
@@ -137,14 +119,14 @@ async fn fail_closed_refuses_guarded_calls_quickly_while_redis_is_down() {
             Err(RateLimitError::Backend(err)) => assert_unavailable(&err, &server),
             other => panic!("expected a backend error, got {other:?}"),
         }
-        assert!(elapsed < TIMEOUT + SLACK, "{elapsed:?}");
+        assert!(elapsed < HUNG, "{elapsed:?}");
     }
 }
 
 #[tokio::test]
 async fn concurrent_calls_to_a_dead_redis_all_fail_within_the_timeout() {
     let mut server = RedisServer::start();
-    let limiter: &'static Limiter = Box::leak(Box::new(limiter(&server, false)));
+    let limiter = support::leak(limiter(&server, false));
     limiter.check("k", &TEN_PER_MINUTE).await.unwrap();
     server.kill();
     let calls: Vec<_> = (0..200)
@@ -156,7 +138,7 @@ async fn concurrent_calls_to_a_dead_redis_all_fail_within_the_timeout() {
             matches!(result, Err(RateLimitError::Backend(_))),
             "{result:?}"
         );
-        assert!(elapsed < TIMEOUT + SLACK, "{elapsed:?}");
+        assert!(elapsed < HUNG, "{elapsed:?}");
     }
 }
 
@@ -167,25 +149,14 @@ async fn a_stalled_redis_times_out_and_later_answers_stay_in_order() {
     let first = limiter.check("k", &TEN_PER_MINUTE).await.unwrap();
     assert_eq!(first.remaining, 9);
 
-    let mut conn = server.connection();
-    // Longer than the timeout and its slack, so the call is still held when it times out.
-    let pause = TIMEOUT + SLACK + Duration::from_millis(300);
-    let _: () = redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(pause.as_millis() as u64)
-        .arg("ALL")
-        .query(&mut conn)
-        .unwrap();
+    server.freeze();
     let start = Instant::now();
     let err = limiter.check("k", &TEN_PER_MINUTE).await.unwrap_err();
     let elapsed = start.elapsed();
     assert_eq!(err.kind(), BackendErrorKind::Timeout, "{err}");
-    assert!(
-        elapsed >= TIMEOUT && elapsed < TIMEOUT + SLACK,
-        "{elapsed:?}"
-    );
+    assert!(elapsed >= TIMEOUT && elapsed < HUNG, "{elapsed:?}");
 
-    tokio::time::sleep(pause).await;
+    server.thaw();
     // The timed-out call ran once Redis resumed, so it counted; the next answer is this
     // call's own, not the late answer to the one that timed out.
     let d = limiter.check("k", &TEN_PER_MINUTE).await.unwrap();
@@ -203,9 +174,8 @@ async fn checks_work_again_after_a_restart_without_rebuilding_the_limiter() {
     assert_unavailable(&err, &server);
 
     server.restart();
-    let failures = until_checks_work(&limiter, Duration::from_secs(2)).await;
-    assert_eq!(failures, 0, "the first check after the restart failed");
-    // The restarted server is empty: the key counts from zero.
+    // The first check after the restart works; the restarted server is empty: the key
+    // counts from zero.
     assert!(limiter.check("k", &ONE_PER_MINUTE).await.unwrap().allowed);
 
     // Restarted while idle: the first call finds the old connection broken and uses a new one.
@@ -223,7 +193,7 @@ async fn redis_down_at_first_use_fails_then_works_once_it_is_up() {
         let start = Instant::now();
         let err = limiter.check("k", &ONE_PER_MINUTE).await.unwrap_err();
         assert_unavailable(&err, &server);
-        assert!(start.elapsed() < TIMEOUT + SLACK);
+        assert!(start.elapsed() < HUNG);
     }
     let (result, _) = guarded(&limiter, "k").await;
     assert!(
@@ -232,8 +202,7 @@ async fn redis_down_at_first_use_fails_then_works_once_it_is_up() {
     );
 
     server.restart();
-    let failures = until_checks_work(&limiter, Duration::from_secs(2)).await;
-    assert_eq!(failures, 0, "the first check after Redis came up failed");
+    assert!(limiter.check("probe", &TEN_PER_MINUTE).await.is_ok());
     assert!(guarded(&limiter, "k").await.0.is_ok());
 }
 
@@ -315,13 +284,7 @@ async fn killed_mid_call(algorithm: Algorithm) -> Killed {
     static TWO_PER_DAY: [Rule; 1] = [Rule::per_day(2)];
 
     let server = RedisServer::start();
-    let limiter: &'static Limiter = Box::leak(Box::new(
-        Limiter::redis(&server.url())
-            .unwrap()
-            .breaker(Breaker::never())
-            .fail_open(false)
-            .timeout(Duration::from_secs(2)),
-    ));
+    let limiter = support::leak(support::counting_limiter(&server.url()).breaker(Breaker::never()));
     limiter
         .check("warm-up", &TWO_PER_DAY)
         .algorithm(algorithm)

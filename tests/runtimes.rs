@@ -1,27 +1,23 @@
 //! One `static` Redis limiter used from many Tokio runtimes: threads with runtimes of their
-//! own (as actix-web runs one per worker), runtimes that stop while others still check, and
-//! `#[tokio::test]`s sharing the limiter (each test has its own runtime). Every check must
-//! succeed and be counted exactly once.
+//! own (as actix-web runs one per worker), a runtime that stops being driven and then shuts
+//! down while others still check, and `#[tokio::test]`s sharing the limiter in one process
+//! (each test has its own runtime). Every check must succeed and be counted exactly once.
 
 mod support;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, LazyLock};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis_ratelimit::{BackendError, Limiter, Rule};
-use support::RedisServer;
+use support::{ChildTest, RedisServer};
 
-/// Generous for a loaded test machine, yet shorter than [`IDLE`].
-const TIMEOUT: Duration = Duration::from_millis(600);
+/// How long a handshake between threads or tests may take before the test gives up.
+const GIVE_UP_AFTER: Duration = Duration::from_secs(30);
 
-/// How long the first runtime stays alive but undriven (its thread busy elsewhere) before it
-/// is dropped: longer than [`TIMEOUT`], so a check that needed that thread would fail.
-const IDLE: Duration = Duration::from_millis(900);
-
-/// The server's URL. It is started once for the whole binary, by a thread that lives as long
-/// as the process: the server is killed when the thread that started it ends.
+/// The server's URL. It is started once per process, by a thread that lives as long as the
+/// process: the server is killed when the thread that started it ends.
 static URL: LazyLock<String> = LazyLock::new(|| {
     let (started, url) = std::sync::mpsc::channel();
     thread::spawn(move || {
@@ -36,12 +32,7 @@ static URL: LazyLock<String> = LazyLock::new(|| {
 
 /// The limiter every test shares, as a `static` (or the global limiter) is shared in an
 /// application.
-static LIMITER: LazyLock<Limiter> = LazyLock::new(|| {
-    Limiter::redis(&URL)
-        .unwrap()
-        .fail_open(false)
-        .timeout(TIMEOUT)
-});
+static LIMITER: LazyLock<Limiter> = LazyLock::new(|| support::counting_limiter(&URL));
 
 /// How many entries the sliding log's ZSET `key` holds: one per counted check.
 fn entries(key: &str) -> u64 {
@@ -64,6 +55,10 @@ impl Tally {
         self.allowed += other.allowed;
         self.denied += other.denied;
         self.errors.extend(other.errors);
+    }
+
+    fn total(&self) -> u64 {
+        self.allowed + self.denied + self.errors.len() as u64
     }
 }
 
@@ -104,10 +99,18 @@ fn runtime(multi_thread: bool) -> tokio::runtime::Runtime {
     builder.enable_all().build().unwrap()
 }
 
+/// The first runtime's life in the test below.
+const DRIVEN: u8 = 0;
+const IDLE: u8 = 1;
+const DROPPED: u8 = 2;
+
 #[test]
 fn threads_with_runtimes_of_their_own_share_one_static_limiter() {
-    const ROUNDS: usize = 4;
+    const ROUNDS: usize = 3;
     const OTHERS: usize = 3;
+    /// Checks the other runtimes must have made, start to answer, while the first one was
+    /// alive but not driven: had they needed its thread, none would have been answered.
+    const ANSWERED_WHILE_IDLE: u64 = 100;
     static RULES: [Rule; 1] = [Rule::new(300, Duration::from_secs(60))];
     let limit = RULES[0].count();
 
@@ -116,55 +119,63 @@ fn threads_with_runtimes_of_their_own_share_one_static_limiter() {
         // Passed by the first thread once it has checked (in round 0: connected the
         // limiter), so that the others start on connections that runtime made.
         let first_checked = Barrier::new(OTHERS + 1);
-        let first_dropped = AtomicBool::new(false);
-        let started = Instant::now();
+        let first = AtomicU8::new(DRIVEN);
+        let answered_while_idle = AtomicU64::new(0);
 
         let tally = thread::scope(|scope| {
-            let first = scope.spawn(|| {
+            let first_thread = scope.spawn(|| {
                 let runtime = runtime(false);
                 let mut tally = runtime.block_on(checks(&key, &RULES, 1, 1));
                 first_checked.wait();
                 tally.add(runtime.block_on(checks(&key, &RULES, 40, 8)));
-                // Alive but not driven, as when its thread blocks in other work; then gone
-                // while the other runtimes keep checking.
-                thread::sleep(IDLE);
+                // Alive but not driven, as when its thread blocks in other work, until the
+                // others have been answered meanwhile; then gone while they keep checking.
+                first.store(IDLE, Ordering::SeqCst);
+                support::wait_until(
+                    "the other runtimes' checks to be answered while the first is idle",
+                    GIVE_UP_AFTER,
+                    || match answered_while_idle.load(Ordering::SeqCst) {
+                        n if n >= ANSWERED_WHILE_IDLE => Ok(()),
+                        n => Err(format!("{n} answered")),
+                    },
+                );
                 drop(runtime);
-                first_dropped.store(true, Ordering::SeqCst);
+                first.store(DROPPED, Ordering::SeqCst);
                 tally
             });
             let others: Vec<_> = (0..OTHERS)
                 .map(|n| {
-                    let (key, first_checked, first_dropped) =
-                        (&key, &first_checked, &first_dropped);
+                    let (key, first_checked, first, answered_while_idle) =
+                        (&key, &first_checked, &first, &answered_while_idle);
                     scope.spawn(move || {
                         first_checked.wait();
                         let runtime = runtime(n % 2 == 1);
                         let mut tally = Tally::default();
-                        // At least 150 checks each, and checks in flight until the first
-                        // runtime is gone, and a little after.
+                        // Batches until the first runtime is gone, and two more after; and
+                        // 150 checks at least, so that together they pass the limit.
                         let mut after_drop = 0;
-                        while after_drop < 2 {
-                            if first_dropped.load(Ordering::SeqCst) {
-                                after_drop += 1;
+                        while after_drop < 2 || tally.total() < 150 {
+                            let before = first.load(Ordering::SeqCst);
+                            let batch = runtime.block_on(checks(key, &RULES, 10, 5));
+                            let after = first.load(Ordering::SeqCst);
+                            if (before, after) == (IDLE, IDLE) && batch.errors.is_empty() {
+                                answered_while_idle.fetch_add(batch.total(), Ordering::SeqCst);
                             }
-                            tally.add(runtime.block_on(checks(key, &RULES, 50, 10)));
-                            if tally.allowed + tally.denied + tally.errors.len() as u64 >= 150 {
-                                thread::sleep(Duration::from_millis(50));
-                            }
+                            after_drop += u32::from(after == DROPPED);
+                            tally.add(batch);
                         }
                         tally
                     })
                 })
                 .collect();
-            let mut tally = first.join().unwrap();
+            let mut tally = first_thread.join().unwrap();
             for other in others {
                 tally.add(other.join().unwrap());
             }
             tally
         });
 
-        let total = tally.allowed + tally.denied + tally.errors.len() as u64;
-        eprintln!("round {round}: {total} checks in {:?}", started.elapsed());
+        let total = tally.total();
         assert!(
             tally.errors.is_empty(),
             "round {round}: {} of {total} checks failed, the first: {}",
@@ -177,41 +188,69 @@ fn threads_with_runtimes_of_their_own_share_one_static_limiter() {
     }
 }
 
-/// What each `#[tokio::test]` below does on a key of its own: 400 checks of a limit of 300,
-/// 20 at a time, so that the tests overlap and some end (their runtimes shut down) while
-/// others still check. A check counted twice would leave fewer than 300 admitted.
+/// The shape users write: `#[tokio::test]`s in parallel, each on its own runtime, sharing
+/// one `static` limiter. A runner that gives every test a process of its own (nextest)
+/// would share nothing, so this test runs them in one process the way `cargo test` does:
+/// this binary again, on libtest's threads.
+#[test]
+fn tokio_tests_running_in_parallel_share_one_static_limiter() {
+    let child = ChildTest::spawn(
+        &["a_tokio_test_", "--test-threads", &TOKIO_TESTS.to_string()],
+        &[],
+    );
+    let result = child.finish("test result:");
+    assert!(
+        result.starts_with(&format!("ok. {TOKIO_TESTS} passed")),
+        "{result}"
+    );
+}
+
+const TOKIO_TESTS: usize = 4;
+
+/// What each ignored `#[tokio::test]` below does on a key of its own, once every one of
+/// them has started (so that they overlap): 400 checks of a limit of 300, 20 at a time. A
+/// check counted twice would leave fewer than 300 admitted.
 async fn a_test_counts_exactly(name: &str) {
+    static STARTED: AtomicUsize = AtomicUsize::new(0);
     static RULES: [Rule; 1] = [Rule::new(300, Duration::from_secs(60))];
     let key = format!("runtimes:test:{name}");
-    let mut tally = Tally::default();
+    let mut tally = checks(&key, &RULES, 1, 1).await;
+    STARTED.fetch_add(1, Ordering::SeqCst);
+    support::eventually("every test to have started", GIVE_UP_AFTER, || async {
+        match STARTED.load(Ordering::SeqCst) {
+            TOKIO_TESTS => Ok(()),
+            started => Err(format!("{started} started")),
+        }
+    })
+    .await;
     for _ in 0..20 {
         tally.add(checks(&key, &RULES, 20, 5).await);
     }
     assert!(tally.errors.is_empty(), "{name}: {:?}", tally.errors);
-    assert_eq!((tally.allowed, tally.denied), (300, 100), "{name}");
+    assert_eq!((tally.allowed, tally.denied), (300, 101), "{name}");
     assert_eq!(entries(&key), 300, "{name}: counted entries");
 }
 
-// The user's shape. `cargo test` runs these on threads of one process, sharing LIMITER; a
-// runner that gives every test a process of its own (nextest) does not, and the test
-// above covers the same ground in one process.
-
 #[tokio::test]
-async fn a_current_thread_test_shares_the_static_limiter() {
+#[ignore = "run in one process by tokio_tests_running_in_parallel_share_one_static_limiter"]
+async fn a_tokio_test_on_a_current_thread_runtime() {
     a_test_counts_exactly("current-a").await;
 }
 
 #[tokio::test]
-async fn another_current_thread_test_shares_the_static_limiter() {
+#[ignore = "run in one process by tokio_tests_running_in_parallel_share_one_static_limiter"]
+async fn a_tokio_test_on_another_current_thread_runtime() {
     a_test_counts_exactly("current-b").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_multi_thread_test_shares_the_static_limiter() {
+#[ignore = "run in one process by tokio_tests_running_in_parallel_share_one_static_limiter"]
+async fn a_tokio_test_on_a_multi_thread_runtime() {
     a_test_counts_exactly("multi-a").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn another_multi_thread_test_shares_the_static_limiter() {
+#[ignore = "run in one process by tokio_tests_running_in_parallel_share_one_static_limiter"]
+async fn a_tokio_test_on_another_multi_thread_runtime() {
     a_test_counts_exactly("multi-b").await;
 }

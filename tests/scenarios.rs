@@ -61,46 +61,58 @@ fn denied(rules: &[Rule], rule_index: usize, reset_after: Duration, retry: Durat
     }
 }
 
+/// Consuming checks of `key` at `T0 + at` for each `(at, expected)` in turn, each answered
+/// as expected.
+async fn assert_checks(
+    limiter: &Limiter,
+    key: &str,
+    rules: &[Rule],
+    steps: &[(Duration, Decision)],
+) {
+    for (step, &(at, expected)) in steps.iter().enumerate() {
+        let decision = check_at(limiter, key, rules, at).await;
+        assert_eq!(decision, expected, "{key}, step {step}, at {at:?}");
+    }
+}
+
 backend_tests! {
     async fn one_rule_reports_exact_decisions() {
         let l = support::limiter();
         let rules = [Rule::new(3, secs(10))];
-        assert_eq!(check_at(l, "k", &rules, secs(0)).await, allowed(&rules, 0, 2, secs(10)));
-        assert_eq!(check_at(l, "k", &rules, secs(1)).await, allowed(&rules, 0, 1, secs(10)));
-        assert_eq!(check_at(l, "k", &rules, secs(2)).await, allowed(&rules, 0, 0, secs(10)));
-        // Free again when the call at 0 s leaves (10 s); fully free when the one at 2 s does.
-        assert_eq!(
-            check_at(l, "k", &rules, secs(3)).await,
-            denied(&rules, 0, secs(9), secs(7))
-        );
+        assert_checks(l, "k", &rules, &[
+            (secs(0), allowed(&rules, 0, 2, secs(10))),
+            (secs(1), allowed(&rules, 0, 1, secs(10))),
+            (secs(2), allowed(&rules, 0, 0, secs(10))),
+            // Free again when the call at 0 s leaves (10 s); fully free when the one at 2 s
+            // does.
+            (secs(3), denied(&rules, 0, secs(9), secs(7))),
+        ])
+        .await;
     }
 
     async fn two_rules_report_the_binding_rule() {
         let l = support::limiter();
         let rules = [Rule::new(5, secs(1)), Rule::new(3, secs(60))];
         // Rule 1 has the least left, so it binds while calls pass.
-        assert_eq!(check_at(l, "k", &rules, secs(0)).await, allowed(&rules, 1, 2, secs(60)));
-        assert_eq!(check_at(l, "k", &rules, secs(1)).await, allowed(&rules, 1, 1, secs(60)));
-        assert_eq!(check_at(l, "k", &rules, secs(2)).await, allowed(&rules, 1, 0, secs(60)));
-        assert_eq!(
-            check_at(l, "k", &rules, secs(3)).await,
-            denied(&rules, 1, secs(59), secs(57))
-        );
+        assert_checks(l, "k", &rules, &[
+            (secs(0), allowed(&rules, 1, 2, secs(60))),
+            (secs(1), allowed(&rules, 1, 1, secs(60))),
+            (secs(2), allowed(&rules, 1, 0, secs(60))),
+            (secs(3), denied(&rules, 1, secs(59), secs(57))),
+        ])
+        .await;
 
-        // Equal budgets: the lower index binds.
         let even = [Rule::new(2, secs(10)), Rule::new(2, secs(20))];
-        assert_eq!(check_at(l, "even", &even, secs(0)).await, allowed(&even, 0, 1, secs(10)));
-        // Both full: the rule that frees up last binds, however early the other frees up.
-        assert_eq!(check_at(l, "even", &even, secs(1)).await, allowed(&even, 0, 0, secs(10)));
-        assert_eq!(
-            check_at(l, "even", &even, secs(2)).await,
-            denied(&even, 1, secs(19), secs(18))
-        );
-        // At 10 s rule 0 frees, rule 1 still holds both calls.
-        assert_eq!(
-            check_at(l, "even", &even, secs(10)).await,
-            denied(&even, 1, secs(11), secs(10))
-        );
+        assert_checks(l, "even", &even, &[
+            // Equal budgets: the lower index binds.
+            (secs(0), allowed(&even, 0, 1, secs(10))),
+            (secs(1), allowed(&even, 0, 0, secs(10))),
+            // Both full: the rule that frees up last binds, however early the other frees.
+            (secs(2), denied(&even, 1, secs(19), secs(18))),
+            // At 10 s rule 0 frees, rule 1 still holds both calls.
+            (secs(10), denied(&even, 1, secs(11), secs(10))),
+        ])
+        .await;
     }
 
     async fn denied_calls_consume_nothing() {
@@ -205,22 +217,34 @@ backend_tests! {
     }
 
     async fn windows_slide_in_real_time() {
+        // On the backend's own clock. The bounds on `retry_after` come from instants taken
+        // around the calls, so a slow machine widens them rather than breaks them; and the
+        // pauses between calls are half the window, so a machine would have to stall for
+        // that long to change which calls pass.
         let l = support::limiter();
-        let rules = [Rule::new(2, 200 * MS)];
-        let start = Instant::now();
+        let window = secs(3);
+        let rules = [Rule::new(2, window)];
+        let before_first = Instant::now();
         assert!(l.check("k", &rules).await.unwrap().allowed);
-        tokio::time::sleep(100 * MS).await;
+        let after_first = Instant::now();
+        tokio::time::sleep(window / 2).await;
         assert!(l.check("k", &rules).await.unwrap().allowed);
+        let before_third = Instant::now();
         let d = l.check("k", &rules).await.unwrap();
+        let after_third = Instant::now();
         assert!(!d.allowed);
-        // The first call leaves 200 ms after it was made, about 100 ms from now.
+        // The first call leaves `window` after it was made.
         let retry = d.retry_after.expect("denied");
-        assert!(retry > 50 * MS && retry <= 100 * MS, "{retry:?}");
-        tokio::time::sleep(retry + 5 * MS).await;
+        let earliest = window.saturating_sub(after_third - before_first);
+        let latest = window - (before_third - after_first);
+        assert!(
+            retry + MS >= earliest && retry <= latest + MS,
+            "{retry:?} is not within {earliest:?}..={latest:?}"
+        );
+        tokio::time::sleep(retry + MS).await;
         assert!(l.check("k", &rules).await.unwrap().allowed);
         // The second call is still inside the window.
         assert!(!l.check("k", &rules).await.unwrap().allowed);
-        assert!(start.elapsed() < secs(1));
     }
 
     async fn a_concurrent_burst_admits_exactly_the_limit() {
@@ -263,14 +287,20 @@ mod redis_only {
     #[tokio::test]
     async fn the_key_is_a_zset_expiring_after_the_longest_window_plus_margin() {
         let server = RedisServer::start();
-        let limiter = Limiter::redis(&server.url()).unwrap();
+        let limiter = support::counting_limiter(&server.url());
         let rules = [Rule::new(5, secs(2)), Rule::new(10, secs(30))];
+        let checked = Instant::now();
         limiter.check("k", &rules).await.unwrap();
         let mut conn = server.connection();
         let kind: String = redis::cmd("TYPE").arg("k").query(&mut conn).unwrap();
         assert_eq!(kind, "zset");
-        let pttl: i64 = redis::cmd("PTTL").arg("k").query(&mut conn).unwrap();
-        assert!(pttl > 30_000 && pttl <= 31_000, "PTTL {pttl} ms");
+        let pttl: u64 = redis::cmd("PTTL").arg("k").query(&mut conn).unwrap();
+        // At most the window and a 1 s margin; at least the window, less the time since.
+        let since = checked.elapsed().as_millis() as u64;
+        assert!(
+            pttl <= 31_000 && pttl + since > 30_000,
+            "PTTL {pttl} ms, {since} ms after"
+        );
         // A denied call does not extend the key's life.
         for _ in 0..10 {
             limiter.check("k", &rules).await.unwrap();
@@ -288,7 +318,7 @@ mod redis_only {
     #[tokio::test]
     async fn calls_in_one_microsecond_are_all_recorded() {
         let server = RedisServer::start();
-        let limiter = Limiter::redis(&server.url()).unwrap();
+        let limiter = support::counting_limiter(&server.url());
         let rules = [Rule::new(1_000, secs(60))];
         for i in 0..100 {
             let d = check_at(&limiter, "k", &rules, secs(5)).await;
@@ -313,7 +343,7 @@ mod redis_only {
     #[tokio::test]
     async fn redis_and_memory_decide_alike() {
         let server = RedisServer::start();
-        let redis = Limiter::redis(&server.url()).unwrap().timeout(secs(2));
+        let redis = support::counting_limiter(&server.url());
         let memory = Limiter::memory();
         let rule_sets: [&[Rule]; 3] = [
             &[Rule::new(3, 100 * MS)],

@@ -3,8 +3,8 @@
 
 use super::tls::write_certificates;
 use super::{
-    connect, free_ports, info_field, poll_connection, query, replica_in_sync, wait_until,
-    RedisProcess, ScratchDir,
+    cli_binary, connect, info_field, poll_connection, query, replica_in_sync, wait_until,
+    PortReservation, PortTaken, RedisProcess, ScratchDir, Topology,
 };
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -14,7 +14,7 @@ const SLOTS: u16 = 16384;
 /// failed over in a few seconds.
 const NODE_TIMEOUT_MS: &str = "2000";
 /// How long the cluster may take to settle after a start, a failover or a crash.
-const SETTLE: Duration = Duration::from_secs(20);
+const SETTLE: Duration = Duration::from_secs(30);
 
 /// Six cluster nodes; all killed on drop, their files removed.
 pub struct RedisCluster {
@@ -25,6 +25,7 @@ pub struct RedisCluster {
     /// For a TLS cluster, each node's TLS port by its plain port, and the CA's PEM.
     tls: Option<(Vec<(u16, u16)>, String)>,
     _dir: ScratchDir,
+    _ports: Vec<PortReservation>,
 }
 
 /// One slot range and the port of the master serving it, as a node reports it.
@@ -38,26 +39,19 @@ struct Node {
     master_id: String,
 }
 
-impl RedisCluster {
-    /// 6 nodes: 3 masters + 3 replicas, on free loopback ports whose port+10000 (the cluster
-    /// bus) is also free, created by `redis-cli --cluster create`. Returns when every node
-    /// says cluster_state:ok, every node's CLUSTER SLOTS covers all 16384 slots with the same
-    /// masters, and every replica is in sync with its master (so a failover can happen).
-    pub fn start() -> RedisCluster {
-        RedisCluster::start_with(false)
-    }
-
-    /// The same cluster, speaking TLS to clients, between nodes and for replication
-    /// (`--tls-cluster yes --tls-replication yes`), with a certificate from a throwaway CA;
-    /// each node keeps a plain port for inspection. A node answers `CLUSTER SLOTS` with TLS
-    /// ports to TLS clients. See [`tls_url`](Self::tls_url) and [`ca_pem`](Self::ca_pem).
-    pub fn start_tls() -> RedisCluster {
-        RedisCluster::start_with(true)
-    }
-
-    fn start_with(tls: bool) -> RedisCluster {
-        // One call, so that no port comes twice; a TLS port's + 10000 is left unused.
-        let all = free_ports(if tls { 12 } else { 6 }, 10000);
+/// 6 nodes: 3 masters + 3 replicas, on reserved loopback ports whose port+10000 (the
+/// cluster bus) is reserved too, created by `<cli> --cluster create`. Started when every
+/// node says cluster_state:ok, every node's CLUSTER SLOTS covers all 16384 slots with the
+/// same masters, and every replica is in sync with its master (so a failover can happen).
+///
+/// With TLS, the nodes speak it to clients, between them and for replication
+/// (`--tls-cluster yes --tls-replication yes`), and a node answers `CLUSTER SLOTS` with TLS
+/// ports to TLS clients. See [`tls_url`](RedisCluster::tls_url) and
+/// [`ca_pem`](RedisCluster::ca_pem).
+impl Topology for RedisCluster {
+    fn try_start(tls: bool) -> Result<RedisCluster, PortTaken> {
+        // A TLS port's + 10000 is reserved too, and left unused.
+        let (reserved, all) = PortReservation::many(if tls { 12 } else { 6 }, 10000);
         let (ports, tls_ports) = all.split_at(6);
         let dir = ScratchDir::new(&format!("cluster-{}", ports[0]));
         let ca_pem = tls.then(|| write_certificates(&dir));
@@ -106,7 +100,9 @@ impl RedisCluster {
                 RedisProcess::spawn_node(port, &dir.join(port.to_string()), &args)
             })
             .collect();
-        nodes.iter_mut().for_each(RedisProcess::wait_until_ready);
+        nodes
+            .iter_mut()
+            .try_for_each(RedisProcess::wait_until_ready)?;
         create(ports);
         let mut cluster = RedisCluster {
             nodes,
@@ -122,6 +118,7 @@ impl RedisCluster {
                 )
             }),
             _dir: dir,
+            _ports: reserved,
         };
         cluster.wait_until_ok();
         wait_until(
@@ -130,9 +127,11 @@ impl RedisCluster {
             || cluster.replicas_in_sync(3),
         );
         cluster.seeds = cluster.masters();
-        cluster
+        Ok(cluster)
     }
+}
 
+impl RedisCluster {
     /// `rediss+cluster://127.0.0.1:t1,…`: the TLS ports of the three initial masters. Only
     /// for [`start_tls`](Self::start_tls).
     pub fn tls_url(&self) -> String {
@@ -276,7 +275,7 @@ impl RedisCluster {
         self.nodes.remove(index);
     }
 
-    /// Waits (panics after 20 s) until every live node says cluster_state:ok and agrees on
+    /// Waits (panics after 30 s) until every live node says cluster_state:ok and agrees on
     /// the masters of all slots, each of them a live node: after a crash of a master, until
     /// its replica has taken over.
     pub fn wait_until_ok(&self) {
@@ -414,10 +413,10 @@ fn slot_map(con: &mut redis::Connection) -> Result<Vec<SlotRange>, String> {
     Ok(slots)
 }
 
-/// `redis-cli --cluster create` over `ports`, one replica per master; panics with its
-/// output if it fails or takes more than 30 s.
+/// `<cli> --cluster create` over `ports`, one replica per master; panics with its
+/// output if it fails or takes more than 60 s.
 fn create(ports: &[u16]) {
-    let mut command = Command::new("redis-cli");
+    let mut command = Command::new(cli_binary());
     command
         .args(["--cluster", "create"])
         .args(ports.iter().map(|p| format!("127.0.0.1:{p}")))
@@ -427,8 +426,8 @@ fn create(ports: &[u16]) {
         .stderr(Stdio::piped());
     let mut child = super::spawn_dying_with_test(&mut command);
     let status = wait_until(
-        "redis-cli --cluster create",
-        Duration::from_secs(30),
+        "the cluster to be created",
+        Duration::from_secs(60),
         || match child.try_wait() {
             Ok(Some(status)) => Ok(status),
             _ => Err("still running".to_owned()),
@@ -437,7 +436,7 @@ fn create(ports: &[u16]) {
     if !status.success() {
         let output = child.wait_with_output().expect("read redis-cli's output");
         panic!(
-            "redis-cli --cluster create failed ({status}):\n{}{}",
+            "{command:?} failed ({status}):\n{}{}",
             String::from_utf8_lossy(&output.stdout),
             String::from_utf8_lossy(&output.stderr)
         );

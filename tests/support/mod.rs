@@ -1,5 +1,25 @@
-//! Test support: a real `redis-server` on a free loopback port, started and stopped by
-//! the test itself.
+//! Test support: a real `redis-server` on a loopback port of its own, started and stopped
+//! by the test itself; polling with a deadline; child test processes spoken to over their
+//! stdin and stdout.
+//!
+//! # The server binary
+//! `redis-server` from `PATH`, or the server `RATELIMIT_TEST_SERVER` names (e.g. a
+//! `valkey-server`: `scripts/test` runs the Redis-backed suites on Valkey that way). Cluster
+//! creation uses the `-cli` beside it (`valkey-cli` for `valkey-server`). A server that
+//! cannot be started fails the test: these tests never pass without a real server.
+//!
+//! # Ports
+//! A server is told its port on the command line, so a port must be chosen before the
+//! server binds it. Three things make that safe on a machine running many tests at once:
+//! - ports are chosen below Linux's ephemeral range (32768 and up), so the kernel never
+//!   hands one out for an outgoing connection or a `bind` to port 0 in the meantime;
+//! - each is *reserved* ([`PortReservation`]: a lock on its byte of a file every test
+//!   process shares), held for the server's life, also while it is killed and restarted,
+//!   so no other test of this suite picks it;
+//! - a process that takes a port without asking (another program) makes the server fail to
+//!   bind: it exits saying "Address already in use" in its log, and the start is retried
+//!   on other ports. Readiness is checked by the server's pid (`INFO server`), so a test
+//!   never mistakes another process's server for its own.
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 pub mod cluster;
@@ -8,52 +28,103 @@ pub mod sentinel;
 pub mod tls;
 
 use std::collections::hash_map::RandomState;
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
+use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::ops::Deref;
+use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
+
+use redis_ratelimit::Limiter;
+
+/// The environment variable naming the server binary to test against.
+pub const SERVER_ENV: &str = "RATELIMIT_TEST_SERVER";
+
+/// The server binary: [`SERVER_ENV`], else `redis-server`.
+pub fn server_binary() -> &'static OsStr {
+    static BINARY: LazyLock<OsString> =
+        LazyLock::new(|| std::env::var_os(SERVER_ENV).unwrap_or_else(|| "redis-server".into()));
+    &BINARY
+}
+
+/// The command-line client beside [`server_binary`]: its name with `-server` made `-cli`.
+pub fn cli_binary() -> PathBuf {
+    let server = Path::new(server_binary());
+    let name = server
+        .file_name()
+        .and_then(OsStr::to_str)
+        .unwrap_or_default();
+    match name.strip_suffix("-server") {
+        Some(stem) => server.with_file_name(format!("{stem}-cli")),
+        None => panic!("{SERVER_ENV}={server:?} is not named `<name>-server`: where is its cli?"),
+    }
+}
+
+/// A check timeout that no answer of a loaded test machine reaches: for tests that count
+/// checks, not time them.
+pub const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A fail-closed limiter on `url` with [`CHECK_TIMEOUT`]: a backend error shows as one,
+/// never as a call let through.
+pub fn counting_limiter(url: &str) -> Limiter {
+    Limiter::redis(url)
+        .unwrap()
+        .fail_open(false)
+        .timeout(CHECK_TIMEOUT)
+}
+
+/// `limiter` for `'static` use (guarded functions, spawned tasks); leaked, as a test's
+/// limiter lives until the process ends anyway.
+pub fn leak(limiter: Limiter) -> &'static Limiter {
+    Box::leak(Box::new(limiter))
+}
 
 /// A `redis-server` child process bound to 127.0.0.1 on a port of its own; killed on drop.
 pub struct RedisServer {
     process: Option<RedisProcess>,
-    port: u16,
+    port: PortReservation,
     dir: ScratchDir,
 }
 
 impl RedisServer {
-    /// Starts a fresh, empty server. Panics (failing the test) when `redis-server` is not
-    /// installed: these tests never pass without a real Redis.
+    /// Starts a fresh, empty server on a reserved port (retried on other ports while one
+    /// turns out taken). Panics (failing the test) when the server cannot be started.
     pub fn start() -> RedisServer {
-        let port = free_port();
-        let mut server = RedisServer {
-            process: None,
-            port,
-            dir: ScratchDir::new(&port.to_string()),
-        };
-        server.spawn();
-        server
+        retry_on_taken_ports(|| {
+            let port = PortReservation::any(0);
+            let mut server = RedisServer {
+                process: None,
+                dir: ScratchDir::new(&port.to_string()),
+                port,
+            };
+            server.spawn()?;
+            Ok(server)
+        })
     }
 
     /// `redis://127.0.0.1:<port>/`.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        format!("redis://127.0.0.1:{}/", self.port())
     }
 
     pub fn port(&self) -> u16 {
-        self.port
+        *self.port
     }
 
     /// A plain synchronous connection, for inspecting and disturbing the server.
     pub fn connection(&self) -> redis::Connection {
-        connect(self.port)
+        connect(self.port())
     }
 
-    /// Kills the server (as a crash would) and waits until it is gone.
+    /// Kills the server (as a crash would) and waits until it is gone. Its port stays
+    /// reserved for [`restart`](Self::restart).
     pub fn kill(&mut self) {
         self.process = None;
     }
@@ -61,46 +132,109 @@ impl RedisServer {
     /// Starts the server again on the same port, empty.
     pub fn restart(&mut self) {
         self.kill();
-        self.spawn();
+        let port = self.port();
+        self.spawn().unwrap_or_else(|PortTaken| {
+            panic!(
+                "port {port} was taken by a process outside this suite while its server was down"
+            )
+        });
     }
 
-    fn spawn(&mut self) {
-        let mut process = RedisProcess::spawn_node(self.port, &self.dir, &[]);
-        process.wait_until_ready();
+    /// Stops the server process (SIGSTOP) without closing anything: connections stay open
+    /// and nothing is answered, as a hung server or a black-holed route looks to a client.
+    /// Until [`thaw`](Self::thaw), the server's own connections hang too.
+    pub fn freeze(&self) {
+        self.running().signal(libc::SIGSTOP);
+    }
+
+    /// Lets a [frozen](Self::freeze) server go on (SIGCONT): it reads what was sent
+    /// meanwhile and answers it.
+    pub fn thaw(&self) {
+        self.running().signal(libc::SIGCONT);
+    }
+
+    fn running(&self) -> &RedisProcess {
+        self.process.as_ref().expect("the server is not running")
+    }
+
+    fn spawn(&mut self) -> Result<(), PortTaken> {
+        let mut process = RedisProcess::spawn_node(self.port(), &self.dir, &[]);
+        process.wait_until_ready()?;
         self.process = Some(process);
+        Ok(())
+    }
+}
+
+/// A server that could not bind its port: another process holds it.
+#[derive(Debug)]
+pub struct PortTaken;
+
+/// Runs `start` until it does not meet a taken port (a handful of tries: each picks new
+/// random ports, so only a machine out of ports fails them all).
+pub fn retry_on_taken_ports<T>(mut start: impl FnMut() -> Result<T, PortTaken>) -> T {
+    for _ in 0..5 {
+        if let Ok(started) = start() {
+            return started;
+        }
+    }
+    panic!("5 starts in a row found a chosen port taken by a process outside this suite")
+}
+
+/// Servers started together (a cluster, a sentinel set), plain or speaking TLS throughout
+/// with a certificate from a throwaway CA; killed on drop, their files removed.
+pub trait Topology: Sized {
+    /// Starts it on newly reserved ports, or says one turned out taken.
+    fn try_start(tls: bool) -> Result<Self, PortTaken>;
+
+    /// Starts it plain, retried on other ports while one turns out taken.
+    fn start() -> Self {
+        retry_on_taken_ports(|| Self::try_start(false))
+    }
+
+    /// Starts it speaking TLS, as [`start`](Self::start) does.
+    fn start_tls() -> Self {
+        retry_on_taken_ports(|| Self::try_start(true))
     }
 }
 
 /// One `redis-server` child (a data node or a sentinel) listening on 127.0.0.1:`port`,
-/// SIGKILLed on drop. It also dies with the thread that spawned it (`PR_SET_PDEATHSIG`), so a
-/// test that aborts leaks no server: start servers from the test's own thread, not from
-/// one that ends before the test does (`spawn_blocking`).
+/// logging to a file, SIGKILLed on drop. It also dies with the thread that spawned it
+/// (`PR_SET_PDEATHSIG`), so a test that aborts leaks no server: start servers from the
+/// test's own thread, not from one that ends before the test does (`spawn_blocking`).
 pub struct RedisProcess {
     child: Child,
     port: u16,
+    log: PathBuf,
 }
 
 impl RedisProcess {
-    /// `redis-server <args>`, where `args` make it listen on 127.0.0.1:`port`. Returns at
-    /// once: spawn several, then [`wait_until_ready`](Self::wait_until_ready) on each, and
-    /// they boot in parallel.
-    pub fn spawn(port: u16, args: impl IntoIterator<Item = impl AsRef<OsStr>>) -> RedisProcess {
-        let mut command = Command::new("redis-server");
+    /// The server binary with `args`, which make it listen on 127.0.0.1:`port`, logging to
+    /// `log`. Returns at once: spawn several, then [`wait_until_ready`](Self::wait_until_ready)
+    /// on each, and they boot in parallel.
+    pub fn spawn(
+        port: u16,
+        log: PathBuf,
+        args: impl IntoIterator<Item = impl AsRef<OsStr>>,
+    ) -> RedisProcess {
+        let mut command = Command::new(server_binary());
         command
             .args(args)
+            .arg("--logfile")
+            .arg(&log)
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
         RedisProcess {
             child: spawn_dying_with_test(&mut command),
             port,
+            log,
         }
     }
 
-    /// A data node on 127.0.0.1:`port` that persists nothing, working in `dir` (created
-    /// if missing), with `extra` arguments; spawned as [`spawn`](Self::spawn) is.
+    /// A data node on 127.0.0.1:`port` that persists nothing, working (and logging) in
+    /// `dir` (created if missing), with `extra` arguments; spawned as [`spawn`](Self::spawn) is.
     pub fn spawn_node(port: u16, dir: &Path, extra: &[&str]) -> RedisProcess {
         std::fs::create_dir_all(dir)
-            .unwrap_or_else(|e| panic!("create the redis-server directory {}: {e}", dir.display()));
+            .unwrap_or_else(|e| panic!("create the server directory {}: {e}", dir.display()));
         let port_arg = port.to_string();
         let mut args = [
             "--port",
@@ -119,26 +253,55 @@ impl RedisProcess {
         .to_vec();
         args.push(dir.as_os_str());
         args.extend(extra.iter().map(OsStr::new));
-        RedisProcess::spawn(port, args)
+        RedisProcess::spawn(port, dir.join(format!("server-{port}.log")), args)
     }
 
-    /// Waits until the server answers PING; panics if it exits or is not up within 10 s.
-    pub fn wait_until_ready(&mut self) {
-        let port = self.port;
+    /// Waits until this process answers on its port (its own pid in `INFO server`, so not
+    /// another process's server). `Err` when it exited because a port it was given is
+    /// taken; panics, with its log, when it exits for another reason or is not up in 20 s.
+    pub fn wait_until_ready(&mut self) -> Result<(), PortTaken> {
+        let (port, pid) = (self.port, self.child.id().to_string());
+        let mut exited = None;
         wait_until(
-            &format!("redis-server on port {port} to answer PING"),
-            Duration::from_secs(10),
+            &format!("the server on port {port} to answer"),
+            Duration::from_secs(20),
             || {
                 if let Ok(Some(status)) = self.child.try_wait() {
-                    panic!("redis-server on port {port} exited at start: {status}");
+                    exited = Some(status);
+                    return Ok(());
                 }
-                query::<String>(port, &redis::cmd("PING"))
+                let info: String = query(port, redis::cmd("INFO").arg("server"))?;
+                match info_field(&info, "process_id") {
+                    Some(id) if id == pid => Ok(()),
+                    other => Err(format!("port {port} is answered by process {other:?}")),
+                }
             },
         );
+        let Some(status) = exited else {
+            return Ok(());
+        };
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        if log.contains("Address already in use") {
+            return Err(PortTaken);
+        }
+        panic!(
+            "{:?} on port {port} exited at start ({status}); its log:\n{log}",
+            server_binary()
+        )
     }
 
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        // SAFETY: kill(2) on our own child's pid, which it keeps until we reap it on drop.
+        let sent = unsafe { libc::kill(self.child.id() as libc::pid_t, signal) };
+        assert_eq!(
+            sent, 0,
+            "signal {signal} to the server on port {}",
+            self.port
+        );
     }
 }
 
@@ -149,8 +312,8 @@ impl Drop for RedisProcess {
     }
 }
 
-/// Spawns `command` (a Redis tool) so that the kernel kills it if the spawning thread dies
-/// without cleaning up (abort, timeout kill).
+/// Spawns `command` (a server tool) so that the kernel kills it if the spawning thread
+/// dies without cleaning up (abort, timeout kill).
 pub fn spawn_dying_with_test(command: &mut Command) -> Child {
     // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
     unsafe {
@@ -161,71 +324,266 @@ pub fn spawn_dying_with_test(command: &mut Command) -> Child {
     }
     command.spawn().unwrap_or_else(|e| {
         panic!(
-            "cannot start {:?} ({e}). These tests need a real Redis: install it \
-                 (Debian: apt-get install -y redis-server) or run scripts/test, which does.",
+            "cannot start {:?} ({e}). These tests need a real Redis: install it (Debian: \
+             apt-get install -y redis-server) or run scripts/test, which does; or name the \
+             server binary in {SERVER_ENV}.",
             command.get_program()
         )
     })
 }
 
-/// Starts this test binary again as a child process that runs only the ignored test
-/// `name`, with `envs` set: how a test puts a second process on the same Redis. Read its
-/// answer with [`child_report`].
-pub fn spawn_child_test(name: &str, envs: &[(&str, String)]) -> Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args([name, "--exact", "--ignored", "--nocapture"])
-        .args(["--test-threads", "1"])
-        .envs(envs.iter().map(|(k, v)| (k, v)))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start a child process")
+/// A loopback port this test process holds for a server: no other test process of this
+/// suite takes it until the reservation is dropped (or the process ends). See the module's
+/// docs.
+pub struct PortReservation {
+    port: u16,
+    /// The open file description that owns the lock on the port's byte.
+    _lock: File,
 }
 
-/// Waits for a child of [`spawn_child_test`], requires its test to have passed, and returns
-/// what follows `marker` on the line of its stdout that has it, trimmed.
-pub fn child_report(child: Child, marker: &str) -> String {
-    let output = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "child failed: {stdout}");
-    stdout
-        .lines()
-        // libtest may print the test's name on the same line first.
-        .find_map(|line| {
-            line.split_once(marker)
-                .map(|(_, rest)| rest.trim().to_owned())
-        })
-        .unwrap_or_else(|| panic!("no `{marker}` in the child's output: {stdout}"))
+impl PortReservation {
+    /// The lowest port chosen; below it lie well-known services.
+    const LOWEST: u16 = 10_000;
+    /// Where Linux's ephemeral range begins (`net.ipv4.ip_local_port_range`).
+    const EPHEMERAL: u16 = 32_768;
+
+    /// A random port, below the ephemeral range, that is free now, reserved together with
+    /// `port + offset` when `offset` is not 0 (a cluster node's bus port is its port +
+    /// 10000).
+    pub fn any(offset: u16) -> PortReservation {
+        let span = u64::from(Self::EPHEMERAL - offset - Self::LOWEST);
+        let mut random = RandomState::new().build_hasher().finish();
+        for _ in 0..1000 {
+            random = random
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            let port = Self::LOWEST + ((random >> 33) % span) as u16;
+            if let Some(reserved) = Self::try_port(port, offset) {
+                return reserved;
+            }
+        }
+        panic!("no free loopback port pair (offset {offset}) in 1000 tries")
+    }
+
+    /// `n` distinct reservations, as [`any`](Self::any) makes them, and their ports.
+    pub fn many(n: usize, offset: u16) -> (Vec<PortReservation>, Vec<u16>) {
+        let reserved: Vec<PortReservation> = (0..n).map(|_| PortReservation::any(offset)).collect();
+        let ports = reserved.iter().map(|port| port.port).collect();
+        (reserved, ports)
+    }
+
+    /// `port` (and `port + offset`), when no test process holds it and it can be bound now.
+    fn try_port(port: u16, offset: u16) -> Option<PortReservation> {
+        let lock = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(std::env::temp_dir().join("redis-ratelimit-test-ports.lock"))
+            .expect("open the test port lock file");
+        let ports = [Some(port), (offset != 0).then(|| port + offset)];
+        for port in ports.into_iter().flatten() {
+            // An open-file-description lock: released when this `File` closes, whoever else
+            // in this process holds other ports of the same file.
+            let mut byte: libc::flock = unsafe { std::mem::zeroed() };
+            byte.l_type = libc::F_WRLCK as libc::c_short;
+            byte.l_whence = libc::SEEK_SET as libc::c_short;
+            byte.l_start = libc::off_t::from(port);
+            byte.l_len = 1;
+            // SAFETY: fcntl on an fd we own, with a fully initialised `flock`.
+            if unsafe { libc::fcntl(lock.as_raw_fd(), libc::F_OFD_SETLK, &byte) } != 0 {
+                return None;
+            }
+            // Skip a port some other program holds now; one it takes later is caught by
+            // the server's failure to bind.
+            TcpListener::bind(("127.0.0.1", port)).ok()?;
+        }
+        Some(PortReservation { port, _lock: lock })
+    }
 }
 
-/// Polls `ready` until it returns `Ok`, first every 10 ms, then less often (up to every
-/// 100 ms: long waits need not open hundreds of connections a second); after `timeout`
-/// panics, saying what was awaited and the last answer, so a topology that never settles
-/// fails with its state.
+impl Deref for PortReservation {
+    type Target = u16;
+    fn deref(&self) -> &u16 {
+        &self.port
+    }
+}
+
+/// How a poll waits between tries: first 10 ms, then longer (up to 100 ms: long waits need
+/// not open hundreds of connections a second), until a deadline.
+struct Backoff {
+    deadline: Instant,
+    pause: Duration,
+}
+
+impl Backoff {
+    fn new(timeout: Duration) -> Backoff {
+        Backoff {
+            deadline: Instant::now() + timeout,
+            pause: Duration::from_millis(10),
+        }
+    }
+
+    /// The pause before the next try; panics past the deadline, with what was awaited and
+    /// the last answer.
+    fn next(&mut self, what: &str, timeout: Duration, last: String) -> Duration {
+        if Instant::now() >= self.deadline {
+            panic!("timed out after {timeout:?} waiting for {what}; last: {last}")
+        }
+        let pause = self.pause;
+        self.pause = (pause * 3 / 2).min(Duration::from_millis(100));
+        pause
+    }
+}
+
+/// Polls `ready` until it returns `Ok`, for at most `timeout` (a failure detector, not a
+/// measurement: give it an order of magnitude more than the awaited thing should take);
+/// then panics, saying what was awaited and the last answer, so a topology that never
+/// settles fails with its state. For threads; tasks use [`eventually`].
 pub fn wait_until<T>(
     what: &str,
     timeout: Duration,
     mut ready: impl FnMut() -> Result<T, String>,
 ) -> T {
-    let deadline = Instant::now() + timeout;
-    let mut pause = Duration::from_millis(10);
+    let mut backoff = Backoff::new(timeout);
     loop {
         match ready() {
             Ok(value) => return value,
-            Err(last) if Instant::now() >= deadline => {
-                panic!("timed out after {timeout:?} waiting for {what}; last: {last}")
-            }
-            Err(_) => std::thread::sleep(pause),
+            Err(last) => std::thread::sleep(backoff.next(what, timeout, last)),
         }
-        pause = (pause * 3 / 2).min(Duration::from_millis(100));
     }
+}
+
+/// [`wait_until`] for async tests: polls the future `ready` makes until it gives `Ok`,
+/// sleeping on the runtime's timer in between.
+pub async fn eventually<T, F>(what: &str, timeout: Duration, mut ready: impl FnMut() -> F) -> T
+where
+    F: Future<Output = Result<T, String>>,
+{
+    let mut backoff = Backoff::new(timeout);
+    loop {
+        match ready().await {
+            Ok(value) => return value,
+            Err(last) => tokio::time::sleep(backoff.next(what, timeout, last)).await,
+        }
+    }
+}
+
+/// Checks fresh keys `{prefix}:{n}` until one is answered and `landed(key)` says it was
+/// counted where it should be, for at most 30 s (a topology that changed may take a few
+/// seconds to route again on a loaded machine); how long that took.
+pub async fn until_a_check_lands(
+    limiter: &Limiter,
+    prefix: &str,
+    landed: impl Fn(&str) -> bool,
+) -> Duration {
+    static PROBE: [redis_ratelimit::Rule; 1] = [redis_ratelimit::Rule::per_minute(1_000)];
+    let (started, landed) = (Instant::now(), &landed);
+    let mut probe = 0;
+    eventually(
+        &format!("a check on {prefix} to land"),
+        Duration::from_secs(30),
+        || {
+            probe += 1;
+            let key = format!("{prefix}:{probe}");
+            async move {
+                match limiter.check(&key, &PROBE).await {
+                    Ok(_) if landed(&key) => Ok(()),
+                    Ok(_) => Err(format!("{key} was counted elsewhere")),
+                    Err(err) => Err(err.to_string()),
+                }
+            }
+        },
+    )
+    .await;
+    started.elapsed()
+}
+
+/// This test binary run again as a child process, running only the ignored tests that
+/// `libtest_args` select: how a test puts a second process on the same server. The parent
+/// and the child speak over the child's stdout ([`ChildTest::wait_for`]) and stdin
+/// ([`ChildTest::send`], read there with [`parent_says`]): a handshake, never a sleep.
+pub struct ChildTest {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+    /// Everything read from its stdout so far, for failure messages.
+    seen: String,
+}
+
+impl ChildTest {
+    /// Starts the child with `envs` set; e.g. `&["child_checks", "--exact"]` runs one test.
+    pub fn spawn(libtest_args: &[&str], envs: &[(&str, String)]) -> ChildTest {
+        let mut command = Command::new(std::env::current_exe().unwrap());
+        command
+            .args(libtest_args)
+            .args(["--ignored", "--nocapture"])
+            .envs(envs.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = spawn_dying_with_test(&mut command);
+        ChildTest {
+            stdin: child.stdin.take(),
+            stdout: BufReader::new(child.stdout.take().unwrap()),
+            child,
+            seen: String::new(),
+        }
+    }
+
+    /// Reads the child's stdout until a line has `marker`; returns what follows it on that
+    /// line, trimmed. Panics, with what the child printed, if it ends first.
+    pub fn wait_for(&mut self, marker: &str) -> String {
+        loop {
+            let mut line = String::new();
+            if self.stdout.read_line(&mut line).unwrap() == 0 {
+                let status = self.child.wait().unwrap();
+                panic!(
+                    "the child ended ({status}) without `{marker}`: {}",
+                    self.seen
+                );
+            }
+            self.seen += &line;
+            // libtest may print the test's name on the same line first.
+            if let Some((_, rest)) = line.split_once(marker) {
+                return rest.trim().to_owned();
+            }
+        }
+    }
+
+    /// Writes `line` to the child's stdin.
+    pub fn send(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        writeln!(stdin, "{line}").expect("write to the child");
+    }
+
+    /// [`wait_for`](Self::wait_for) `marker`, then waits for the child to end and requires
+    /// its tests to have passed.
+    pub fn finish(mut self, marker: &str) -> String {
+        let found = self.wait_for(marker);
+        self.stdin = None;
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut self.stdout, &mut rest).unwrap();
+        self.seen += &rest;
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "child failed ({status}): {}", self.seen);
+        found
+    }
+}
+
+/// In a [`ChildTest`]: waits for the parent to send `line`. Blocks its thread: call it from
+/// `spawn_blocking` in an async test.
+pub fn parent_says(line: &str) {
+    let mut got = String::new();
+    std::io::stdin().read_line(&mut got).unwrap();
+    assert_eq!(got.trim(), line, "the parent said something else");
 }
 
 /// A plain synchronous connection to the server on 127.0.0.1:`port`.
 pub fn connect(port: u16) -> redis::Connection {
     redis::Client::open(format!("redis://127.0.0.1:{port}/"))
         .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
-        .unwrap_or_else(|e| panic!("connect to the test redis-server on port {port}: {e}"))
+        .unwrap_or_else(|e| panic!("connect to the test server on port {port}: {e}"))
 }
 
 /// A connection for one poll of the node at 127.0.0.1:`port`, with 1 s timeouts so that a
@@ -253,6 +611,19 @@ pub fn info_field<'a>(text: &'a str, field: &str) -> Option<&'a str> {
     text.lines()
         .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
         .map(str::trim)
+}
+
+/// How many times the server behind `connection` has run `command` (lower case), from
+/// `INFO commandstats`.
+pub fn command_calls(connection: &mut redis::Connection, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(connection)
+        .unwrap();
+    info_field(&info, &format!("cmdstat_{command}"))
+        .and_then(|stats| stats.strip_prefix("calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |calls| calls.parse().unwrap())
 }
 
 /// `Ok` once the node on `port` is a replica whose link to its master is up (synced).
@@ -309,54 +680,9 @@ pub fn require_password(connection: &mut redis::Connection, password: &str) {
         .unwrap_or_else(|e| panic!("CONFIG SET requirepass: {e}"));
 }
 
-/// A loopback port that was free a moment ago.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("find a free loopback port")
-        .port()
-}
-
-/// `n` distinct loopback ports that were free a moment ago, each with `port + offset` free
-/// too (a cluster node's bus port is its port + 10000; 0 asks for nothing more). They lie
-/// below Linux's ephemeral range (32768 and up), so no outgoing connection can take one
-/// before the server binds it, and each is held until all are found, so none comes twice.
-pub fn free_ports(n: usize, offset: u16) -> Vec<u16> {
-    const LOWEST: u16 = 10_000;
-    const EPHEMERAL: u16 = 32_768;
-    let span = u64::from(EPHEMERAL - offset - LOWEST);
-    let mut random = RandomState::new().build_hasher().finish();
-    let mut held = Vec::new();
-    for _ in 0..1000 {
-        if held.len() == n {
-            break;
-        }
-        random = random
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        let port = LOWEST + ((random >> 33) % span) as u16;
-        let bind = |port: u16| TcpListener::bind(("127.0.0.1", port));
-        let listeners = match offset {
-            0 => bind(port).map(|l| vec![l]),
-            _ => bind(port).and_then(|l| Ok(vec![l, bind(port + offset)?])),
-        };
-        if let Ok(listeners) = listeners {
-            held.push((port, listeners));
-        }
-    }
-    assert_eq!(
-        held.len(),
-        n,
-        "too few free loopback ports (offset {offset})"
-    );
-    held.into_iter().map(|(port, _)| port).collect()
-}
-
 tokio::task_local! {
     static LIMITER: &'static Limiter;
 }
-
-use redis_ratelimit::Limiter;
 
 /// The limiter of the running scenario (see [`backend_tests!`]); guarded functions in
 /// scenarios use it with `limiter = support::limiter()`.
@@ -393,7 +719,7 @@ macro_rules! backend_tests {
                     // unoptimised build must not turn a slow answer into a failure.
                     let limiter = ::redis_ratelimit::Limiter::redis(&server.url())
                         .unwrap()
-                        .timeout(::std::time::Duration::from_secs(5));
+                        .timeout($crate::support::CHECK_TIMEOUT);
                     $crate::support::with_limiter(limiter, async move $body).await;
                     drop(server);
                 }
@@ -430,14 +756,6 @@ pub async fn run_at(
         limiter.peek(key, rules)
     };
     check.algorithm(algorithm).at(now).await
-}
-
-/// Milliseconds since the UNIX epoch: a moment several processes can agree on.
-pub fn epoch_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
 }
 
 /// What `tracing` logged, as captured by [`capture_logs`].

@@ -2,12 +2,15 @@
 //! through Sentinel and living through a failover.
 
 use super::tls::write_certificates;
-use super::{connect, free_ports, query, replica_in_sync, wait_until, RedisProcess, ScratchDir};
+use super::{
+    connect, query, replica_in_sync, wait_until, PortReservation, PortTaken, RedisProcess,
+    ScratchDir, Topology,
+};
 use std::collections::HashMap;
 use std::time::Duration;
 
 /// How long Sentinel may take to discover the topology, or to carry out a failover.
-const SETTLE: Duration = Duration::from_secs(20);
+const SETTLE: Duration = Duration::from_secs(30);
 
 /// A master, a replica and 3 sentinels; all killed on drop, their files removed.
 pub struct RedisSentinels {
@@ -16,9 +19,10 @@ pub struct RedisSentinels {
     sentinels: Vec<RedisProcess>,
     tls: Option<Tls>,
     _dir: ScratchDir,
+    _ports: Vec<PortReservation>,
 }
 
-/// The TLS side of a set from [`start_tls`](RedisSentinels::start_tls).
+/// The TLS side of a set started with TLS.
 struct Tls {
     /// Each data node's plain port by its TLS port (the one the sentinels name).
     plain_of: HashMap<u16, u16>,
@@ -26,27 +30,17 @@ struct Tls {
     ca_pem: String,
 }
 
-impl RedisSentinels {
-    pub const MASTER_NAME: &'static str = "mymaster";
-
-    /// A master, one replica of it, and 3 sentinels monitoring it with quorum 2 (down after
-    /// 1 s, failover timeout 5 s). Ready when the replica is in sync and every sentinel
-    /// reports the master, knows the 2 other sentinels, and has the replica as a healthy
-    /// candidate for promotion (until then SENTINEL FAILOVER answers -NOGOODSLAVE).
-    pub fn start() -> RedisSentinels {
-        RedisSentinels::start_with(false)
-    }
-
-    /// The same set speaking TLS everywhere (to clients, for replication, between sentinels
-    /// and data nodes), with a certificate from a throwaway CA; every process keeps a plain
-    /// port for inspection, and the ports this API returns are those plain ones. See
-    /// [`tls_url`](Self::tls_url) and [`ca_pem`](Self::ca_pem).
-    pub fn start_tls() -> RedisSentinels {
-        RedisSentinels::start_with(true)
-    }
-
-    fn start_with(tls: bool) -> RedisSentinels {
-        let ports = free_ports(if tls { 10 } else { 5 }, 0);
+/// A master, one replica of it, and 3 sentinels monitoring it with quorum 2 (down after
+/// 1 s, failover timeout 5 s). Started when the replica is in sync and every sentinel
+/// reports the master, knows the 2 other sentinels, and has the replica as a healthy
+/// candidate for promotion (until then SENTINEL FAILOVER answers -NOGOODSLAVE).
+///
+/// With TLS, everything speaks it (clients, replication, sentinels to data nodes), and the
+/// ports this API returns are the plain ones every process keeps. See
+/// [`tls_url`](RedisSentinels::tls_url) and [`ca_pem`](RedisSentinels::ca_pem).
+impl Topology for RedisSentinels {
+    fn try_start(tls: bool) -> Result<RedisSentinels, PortTaken> {
+        let (reserved, ports) = PortReservation::many(if tls { 10 } else { 5 }, 0);
         let (master, replica) = (ports[0], ports[1]);
         let dir = ScratchDir::new(&format!("sentinel-{master}"));
         let ca_pem = tls.then(|| write_certificates(&dir));
@@ -86,7 +80,8 @@ impl RedisSentinels {
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             RedisProcess::spawn_node(port, &dir.join(port.to_string()), &args)
         });
-        data.iter_mut().for_each(RedisProcess::wait_until_ready);
+        data.iter_mut()
+            .try_for_each(RedisProcess::wait_until_ready)?;
         // Sentinels learn replicas from the master's INFO: their first INFO comes as soon as
         // they connect, the next one 10 s later. Start them once the master lists the replica.
         wait_until("the replica to sync with the master", SETTLE, || {
@@ -111,12 +106,13 @@ impl RedisSentinels {
                 }
                 std::fs::write(&conf, text)
                     .unwrap_or_else(|e| panic!("write {}: {e}", conf.display()));
-                RedisProcess::spawn(port, [conf.as_os_str(), "--sentinel".as_ref()])
+                let log = dir.join(format!("sentinel-{port}.log"));
+                RedisProcess::spawn(port, log, [conf.as_os_str(), "--sentinel".as_ref()])
             })
             .collect();
         sentinels
             .iter_mut()
-            .for_each(RedisProcess::wait_until_ready);
+            .try_for_each(RedisProcess::wait_until_ready)?;
         let topology = RedisSentinels {
             data,
             sentinels,
@@ -126,6 +122,7 @@ impl RedisSentinels {
                 ca_pem,
             }),
             _dir: dir,
+            _ports: reserved,
         };
         for sentinel in topology.sentinel_ports() {
             wait_until(
@@ -137,8 +134,12 @@ impl RedisSentinels {
                 || sentinel_ready(sentinel, named_master, named_replica),
             );
         }
-        topology
+        Ok(topology)
     }
+}
+
+impl RedisSentinels {
+    pub const MASTER_NAME: &'static str = "mymaster";
 
     /// `rediss+sentinel://127.0.0.1:t1,127.0.0.1:t2,127.0.0.1:t3/mymaster`: the sentinels'
     /// TLS ports. Only for [`start_tls`](Self::start_tls).

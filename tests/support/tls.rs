@@ -1,7 +1,7 @@
 //! A `redis-server` that speaks TLS, with a certificate from a CA the test makes itself, so
 //! that `rediss://` is tested against real certificate verification.
 
-use super::{connect, free_ports, RedisProcess, ScratchDir};
+use super::{connect, retry_on_taken_ports, PortReservation, PortTaken, RedisProcess, ScratchDir};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
 use std::path::Path;
 
@@ -12,6 +12,7 @@ pub struct TlsRedisServer {
     plain_port: u16,
     ca_pem: String,
     _dir: ScratchDir,
+    _ports: Vec<PortReservation>,
 }
 
 impl TlsRedisServer {
@@ -19,7 +20,11 @@ impl TlsRedisServer {
     /// test, SANs 127.0.0.1 and localhost, `--tls-auth-clients no`) and a plain port for
     /// inspection.
     pub fn start() -> TlsRedisServer {
-        let ports = free_ports(2, 0);
+        retry_on_taken_ports(TlsRedisServer::try_start)
+    }
+
+    fn try_start() -> Result<TlsRedisServer, PortTaken> {
+        let (reserved, ports) = PortReservation::many(2, 0);
         let (tls_port, plain_port) = (ports[0], ports[1]);
         let dir = ScratchDir::new(&format!("tls-{tls_port}"));
         let ca_pem = write_certificates(&dir);
@@ -38,14 +43,15 @@ impl TlsRedisServer {
         ];
         let tls_args: Vec<&str> = tls_args.iter().flat_map(|(k, v)| [*k, v]).collect();
         let mut process = RedisProcess::spawn_node(plain_port, &dir, &tls_args);
-        process.wait_until_ready();
-        TlsRedisServer {
+        process.wait_until_ready()?;
+        Ok(TlsRedisServer {
             _process: process,
             tls_port,
             plain_port,
             ca_pem,
             _dir: dir,
-        }
+            _ports: reserved,
+        })
     }
 
     /// `rediss://127.0.0.1:<tls_port>/`.
