@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use redis_ratelimit::{Breaker, Limiter, Rule};
 use support::cluster::RedisCluster;
 use support::RedisServer;
+use support::Topology as _;
 
 /// Never denies: the tests count where checks were counted, not denials.
 const MANY: [Rule; 1] = [Rule::new(1_000_000, Duration::from_secs(600))];

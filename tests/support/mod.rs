@@ -91,18 +91,27 @@ pub struct RedisServer {
     process: Option<RedisProcess>,
     port: PortReservation,
     dir: ScratchDir,
+    /// Arguments the server is started with, also when restarted.
+    extra: &'static [&'static str],
 }
 
 impl RedisServer {
     /// Starts a fresh, empty server on a reserved port (retried on other ports while one
     /// turns out taken). Panics (failing the test) when the server cannot be started.
     pub fn start() -> RedisServer {
+        RedisServer::start_with(&[])
+    }
+
+    /// [`start`](Self::start) with `extra` arguments for the server, e.g.
+    /// `["--rename-command", "TIME", ""]`.
+    pub fn start_with(extra: &'static [&'static str]) -> RedisServer {
         retry_on_taken_ports(|| {
             let port = PortReservation::any(0);
             let mut server = RedisServer {
                 process: None,
                 dir: ScratchDir::new(&port.to_string()),
                 port,
+                extra,
             };
             server.spawn()?;
             Ok(server)
@@ -158,7 +167,7 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) -> Result<(), PortTaken> {
-        let mut process = RedisProcess::spawn_node(self.port(), &self.dir, &[]);
+        let mut process = RedisProcess::spawn_node(self.port(), &self.dir, self.extra);
         process.wait_until_ready()?;
         self.process = Some(process);
         Ok(())

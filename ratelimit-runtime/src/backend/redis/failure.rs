@@ -83,10 +83,8 @@ impl Failure {
         let Failure::Answer(err) = self else {
             return false;
         };
-        let detail = err.details().unwrap_or_default();
         err.code() == "ERR"
-            && (detail.contains("command called from script")
-                || detail.contains("not allowed from script"))
+            && names_a_command_refused_in_a_script(err.details().unwrap_or_default())
     }
 
     /// What this failure of a call says about the server it was sent to.
@@ -232,12 +230,27 @@ fn answered(code: &str, detail: &str, shown: &str, key: &str) -> (BackendErrorKi
 /// away), or not permitted to the user, or a command a script called refused even with
 /// this process's clock (so not `TIME`).
 fn refuses_scripts(code: &str, detail: &str) -> bool {
-    let detail = detail.to_ascii_lowercase();
-    let names_a_script_command = ["'evalsha'", "'eval'", "from script"]
+    let lower = detail.to_ascii_lowercase();
+    let script_command = ["'evalsha'", "'eval'"]
         .iter()
-        .any(|name| detail.contains(name));
-    names_a_script_command
-        && (code == "NOPERM" || detail.contains("unknown") || detail.contains("not allowed"))
+        .any(|name| lower.contains(name));
+    (script_command && (code == "NOPERM" || lower.contains("unknown command")))
+        || names_a_command_refused_in_a_script(detail)
+}
+
+/// Whether Redis's error `detail` says a script called a command it may not: renamed away
+/// (`Unknown Redis command called from script`), refused to scripts (`... not allowed from
+/// script`), or refused to the user by an ACL (Redis: `The user executing the script can't
+/// run this command`; Valkey: `ACL failure in script`).
+fn names_a_command_refused_in_a_script(detail: &str) -> bool {
+    [
+        "command called from script",
+        "not allowed from script",
+        "executing the script can't run",
+        "ACL failure in script",
+    ]
+    .iter()
+    .any(|words| detail.contains(words))
 }
 
 fn refused(shown: &str) -> (BackendErrorKind, String) {
