@@ -8,7 +8,7 @@ mod support;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis_ratelimit::context::{self, RequestContext};
 use redis_ratelimit::{rate_limiter, LimitType, Limiter, RateLimitError, Rule};
@@ -156,20 +156,22 @@ backend_tests! {
     async fn a_call_refused_by_one_rule_consumes_nothing_from_the_others() {
         static CALLS: AtomicUsize = AtomicUsize::new(0);
         guarded! {
-            #[rate_limiter(rules("2 per 300 ms", rule(count = 3, time = 60)), limit_type = GLOBAL)]
+            #[rate_limiter(rules("2 per 2 s", rule(count = 3, time = 60)), limit_type = GLOBAL)]
             #[counted_in(CALLS)]
             async fn guarded() -> Result<(), RateLimitError> {
                 Ok(())
             }
         }
 
-        let short = Rule::new(2, Duration::from_millis(300));
+        // Windows of seconds, not milliseconds: a loaded machine may take a while between
+        // two calls, and the refusals must land within the short window.
+        let short = Rule::new(2, Duration::from_secs(2));
         let long = Rule::new(3, Duration::from_secs(60));
         guarded().await.unwrap();
         guarded().await.unwrap();
         assert_eq!(limited(guarded().await).rule, short);
         assert_eq!(limited(guarded().await).rule, short);
-        tokio::time::sleep(Duration::from_millis(350)).await;
+        tokio::time::sleep(Duration::from_millis(2_100)).await;
         // Had the two refused calls counted, the per-minute rule would be exhausted.
         guarded().await.unwrap();
         assert_eq!(limited(guarded().await).rule, long);
@@ -186,10 +188,13 @@ backend_tests! {
             }
         }
 
+        let before = Instant::now();
         submit("order-1").await.unwrap();
         let denied = limited(submit("order-1").await);
+        // The first call was counted at most this long before the refusal.
+        let between = before.elapsed();
         assert_eq!(denied.rule, Rule::new(1, Duration::from_secs(5)));
-        assert!(denied.retry_after > Duration::from_secs(4), "{denied:?}");
+        assert!(denied.retry_after >= Duration::from_secs(5).saturating_sub(between), "{denied:?}");
         assert!(denied.retry_after <= Duration::from_secs(5), "{denied:?}");
         submit("order-2").await.unwrap();
         assert_eq!(ran(&CALLS), 2);
@@ -201,7 +206,7 @@ backend_tests! {
             #[rate_limiter(
                 rules("3/minute"),
                 prevent_duplicate = true,
-                prevent_duplicate_rule = rule(count = 1, time = 300, unit = MILLISECONDS),
+                prevent_duplicate_rule = rule(count = 1, time = 2000, unit = MILLISECONDS),
                 limit_type = GLOBAL,
             )]
             #[counted_in(CALLS)]
@@ -210,14 +215,15 @@ backend_tests! {
             }
         }
 
-        let duplicate = Rule::new(1, Duration::from_millis(300));
+        let duplicate = Rule::new(1, Duration::from_secs(2));
+        let pause = Duration::from_millis(2_100);
         submit().await.unwrap();
         assert_eq!(limited(submit().await).rule, duplicate);
-        tokio::time::sleep(Duration::from_millis(350)).await;
+        tokio::time::sleep(pause).await;
         submit().await.unwrap();
-        tokio::time::sleep(Duration::from_millis(350)).await;
+        tokio::time::sleep(pause).await;
         submit().await.unwrap();
-        tokio::time::sleep(Duration::from_millis(350)).await;
+        tokio::time::sleep(pause).await;
         assert_eq!(
             limited(submit().await).rule,
             Rule::new(3, Duration::from_secs(60))
@@ -573,11 +579,11 @@ backend_tests! {
 
     async fn algorithm_selects_how_rules_are_counted() {
         guarded! {
-            #[rate_limiter(rules("2 per 2 s"), algorithm = TOKEN_BUCKET, limit_type = GLOBAL)]
+            #[rate_limiter(rules("2 per 4 s"), algorithm = TOKEN_BUCKET, limit_type = GLOBAL)]
             async fn bucket() -> Result<(), RateLimitError> {
                 Ok(())
             }
-            #[rate_limiter(rules("2 per 2 s"), limit_type = GLOBAL)]
+            #[rate_limiter(rules("2 per 4 s"), limit_type = GLOBAL)]
             async fn log() -> Result<(), RateLimitError> {
                 Ok(())
             }
@@ -589,9 +595,9 @@ backend_tests! {
         }
         limited(bucket().await);
         limited(log().await);
-        // A token bucket refills one call every 2 s / 2; the sliding log frees nothing
-        // until the first call is 2 s old.
-        tokio::time::sleep(Duration::from_millis(1_200)).await;
+        // A token bucket refills one call every 4 s / 2; the sliding log frees nothing
+        // until the first call is 4 s old.
+        tokio::time::sleep(Duration::from_millis(2_200)).await;
         bucket().await.unwrap();
         limited(log().await);
     }

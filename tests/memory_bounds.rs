@@ -91,8 +91,10 @@ fn a_million_new_keys_keep_memory_bounded() {
         assert!(!holds(&limiter, "first").await, "the oldest key was kept");
     });
     let took = started.elapsed();
+    // About 10 s unoptimised on an idle machine; a pass over all keys per new key would
+    // take hours. The bound leaves room for a machine whose cores are all busy.
     assert!(
-        took < Duration::from_secs(60),
+        took < Duration::from_secs(100),
         "{KEYS} checks took {took:?}"
     );
 }
