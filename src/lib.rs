@@ -49,3 +49,8 @@ pub mod __private {
     pub use ratelimit_runtime::RequestContext;
     pub use ratelimit_runtime::{global, Algorithm, LimitType, Limiter, RateLimitError, Rule};
 }
+
+/// Every `rust` block of the README, compiled and run as a doc test.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
