@@ -102,6 +102,28 @@ pub fn client_from(local: &str) -> Client {
         .unwrap()
 }
 
+/// A gRPC channel to `base` whose connection comes from `local`: a peer address of the
+/// test's choosing (any 127.0.0.0/8 address is loopback on Linux).
+pub async fn grpc_channel_from(base: &str, local: &str) -> tonic::transport::Channel {
+    tonic::transport::Endpoint::from_shared(base.to_owned())
+        .unwrap()
+        .local_address(Some(local.parse().unwrap()))
+        .timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .expect("connect")
+}
+
+/// The single value of the gRPC metadata entry `name`, or `None`; panics when it is
+/// repeated.
+pub fn metadata_field<'a>(
+    metadata: &'a tonic::metadata::MetadataMap,
+    name: &str,
+) -> Option<&'a str> {
+    let values = metadata.get_all(name).iter();
+    single(name, values.map(|v| v.to_str().unwrap()))
+}
+
 /// The single value of the field `name` among `values`, or `None`; panics when the field
 /// is repeated.
 pub fn single<'a>(name: &str, mut values: impl Iterator<Item = &'a str>) -> Option<&'a str> {
