@@ -169,9 +169,10 @@ pub type RateLimitLayer<B> = RateLimitLayerWith<B, PeerAddr>;
 /// - **User id**: what the [`user_id`](Self::user_id) closure finds in the request.
 /// - **Exemption**: requests the [`exempt`](Self::exempt) closure picks skip every guard.
 /// - **Guards**: the layer's own limits ([`guard`](Self::guard)), checked before the inner
-///   service is called; a refused request never reaches it. A service with guards must be
-///   `Clone` (as axum's, tonic's and hyper's are): the ready service is moved into the
-///   request's future while the guards decide, and a clone takes its place.
+///   service is called; a refused request never reaches it, and is answered in the inner
+///   service's response body type ([`RefusalBody`]). The inner service is `Clone` (as
+///   axum's, tonic's and hyper's are): for a guarded request, the service made ready is
+///   moved into the request's future while the guards decide, and a clone takes its place.
 ///
 /// `B` is the request body type: `axum::body::Body` for axum (named
 /// `redis_ratelimit::axum::RateLimitLayer`), `tonic::body::Body` for tonic
