@@ -1,5 +1,7 @@
 //! A small HTTP API rate-limited per client IP and per user, with actix-web: the
-//! `axum_server` example's API, answering the same statuses, headers and bodies.
+//! `axum_server` example's API, answering the same statuses, headers and bodies: a guard on
+//! the middleware for every API request, and attributes on the handlers for their own
+//! limits.
 //!
 //! ```text
 //! cargo run --example actix_server                                    # embedded backend
@@ -21,7 +23,16 @@ use actix_web::body::MessageBody;
 use actix_web::dev::{Service as _, ServiceFactory, ServiceRequest, ServiceResponse};
 use actix_web::{web, App, HttpMessage as _, HttpRequest, HttpServer};
 use redis_ratelimit::actix::RateLimit;
-use redis_ratelimit::{rate_limiter, Limiter, RateLimitError};
+use redis_ratelimit::{rate_limiter, Guard, Limiter, RateLimitError, Rule};
+
+/// Every API request, whatever its route: 60 a minute per client IP.
+static API: [Rule; 1] = [Rule::per_minute(60)];
+
+/// The guard counting every API request on `limiter`, under the site name `api` (the one
+/// operators override: `ratelimit mode api off`).
+pub fn api_guard(limiter: &'static Limiter) -> Guard {
+    Guard::new("api", &API).limiter(limiter)
+}
 
 /// The limiter every worker counts on.
 type SharedLimiter = web::Data<&'static Limiter>;
@@ -60,8 +71,8 @@ pub fn rate_limit() -> RateLimit {
         .user_id(|req: &ServiceRequest| req.extensions().get::<UserId>().map(|u| u.0.clone()))
 }
 
-/// The whole app: the routes behind `rate_limit`, behind the example's authentication (see
-/// [`common::toy_authentication`]).
+/// The whole app: the API behind `rate_limit` with the [`api_guard`], `/health` outside
+/// it, all behind the example's authentication (see [`common::toy_authentication`]).
 pub fn app(
     limiter: &'static Limiter,
     rate_limit: RateLimit,
@@ -76,10 +87,14 @@ pub fn app(
 > {
     App::new()
         .app_data(web::Data::new(limiter))
-        .route("/sms/code", web::post().to(send_code))
-        .route("/search", web::get().to(search))
+        // Outside the API's scope: never limited.
         .route("/health", web::get().to(health))
-        .wrap(rate_limit)
+        .service(
+            web::scope("")
+                .route("/sms/code", web::post().to(send_code))
+                .route("/search", web::get().to(search))
+                .wrap(rate_limit.guard(api_guard(limiter))),
+        )
         // Wrapped last, so it runs first: the rate-limit middleware reads the user it finds.
         .wrap_fn(|req, srv| {
             let x_user_id = req.headers().get("x-user-id").and_then(|v| v.to_str().ok());

@@ -1,4 +1,5 @@
-//! A small HTTP API rate-limited per client IP and per user, with axum.
+//! A small HTTP API rate-limited per client IP and per user, with axum: a guard on the
+//! router for every API request, and attributes on the handlers for their own limits.
 //!
 //! ```text
 //! cargo run --example axum_server                                    # embedded backend
@@ -8,6 +9,10 @@
 //! curl -i 'localhost:3000/search?q=rust' -H 'x-user-id: 42'          # 3 per 10 s per user
 //! curl -i localhost:3000/health                                      # never limited
 //! ```
+//!
+//! Every API request (not `/health`) also counts against 60 a minute per client IP, checked
+//! by the layer's guard before any handler runs; a response describes whichever limit binds
+//! hardest.
 //!
 //! `LISTEN` sets the address (default `127.0.0.1:3000`); `TRUSTED_PROXIES`
 //! (`10.0.0.0/8,192.168.0.0/16`) lists the proxies whose `X-Forwarded-For` is believed.
@@ -23,7 +28,16 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
 use redis_ratelimit::axum::RateLimitLayer;
-use redis_ratelimit::{rate_limiter, Limiter, RateLimitError};
+use redis_ratelimit::{rate_limiter, Guard, Limiter, RateLimitError, Rule};
+
+/// Every API request, whatever its route: 60 a minute per client IP.
+static API: [Rule; 1] = [Rule::per_minute(60)];
+
+/// The guard counting every API request on `limiter`, under the site name `api` (the one
+/// operators override: `ratelimit mode api off`).
+pub fn api_guard(limiter: &'static Limiter) -> Guard {
+    Guard::new("api", &API).limiter(limiter)
+}
 
 /// Per client IP: 5 codes a minute and 10 an hour, and never two within 5 seconds.
 #[rate_limiter(
@@ -70,19 +84,26 @@ pub fn rate_limit_layer() -> RateLimitLayer {
         .user_id(|req: &Request| req.extensions().get::<UserId>().map(|u| u.0.clone()))
 }
 
-/// The routes alone, without the layers.
-pub fn routes(limiter: &'static Limiter) -> Router {
+/// The API's routes, without any layer.
+fn api(limiter: &'static Limiter) -> Router {
     Router::new()
         .route("/sms/code", post(send_code))
         .route("/search", get(search))
-        .route("/health", get(health))
         .with_state(limiter)
 }
 
-/// The whole app: the routes behind `rate_limit`, behind the authentication.
+/// The routes alone, without the layers.
+pub fn routes(limiter: &'static Limiter) -> Router {
+    api(limiter).route("/health", get(health))
+}
+
+/// The whole app: the API behind `rate_limit` with the [`api_guard`], `/health` outside
+/// it, all behind the authentication.
 pub fn app(limiter: &'static Limiter, rate_limit: RateLimitLayer) -> Router {
-    routes(limiter)
-        .layer(rate_limit)
+    api(limiter)
+        .layer(rate_limit.guard(api_guard(limiter)))
+        // Added after the layer, so outside it: never limited.
+        .route("/health", get(health))
         // Added last, so it runs first: the rate-limit layer reads the user it finds.
         .layer(middleware::from_fn(toy_auth))
 }

@@ -25,6 +25,7 @@
 #![warn(missing_docs)]
 
 pub use ratelimit_macros::rate_limiter;
+pub use ratelimit_runtime::Guard;
 pub use ratelimit_runtime::{
     clock, context, global, init, key, Algorithm, BackendError, BackendErrorKind, Check,
     ConfigError, Decision, InitError, LimitType, Limiter, Mode, ParseModeError, ParseRuleError,

@@ -15,47 +15,12 @@ use std::net::IpAddr;
 use std::sync::Mutex;
 use std::thread::ThreadId;
 
-use actix_web::body::MessageBody;
-use actix_web::dev::{ServiceFactory, ServiceRequest, ServiceResponse};
-use actix_web::{web, App, HttpServer};
+use actix_web::dev::ServiceRequest;
+use actix_web::{web, App};
 use redis_ratelimit::actix::{ProxyHeader, RateLimit};
 use redis_ratelimit::{rate_limiter, Limiter, RateLimitError};
 use reqwest::{Client, StatusCode};
-use support::http::{client_from, ExampleApi, Served};
-
-/// Serves the app `factory` builds with `workers` workers on `ip`, port 0, in a thread
-/// of its own running actix-web's system, as the example's `main` does; stopped when the
-/// answer is dropped.
-fn serve<F, T, B>(ip: &str, workers: usize, factory: F) -> Served
-where
-    F: Fn() -> App<T> + Send + Clone + 'static,
-    T: ServiceFactory<
-            ServiceRequest,
-            Config = (),
-            Response = ServiceResponse<B>,
-            Error = actix_web::Error,
-            InitError = (),
-        > + 'static,
-    B: MessageBody + 'static,
-{
-    let (listener, base) = support::http::listen(ip);
-    let (sender, receiver) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        actix_web::rt::System::new().block_on(async move {
-            let server = HttpServer::new(factory)
-                .workers(workers)
-                .disable_signals()
-                .listen(listener)
-                .expect("listen")
-                .run();
-            sender.send(server.handle()).unwrap();
-            server.await.expect("serve");
-        });
-    });
-    let handle = receiver.recv().expect("the server starts");
-    // The stop command is sent on the call; its completion is not awaited.
-    Served::stopped_by(base, move || drop(handle.stop(false)))
-}
+use support::http::{client_from, serve_actix, ExampleApi, Served};
 
 /// The `actix_server` example, served by two workers.
 struct ActixExample;
@@ -80,7 +45,7 @@ impl ExampleApi for ActixExample {
     }
 
     async fn serve_with(limiter: &'static Limiter, rate_limit: RateLimit, ip: &str) -> Served {
-        serve(ip, 2, move || {
+        serve_actix(ip, 2, move || {
             actix_server::app(limiter, rate_limit.clone())
         })
     }
@@ -91,7 +56,7 @@ example_api_tests! {
 
     async fn workers_with_runtimes_of_their_own_count_exactly_on_one_limiter() {
         let limiter = support::limiter();
-        let served = serve("127.0.0.1", 4, move || {
+        let served = serve_actix("127.0.0.1", 4, move || {
             App::new()
                 .app_data(web::Data::new(limiter))
                 .wrap(RateLimit::new())

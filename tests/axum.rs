@@ -13,23 +13,13 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use axum::extract::{ConnectInfo, Request};
-use axum::Router;
 use redis_ratelimit::axum::{ProxyHeader, RateLimitLayer};
 use redis_ratelimit::clock::ManualClock;
 use redis_ratelimit::Limiter;
 use reqwest::StatusCode;
-use support::http::{client_from, header, ExampleApi, Served, Setup, PROBLEM, SMS_POLICY};
-
-/// Serves `app` on `ip`, port 0, as the example's `main` does (with the peer address), until
-/// the test ends.
-async fn serve(app: Router, ip: &str) -> Served {
-    let (listener, base) = support::http::listen_tokio(ip);
-    tokio::spawn(async move {
-        let app = app.into_make_service_with_connect_info::<SocketAddr>();
-        axum::serve(listener, app).await.expect("serve");
-    });
-    Served::new(base)
-}
+use support::http::{
+    client_from, header, serve_axum, ExampleApi, Served, Setup, PROBLEM, SMS_POLICY,
+};
 
 /// The `axum_server` example.
 struct AxumExample;
@@ -55,7 +45,7 @@ impl ExampleApi for AxumExample {
     }
 
     async fn serve_with(limiter: &'static Limiter, layer: RateLimitLayer, ip: &str) -> Served {
-        serve(axum_server::app(limiter, layer), ip).await
+        serve_axum(axum_server::app(limiter, layer), ip)
     }
 }
 
@@ -63,7 +53,7 @@ example_api_tests! {
     AxumExample;
 
     async fn routes_without_the_layer_answer_500_saying_so() {
-        let served = serve(axum_server::routes(support::limiter()), "127.0.0.1").await;
+        let served = serve_axum(axum_server::routes(support::limiter()), "127.0.0.1");
         let client = client_from("127.0.0.1");
         let response = served.send_code(&client, &[]).await;
         assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);

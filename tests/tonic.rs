@@ -9,14 +9,12 @@ mod support;
 #[path = "../examples/grpc_server.rs"]
 mod grpc_server;
 
-use std::time::Duration;
-
 use grpc_server::{send_code, CodeReply, SmsServer, SmsService};
 use redis_ratelimit::tonic::{ProxyHeader, RateLimitLayer};
 use redis_ratelimit::Limiter;
-use tonic::metadata::MetadataMap;
+use support::http::{grpc_channel_from as channel_from, metadata_field as field};
 use tonic::transport::server::TcpIncoming;
-use tonic::transport::{Channel, Endpoint, Server};
+use tonic::transport::{Channel, Server};
 use tonic::{Code, Response, Status};
 
 const POLICY: &str = r#""p1";q=5;w=60, "dup";q=1;w=5"#;
@@ -49,28 +47,10 @@ async fn serve(limiter: &'static Limiter, layer: Option<RateLimitLayer>, ip: &st
     base
 }
 
-/// A channel whose connection comes from `local`: a peer address of the test's choosing
-/// (any 127.0.0.0/8 address is loopback on Linux).
-async fn channel_from(base: &str, local: &str) -> Channel {
-    Endpoint::from_shared(base.to_owned())
-        .unwrap()
-        .local_address(Some(local.parse().unwrap()))
-        .timeout(Duration::from_secs(5))
-        .connect()
-        .await
-        .expect("connect")
-}
-
 fn layer_trusting_127_0_0_2(header: ProxyHeader) -> RateLimitLayer {
     grpc_server::rate_limit_layer()
         .trust_proxies(["127.0.0.2/32"])
         .proxy_header(header)
-}
-
-/// The single value of the metadata entry `name`, or `None`; panics when it is repeated.
-fn field<'a>(metadata: &'a MetadataMap, name: &str) -> Option<&'a str> {
-    let values = metadata.get_all(name).iter();
-    support::http::single(name, values.map(|v| v.to_str().unwrap()))
 }
 
 fn allowed(answer: Result<Response<CodeReply>, Status>) -> Response<CodeReply> {

@@ -1,6 +1,6 @@
 //! actix-web integration (feature `actix`): a middleware that tells guarded handlers who is
-//! calling and describes their decision in the response headers, and HTTP responses for
-//! [`RateLimitError`].
+//! calling, checks each request against its [guards](crate::Guard), and describes the
+//! decision in the response headers, and HTTP responses for [`RateLimitError`].
 //!
 //! ```no_run
 //! # mod redis_ratelimit { pub use ::redis_ratelimit::*; pub use ratelimit_runtime::actix; }
@@ -33,6 +33,33 @@
 //! [user id](RateLimit::user_id), and whether the request is [exempt](RateLimit::exempt):
 //! the same rules, by the same code, as the axum and tonic layers.
 //!
+//! # Guards
+//!
+//! [`RateLimit::guard`] limits every request through the middleware, before it reaches the
+//! app's service, with the same answers as a guarded handler's refusal:
+//!
+//! ```no_run
+//! # mod redis_ratelimit { pub use ::redis_ratelimit::*; pub use ratelimit_runtime::actix; }
+//! use actix_web::{web, App, HttpServer};
+//! use redis_ratelimit::actix::RateLimit;
+//! use redis_ratelimit::{Guard, Rule};
+//!
+//! static API: [Rule; 2] = [Rule::per_minute(100), Rule::per_hour(1000)];
+//!
+//! # async fn run() -> std::io::Result<()> {
+//! HttpServer::new(|| {
+//!     App::new()
+//!         .wrap(RateLimit::new().guard(Guard::new("api", &API)))
+//!         .route("/search", web::get().to(|| async { "results" }))
+//! })
+//! .bind("0.0.0.0:3000")?
+//! .run()
+//! .await
+//! # }
+//! ```
+//!
+//! The middleware's response body is then an [`EitherBody`]: the app's, or a refusal's.
+//!
 //! # Responses
 //!
 //! [`RateLimitError`] implements [`ResponseError`]: a guarded handler returns
@@ -51,16 +78,17 @@
 
 use std::fmt;
 use std::future::{ready, Ready};
+use std::rc::Rc;
 use std::sync::Arc;
 
-use actix_web::body::BoxBody;
+use actix_web::body::{BoxBody, EitherBody};
 use actix_web::dev::{forward_ready, Service, ServiceRequest, ServiceResponse, Transform};
 use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 
 use crate::web::fields::{self, FieldSink};
-use crate::web::middleware::{self, Settings};
+use crate::web::middleware::{self, InnerCall, Settings};
 use crate::web::problem::{self, Integration, Problem, PROBLEM_JSON};
 pub use crate::web::{InvalidProxyNet, ProxyHeader, ResponseFuture};
 use crate::RateLimitError;
@@ -105,15 +133,17 @@ where
 
     fn new_transform(&self, service: S) -> Self::Future {
         ready(Ok(RateLimitMiddleware {
-            service,
+            service: Rc::new(service),
             settings: Arc::clone(&self.settings),
         }))
     }
 }
 
-/// The service of [`RateLimit`], wrapping the app's.
+/// The service of [`RateLimit`], wrapping the app's. Its responses' body is the app's
+/// ([`EitherBody::Left`]) or a guard's refusal ([`EitherBody::Right`]).
 pub struct RateLimitMiddleware<S> {
-    service: S,
+    /// Shared with the requests its guards are checking.
+    service: Rc<S>,
     settings: Arc<Settings<ServiceRequest>>,
 }
 
@@ -128,16 +158,62 @@ impl<S, B> Service<ServiceRequest> for RateLimitMiddleware<S>
 where
     S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error>,
 {
-    type Response = ServiceResponse<B>;
+    type Response = ServiceResponse<EitherBody<B>>;
     type Error = actix_web::Error;
-    type Future = ResponseFuture<S::Future>;
+    type Future = ResponseFuture<PendingCall<S>>;
 
     forward_ready!(service);
 
     fn call(&self, req: ServiceRequest) -> Self::Future {
         let peer = req.peer_addr().map(|addr| addr.ip());
         let admission = self.settings.admit(&req, peer);
-        admission.run(self.service.call(req))
+        if !admission.checks_guards() {
+            return admission.run(self.service.call(req));
+        }
+        admission.run_guarded(PendingCall {
+            service: Rc::clone(&self.service),
+            req,
+        })
+    }
+}
+
+/// A request for the app's service `S`, held by its [`ResponseFuture`] while the
+/// middleware's guards check it. It appears only in that future's type.
+pub struct PendingCall<S> {
+    service: Rc<S>,
+    req: ServiceRequest,
+}
+
+impl<S> fmt::Debug for PendingCall<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PendingCall")
+            .field("method", self.req.method())
+            .field("uri", self.req.uri())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, B> InnerCall for PendingCall<S>
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error>,
+{
+    type Future = S::Future;
+    type Served = ServiceResponse<B>;
+    type Response = ServiceResponse<EitherBody<B>>;
+    type Error = actix_web::Error;
+
+    fn call(self) -> S::Future {
+        self.service.call(self.req)
+    }
+
+    fn served(response: ServiceResponse<B>) -> ServiceResponse<EitherBody<B>> {
+        response.map_into_left_body()
+    }
+
+    /// The [`ResponseError`] answer, as a guarded handler's refusal gets.
+    fn refuse(self, err: RateLimitError) -> ServiceResponse<EitherBody<B>> {
+        let response = err.error_response();
+        self.req.into_response(response).map_into_right_body()
     }
 }
 

@@ -88,14 +88,12 @@ use std::net::{IpAddr, SocketAddr};
 
 use ::axum::body::Body;
 use ::axum::extract::ConnectInfo;
-use ::axum::http::header::{HeaderValue, CONTENT_TYPE};
-use ::axum::http::{Extensions, StatusCode};
+use ::axum::http::Extensions;
 use ::axum::response::{IntoResponse, Response};
 
-use crate::tower::PeerSource;
 pub use crate::tower::{InvalidProxyNet, PeerAddr, ProxyHeader, ResponseFuture};
-use crate::web::fields;
-use crate::web::problem::{Integration, Problem, PROBLEM_JSON};
+use crate::tower::{PeerSource, RefusalBody};
+use crate::web::problem::Integration;
 use crate::RateLimitError;
 
 /// The [tower layer](crate::tower::RateLimitLayerWith) for axum's requests: it reads the
@@ -109,6 +107,9 @@ pub type RateLimitService<S> = crate::tower::RateLimitService<S, Body, ConnectIn
 
 /// Where `into_make_service_with_connect_info::<SocketAddr>()` records the peer address.
 impl PeerSource for ConnectInfo<SocketAddr> {
+    const HOW_TO_RECORD: &'static str =
+        "serve the app with into_make_service_with_connect_info::<SocketAddr>()";
+
     fn peer_ip(extensions: &Extensions) -> Option<IpAddr> {
         extensions.get::<Self>().map(|ConnectInfo(addr)| addr.ip())
     }
@@ -126,25 +127,22 @@ impl PeerSource for ConnectInfo<SocketAddr> {
 /// Bodies are `application/problem+json` (RFC 9457).
 impl IntoResponse for RateLimitError {
     fn into_response(self) -> Response {
-        let problem = Problem::of(&self, Integration::Axum);
-        let status = StatusCode::from_u16(problem.status).expect("a problem's status is valid");
-        let mut response = (status, problem.body()).into_response();
-        let headers = response.headers_mut();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
-        if let RateLimitError::Limited {
-            rule, retry_after, ..
-        } = &self
-        {
-            fields::describe_refusal(rule, *retry_after, headers);
-        }
-        response
+        crate::tower::answer(&self, Integration::Axum)
+    }
+}
+
+/// A guard's refusal in axum's body.
+impl RefusalBody for Body {
+    fn from_text(text: String) -> Self {
+        Body::from(text)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use ::axum::body::to_bytes;
-    use ::axum::http::header::RETRY_AFTER;
+    use ::axum::http::header::{CONTENT_TYPE, RETRY_AFTER};
+    use ::axum::http::StatusCode;
 
     use super::*;
     use crate::context;

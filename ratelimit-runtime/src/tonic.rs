@@ -38,8 +38,8 @@ use ::tonic::transport::server::TcpConnectInfo;
 use ::tonic::Status;
 use http::Extensions;
 
-use crate::tower::PeerSource;
 pub use crate::tower::{InvalidProxyNet, PeerAddr, ProxyHeader, ResponseFuture};
+use crate::tower::{PeerSource, RefusalBody};
 use crate::web::fields::{self, FieldSink};
 use crate::web::problem::{self, Integration, Problem};
 use crate::{RateLimitError, RequestContext};
@@ -54,6 +54,10 @@ pub type RateLimitService<S> = crate::tower::RateLimitService<S, Body, TcpConnec
 
 /// Where `tonic::transport::Server` records the peer address of a TCP connection.
 impl PeerSource for TcpConnectInfo {
+    const HOW_TO_RECORD: &'static str =
+        "serve with tonic's transport::Server over TCP (which records TcpConnectInfo), or \
+         insert a redis_ratelimit::tower::PeerAddr extension before the layer";
+
     fn peer_ip(extensions: &Extensions) -> Option<IpAddr> {
         let info = extensions.get::<Self>()?;
         info.remote_addr().map(|addr| addr.ip())
@@ -90,6 +94,25 @@ impl From<RateLimitError> for Status {
             RateLimitError::Backend(_) => {
                 Status::unavailable(Problem::of(&err, Integration::Tonic).detail)
             }
+        }
+    }
+}
+
+/// The answer of a tower layer to a gRPC request a guard refused with `err`: the
+/// [`Status`] a guarded method's refusal becomes, as a trailers-only response.
+pub(crate) fn answer<B: RefusalBody>(err: RateLimitError) -> http::Response<B> {
+    Status::from(err)
+        .into_http::<()>()
+        .map(|()| B::from_text(String::new()))
+}
+
+/// A guard's refusal in tonic's body (empty for a gRPC status, which is in the headers).
+impl RefusalBody for Body {
+    fn from_text(text: String) -> Self {
+        if text.is_empty() {
+            Body::empty()
+        } else {
+            Body::new(text)
         }
     }
 }
@@ -182,5 +205,48 @@ mod tests {
             "{}",
             status.message()
         );
+    }
+
+    static ONE_A_MINUTE: [crate::Rule; 1] = [crate::Rule::per_minute(1)];
+
+    #[tokio::test]
+    async fn a_grpc_request_a_guard_refuses_gets_resource_exhausted() {
+        use std::convert::Infallible;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::Arc;
+
+        use tower::{service_fn, Layer, ServiceExt};
+
+        let limiter: &'static crate::Limiter = Box::leak(Box::new(crate::Limiter::memory()));
+        let guard = crate::Guard::new("tonic::tests::grpc", &ONE_A_MINUTE).limiter(limiter);
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&calls);
+        let service = RateLimitLayer::new().guard(guard).layer(service_fn(
+            move |_req: http::Request<Body>| {
+                counted.fetch_add(1, Ordering::SeqCst);
+                async { Ok::<_, Infallible>(http::Response::new(Body::empty())) }
+            },
+        ));
+        let call = || {
+            let mut req = http::Request::new(Body::empty());
+            req.headers_mut()
+                .insert("content-type", "application/grpc".parse().unwrap());
+            req.extensions_mut()
+                .insert(PeerAddr(([192, 0, 2, 1], 1).into()));
+            service.clone().oneshot(req)
+        };
+        let allowed = call().await.unwrap();
+        assert_eq!(allowed.headers()["ratelimit"], r#""p1";r=0;t=60"#);
+        let refused = call().await.unwrap();
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        // A trailers-only response: the status and its metadata are headers.
+        let headers = refused.headers();
+        assert_eq!(refused.status(), http::StatusCode::OK);
+        assert_eq!(headers["content-type"], "application/grpc");
+        assert_eq!(headers["grpc-status"], "8");
+        assert_eq!(headers["grpc-message"], "too%20many%20requests");
+        assert_eq!(headers["retry-after"], "60");
+        assert_eq!(headers["ratelimit-policy"], r#""p1";q=1;w=60"#);
+        assert_eq!(headers["ratelimit"], r#""p1";r=0;t=60"#);
     }
 }

@@ -1,7 +1,8 @@
 //! tower integration (feature `tower`; `axum` and `tonic` enable it): a [`Layer`] over
-//! `http::Request` that tells guarded handlers who is calling and describes their decision
-//! in the response's `RateLimit-Policy` / `RateLimit` headers. It serves axum, tonic, and
-//! hyper or any other tower stack alike.
+//! `http::Request` that tells guarded handlers who is calling, checks each request against
+//! its [guards](crate::Guard), and describes the decision in the response's
+//! `RateLimit-Policy` / `RateLimit` headers. It serves axum, tonic, and hyper or any other
+//! tower stack alike.
 //!
 //! The peer address is read from the request's extensions, first found of:
 //!
@@ -37,20 +38,71 @@
 //! assert_eq!(response.body(), "Some(203.0.113.9)");
 //! # }
 //! ```
+//!
+//! # Guards
+//!
+//! [`guard`](RateLimitLayerWith::guard) limits every request through the layer, before it
+//! reaches the inner service:
+//!
+//! ```
+//! # use ratelimit_runtime as redis_ratelimit; // the facade re-exports it with feature `tower`
+//! use std::net::SocketAddr;
+//!
+//! use http::{Request, Response, StatusCode};
+//! use redis_ratelimit::tower::{PeerAddr, RateLimitLayer};
+//! use redis_ratelimit::{Guard, Limiter, Rule};
+//! use tower::{service_fn, Layer, ServiceExt};
+//!
+//! static API: [Rule; 1] = [Rule::per_minute(1)];
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let limiter: &'static Limiter = Box::leak(Box::new(Limiter::memory()));
+//! let app = service_fn(|_req: Request<String>| async {
+//!     Ok::<_, std::convert::Infallible>(Response::new("results".to_string()))
+//! });
+//! let service = RateLimitLayer::new()
+//!     .guard(Guard::new("tower_docs::api", &API).limiter(limiter))
+//!     .layer(app);
+//!
+//! let request = || {
+//!     let mut req = Request::new(String::new());
+//!     req.extensions_mut().insert(PeerAddr("203.0.113.9:50000".parse().unwrap()));
+//!     req
+//! };
+//! let allowed = service.clone().oneshot(request()).await.unwrap();
+//! assert_eq!(allowed.headers()["ratelimit"], r#""p1";r=0;t=60"#);
+//! let refused = service.oneshot(request()).await.unwrap();
+//! assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+//! assert_eq!(refused.headers()["retry-after"], "60");
+//! assert_eq!(refused.headers()["content-type"], "application/problem+json");
+//! # }
+//! ```
+//!
+//! A refusal is written in the inner service's response body type ([`RefusalBody`]):
+//! axum's and tonic's bodies, `String`, and http-body-util's `Full<Bytes>`,
+//! `BoxBody<Bytes, E>` and `UnsyncBoxBody<Bytes, E>`. A gRPC request (`content-type:
+//! application/grpc...`) is refused with a gRPC status when the `tonic` feature is on.
 
+use std::convert::Infallible;
 use std::fmt;
 use std::marker::PhantomData;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use bytes::Bytes;
+use http::header::CONTENT_TYPE;
 use http::{Extensions, HeaderMap, HeaderValue, Request, Response, StatusCode};
+use http_body_util::combinators::{BoxBody, UnsyncBoxBody};
+use http_body_util::{BodyExt as _, Full};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::web::fields::FieldSink;
-use crate::web::middleware::{self, Settings};
+use crate::web::fields::{self, FieldSink};
+use crate::web::middleware::{self, InnerCall, Settings};
+use crate::web::problem::{Integration, Problem, PROBLEM_JSON};
 pub use crate::web::{InvalidProxyNet, ProxyHeader, ResponseFuture};
+use crate::RateLimitError;
 
 /// The peer address of a request's connection, for servers that do not record one where
 /// the layer's [`PeerSource`] looks: insert it into the request's extensions before the
@@ -84,6 +136,12 @@ pub struct PeerAddr(pub SocketAddr);
 /// let layer = RateLimitLayerWith::<String, Remote>::new().trust_proxies(["10.0.0.0/8"]);
 /// ```
 pub trait PeerSource {
+    /// How to have requests carry this source's record: what the layer's answer to a
+    /// request without a peer address tells the operator, when a [guard](crate::Guard)
+    /// needs the client IP.
+    const HOW_TO_RECORD: &'static str = "insert a redis_ratelimit::tower::PeerAddr extension \
+                                         with the connection's address before the layer";
+
     /// The peer address this source recorded in a request's extensions, if any.
     fn peer_ip(extensions: &Extensions) -> Option<IpAddr>;
 }
@@ -110,6 +168,11 @@ pub type RateLimitLayer<B> = RateLimitLayerWith<B, PeerAddr>;
 ///   clients are counted per [network](Self::ipv6_prefix) (`/64`).
 /// - **User id**: what the [`user_id`](Self::user_id) closure finds in the request.
 /// - **Exemption**: requests the [`exempt`](Self::exempt) closure picks skip every guard.
+/// - **Guards**: the layer's own limits ([`guard`](Self::guard)), checked before the inner
+///   service is called; a refused request never reaches it, and is answered in the inner
+///   service's response body type ([`RefusalBody`]). The inner service is `Clone` (as
+///   axum's, tonic's and hyper's are): for a guarded request, the service made ready is
+///   moved into the request's future while the guards decide, and a clone takes its place.
 ///
 /// `B` is the request body type: `axum::body::Body` for axum (named
 /// `redis_ratelimit::axum::RateLimitLayer`), `tonic::body::Body` for tonic
@@ -220,12 +283,13 @@ impl<S: fmt::Debug, B, P> fmt::Debug for RateLimitService<S, B, P> {
 
 impl<S, B, P, ResBody> Service<Request<B>> for RateLimitService<S, B, P>
 where
-    S: Service<Request<B>, Response = Response<ResBody>>,
+    S: Service<Request<B>, Response = Response<ResBody>> + Clone,
     P: PeerSource,
+    ResBody: RefusalBody,
 {
     type Response = Response<ResBody>;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Future>;
+    type Future = ResponseFuture<PendingCall<S, B, P>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -235,7 +299,137 @@ where
         let extensions = req.extensions();
         let peer = PeerAddr::peer_ip(extensions).or_else(|| P::peer_ip(extensions));
         let admission = self.settings.admit(&req, peer);
-        admission.run(self.inner.call(req))
+        if !admission.checks_guards() {
+            return admission.run(self.inner.call(req));
+        }
+        // The service made ready answers once the guards admit the request.
+        let clone = self.inner.clone();
+        let service = std::mem::replace(&mut self.inner, clone);
+        admission.run_guarded(PendingCall {
+            service,
+            req,
+            peer: PhantomData,
+        })
+    }
+}
+
+/// A request for the inner service `S`, held by its [`ResponseFuture`] while the layer's
+/// guards check it. It appears only in that future's type.
+pub struct PendingCall<S, B, P> {
+    service: S,
+    req: Request<B>,
+    peer: PhantomData<fn() -> P>,
+}
+
+impl<S, B, P> fmt::Debug for PendingCall<S, B, P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PendingCall")
+            .field("method", self.req.method())
+            .field("uri", self.req.uri())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, B, P, ResBody> InnerCall for PendingCall<S, B, P>
+where
+    S: Service<Request<B>, Response = Response<ResBody>>,
+    P: PeerSource,
+    ResBody: RefusalBody,
+{
+    type Future = S::Future;
+    type Served = Response<ResBody>;
+    type Response = Response<ResBody>;
+    type Error = S::Error;
+
+    fn call(mut self) -> S::Future {
+        self.service.call(self.req)
+    }
+
+    fn served(response: Response<ResBody>) -> Response<ResBody> {
+        response
+    }
+
+    /// A gRPC status for a gRPC request (with the `tonic` feature), else the HTTP answer of
+    /// a guarded handler's refusal.
+    fn refuse(self, err: RateLimitError) -> Response<ResBody> {
+        #[cfg(feature = "tonic")]
+        if is_grpc(self.req.headers()) {
+            return crate::tonic::answer(err);
+        }
+        answer(
+            &err,
+            Integration::Tower {
+                peer: P::HOW_TO_RECORD,
+            },
+        )
+    }
+}
+
+/// Whether a request speaks gRPC (`application/grpc`, `application/grpc+proto`, ...).
+#[cfg(feature = "tonic")]
+fn is_grpc(headers: &HeaderMap) -> bool {
+    headers
+        .get(CONTENT_TYPE)
+        .is_some_and(|value| value.as_bytes().starts_with(b"application/grpc"))
+}
+
+/// The HTTP answer to `err`, for every tower stack: its status, an
+/// `application/problem+json` body, and for a refusal `Retry-After` and the RateLimit
+/// fields of its rule. axum's `IntoResponse` for [`RateLimitError`] is this.
+pub(crate) fn answer<Body: RefusalBody>(
+    err: &RateLimitError,
+    integration: Integration,
+) -> Response<Body> {
+    let problem = Problem::of(err, integration);
+    let mut response = Response::new(Body::from_text(problem.body()));
+    *response.status_mut() =
+        StatusCode::from_u16(problem.status).expect("a problem's status is valid");
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+    if let RateLimitError::Limited {
+        rule, retry_after, ..
+    } = err
+    {
+        fields::describe_refusal(rule, *retry_after, headers);
+    }
+    response
+}
+
+/// A response body the layer can write a [guard](crate::Guard)'s refusal in: the inner
+/// service's response body type. Implemented for axum's and tonic's bodies, `String`, and
+/// http-body-util's `Full<Bytes>`, `BoxBody<Bytes, E>` and `UnsyncBoxBody<Bytes, E>`;
+/// implement it for a body type of your own.
+pub trait RefusalBody {
+    /// A body holding `text` (an `application/problem+json` document; empty for a gRPC
+    /// refusal, whose status is in the headers).
+    fn from_text(text: String) -> Self;
+}
+
+impl RefusalBody for String {
+    fn from_text(text: String) -> Self {
+        text
+    }
+}
+
+impl RefusalBody for Full<Bytes> {
+    fn from_text(text: String) -> Self {
+        Full::new(Bytes::from(text))
+    }
+}
+
+impl<E: 'static> RefusalBody for BoxBody<Bytes, E> {
+    fn from_text(text: String) -> Self {
+        Full::new(Bytes::from(text))
+            .map_err(|never: Infallible| match never {})
+            .boxed()
+    }
+}
+
+impl<E: 'static> RefusalBody for UnsyncBoxBody<Bytes, E> {
+    fn from_text(text: String) -> Self {
+        Full::new(Bytes::from(text))
+            .map_err(|never: Infallible| match never {})
+            .boxed_unsync()
     }
 }
 
@@ -281,7 +475,7 @@ impl FieldSink for HeaderMap {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use std::convert::Infallible;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
     use tower::{service_fn, ServiceExt};
@@ -289,7 +483,7 @@ pub(crate) mod tests {
     use super::*;
     use crate::context::{self, RequestContext, SiteDecision};
     use crate::web::fields::tests::decision_under;
-    use crate::{Decision, Rule};
+    use crate::{Decision, Guard, LimitType, Limiter, Rule};
 
     static RULES: [Rule; 2] = [Rule::per_minute(10), Rule::new(1, Duration::from_secs(5))];
 
@@ -309,7 +503,7 @@ pub(crate) mod tests {
     ) -> Option<RequestContext> {
         let handler = service_fn(|_req: Request<B>| async {
             let seen = RequestContext::current();
-            let mut response = Response::new(());
+            let mut response = Response::new(String::new());
             response.extensions_mut().insert(seen);
             Ok::<_, Infallible>(response)
         });
@@ -456,7 +650,7 @@ pub(crate) mod tests {
     }
 
     /// A handler whose "guarded calls" record these decisions, then answers `status`.
-    async fn respond_after(decisions: Vec<Decision>, status: StatusCode) -> Response<Body> {
+    async fn respond_after(decisions: Vec<Decision>, status: StatusCode) -> Response<String> {
         let handler = service_fn(move |_req: Request<Body>| {
             let decisions = decisions.clone();
             async move {
@@ -471,7 +665,7 @@ pub(crate) mod tests {
                         })
                     });
                 }
-                let mut response = Response::new(());
+                let mut response = Response::new(String::new());
                 *response.status_mut() = status;
                 Ok::<_, Infallible>(response)
             }
@@ -537,5 +731,256 @@ pub(crate) mod tests {
         });
         let response = respond_after(vec![], StatusCode::OK).await;
         assert!(response.headers().is_empty());
+    }
+
+    /// The inner service of the guard tests: counts its calls and its clones, and answers
+    /// `200 served`.
+    struct Counted {
+        calls: Arc<AtomicUsize>,
+        clones: Arc<AtomicUsize>,
+    }
+
+    impl Counted {
+        fn new() -> Counted {
+            Counted {
+                calls: Arc::default(),
+                clones: Arc::default(),
+            }
+        }
+
+        fn calls(&self) -> usize {
+            self.calls.load(Ordering::SeqCst)
+        }
+    }
+
+    impl Clone for Counted {
+        fn clone(&self) -> Self {
+            self.clones.fetch_add(1, Ordering::SeqCst);
+            Counted {
+                calls: Arc::clone(&self.calls),
+                clones: Arc::clone(&self.clones),
+            }
+        }
+    }
+
+    impl Service<Request<Body>> for Counted {
+        type Response = Response<String>;
+        type Error = Infallible;
+        type Future = std::future::Ready<Result<Response<String>, Infallible>>;
+
+        fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _req: Request<Body>) -> Self::Future {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            std::future::ready(Ok(Response::new("served".to_owned())))
+        }
+    }
+
+    static ONE_A_MINUTE: [Rule; 1] = [Rule::per_minute(1)];
+    static TWO_A_MINUTE: [Rule; 1] = [Rule::per_minute(2)];
+    static FIVE_A_MINUTE: [Rule; 1] = [Rule::per_minute(5)];
+
+    fn memory_limiter() -> &'static Limiter {
+        Box::leak(Box::new(Limiter::memory()))
+    }
+
+    /// Serves one request through `service`, as a server does: ready, then called.
+    async fn serve<S>(service: &mut S, req: Request<Body>) -> Response<String>
+    where
+        S: Service<Request<Body>, Response = Response<String>, Error = Infallible>,
+    {
+        service.ready().await.unwrap().call(req).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_refused_request_never_reaches_the_inner_service() {
+        let guard = Guard::new("tower::tests::refused", &TWO_A_MINUTE).limiter(memory_limiter());
+        let inner = Counted::new();
+        let mut service = RateLimitLayer::new().guard(guard).layer(inner.clone());
+        for remaining in [1, 0] {
+            let allowed = serve(&mut service, request_from("192.0.2.1:1")).await;
+            assert_eq!(allowed.status(), StatusCode::OK);
+            assert_eq!(allowed.headers()["ratelimit-policy"], r#""p1";q=2;w=60"#);
+            let limit = format!(r#""p1";r={remaining};t=60"#);
+            assert_eq!(allowed.headers()["ratelimit"], limit.as_str());
+            assert_eq!(allowed.body(), "served");
+        }
+        let refused = serve(&mut service, request_from("192.0.2.1:1")).await;
+        assert_eq!(inner.calls(), 2);
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        let headers = refused.headers();
+        assert_eq!(headers["content-type"], "application/problem+json");
+        assert_eq!(headers["retry-after"], "60");
+        assert_eq!(headers["ratelimit-policy"], r#""p1";q=2;w=60"#);
+        assert_eq!(headers["ratelimit"], r#""p1";r=0;t=60"#);
+        assert_eq!(
+            refused.body(),
+            r#"{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"too many requests"}"#
+        );
+        // Another client, another budget.
+        let other = serve(&mut service, request_from("192.0.2.2:1")).await;
+        assert_eq!(other.status(), StatusCode::OK);
+    }
+
+    #[tokio::test]
+    async fn guards_are_checked_in_order_up_to_the_first_refusal() {
+        let limiter = memory_limiter();
+        let per_ip = Guard::new("tower::tests::first", &ONE_A_MINUTE).limiter(limiter);
+        let shared = Guard::new("tower::tests::second", &FIVE_A_MINUTE)
+            .limit_type(LimitType::Global)
+            .limiter(limiter);
+        let inner = Counted::new();
+        let mut service = RateLimitLayer::new()
+            .guard(per_ip)
+            .guard(shared)
+            .layer(inner.clone());
+
+        let allowed = serve(&mut service, request_from("192.0.2.1:1")).await;
+        // Both admitted it; the per-IP guard, with nothing left, binds harder.
+        assert_eq!(allowed.headers()["ratelimit"], r#""p1";r=0;t=60"#);
+        assert_eq!(allowed.headers()["ratelimit-policy"], r#""p1";q=1;w=60"#);
+        let refused = serve(&mut service, request_from("192.0.2.1:1")).await;
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(inner.calls(), 1);
+        // The second guard was not asked for the refused request: it counted one call.
+        let shared_key = "rate_limit:global:tower::tests::second";
+        let left = limiter.peek(shared_key, &FIVE_A_MINUTE).await.unwrap();
+        assert_eq!(left.remaining, 4);
+    }
+
+    #[tokio::test]
+    async fn exempt_requests_are_not_checked() {
+        let guard = Guard::new("tower::tests::exempt", &ONE_A_MINUTE).limiter(memory_limiter());
+        let inner = Counted::new();
+        let mut service = RateLimitLayer::new()
+            .exempt(|req: &Request<Body>| req.headers().contains_key("x-internal"))
+            .guard(guard)
+            .layer(inner.clone());
+        for _ in 0..3 {
+            let mut req = request_from("192.0.2.1:1");
+            req.headers_mut()
+                .insert("x-internal", HeaderValue::from_static("1"));
+            let response = serve(&mut service, req).await;
+            assert_eq!(response.status(), StatusCode::OK);
+            assert!(!response.headers().contains_key("ratelimit"));
+        }
+        // The budget is still whole.
+        let counted = serve(&mut service, request_from("192.0.2.1:1")).await;
+        assert_eq!(counted.headers()["ratelimit"], r#""p1";r=0;t=60"#);
+        assert_eq!(inner.calls(), 4);
+    }
+
+    #[tokio::test]
+    async fn only_a_layer_with_guards_clones_its_service() {
+        let inner = Counted::new();
+        let mut plain = RateLimitLayer::new().layer(inner.clone());
+        let clones_before = inner.clones.load(Ordering::SeqCst);
+        for _ in 0..3 {
+            serve(&mut plain, request_from("192.0.2.1:1")).await;
+        }
+        assert_eq!(inner.clones.load(Ordering::SeqCst), clones_before);
+
+        let guard = Guard::new("tower::tests::clones", &FIVE_A_MINUTE).limiter(memory_limiter());
+        let mut guarded = RateLimitLayer::new().guard(guard).layer(inner.clone());
+        let clones_before = inner.clones.load(Ordering::SeqCst);
+        for _ in 0..3 {
+            serve(&mut guarded, request_from("192.0.2.1:1")).await;
+        }
+        assert_eq!(inner.clones.load(Ordering::SeqCst), clones_before + 3);
+        assert_eq!(inner.calls(), 6);
+    }
+
+    #[tokio::test]
+    async fn a_missing_identity_is_answered_500_saying_what_the_layer_lacks() {
+        let limiter = memory_limiter();
+        let per_user = Guard::new("tower::tests::per_user", &FIVE_A_MINUTE)
+            .limit_type(LimitType::UserId)
+            .limiter(limiter);
+        let inner = Counted::new();
+        let mut service = RateLimitLayer::new().guard(per_user).layer(inner.clone());
+        let anonymous = serve(&mut service, request_from("192.0.2.1:1")).await;
+        assert_eq!(anonymous.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(
+            anonymous.headers()["content-type"],
+            "application/problem+json"
+        );
+        assert!(!anonymous.headers().contains_key("ratelimit"));
+        assert!(
+            anonymous.body().contains(
+                "limit_type = USER_ID needs a user id, but the rate-limit layer found no user \
+                 id for this request: give RateLimitLayer::user_id a closure"
+            ),
+            "{}",
+            anonymous.body()
+        );
+
+        let per_ip = Guard::new("tower::tests::per_ip", &FIVE_A_MINUTE).limiter(limiter);
+        let mut service = RateLimitLayer::new().guard(per_ip).layer(inner.clone());
+        let without_peer = serve(&mut service, Request::new(())).await;
+        assert_eq!(without_peer.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(
+            without_peer.body().contains(
+                "found no peer address: insert a redis_ratelimit::tower::PeerAddr extension"
+            ),
+            "{}",
+            without_peer.body()
+        );
+        assert_eq!(inner.calls(), 0);
+    }
+
+    #[tokio::test]
+    async fn the_guard_and_the_handler_s_calls_share_one_decision_slot() {
+        let limiter = memory_limiter();
+        // The handler's guarded call: 9 of RULES's 10 left, or a refusal.
+        let handler = |allowed: bool| {
+            service_fn(move |_req: Request<Body>| async move {
+                context::record_with(|| {
+                    Some(SiteDecision {
+                        decision: decision(allowed, 0, if allowed { 9 } else { 0 }),
+                        rules: &RULES,
+                        duplicate_rule: true,
+                    })
+                });
+                let mut response = Response::new(String::new());
+                if !allowed {
+                    *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+                }
+                Ok::<_, Infallible>(response)
+            })
+        };
+        let guard = Guard::new("tower::tests::slot", &TWO_A_MINUTE).limiter(limiter);
+        let layer = RateLimitLayer::new().guard(guard);
+
+        // The guard, with 1 of 2 left, binds harder than the handler's 9 of 10.
+        let response = serve(&mut layer.layer(handler(true)), request_from("192.0.2.1:1")).await;
+        assert_eq!(response.headers()["ratelimit-policy"], r#""p1";q=2;w=60"#);
+        assert_eq!(response.headers()["ratelimit"], r#""p1";r=1;t=60"#);
+        // The handler's refusal binds harder than the guard's last unit.
+        let response = serve(
+            &mut layer.layer(handler(false)),
+            request_from("192.0.2.1:1"),
+        )
+        .await;
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(
+            response.headers()["ratelimit-policy"],
+            r#""p1";q=10;w=60, "dup";q=1;w=5"#
+        );
+        assert_eq!(response.headers()["ratelimit"], r#""p1";r=0;t=3"#);
+        assert_eq!(response.headers()["retry-after"], "3");
+    }
+
+    #[test]
+    fn the_layer_s_debug_names_its_guards() {
+        let a = Guard::new("tower::tests::debug_a", &ONE_A_MINUTE);
+        let b = Guard::new("tower::tests::debug_b", &ONE_A_MINUTE);
+        let layer = RateLimitLayer::<Body>::new().guard(a).guard(b);
+        let debug = format!("{layer:?}");
+        assert!(
+            debug.contains(r#"guards: ["tower::tests::debug_a", "tower::tests::debug_b"]"#),
+            "{debug}"
+        );
     }
 }

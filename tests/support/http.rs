@@ -1,13 +1,16 @@
-//! What the framework tests share: a server on a loopback listener bound to port 0,
-//! clients connecting from a loopback address of the test's choosing, reading one
-//! rate-limit field, limiters whose Redis goes away, and the scenarios of the example API
-//! (`POST /sms/code`, `GET /search`, `GET /health`), which the axum and actix-web examples
-//! both serve and so both pass: [`example_api_tests!`](crate::example_api_tests).
+//! What the framework tests share: axum and actix-web servers on a loopback listener bound
+//! to port 0, clients connecting from a loopback address of the test's choosing, reading
+//! one rate-limit field, limiters whose Redis goes away, and the scenarios of the example
+//! API (`POST /sms/code`, `GET /search`, `GET /health`), which the axum and actix-web
+//! examples both serve and so both pass: [`example_api_tests!`](crate::example_api_tests).
 
 use std::future::Future;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceFactory, ServiceRequest, ServiceResponse};
+use actix_web::{App, HttpServer};
 use redis_ratelimit::tower::ProxyHeader;
 use redis_ratelimit::Limiter;
 use reqwest::{Client, Response, StatusCode};
@@ -18,6 +21,8 @@ use super::RedisServer;
 pub const SMS_POLICY: &str = r#""p1";q=5;w=60, "p2";q=10;w=3600, "dup";q=1;w=5"#;
 /// `RateLimit-Policy` of `/search`: 3 per 10 s per user.
 pub const SEARCH_POLICY: &str = r#""p1";q=3;w=10"#;
+/// `RateLimit-Policy` of the guard every API request passes: 60 a minute per client IP.
+pub const API_POLICY: &str = r#""p1";q=60;w=60"#;
 /// The media type of every refusal's body.
 pub const PROBLEM: &str = "application/problem+json";
 /// The body of a refused `/sms/code`.
@@ -41,6 +46,51 @@ pub fn listen_tokio(ip: &str) -> (tokio::net::TcpListener, String) {
     (listener, base)
 }
 
+/// Serves `app` on `ip`, port 0, as the axum example's `main` does (with the peer address),
+/// until the test ends. Call it inside the test's runtime.
+pub fn serve_axum(app: axum::Router, ip: &str) -> Served {
+    let (listener, base) = listen_tokio(ip);
+    tokio::spawn(async move {
+        let app = app.into_make_service_with_connect_info::<SocketAddr>();
+        axum::serve(listener, app).await.expect("serve");
+    });
+    Served::new(base)
+}
+
+/// Serves the app `factory` builds with `workers` workers (each its own runtime) on `ip`,
+/// port 0, in a thread of its own running actix-web's system, as the actix-web example's
+/// `main` does; stopped when the answer is dropped.
+pub fn serve_actix<F, T, B>(ip: &str, workers: usize, factory: F) -> Served
+where
+    F: Fn() -> App<T> + Send + Clone + 'static,
+    T: ServiceFactory<
+            ServiceRequest,
+            Config = (),
+            Response = ServiceResponse<B>,
+            Error = actix_web::Error,
+            InitError = (),
+        > + 'static,
+    B: MessageBody + 'static,
+{
+    let (listener, base) = listen(ip);
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        actix_web::rt::System::new().block_on(async move {
+            let server = HttpServer::new(factory)
+                .workers(workers)
+                .disable_signals()
+                .listen(listener)
+                .expect("listen")
+                .run();
+            sender.send(server.handle()).unwrap();
+            server.await.expect("serve");
+        });
+    });
+    let handle = receiver.recv().expect("the server starts");
+    // The stop command is sent on the call; its completion is not awaited.
+    Served::stopped_by(base, move || drop(handle.stop(false)))
+}
+
 /// A client whose connections come from `local`: a peer address of the test's choosing
 /// (any 127.0.0.0/8 address is loopback on Linux).
 pub fn client_from(local: &str) -> Client {
@@ -50,6 +100,28 @@ pub fn client_from(local: &str) -> Client {
         .timeout(Duration::from_secs(5))
         .build()
         .unwrap()
+}
+
+/// A gRPC channel to `base` whose connection comes from `local`: a peer address of the
+/// test's choosing (any 127.0.0.0/8 address is loopback on Linux).
+pub async fn grpc_channel_from(base: &str, local: &str) -> tonic::transport::Channel {
+    tonic::transport::Endpoint::from_shared(base.to_owned())
+        .unwrap()
+        .local_address(Some(local.parse().unwrap()))
+        .timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .expect("connect")
+}
+
+/// The single value of the gRPC metadata entry `name`, or `None`; panics when it is
+/// repeated.
+pub fn metadata_field<'a>(
+    metadata: &'a tonic::metadata::MetadataMap,
+    name: &str,
+) -> Option<&'a str> {
+    let values = metadata.get_all(name).iter();
+    single(name, values.map(|v| v.to_str().unwrap()))
 }
 
 /// The single value of the field `name` among `values`, or `None`; panics when the field
@@ -241,7 +313,9 @@ pub async fn an_anonymous_search_is_refused_naming_the_missing_user_id<A: Exampl
     let response = served.search_as(&client_from("127.0.0.1"), None).await;
     assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
     assert_eq!(header(&response, "content-type"), Some(PROBLEM));
-    assert_eq!(header(&response, "ratelimit"), None);
+    // The API guard admitted the request (by IP) before the handler found no user id.
+    assert_eq!(header(&response, "ratelimit-policy"), Some(API_POLICY));
+    assert_eq!(header(&response, "ratelimit"), Some(r#""p1";r=59;t=60"#));
     assert_eq!(
         response.text().await.unwrap(),
         format!(
@@ -249,6 +323,40 @@ pub async fn an_anonymous_search_is_refused_naming_the_missing_user_id<A: Exampl
             A::BUILDER
         )
     );
+}
+
+pub async fn every_api_request_counts_against_the_guard<A: ExampleApi>() {
+    let served = A::serve(super::limiter(), Setup::Plain, "127.0.0.1").await;
+    let client = client_from("127.0.0.1");
+    // Each search as another user: the handler's own limit never binds.
+    for n in 1..=60 {
+        let user = n.to_string();
+        let allowed = served.search_as(&client, Some(&user)).await;
+        assert_eq!(allowed.status(), StatusCode::OK, "search {n}");
+        // The guard binds once it has fewer units left than the user's 2.
+        if n == 60 {
+            assert_eq!(header(&allowed, "ratelimit-policy"), Some(API_POLICY));
+            assert_eq!(header(&allowed, "ratelimit"), Some(r#""p1";r=0;t=60"#));
+        }
+    }
+    // Refused by the guard, whatever the route, before any handler: not the handlers'
+    // messages or policies.
+    let search = served.search_as(&client, Some("61")).await;
+    let code = served.send_code(&client, &[]).await;
+    for refused in [search, code] {
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(header(&refused, "retry-after"), Some("60"));
+        assert_eq!(header(&refused, "ratelimit-policy"), Some(API_POLICY));
+        assert_eq!(header(&refused, "ratelimit"), Some(r#""p1";r=0;t=60"#));
+        assert_eq!(
+            refused.text().await.unwrap(),
+            r#"{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"too many requests"}"#
+        );
+    }
+    // Another client has a budget of its own; health checks are outside the guard.
+    let other = client_from("127.0.0.2");
+    assert_eq!(served.send_code(&other, &[]).await.status(), StatusCode::OK);
+    assert_eq!(served.health(&client).await.status(), StatusCode::OK);
 }
 
 pub async fn health_is_never_limited_and_carries_no_rate_limit_headers<A: ExampleApi>() {
@@ -427,6 +535,7 @@ macro_rules! example_api_tests {
             a_repeated_code_request_is_refused_with_every_header,
             searches_are_counted_per_user_id_from_the_auth_middleware,
             an_anonymous_search_is_refused_naming_the_missing_user_id,
+            every_api_request_counts_against_the_guard,
             health_is_never_limited_and_carries_no_rate_limit_headers,
             a_spoofed_x_forwarded_for_from_an_untrusted_peer_changes_nothing,
             x_forwarded_for_is_believed_from_a_trusted_proxy,

@@ -55,11 +55,7 @@ pub(crate) fn retry_after_secs(wait: Duration) -> u64 {
 enum PolicyName {
     Numbered(usize),
     Duplicate,
-    /// Only the integrations that answer errors (not bare `tower`) know a rule alone.
-    #[cfg_attr(
-        not(any(feature = "axum", feature = "tonic", feature = "actix")),
-        allow(dead_code)
-    )]
+    /// A rule known alone: a refusal answered from its error.
     Lone,
 }
 
@@ -112,10 +108,6 @@ pub(crate) fn policy_list(rules: &[Rule], duplicate_rule: bool) -> String {
 /// [`LONE_POLICY`], and the wait. `retry_after` of `Duration::MAX` is a cost above the rule's
 /// count, which no wait lets pass: the client is not invited to retry (no `Retry-After`),
 /// and `t` is the rule's window.
-#[cfg_attr(
-    not(any(feature = "axum", feature = "tonic", feature = "actix")),
-    allow(dead_code)
-)]
 pub(crate) fn describe_refusal(rule: &Rule, retry_after: Duration, sink: &mut impl FieldSink) {
     let never = retry_after == Duration::MAX;
     let wait = if never { rule.window() } else { retry_after };

@@ -1,11 +1,13 @@
 //! What the tower layer and the actix-web middleware are, written once: the [`Settings`]
 //! both builders delegate to, the [`RequestContext`] they build for a request, and the
-//! work around the inner service ([`Admission`], [`ResponseFuture`]).
+//! work around the inner service ([`Admission`], [`ResponseFuture`]): the layer's guards,
+//! then the inner service, then the rate-limit fields of the response.
 //!
 //! An integration only says how to read its request ([`Request`]: header lines; the peer
-//! address is passed in) and where its response takes the rate-limit fields
-//! ([`Response`]). Everything a request goes through before and after the inner service
-//! happens in [`Settings::admit`] and [`ResponseFuture`], the one place both call.
+//! address is passed in), where its response takes the rate-limit fields ([`Response`]),
+//! and how to call its inner service later or answer a refusal instead ([`InnerCall`]).
+//! Everything a request goes through before and after the inner service happens in
+//! [`Settings::admit`] and [`ResponseFuture`], the one place both call.
 
 use std::fmt;
 use std::future::Future;
@@ -17,9 +19,11 @@ use std::task::{ready, Context, Poll};
 use tokio::task::futures::TaskLocalFuture;
 
 use crate::context::{self, DecisionSlot, RequestContext};
+use crate::guard::GuardSite;
 use crate::web::client_ip::ClientIpConfig;
 use crate::web::fields::{self, FieldSink};
 use crate::web::{InvalidProxyNet, ProxyHeader};
+use crate::{Guard, RateLimitError};
 
 /// A framework's request, as the core reads it.
 pub(crate) trait Request {
@@ -45,17 +49,44 @@ pub trait Response {
     fn fields(&mut self) -> &mut Self::Fields;
 }
 
+/// A request's call of the inner service, not made yet: made once the layer's guards admit
+/// the request, or answered by their refusal instead. Public only in name: it bounds
+/// [`ResponseFuture`]'s `Future` impl.
+pub trait InnerCall {
+    /// The inner service's future.
+    type Future: Future<Output = Result<Self::Served, Self::Error>>;
+    /// The inner service's response.
+    type Served;
+    /// The middleware's response: the inner service's, or a refusal.
+    type Response: Response;
+    /// The inner service's error.
+    type Error;
+
+    /// Calls the inner service with the request.
+    fn call(self) -> Self::Future;
+
+    /// The middleware's response for the inner service's.
+    fn served(response: Self::Served) -> Self::Response;
+
+    /// The answer to the request a guard refused with `err`, instead of the inner
+    /// service's: the one a guarded handler's refusal gets. Built inside the request's
+    /// context, so that a missing identity's answer can say what the layer lacked.
+    fn refuse(self, err: RateLimitError) -> Self::Response;
+}
+
 type UserIdFn<R> = dyn Fn(&R) -> Option<Arc<str>> + Send + Sync;
 type ExemptFn<R> = dyn Fn(&R) -> bool + Send + Sync;
 
 /// What a rate-limit middleware is configured with, for requests of type `R`: how to find
-/// the client IP, the user id and the exemption. The public builders (tower's
-/// `RateLimitLayer`, actix's `RateLimit`) hold one in an `Arc` and delegate every builder
-/// method here.
+/// the client IP, the user id and the exemption, and the guards every request is checked
+/// against. The public builders (tower's `RateLimitLayer`, actix's `RateLimit`) hold one in
+/// an `Arc` and delegate every builder method here.
 pub(crate) struct Settings<R> {
     pub(crate) client_ip: ClientIpConfig,
     user_id: Option<Arc<UserIdFn<R>>>,
     exempt: Option<Arc<ExemptFn<R>>>,
+    /// In the order added; shared with the checks of the requests being served.
+    guards: Arc<[GuardSite]>,
 }
 
 impl<R> Clone for Settings<R> {
@@ -64,6 +95,7 @@ impl<R> Clone for Settings<R> {
             client_ip: self.client_ip.clone(),
             user_id: self.user_id.clone(),
             exempt: self.exempt.clone(),
+            guards: Arc::clone(&self.guards),
         }
     }
 }
@@ -74,6 +106,7 @@ impl<R> Default for Settings<R> {
             client_ip: ClientIpConfig::default(),
             user_id: None,
             exempt: None,
+            guards: Arc::new([]),
         }
     }
 }
@@ -139,9 +172,18 @@ impl<R: Request> Settings<R> {
         self.exempt = Some(Arc::new(exempt));
     }
 
+    /// Adds a guard, checked after those already added.
+    pub(crate) fn guard(&mut self, guard: Guard) {
+        let mut guards = self.guards.to_vec();
+        guards.push(GuardSite::from(guard));
+        self.guards = guards.into();
+    }
+
     /// Admits `req`, whose connection comes from `peer`: what the integration does before
     /// the inner service. The request's context holds the client IP, the user id and the
-    /// exemption; run the inner service's future with [`Admission::run`].
+    /// exemption. Unless the admission [checks guards](Admission::checks_guards), run the
+    /// inner service's future with [`Admission::run`]; else give the call to
+    /// [`Admission::run_guarded`].
     pub(crate) fn admit(&self, req: &R, peer: Option<IpAddr>) -> Admission {
         let mut ctx = RequestContext::new();
         if let Some(ip) = self
@@ -153,12 +195,16 @@ impl<R: Request> Settings<R> {
         if let Some(user_id) = self.user_id.as_ref().and_then(|f| f(req)) {
             ctx = ctx.with_user_id(user_id);
         }
-        if self.exempt.as_ref().is_some_and(|f| f(req)) {
+        let exempt = self.exempt.as_ref().is_some_and(|f| f(req));
+        if exempt {
             ctx = ctx.with_exempt(true);
         }
+        // An exempt request skips every check, the layer's as its handlers'.
+        let guards = (!exempt && !self.guards.is_empty()).then(|| Arc::clone(&self.guards));
         Admission {
             ctx,
             slot: Arc::new(DecisionSlot::default()),
+            guards,
         }
     }
 }
@@ -171,23 +217,76 @@ impl<R: Request> fmt::Debug for Settings<R> {
             .field("ipv6_prefix", &self.client_ip.ipv6_prefix)
             .field("user_id", &self.user_id.is_some())
             .field("exempt", &self.exempt.is_some())
+            .field("guards", &GuardNames(&self.guards))
             .finish()
     }
 }
 
-/// A request admitted by [`Settings::admit`]: the context its handlers see, and the slot
-/// their guarded calls leave their decisions in.
+/// The names of a layer's guards, for `Debug`.
+struct GuardNames<'a>(&'a [GuardSite]);
+
+impl fmt::Debug for GuardNames<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(GuardSite::name))
+            .finish()
+    }
+}
+
+/// A request admitted by [`Settings::admit`]: the context its handlers see, the slot
+/// their guarded calls (and the layer's guards) leave their decisions in, and the guards
+/// it is to be checked against, if any.
 pub(crate) struct Admission {
     ctx: RequestContext,
     slot: Arc<DecisionSlot>,
+    /// `None` when the layer has no guards, or the request is exempt.
+    guards: Option<Arc<[GuardSite]>>,
 }
 
+/// The checks of a request against a layer's guards, in order, up to the first refusal.
+type GuardChecks = Pin<Box<dyn Future<Output = Result<(), RateLimitError>> + Send>>;
+
 impl Admission {
-    /// Runs `inner`, the inner service's future, as this request: inside its context (so a
-    /// handler that turns a refusal into its response can say what the context lacked),
-    /// keeping what its guarded calls decide for the response's fields.
-    pub(crate) fn run<F: Future>(self, inner: F) -> ResponseFuture<F> {
-        let recording = context::recording(Arc::clone(&self.slot), inner);
+    /// Whether guards are to check the request before the inner service is called: then
+    /// the call goes to [`run_guarded`](Self::run_guarded), not made yet.
+    pub(crate) fn checks_guards(&self) -> bool {
+        self.guards.is_some()
+    }
+
+    /// Runs `inner`, the inner service's future for a request no guard is to check, as
+    /// this request: inside its context (so a handler that turns a refusal into its
+    /// response can say what the context lacked), keeping what its guarded calls decide for
+    /// the response's fields.
+    pub(crate) fn run<C: InnerCall>(self, inner: C::Future) -> ResponseFuture<C> {
+        debug_assert!(
+            self.guards.is_none(),
+            "a guarded request runs with run_guarded"
+        );
+        self.serve(Stage::Serving { future: inner })
+    }
+
+    /// Checks the request against the layer's guards, then makes `call` if they all admit
+    /// it, else answers with the first refusal; as [`run`](Self::run) otherwise.
+    pub(crate) fn run_guarded<C: InnerCall>(mut self, call: C) -> ResponseFuture<C> {
+        let stage = match self.guards.take() {
+            None => Stage::Serving {
+                future: call.call(),
+            },
+            Some(guards) => Stage::Guarding {
+                checks: Box::pin(async move {
+                    for guard in guards.iter() {
+                        guard.check().await?;
+                    }
+                    Ok(())
+                }),
+                call: Some(call),
+            },
+        };
+        self.serve(stage)
+    }
+
+    fn serve<C: InnerCall>(self, stage: Stage<C>) -> ResponseFuture<C> {
+        let recording = context::recording(Arc::clone(&self.slot), stage);
         ResponseFuture {
             inner: context::scope_future(self.ctx, recording),
             slot: self.slot,
@@ -196,29 +295,75 @@ impl Admission {
 }
 
 pin_project_lite::pin_project! {
-    /// The response future of the rate-limit middleware: the inner service's, run inside
-    /// the request's context. A response to a request that reached a guarded call carries
-    /// that call's `RateLimit-Policy` and `RateLimit` fields (and `Retry-After` on a
-    /// refusal that lacks one).
-    pub struct ResponseFuture<F> {
+    /// Where a request is, inside its context: checked by the layer's guards, or served
+    /// by the inner service.
+    #[project = StageProjection]
+    enum Stage<C>
+    where
+        C: InnerCall,
+    {
+        Guarding {
+            checks: GuardChecks,
+            // Taken when the checks end.
+            call: Option<C>,
+        },
+        Serving {
+            #[pin]
+            future: C::Future,
+        },
+    }
+}
+
+impl<C: InnerCall> Future for Stage<C> {
+    type Output = Result<C::Response, C::Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        loop {
+            match self.as_mut().project() {
+                StageProjection::Serving { future } => {
+                    return future.poll(cx).map_ok(C::served);
+                }
+                StageProjection::Guarding { checks, call } => {
+                    let checked = ready!(checks.as_mut().poll(cx));
+                    let call = call
+                        .take()
+                        .expect("a response future polled after it ended");
+                    match checked {
+                        Ok(()) => self.set(Stage::Serving {
+                            future: call.call(),
+                        }),
+                        Err(refusal) => return Poll::Ready(Ok(call.refuse(refusal))),
+                    }
+                }
+            }
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The response future of the rate-limit middleware: the layer's guards' checks, then
+    /// the inner service's future, run inside the request's context. A request a guard
+    /// refuses never reaches the inner service. A response to a request that reached a
+    /// guard or a guarded call carries the `RateLimit-Policy` and `RateLimit` fields of the
+    /// decision that binds hardest (and `Retry-After` on a refusal that lacks one).
+    pub struct ResponseFuture<C>
+    where
+        C: InnerCall,
+    {
         #[pin]
-        inner: TaskLocalFuture<RequestContext, TaskLocalFuture<Arc<DecisionSlot>, F>>,
+        inner: TaskLocalFuture<RequestContext, TaskLocalFuture<Arc<DecisionSlot>, Stage<C>>>,
         slot: Arc<DecisionSlot>,
     }
 }
 
-impl<F> fmt::Debug for ResponseFuture<F> {
+impl<C: InnerCall> fmt::Debug for ResponseFuture<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ResponseFuture").finish_non_exhaustive()
     }
 }
 
-impl<F, T, E> Future for ResponseFuture<F>
-where
-    F: Future<Output = Result<T, E>>,
-    T: Response,
-{
-    type Output = Result<T, E>;
+impl<C: InnerCall> Future for ResponseFuture<C> {
+    type Output = Result<C::Response, C::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
@@ -243,6 +388,7 @@ macro_rules! builder_methods {
         $crate::web::middleware::builder_methods!(@ ipv6_prefix, $request);
         $crate::web::middleware::builder_methods!(@ user_id, $request);
         $crate::web::middleware::builder_methods!(@ exempt, $request);
+        $crate::web::middleware::builder_methods!(@ guard, $request);
 
         /// Changes the settings, copying them first when a clone shares them.
         fn configure(
@@ -344,6 +490,24 @@ macro_rules! builder_methods {
             F: Fn(&$request) -> bool + Send + Sync + 'static,
         {
             self.configure(|settings| settings.exempt(exempt))
+        }
+    };
+    (@ guard, $request:ty) => {
+        /// Checks every request against `guard` before it reaches the inner service: the
+        /// rules of an attribute, written on the router (see [`Guard`](crate::Guard)).
+        /// Guards are checked in the order added; the first refusal answers, as a guarded
+        /// handler's refusal does (429 with `Retry-After` and the RateLimit fields, 500
+        /// for a missing identity, 503 for a fail-closed backend failure), and the inner
+        /// service is not called. [Exempt](Self::exempt) requests are not checked.
+        ///
+        /// The guard's decision is described in the response's RateLimit fields, unless a
+        /// guarded call of the handler binds harder: a response describes the most
+        /// restrictive decision taken for its request.
+        ///
+        /// Adding a guard registers its name, so that the limiter's `rules_in_force` and
+        /// `mode_in_force` know it.
+        pub fn guard(self, guard: $crate::Guard) -> Self {
+            self.configure(|settings| settings.guard(guard))
         }
     };
 }

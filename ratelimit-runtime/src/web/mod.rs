@@ -7,7 +7,6 @@
 pub(crate) mod client_ip;
 pub(crate) mod fields;
 pub(crate) mod middleware;
-#[cfg(any(feature = "axum", feature = "tonic", feature = "actix"))]
 pub(crate) mod problem;
 
 pub use client_ip::{InvalidProxyNet, ProxyHeader};

@@ -2,6 +2,8 @@
 //! every framework.
 
 use crate::throttle::LogThrottle;
+#[cfg(any(feature = "axum", feature = "tonic"))]
+use crate::tower::PeerSource;
 use crate::{LimitType, RateLimitError, RequestContext};
 
 /// The integration answering, for the advice a misconfiguration's message gives.
@@ -13,6 +15,11 @@ pub(crate) enum Integration {
     Tonic,
     #[cfg(feature = "actix")]
     Actix,
+    /// A tower layer (axum's, tonic's, or one over hyper) answering a guard's refusal:
+    /// `peer` is how its server records the peer address where the layer looks (its
+    /// [`PeerSource`](crate::tower::PeerSource)).
+    #[cfg(feature = "tower")]
+    Tower { peer: &'static str },
 }
 
 impl Integration {
@@ -28,6 +35,10 @@ impl Integration {
             }
             #[cfg(feature = "actix")]
             Integration::Actix => "wrap the app in redis_ratelimit::actix::RateLimit",
+            #[cfg(feature = "tower")]
+            Integration::Tower { .. } => {
+                "add a redis_ratelimit::tower::RateLimitLayer in front of the service"
+            }
         }
     }
 
@@ -36,15 +47,16 @@ impl Integration {
         match self {
             #[cfg(feature = "axum")]
             Integration::Axum => {
-                "serve the app with into_make_service_with_connect_info::<SocketAddr>()"
+                <::axum::extract::ConnectInfo<std::net::SocketAddr> as PeerSource>::HOW_TO_RECORD
             }
             #[cfg(feature = "tonic")]
             Integration::Tonic => {
-                "serve with tonic's transport::Server over TCP (which records TcpConnectInfo), \
-                 or insert a redis_ratelimit::tower::PeerAddr extension before the layer"
+                <::tonic::transport::server::TcpConnectInfo as PeerSource>::HOW_TO_RECORD
             }
             #[cfg(feature = "actix")]
             Integration::Actix => "the connection has no peer address (a Unix socket?)",
+            #[cfg(feature = "tower")]
+            Integration::Tower { peer } => peer,
         }
     }
 
@@ -57,6 +69,8 @@ impl Integration {
             Integration::Tonic => "RateLimitLayer::user_id",
             #[cfg(feature = "actix")]
             Integration::Actix => "RateLimit::user_id",
+            #[cfg(feature = "tower")]
+            Integration::Tower { .. } => "RateLimitLayer::user_id",
         }
     }
 }
@@ -70,7 +84,6 @@ pub(crate) struct Problem {
 }
 
 /// The media type of [`Problem::body`].
-#[cfg_attr(not(any(feature = "axum", feature = "actix")), allow(dead_code))]
 pub(crate) const PROBLEM_JSON: &str = "application/problem+json";
 
 /// The detail of a backend failure: the cause is logged, never sent.
@@ -114,7 +127,6 @@ impl Problem {
     }
 
     /// The reason phrase of the statuses a problem has.
-    #[cfg_attr(not(any(feature = "axum", feature = "actix")), allow(dead_code))]
     fn title(&self) -> &'static str {
         match self.status {
             429 => "Too Many Requests",
@@ -125,7 +137,6 @@ impl Problem {
     }
 
     /// `{"type":"about:blank","title":...,"status":...,"detail":...}`.
-    #[cfg_attr(not(any(feature = "axum", feature = "actix")), allow(dead_code))]
     pub(crate) fn body(&self) -> String {
         let mut body = String::with_capacity(96 + self.detail.len());
         body.push_str(r#"{"type":"about:blank","title":"#);
@@ -196,7 +207,6 @@ pub(crate) fn missing_identity(
 }
 
 // HTTP bodies only; gRPC carries the detail as the status message.
-#[cfg_attr(not(any(feature = "axum", feature = "actix")), allow(dead_code))]
 fn push_json_string(out: &mut String, text: &str) {
     out.push('"');
     for c in text.chars() {
@@ -264,8 +274,10 @@ pub(crate) mod tests {
         return Integration::Axum;
         #[cfg(all(not(feature = "axum"), feature = "tonic"))]
         return Integration::Tonic;
-        #[cfg(all(not(feature = "axum"), not(feature = "tonic")))]
+        #[cfg(all(not(feature = "axum"), not(feature = "tonic"), feature = "actix"))]
         return Integration::Actix;
+        #[cfg(all(not(feature = "axum"), not(feature = "tonic"), not(feature = "actix")))]
+        return Integration::Tower { peer: "" };
     }
 
     #[test]

@@ -1,0 +1,361 @@
+//! Guards: routes limited from the router, without an attribute on each handler. A
+//! [`Guard`] is free of any framework; the tower layer (axum, tonic, hyper) and the
+//! actix-web middleware hold them and check each request against them before it reaches
+//! the inner service.
+
+use std::time::Duration;
+
+use crate::site_config::SiteConfig;
+use crate::{Algorithm, LimitType, Limiter, Rule};
+
+/// The text a guard's refusal carries, as the attribute's default `message`.
+const MESSAGE: &str = "too many requests";
+
+/// The key prefix of a guard unless [`key_prefix`](Guard::key_prefix) says otherwise, as
+/// the attribute's default `key`.
+const DEFAULT_PREFIX: &str = "rate_limit:";
+
+/// The forms a guard's name may take: the attribute's `name`.
+const NAME_FORM: &str = "a name is one or more segments of ASCII letters, digits, `_`, `.` and \
+                         `-`, separated by `::` or `/` (e.g. \"api\", \"api/v2/orders\")";
+
+/// A rate limit checked by a framework layer for every request through it, before the
+/// request reaches the inner service: the attribute's rules, key, algorithm and policies,
+/// written on the router instead of on each handler.
+///
+/// Add it to a layer with `.guard(..)`: `redis_ratelimit::axum::RateLimitLayer` (and the
+/// tower and tonic layers) or `redis_ratelimit::actix::RateLimit`. A layer may hold
+/// several; each request is checked against them in the order added, and the first
+/// refusal answers (the later guards are not checked, so they count nothing).
+///
+/// ```
+/// use std::time::Duration;
+/// use redis_ratelimit::{Algorithm, Guard, LimitType, Rule};
+///
+/// static API: [Rule; 2] = [Rule::per_minute(100), Rule::per_hour(1000)];
+/// static EXPORT: [Rule; 1] = [Rule::per_minute(2)];
+///
+/// // Per client IP, on the global limiter: keys `rate_limit:ip:{ip}:api`.
+/// let api = Guard::new("api", &API);
+/// // Per user (the layer's `user_id`), locked out for 15 minutes once refused.
+/// let export = Guard::new("api/export", &EXPORT)
+///     .limit_type(LimitType::UserId)
+///     .algorithm(Algorithm::TokenBucket)
+///     .key_prefix("app:")
+///     .block_for(Duration::from_secs(15 * 60));
+/// assert_eq!(export.name(), "api/export");
+/// ```
+///
+/// # What a request meets
+///
+/// - **Allowed**: the request goes on; its response carries the guard's `RateLimit-Policy`
+///   and `RateLimit` fields (or a handler's guarded call's, when that one binds harder).
+/// - **Refused**: the inner service is not called. The layer answers as a guarded
+///   handler's refusal does: `429` with `Retry-After`, the RateLimit fields and an
+///   `application/problem+json` body (a gRPC request: `RESOURCE_EXHAUSTED`).
+/// - **No identity**: an `Ip` guard on a request without a peer address, or a `UserId`
+///   guard on a request the layer's `user_id` finds no user for, is answered `500`
+///   saying what is missing (gRPC: `INTERNAL`), never pooled into a shared budget.
+/// - **Exempt** (the layer's `exempt`): no guard is checked.
+/// - **Backend failure**: let through when the limiter is fail-open (the default),
+///   answered `503` when it is fail-closed.
+///
+/// # Operating it
+///
+/// The guard's name is its site's path, as a function's path is an attribute's: the last
+/// part of its keys (`{prefix}{type}:{identity}:{name}`, or `{prefix}global:{name}`), the
+/// `site` label of its metrics, and the field of its rule and mode overrides
+/// ([`Limiter::override_rules`], [`Limiter::override_mode`], `{name}#mode` in the
+/// `{prefix}rules` hash). A guard is known to [`Limiter::rules_in_force`] and
+/// [`Limiter::mode_in_force`] once it is added to a layer.
+#[derive(Clone, Debug)]
+pub struct Guard {
+    name: &'static str,
+    config: SiteConfig,
+    /// `None`: the global limiter, looked up at each check, so that a layer built before
+    /// [`init`](crate::init) still counts on the limiter `init` sets.
+    limiter: Option<&'static Limiter>,
+}
+
+impl Guard {
+    /// A guard named `name` checking `rules`, per client IP, with the sliding log, on the
+    /// [global limiter](crate::global), under the key prefix `"rate_limit:"`.
+    ///
+    /// # Panics
+    ///
+    /// When `rules` is empty, or `name` is not one or more segments of ASCII letters,
+    /// digits, `_`, `.` and `-` separated by `::` or `/` (the attribute's `name`): it is a
+    /// key's last part, a metric label and a Redis hash field. Both are usually written in
+    /// the code, like routes.
+    pub fn new(name: &'static str, rules: &'static [Rule]) -> Guard {
+        if let Err(why) = check_name(name) {
+            panic!("Guard::new: {why}; {NAME_FORM}");
+        }
+        assert!(
+            !rules.is_empty(),
+            "Guard::new(\"{name}\", ..): no rules; give at least one rule (e.g. \
+             [Rule::per_minute(100)])"
+        );
+        Guard {
+            name,
+            config: SiteConfig {
+                rules,
+                duplicate_rule: false,
+                dynamic_rules: false,
+                algorithm: Algorithm::default(),
+                limit_type: LimitType::Ip,
+                prefix: DEFAULT_PREFIX,
+                message: MESSAGE,
+                shadow: false,
+                block_for: None,
+                wait: None,
+            },
+            limiter: None,
+        }
+    }
+
+    /// Whose budget a request is counted against (default [`LimitType::Ip`]):
+    ///
+    /// - [`Ip`](LimitType::Ip): the client IP the layer found (the peer address, or behind
+    ///   trusted proxies the address they forwarded);
+    /// - [`UserId`](LimitType::UserId): what the layer's `user_id` closure returns;
+    /// - [`Global`](LimitType::Global): one budget shared by every request.
+    ///
+    /// # Panics
+    ///
+    /// For [`LimitType::Custom`]: a layer has no value to count it by. Limit the handler
+    /// with `#[rate_limiter(limit_type = CUSTOM, by = ...)]` instead, or give the layer a
+    /// `user_id` closure returning that value and use `UserId`.
+    pub fn limit_type(mut self, limit_type: LimitType) -> Guard {
+        assert!(
+            limit_type != LimitType::Custom,
+            "Guard::limit_type: guard \"{}\" cannot count by LimitType::Custom, as a layer has \
+             no value to count it by; use Ip, UserId or Global, or limit the handler with \
+             #[rate_limiter(limit_type = CUSTOM, by = ...)]",
+            self.name
+        );
+        self.config.limit_type = limit_type;
+        self
+    }
+
+    /// How the rules are counted (default [`Algorithm::SlidingLog`]).
+    pub fn algorithm(mut self, algorithm: Algorithm) -> Guard {
+        self.config.algorithm = algorithm;
+        self
+    }
+
+    /// The limiter to count on (default: the [global limiter](crate::global), as it is
+    /// when a request is checked).
+    pub fn limiter(mut self, limiter: &'static Limiter) -> Guard {
+        self.limiter = Some(limiter);
+        self
+    }
+
+    /// The keys' prefix (default `"rate_limit:"`), also the prefix of the `{prefix}rules`
+    /// hash its overrides are read from.
+    pub fn key_prefix(mut self, prefix: &'static str) -> Guard {
+        self.config.prefix = prefix;
+        self
+    }
+
+    /// Counts and reports, but never refuses (default `false`): as the attribute's
+    /// `shadow = true`. A would-be refusal is reported (metrics outcome `shadow_limited`,
+    /// a throttled `info` event) and the request goes on, without RateLimit fields. An
+    /// operator's [mode](Limiter::override_mode) for the guard's name wins over it.
+    pub fn shadow(mut self, shadow: bool) -> Guard {
+        self.config.shadow = shadow;
+        self
+    }
+
+    /// Once a request is refused, refuses every request of that caller through this guard
+    /// until the refusal's time plus `duration`, as the attribute's `block_for`. The block
+    /// is kept with the key's state, so every instance sees it; blocked requests consume
+    /// nothing; [`Limiter::reset`] of the key lifts it.
+    ///
+    /// # Panics
+    ///
+    /// When `duration` is under 1 ms or over [`Rule::MAX_WINDOW`].
+    pub fn block_for(mut self, duration: Duration) -> Guard {
+        assert!(
+            duration >= Duration::from_millis(1) && duration <= Rule::MAX_WINDOW,
+            "Guard::block_for: guard \"{}\" cannot block for {duration:?}; a block lasts at \
+             least 1 ms and at most 2^52 microseconds (about 142 years)",
+            self.name
+        );
+        self.config.block_for = Some(duration);
+        self
+    }
+
+    /// The guard's name: its site's path, for overrides and modes.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+}
+
+/// Why `name` is not a site path of [`NAME_FORM`], if it is not.
+fn check_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("a guard's name cannot be empty".to_owned());
+    }
+    for segment in name.split("::").flat_map(|part| part.split('/')) {
+        if segment.is_empty() {
+            return Err(format!(
+                "malformed guard name {name:?}: it has an empty segment"
+            ));
+        }
+        if let Some(c) = segment
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
+        {
+            return Err(format!(
+                "malformed guard name {name:?}: {c:?} is not allowed"
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(any(feature = "tower", feature = "actix"))]
+pub(crate) use checking::GuardSite;
+
+#[cfg(any(feature = "tower", feature = "actix"))]
+mod checking {
+    use crate::key::KeyTemplate;
+    use crate::site_config::SiteConfig;
+    use crate::{registry, site, Limiter, RateLimitError};
+
+    use super::Guard;
+
+    /// A guard held by a layer: its configuration and the constant part of its keys, built
+    /// once, when the guard is added.
+    #[derive(Clone, Debug)]
+    pub(crate) struct GuardSite {
+        name: &'static str,
+        config: SiteConfig,
+        limiter: Option<&'static Limiter>,
+        template: KeyTemplate,
+    }
+
+    impl From<Guard> for GuardSite {
+        /// Builds the guard's key template and registers its site, so that the limiter's
+        /// `rules_in_force` and `mode_in_force` know it (and two sites counting one path
+        /// differently are reported).
+        fn from(guard: Guard) -> GuardSite {
+            let Guard {
+                name,
+                config,
+                limiter,
+            } = guard;
+            registry::register(config, name, name, "");
+            GuardSite {
+                name,
+                config,
+                limiter,
+                template: KeyTemplate::new(config.prefix, config.limit_type, name),
+            }
+        }
+    }
+
+    impl GuardSite {
+        /// The guard's name.
+        pub(crate) fn name(&self) -> &'static str {
+            self.name
+        }
+
+        /// Checks (and counts) the current request: the guarded step of an attribute's
+        /// call, with the identity the layer put in the request's context. Nothing is
+        /// given back afterwards (a guard has no `charge_if`).
+        pub(crate) async fn check(&self) -> Result<(), RateLimitError> {
+            let key = site::key_from_context(&self.template, self.config.limit_type)?;
+            let limiter = self.limiter.unwrap_or_else(crate::global);
+            let permit = site::guard(&self.config, self.name, limiter, key, 1, None).await?;
+            // What it took stays taken.
+            drop(permit);
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    static RULES: [Rule; 1] = [Rule::per_minute(3)];
+
+    #[test]
+    fn names_take_the_attribute_s_forms() {
+        for name in ["api", "api/v2/orders", "billing::send_invoice", "a.b-c_d"] {
+            assert_eq!(check_name(name), Ok(()), "{name}");
+        }
+        for (name, why) in [
+            ("", "cannot be empty"),
+            ("api/", "empty segment"),
+            ("a:b", "':' is not allowed"),
+            ("api v2", "' ' is not allowed"),
+            ("api#mode", "'#' is not allowed"),
+            ("{tag}", "'{' is not allowed"),
+        ] {
+            let err = check_name(name).unwrap_err();
+            assert!(err.contains(why), "{name}: {err}");
+        }
+    }
+
+    #[test]
+    fn defaults_are_the_attribute_s() {
+        let guard = Guard::new("guard::tests::defaults", &RULES);
+        let config = guard.config;
+        assert_eq!(config.rules, RULES);
+        assert_eq!(config.limit_type, LimitType::Ip);
+        assert_eq!(config.algorithm, Algorithm::SlidingLog);
+        assert_eq!(config.prefix, "rate_limit:");
+        assert_eq!(config.message, "too many requests");
+        assert!(!config.shadow && !config.duplicate_rule && !config.dynamic_rules);
+        assert_eq!((config.block_for, config.wait), (None, None));
+        assert!(guard.limiter.is_none());
+    }
+
+    #[test]
+    fn refinements_change_only_their_own_setting() {
+        let limiter: &'static Limiter = Box::leak(Box::new(Limiter::memory()));
+        let guard = Guard::new("guard::tests::refined", &RULES)
+            .limit_type(LimitType::Global)
+            .algorithm(Algorithm::FixedWindow)
+            .limiter(limiter)
+            .key_prefix("app:")
+            .shadow(true)
+            .block_for(Duration::from_secs(60));
+        let config = guard.config;
+        assert_eq!(config.limit_type, LimitType::Global);
+        assert_eq!(config.algorithm, Algorithm::FixedWindow);
+        assert_eq!(config.prefix, "app:");
+        assert!(config.shadow);
+        assert_eq!(config.block_for, Some(Duration::from_secs(60)));
+        assert!(std::ptr::eq(guard.limiter.unwrap(), limiter));
+        assert_eq!(config.rules, RULES);
+    }
+
+    #[test]
+    #[should_panic(expected = "Guard::limit_type: guard \"api\" cannot count by \
+                               LimitType::Custom, as a layer has no value to count it by")]
+    fn a_custom_limit_type_is_refused_at_construction() {
+        let _ = Guard::new("api", &RULES).limit_type(LimitType::Custom);
+    }
+
+    #[test]
+    #[should_panic(expected = "Guard::new(\"api\", ..): no rules")]
+    fn a_guard_without_rules_is_refused() {
+        let _ = Guard::new("api", &[]);
+    }
+
+    #[test]
+    #[should_panic(expected = "Guard::new: malformed guard name \"api v2\": ' ' is not allowed")]
+    fn a_malformed_name_is_refused_naming_it() {
+        let _ = Guard::new("api v2", &RULES);
+    }
+
+    #[test]
+    #[should_panic(expected = "cannot block for 0ns")]
+    fn an_empty_block_is_refused() {
+        let _ = Guard::new("api", &RULES).block_for(Duration::ZERO);
+    }
+}
