@@ -147,3 +147,51 @@ fn precedence_is_override_then_limiter_shadow_then_attribute() {
         Mode::Enforce
     );
 }
+
+const URL_ENV: &str = "RATELIMIT_CHILD_REDIS_URL";
+const CHILD_TEST: &str = "child_follows_the_stored_mode";
+
+#[rate_limiter(rules("1/minute"), limit_type = CUSTOM, by = who, limiter = limiter, name = "policies.remote")]
+async fn remote(limiter: &'static Limiter, who: &str) -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+#[test]
+fn a_mode_stored_in_redis_reaches_a_second_process() {
+    let server = support::RedisServer::start();
+    let mut child = support::ChildTest::spawn(&[CHILD_TEST, "--exact"], &[(URL_ENV, server.url())]);
+    // Written once the child has checked under the compiled rules (and so reads the hash).
+    child.wait_for("ready");
+    redis::cmd("HSET")
+        .arg("rate_limit:rules")
+        .arg("policies.remote#mode")
+        .arg("off")
+        .exec(&mut server.connection())
+        .unwrap();
+    assert_eq!(child.finish("admitted_while_off="), "5");
+}
+
+#[tokio::test]
+#[ignore = "child of a_mode_stored_in_redis_reaches_a_second_process"]
+async fn child_follows_the_stored_mode() {
+    let Ok(url) = std::env::var(URL_ENV) else {
+        panic!("{CHILD_TEST} only runs as a child of the test that starts it, which sets its environment");
+    };
+    let limiter = support::leak(support::counting_limiter(&url));
+    assert!(remote(limiter, "me").await.is_ok());
+    assert!(remote(limiter, "me").await.is_err());
+    assert_eq!(limiter.mode_in_force("policies.remote"), Mode::Enforce);
+    println!("ready");
+    support::eventually("the stored mode", Duration::from_secs(30), || async {
+        match limiter.mode_in_force("policies.remote") {
+            Mode::Off => Ok(()),
+            mode => Err(format!("{mode:?}")),
+        }
+    })
+    .await;
+    let mut admitted = 0;
+    for _ in 0..5 {
+        admitted += usize::from(remote(limiter, "me").await.is_ok());
+    }
+    println!("admitted_while_off={admitted}");
+}
