@@ -98,15 +98,8 @@ impl From<RateLimitError> for Status {
     }
 }
 
-/// The answer of a tower layer to a gRPC request a guard refused with `err`: the
-/// [`Status`] a guarded method's refusal becomes, as a trailers-only response.
-pub(crate) fn answer<B: RefusalBody>(err: RateLimitError) -> http::Response<B> {
-    Status::from(err)
-        .into_http::<()>()
-        .map(|()| B::from_text(String::new()))
-}
-
-/// A guard's refusal in tonic's body (empty for a gRPC status, which is in the headers).
+/// A guard's refusal in tonic's body: to a gRPC request, the [`Status`] a guarded
+/// method's refusal becomes, as a trailers-only response.
 impl RefusalBody for Body {
     fn from_text(text: String) -> Self {
         if text.is_empty() {
@@ -114,6 +107,10 @@ impl RefusalBody for Body {
         } else {
             Body::new(text)
         }
+    }
+
+    fn grpc_refusal(err: RateLimitError) -> Result<http::Response<Self>, RateLimitError> {
+        Ok(Status::from(err).into_http::<()>().map(|()| Body::empty()))
     }
 }
 

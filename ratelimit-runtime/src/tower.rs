@@ -86,13 +86,12 @@
 use std::convert::Infallible;
 use std::fmt;
 use std::marker::PhantomData;
-use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::header::CONTENT_TYPE;
-use http::{Extensions, HeaderMap, HeaderValue, Request, Response, StatusCode};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use http_body_util::combinators::{BoxBody, UnsyncBoxBody};
 use http_body_util::{BodyExt as _, Full};
 use tower_layer::Layer;
@@ -100,57 +99,10 @@ use tower_service::Service;
 
 use crate::web::fields::{self, FieldSink};
 use crate::web::middleware::{self, InnerCall, Settings};
+pub use crate::web::peer::{PeerAddr, PeerSource};
 use crate::web::problem::{Integration, Problem, PROBLEM_JSON};
 pub use crate::web::{InvalidProxyNet, ProxyHeader, ResponseFuture};
 use crate::RateLimitError;
-
-/// The peer address of a request's connection, for servers that do not record one where
-/// the layer's [`PeerSource`] looks: insert it into the request's extensions before the
-/// layer runs. It wins over any other source.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct PeerAddr(pub SocketAddr);
-
-/// Where a server records the peer address of a request's connection: an extension type,
-/// and how to read the address from it. [`RateLimitLayerWith`] reads it when the request
-/// carries no [`PeerAddr`].
-///
-/// axum's `ConnectInfo<SocketAddr>` (feature `axum`) and tonic's `TcpConnectInfo` (feature
-/// `tonic`) are sources; implement it for the extension your own server inserts:
-///
-/// ```
-/// # use ratelimit_runtime as redis_ratelimit; // the facade re-exports it with feature `tower`
-/// use std::net::IpAddr;
-///
-/// use redis_ratelimit::tower::{PeerSource, RateLimitLayerWith};
-///
-/// /// What our acceptor records for each connection.
-/// #[derive(Clone)]
-/// struct Remote(IpAddr);
-///
-/// impl PeerSource for Remote {
-///     fn peer_ip(extensions: &http::Extensions) -> Option<IpAddr> {
-///         extensions.get::<Remote>().map(|remote| remote.0)
-///     }
-/// }
-///
-/// let layer = RateLimitLayerWith::<String, Remote>::new().trust_proxies(["10.0.0.0/8"]);
-/// ```
-pub trait PeerSource {
-    /// How to have requests carry this source's record: what the layer's answer to a
-    /// request without a peer address tells the operator, when a [guard](crate::Guard)
-    /// needs the client IP.
-    const HOW_TO_RECORD: &'static str = "insert a redis_ratelimit::tower::PeerAddr extension \
-                                         with the connection's address before the layer";
-
-    /// The peer address this source recorded in a request's extensions, if any.
-    fn peer_ip(extensions: &Extensions) -> Option<IpAddr>;
-}
-
-impl PeerSource for PeerAddr {
-    fn peer_ip(extensions: &Extensions) -> Option<IpAddr> {
-        extensions.get::<PeerAddr>().map(|PeerAddr(addr)| addr.ip())
-    }
-}
 
 /// The layer reading the peer address from [`PeerAddr`] alone: for hyper, or any stack
 /// that inserts it. See [`RateLimitLayerWith`] for what it does and how it is configured.
@@ -349,13 +301,16 @@ where
         response
     }
 
-    /// A gRPC status for a gRPC request (with the `tonic` feature), else the HTTP answer of
-    /// a guarded handler's refusal.
+    /// A gRPC status for a gRPC request whose body speaks gRPC (tonic's), else the HTTP
+    /// answer of a guarded handler's refusal.
     fn refuse(self, err: RateLimitError) -> Response<ResBody> {
-        #[cfg(feature = "tonic")]
-        if is_grpc(self.req.headers()) {
-            return crate::tonic::answer(err);
-        }
+        let err = match is_grpc(self.req.headers()) {
+            true => match ResBody::grpc_refusal(err) {
+                Ok(status) => return status,
+                Err(err) => err,
+            },
+            false => err,
+        };
         answer(
             &err,
             Integration::Tower {
@@ -366,7 +321,6 @@ where
 }
 
 /// Whether a request speaks gRPC (`application/grpc`, `application/grpc+proto`, ...).
-#[cfg(feature = "tonic")]
 fn is_grpc(headers: &HeaderMap) -> bool {
     headers
         .get(CONTENT_TYPE)
@@ -399,10 +353,16 @@ pub(crate) fn answer<Body: RefusalBody>(
 /// service's response body type. Implemented for axum's and tonic's bodies, `String`, and
 /// http-body-util's `Full<Bytes>`, `BoxBody<Bytes, E>` and `UnsyncBoxBody<Bytes, E>`;
 /// implement it for a body type of your own.
-pub trait RefusalBody {
+pub trait RefusalBody: Sized {
     /// A body holding `text` (an `application/problem+json` document; empty for a gRPC
     /// refusal, whose status is in the headers).
     fn from_text(text: String) -> Self;
+
+    /// The answer to a gRPC request refused with `err`, for a body that carries gRPC
+    /// (tonic's: a trailers-only status); `Err(err)` (the default) answers it as HTTP.
+    fn grpc_refusal(err: RateLimitError) -> Result<Response<Self>, RateLimitError> {
+        Err(err)
+    }
 }
 
 impl RefusalBody for String {
@@ -475,8 +435,11 @@ impl FieldSink for HeaderMap {
 
 #[cfg(test)]
 pub(crate) mod tests {
+    use std::net::{IpAddr, SocketAddr};
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
+
+    use http::Extensions;
 
     use tower::{service_fn, ServiceExt};
 

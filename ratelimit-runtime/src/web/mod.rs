@@ -7,6 +7,8 @@
 pub(crate) mod client_ip;
 pub(crate) mod fields;
 pub(crate) mod middleware;
+#[cfg(feature = "tower")]
+pub(crate) mod peer;
 pub(crate) mod problem;
 
 pub use client_ip::{InvalidProxyNet, ProxyHeader};

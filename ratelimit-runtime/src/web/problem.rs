@@ -3,7 +3,7 @@
 
 use crate::throttle::LogThrottle;
 #[cfg(any(feature = "axum", feature = "tonic"))]
-use crate::tower::PeerSource;
+use crate::web::peer::PeerSource;
 use crate::{LimitType, RateLimitError, RequestContext};
 
 /// The integration answering, for the advice a misconfiguration's message gives.
@@ -17,7 +17,7 @@ pub(crate) enum Integration {
     Actix,
     /// A tower layer (axum's, tonic's, or one over hyper) answering a guard's refusal:
     /// `peer` is how its server records the peer address where the layer looks (its
-    /// [`PeerSource`](crate::tower::PeerSource)).
+    /// [`PeerSource`](crate::web::peer::PeerSource)).
     #[cfg(feature = "tower")]
     Tower { peer: &'static str },
 }
