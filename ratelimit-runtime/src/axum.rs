@@ -47,6 +47,26 @@
 //! Without the layer, or without what a guard needs from it, the guard refuses the call with
 //! `MissingIdentity`, which answers `500` with a body saying what is missing.
 //!
+//! # Guards on the router
+//!
+//! [`RateLimitLayer::guard`] limits every request through the layer, before it reaches a
+//! handler, with no attribute on the handlers (see [`Guard`](crate::Guard)):
+//!
+//! ```
+//! # mod redis_ratelimit { pub use ::redis_ratelimit::*; pub use ratelimit_runtime::axum; }
+//! use axum::{routing::get, Router};
+//! use redis_ratelimit::axum::RateLimitLayer;
+//! use redis_ratelimit::{Guard, Rule};
+//!
+//! static API: [Rule; 2] = [Rule::per_minute(100), Rule::per_hour(1000)];
+//!
+//! let app: Router = Router::new()
+//!     .route("/search", get(|| async { "results" }))
+//!     .layer(RateLimitLayer::new().guard(Guard::new("api", &API)));
+//! ```
+//!
+//! A refused request is answered as below, without reaching the handler.
+//!
 //! # Responses
 //!
 //! [`RateLimitError`] implements `IntoResponse`:

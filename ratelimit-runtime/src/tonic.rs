@@ -11,7 +11,9 @@
 //! ```
 //!
 //! Then add the services and serve, as usual; `examples/grpc_server.rs` is a whole server
-//! with a guarded method.
+//! with a guarded method. A [guard](crate::Guard) on the layer
+//! (`RateLimitLayer::new().guard(..)`) limits every call, before the method runs: a refused
+//! call gets the `RESOURCE_EXHAUSTED` status below, as a trailers-only response.
 //!
 //! The layer reads the peer address from the `TcpConnectInfo` that
 //! `tonic::transport::Server` records, and the proxy header, user id and exemption from

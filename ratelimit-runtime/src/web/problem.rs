@@ -244,6 +244,10 @@ pub(crate) mod tests {
 
     /// Asserts the fields a [`limited`] error answers with, as `field` reads them from a
     /// response: the rule alone (named `limit`), and the wait rounded up.
+    #[cfg_attr(
+        not(any(feature = "axum", feature = "tonic", feature = "actix")),
+        allow(dead_code)
+    )]
     pub(crate) fn assert_limited_fields<'a>(field: impl Fn(&str) -> Option<&'a str>) {
         assert_eq!(field("retry-after"), Some("12"));
         assert_eq!(field("ratelimit-policy"), Some(r#""limit";q=10;w=60"#));
