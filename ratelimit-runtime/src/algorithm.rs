@@ -150,11 +150,6 @@ impl Clamp {
             lag_us: at_us - now_us,
         }
     }
-
-    /// The caller's own time.
-    pub fn now_us(self) -> u64 {
-        self.at_us - self.lag_us
-    }
 }
 
 /// One rule's view of a call of `cost` units, at the time the check is counted at.
@@ -301,27 +296,10 @@ impl Outcome {
 
 /// How one algorithm counts a key's state.
 pub(crate) trait Counter {
-    /// The newest time the state records that a check is never counted before (see
-    /// [`Clamp`]); `None` when it has none.
-    fn latest_us(&self) -> Option<u64>;
-
-    /// Checks a call of `cost` units (at least 1) against `rules`, counted at
-    /// `clamp.at_us`; records it when `consume` and every rule admits it.
-    fn count(&mut self, rules: &[Rule], clamp: Clamp, cost: u64, consume: bool) -> Outcome;
-}
-
-/// Checks a call of `cost` units against `rules` at `now_us` (the caller's clock), on
-/// `state` of any algorithm.
-#[inline(always)]
-pub(crate) fn check(
-    state: &mut impl Counter,
-    rules: &[Rule],
-    now_us: u64,
-    cost: u64,
-    consume: bool,
-) -> Outcome {
-    let clamp = Clamp::new(now_us, state.latest_us());
-    state.count(rules, clamp, cost, consume)
+    /// Checks a call of `cost` units (at least 1) against `rules` at `now_us` (the
+    /// caller's clock), counted at the time [`Clamp`] makes of it; records it when
+    /// `consume` and every rule admits it.
+    fn check(&mut self, rules: &[Rule], now_us: u64, cost: u64, consume: bool) -> Outcome;
 }
 
 /// The state one key holds, for whichever algorithm counts it.
@@ -369,10 +347,10 @@ impl KeyState {
     /// when `consume` and every rule admits it.
     pub fn check(&mut self, rules: &[Rule], now_us: u64, cost: u64, consume: bool) -> Outcome {
         match self {
-            KeyState::SlidingLog(s) => check(s, rules, now_us, cost, consume),
-            KeyState::FixedWindow(s) => check(s, rules, now_us, cost, consume),
-            KeyState::SlidingWindow(s) => check(s, rules, now_us, cost, consume),
-            KeyState::TokenBucket(s) => check(s, rules, now_us, cost, consume),
+            KeyState::SlidingLog(s) => s.check(rules, now_us, cost, consume),
+            KeyState::FixedWindow(s) => s.check(rules, now_us, cost, consume),
+            KeyState::SlidingWindow(s) => s.check(rules, now_us, cost, consume),
+            KeyState::TokenBucket(s) => s.check(rules, now_us, cost, consume),
         }
     }
 }
@@ -394,8 +372,19 @@ fn prefetch<T>(ptr: *const T) {
 pub(crate) mod testing {
     use std::time::Duration;
 
-    pub(crate) use super::check;
+    use super::{Counter, Outcome};
     use crate::Rule;
+
+    /// `state.check(..)`, as a function.
+    pub fn check(
+        state: &mut impl Counter,
+        rules: &[Rule],
+        now_us: u64,
+        cost: u64,
+        consume: bool,
+    ) -> Outcome {
+        state.check(rules, now_us, cost, consume)
+    }
 
     /// A rule of `count` per `window_us` microseconds.
     pub fn rule(count: u64, window_us: u64) -> Rule {

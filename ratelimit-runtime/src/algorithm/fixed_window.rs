@@ -52,10 +52,12 @@ impl PerRule for FixedWindow {
 
     fn judge(stored: Option<Window>, rule: &Rule, now_us: u64, cost: u64) -> Verdict<Window> {
         let (count, window_us) = (rule.count(), rule.window_us());
-        let start_us = now_us / window_us * window_us;
-        let calls = match stored {
-            Some(w) if w.start_us == start_us => w.calls,
-            _ => 0,
+        let (start_us, calls) = match stored {
+            // Still the stored window: its start, without a division.
+            Some(w) if w.start_us <= now_us && now_us - w.start_us < window_us => {
+                (w.start_us, w.calls)
+            }
+            _ => (now_us / window_us * window_us, 0),
         };
         // When the window frees up, and until when its count matters.
         let until_end_us = start_us + window_us - now_us;

@@ -35,7 +35,12 @@ pub(crate) trait PerRule {
     ) -> Verdict<Self::Record>;
 }
 
+/// How many rules' verdicts a check keeps for its write (the rules after them are judged
+/// again): call sites rarely have more.
+const KEPT: usize = 4;
+
 /// One rule's view of a call.
+#[derive(Clone, Copy)]
 pub(crate) struct Verdict<R> {
     pub figures: Figures,
     /// The record the call leaves when it is admitted and consumes.
@@ -80,25 +85,29 @@ impl<A: PerRule> State<A> {
 }
 
 impl<A: PerRule> Counter for State<A> {
-    fn latest_us(&self) -> Option<u64> {
-        self.records.values().filter_map(|r| A::latest_us(&r)).max()
-    }
-
-    fn count(&mut self, rules: &[Rule], clamp: Clamp, cost: u64, consume: bool) -> Outcome {
-        let Clamp { at_us: now, lag_us } = clamp;
-        let figures = rules
-            .iter()
-            .enumerate()
-            .map(|(i, r)| A::judge(self.records.get(i, r), r, now, cost).figures);
+    fn check(&mut self, rules: &[Rule], now_us: u64, cost: u64, consume: bool) -> Outcome {
+        let latest_us = self.records.values().filter_map(|r| A::latest_us(&r)).max();
+        let Clamp { at_us: now, lag_us } = Clamp::new(now_us, latest_us);
+        // The verdicts of the first rules, kept for the write: judging again would divide
+        // again, which costs more than keeping them.
+        let mut kept = [None; KEPT];
+        let figures = rules.iter().enumerate().map(|(i, r)| {
+            let v = A::judge(self.records.get(i, r), r, now, cost);
+            if let Some(slot) = kept.get_mut(i) {
+                *slot = Some(v);
+            }
+            v.figures
+        });
         let decision = decide(figures, cost, consume, lag_us);
         if !consume || !decision.allowed {
             return Outcome::unwritten(decision);
         }
-        // The verdicts again (a few operations per rule, cheaper than keeping them), now
-        // writing each rule's record.
         let (mut needed_us, mut reach_us) = (0, 0);
-        self.records.write(rules, |rule, stored| {
-            let v = A::judge(stored, rule, now, cost);
+        self.records.write(rules, |i, rule, stored| {
+            let v = match kept.get(i) {
+                Some(&Some(v)) => v,
+                _ => A::judge(stored, rule, now, cost),
+            };
             needed_us = needed_us.max(v.needed_us);
             reach_us = reach_us.max(v.reach_us);
             v.counted
@@ -106,7 +115,7 @@ impl<A: PerRule> Counter for State<A> {
         // From the caller's `now`, which the key's expiry (the script's PX) is relative to.
         let ttl_us = extend_expiry(
             &mut self.expires_at_us,
-            clamp.now_us(),
+            now_us,
             needed_us + lag_us,
             reach_us + lag_us,
         );
@@ -141,21 +150,21 @@ impl<R: Copy> Records<R> {
         self.0.iter().map(|&(_, x)| x)
     }
 
-    /// Makes the records those of `rules`, each rule's being `new(rule, its record
-    /// before this write)`.
-    fn write(&mut self, rules: &[Rule], mut new: impl FnMut(&Rule, Option<R>) -> R) {
+    /// Makes the records those of `rules`, the `i`-th rule's being `new(i, rule, its
+    /// record before this write)`.
+    fn write(&mut self, rules: &[Rule], mut new: impl FnMut(usize, &Rule, Option<R>) -> R) {
         let same =
             self.0.len() == rules.len() && self.0.iter().zip(rules).all(|((r, _), q)| r == q);
         if same {
             // Each rule finds its record at its own place, which no earlier rule writes.
-            for (rule, x) in &mut self.0 {
-                *x = new(rule, Some(*x));
+            for (i, (rule, x)) in self.0.iter_mut().enumerate() {
+                *x = new(i, rule, Some(*x));
             }
         } else {
             let records = rules
                 .iter()
                 .enumerate()
-                .map(|(i, rule)| (*rule, new(rule, self.get(i, rule))))
+                .map(|(i, rule)| (*rule, new(i, rule, self.get(i, rule))))
                 .collect();
             self.0 = records;
         }

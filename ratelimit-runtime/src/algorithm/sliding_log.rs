@@ -101,13 +101,9 @@ fn figures(log: &VecDeque<u64>, rule: &Rule, now_us: u64, cost: u64) -> Figures 
 }
 
 impl Counter for State {
-    fn latest_us(&self) -> Option<u64> {
-        self.log.back().copied()
-    }
-
-    fn count(&mut self, rules: &[Rule], clamp: Clamp, cost: u64, consume: bool) -> Outcome {
-        let Clamp { at_us: now, lag_us } = clamp;
+    fn check(&mut self, rules: &[Rule], now_us: u64, cost: u64, consume: bool) -> Outcome {
         let log = &mut self.log;
+        let Clamp { at_us: now, lag_us } = Clamp::new(now_us, log.back().copied());
         let longest = longest_window_us(rules);
         // Stale entries are skipped by every count, as the script's ZCOUNTs do.
         let decision = decide(

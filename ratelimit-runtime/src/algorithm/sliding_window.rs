@@ -61,7 +61,10 @@ pub(crate) struct Windows {
 
 /// `floor(a * b / d)`, exact.
 fn mul_div(a: u64, b: u64, d: u64) -> u64 {
-    (u128::from(a) * u128::from(b) / u128::from(d)) as u64
+    match a.checked_mul(b) {
+        Some(p) => p / d,
+        None => (u128::from(a) * u128::from(b) / u128::from(d)) as u64,
+    }
 }
 
 impl PerRule for SlidingWindow {
@@ -73,14 +76,26 @@ impl PerRule for SlidingWindow {
 
     fn judge(stored: Option<Windows>, rule: &Rule, now_us: u64, cost: u64) -> Verdict<Windows> {
         let (count, w) = (rule.count(), rule.window_us());
-        let e = now_us % w;
-        let start_us = now_us - e;
-        let (curr, prev) = match stored {
-            Some(s) if s.start_us == start_us => (s.curr, s.prev),
-            Some(s) if s.start_us.checked_add(w) == Some(start_us) => (0, s.curr),
-            _ => (0, 0),
+        let (start_us, curr, prev) = match stored {
+            // Still the stored window: its start, without a division.
+            Some(s) if s.start_us <= now_us && now_us - s.start_us < w => {
+                (s.start_us, s.curr, s.prev)
+            }
+            _ => {
+                let start_us = now_us - now_us % w;
+                match stored {
+                    Some(s) if s.start_us.checked_add(w) == Some(start_us) => (start_us, 0, s.curr),
+                    _ => (start_us, 0, 0),
+                }
+            }
         };
-        let weighted_prev = (u128::from(prev) * u128::from(w - e)).div_ceil(u128::from(w)) as u64;
+        let e = now_us - start_us;
+        // In u64 when the product fits, as it nearly always does: a u128 division costs
+        // several times more.
+        let weighted_prev = match prev.checked_mul(w - e) {
+            Some(p) => p.div_ceil(w),
+            None => (u128::from(prev) * u128::from(w - e)).div_ceil(u128::from(w)) as u64,
+        };
         let left = count.saturating_sub(curr + weighted_prev);
         // The end of the next window: when the estimate reaches 0 with nothing more
         // admitted, and until when the current count weighs on anything.
