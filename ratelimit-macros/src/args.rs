@@ -9,7 +9,7 @@ use syn::parse::{Lookahead1, Parse, ParseStream};
 use syn::spanned::Spanned as _;
 use syn::{parenthesized, Expr, ExprPath, Ident, LitInt, LitStr, Path, Token};
 
-use ratelimit_rule_text::{InvalidRule, UNITS};
+use ratelimit_rule_text::{InvalidRule, NAME_FORM, UNITS};
 
 use crate::errors::Errors;
 use crate::item::Returns;
@@ -41,10 +41,6 @@ const ARGUMENTS: &str =
     "one of rules, prevent_duplicate, prevent_duplicate_rule, limit_type, by, key, \
                          message, algorithm, on_limit, limiter, crate, name, cost, charge_if, \
                          block_for, wait, shadow";
-
-const NAME_FORM: &str = "a name is one or more segments of ASCII letters, digits, `_`, `.` and \
-                         `-`, separated by `::` or `/` (e.g. \"billing::send_invoice\", \
-                         \"api/v2/orders\")";
 
 /// The validated arguments of one `#[rate_limiter(...)]`.
 pub struct Args {
@@ -640,24 +636,12 @@ fn check_name(lit: &LitStr) -> syn::Result<()> {
             ),
         ));
     }
-    let malformed = |why: String| {
+    ratelimit_rule_text::check_name(&name).map_err(|why| {
         syn::Error::new(
             lit.span(),
             format!("malformed `name` {name:?}: {why}; {NAME_FORM}"),
         )
-    };
-    for segment in name.split("::").flat_map(|part| part.split('/')) {
-        if segment.is_empty() {
-            return Err(malformed("it has an empty segment".to_owned()));
-        }
-        if let Some(c) = segment
-            .chars()
-            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
-        {
-            return Err(malformed(format!("{c:?} is not allowed")));
-        }
-    }
-    Ok(())
+    })
 }
 
 /// Rejects a literal cost of 0; any other expression is checked at run time, where 0

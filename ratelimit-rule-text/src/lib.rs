@@ -241,6 +241,39 @@ pub fn parse_rule_list(text: &str) -> Result<Vec<ParsedRule>, RuleTextError> {
         .collect()
 }
 
+/// What a site's name may be: the attribute's `name`, a layer guard's name.
+pub const NAME_FORM: &str = "a name is one or more segments of ASCII letters, digits, `_`, `.` \
+                             and `-`, separated by `::` or `/` (e.g. \"billing::send_invoice\", \
+                             \"api/v2/orders\")";
+
+/// Checks a site's name ([`NAME_FORM`]): it is a key's last part, a metric label and a
+/// field of the overrides hash, so it holds nothing those would need to escape.
+///
+/// ```
+/// use ratelimit_rule_text::check_name;
+///
+/// assert!(check_name("api/v2/orders").is_ok());
+/// assert_eq!(check_name("a::").unwrap_err(), "it has an empty segment");
+/// assert_eq!(check_name("a b").unwrap_err(), "' ' is not allowed");
+/// ```
+pub fn check_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("it is empty".to_owned());
+    }
+    for segment in name.split("::").flat_map(|part| part.split('/')) {
+        if segment.is_empty() {
+            return Err("it has an empty segment".to_owned());
+        }
+        if let Some(c) = segment
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
+        {
+            return Err(format!("{c:?} is not allowed"));
+        }
+    }
+    Ok(())
+}
+
 /// Parses a duration in the rules' units, e.g. `"15 minutes"`, `"900s"`, `"1 hour"` or
 /// `"500ms"`: at least 1 ms, at most [`MAX_WINDOW_MS`], as a rule's window.
 ///

@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use ratelimit_rule_text::{check_name, NAME_FORM};
+
 use crate::site_config::SiteConfig;
 use crate::{Algorithm, LimitType, Limiter, Rule};
 
@@ -14,10 +16,6 @@ const MESSAGE: &str = "too many requests";
 /// The key prefix of a guard unless [`key_prefix`](Guard::key_prefix) says otherwise, as
 /// the attribute's default `key`.
 const DEFAULT_PREFIX: &str = "rate_limit:";
-
-/// The forms a guard's name may take: the attribute's `name`.
-const NAME_FORM: &str = "a name is one or more segments of ASCII letters, digits, `_`, `.` and \
-                         `-`, separated by `::` or `/` (e.g. \"api\", \"api/v2/orders\")";
 
 /// A rate limit checked by a framework layer for every request through it, before the
 /// request reaches the inner service: the attribute's rules, key, algorithm and policies,
@@ -89,7 +87,7 @@ impl Guard {
     /// the code, like routes.
     pub fn new(name: &'static str, rules: &'static [Rule]) -> Guard {
         if let Err(why) = check_name(name) {
-            panic!("Guard::new: {why}; {NAME_FORM}");
+            panic!("Guard::new: malformed guard name {name:?}: {why}; {NAME_FORM}");
         }
         assert!(
             !rules.is_empty(),
@@ -192,29 +190,6 @@ impl Guard {
     }
 }
 
-/// Why `name` is not a site path of [`NAME_FORM`], if it is not.
-fn check_name(name: &str) -> Result<(), String> {
-    if name.is_empty() {
-        return Err("a guard's name cannot be empty".to_owned());
-    }
-    for segment in name.split("::").flat_map(|part| part.split('/')) {
-        if segment.is_empty() {
-            return Err(format!(
-                "malformed guard name {name:?}: it has an empty segment"
-            ));
-        }
-        if let Some(c) = segment
-            .chars()
-            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
-        {
-            return Err(format!(
-                "malformed guard name {name:?}: {c:?} is not allowed"
-            ));
-        }
-    }
-    Ok(())
-}
-
 #[cfg(any(feature = "tower", feature = "actix"))]
 pub(crate) use checking::GuardSite;
 
@@ -288,7 +263,7 @@ mod tests {
             assert_eq!(check_name(name), Ok(()), "{name}");
         }
         for (name, why) in [
-            ("", "cannot be empty"),
+            ("", "it is empty"),
             ("api/", "empty segment"),
             ("a:b", "':' is not allowed"),
             ("api v2", "' ' is not allowed"),
