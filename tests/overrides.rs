@@ -220,7 +220,7 @@ async fn exempt_requests_skip_the_check_even_without_an_identity() {
     ));
 }
 
-const URL_ENV: &str = "RATELIMIT_CHILD_REDIS_URL";
+const URL_ENV: &str = support::CHILD_URL_ENV;
 const CHILD_TEST: &str = "child_picks_up_the_override";
 const CHILDREN: usize = 2;
 
@@ -243,10 +243,7 @@ fn two_processes_both_pick_up_one_stored_override() {
 #[tokio::test]
 #[ignore = "child of two_processes_both_pick_up_one_stored_override"]
 async fn child_picks_up_the_override() {
-    let Ok(url) = std::env::var(URL_ENV) else {
-        panic!("{CHILD_TEST} only runs as a child of the test that starts it, which sets its environment");
-    };
-    let limiter = leak(support::counting_limiter(&url));
+    let limiter = leak(support::counting_limiter(&support::from_parent(URL_ENV)));
     // Its own identity, so the two children's counts do not mix.
     let me = format!("child-{}", std::process::id());
     assert_eq!(admitted(limiter, &me, 1).await, 1);

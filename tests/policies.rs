@@ -148,7 +148,7 @@ fn precedence_is_override_then_limiter_shadow_then_attribute() {
     );
 }
 
-const URL_ENV: &str = "RATELIMIT_CHILD_REDIS_URL";
+const URL_ENV: &str = support::CHILD_URL_ENV;
 const CHILD_TEST: &str = "child_follows_the_stored_mode";
 
 #[rate_limiter(rules("1/minute"), limit_type = CUSTOM, by = who, limiter = limiter, name = "policies.remote")]
@@ -174,10 +174,7 @@ fn a_mode_stored_in_redis_reaches_a_second_process() {
 #[tokio::test]
 #[ignore = "child of a_mode_stored_in_redis_reaches_a_second_process"]
 async fn child_follows_the_stored_mode() {
-    let Ok(url) = std::env::var(URL_ENV) else {
-        panic!("{CHILD_TEST} only runs as a child of the test that starts it, which sets its environment");
-    };
-    let limiter = support::leak(support::counting_limiter(&url));
+    let limiter = support::leak(support::counting_limiter(&support::from_parent(URL_ENV)));
     assert!(remote(limiter, "me").await.is_ok());
     assert!(remote(limiter, "me").await.is_err());
     assert_eq!(limiter.mode_in_force("policies.remote"), Mode::Enforce);

@@ -13,7 +13,7 @@ use std::time::Duration;
 use redis_ratelimit::Rule;
 use support::ChildTest;
 
-const URL_ENV: &str = "RATELIMIT_CHILD_REDIS_URL";
+const URL_ENV: &str = support::CHILD_URL_ENV;
 const KEY_ENV: &str = "RATELIMIT_CHILD_KEY";
 
 const LIMIT: u64 = 100;
@@ -55,10 +55,8 @@ fn processes_sharing_a_key_admit_exactly_the_limit_together() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "child of processes_sharing_a_key_admit_exactly_the_limit_together"]
 async fn child_checks_the_shared_key() {
-    let (Ok(url), Ok(key)) = (std::env::var(URL_ENV), std::env::var(KEY_ENV)) else {
-        panic!("{CHILD_TEST} only runs as a child of the test that starts it, which sets its environment");
-    };
-    let limiter = support::leak(support::counting_limiter(&url));
+    let key = support::from_parent(KEY_ENV);
+    let limiter = support::leak(support::counting_limiter(&support::from_parent(URL_ENV)));
     limiter.check("warm-up", &RULES).await.unwrap();
     println!("ready");
     tokio::task::spawn_blocking(|| support::parent_says("go"))

@@ -44,6 +44,9 @@ use std::time::{Duration, Instant};
 
 use redis_ratelimit::Limiter;
 
+/// The environment variable a [`ChildTest`]'s parent names its server's URL in.
+pub const CHILD_URL_ENV: &str = "RATELIMIT_CHILD_REDIS_URL";
+
 /// The environment variable naming the server binary to test against.
 pub const SERVER_ENV: &str = "RATELIMIT_TEST_SERVER";
 
@@ -578,6 +581,14 @@ impl ChildTest {
         assert!(status.success(), "child failed ({status}): {}", self.seen);
         found
     }
+}
+
+/// In a [`ChildTest`]: the value of `name` in the environment its parent gave it; panics,
+/// saying so, when the test runs without a parent.
+pub fn from_parent(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("this test only runs as a child of the test that starts it, which sets {name}")
+    })
 }
 
 /// In a [`ChildTest`]: waits for the parent to send `line`. Blocks its thread: call it from
