@@ -555,25 +555,11 @@ impl Limiter {
         }
     }
 
-    /// Gives back exactly the units `decision` took from `key` under `rules`: a no-op for a
-    /// denied decision (which took nothing) and once the units have left every window.
-    /// Never gives back twice: a refund whose connection broke is not sent again blindly
-    /// (its units then stay used, the safe side).
+    /// Gives back the units `decision` took from `key` under `rules`.
     ///
-    /// ```
-    /// use std::time::Duration;
-    /// use redis_ratelimit::{Limiter, Rule};
-    ///
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// const EXPORTS: [Rule; 1] = [Rule::new(10, Duration::from_secs(3600))];
-    /// let limiter = Limiter::memory();
-    /// let d = limiter.check("exports:acme", &EXPORTS).cost(3).await?;
-    /// assert_eq!(d.remaining, 7);
-    /// // The export failed before doing any work: it should not count.
-    /// limiter.refund("exports:acme", &EXPORTS, &d).await?;
-    /// assert_eq!(limiter.peek("exports:acme", &EXPORTS).await?.remaining, 10);
-    /// # Ok(()) }
-    /// ```
+    /// Not available yet: the backends do not keep what a refund needs, so this answers an
+    /// error and the units stay used (the safe side). A guarded site's `charge_if` then
+    /// charges every call, with a throttled warning.
     pub async fn refund(
         &self,
         key: &str,
@@ -581,7 +567,10 @@ impl Limiter {
         decision: &Decision,
     ) -> Result<(), BackendError> {
         let _ = (key, rules, decision);
-        unimplemented!("refunds arrive with the algorithms' receipts")
+        Err(BackendError::new(
+            BackendErrorKind::Command,
+            "refunds are not available yet; the call's units stay used",
+        ))
     }
 
     /// The answer to `request` when it needs no waiting: a cached denial, or a check of the
