@@ -634,6 +634,8 @@ impl<'a> Check<'a> {
                 cost: 1,
                 consume,
                 now_us: None,
+                block_for_us: 0,
+                refundable: false,
             },
             running: None,
             observation: None,

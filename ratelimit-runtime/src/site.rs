@@ -165,6 +165,8 @@ impl CallSite {
             cost,
             consume: true,
             now_us: None,
+            block_for_us: 0,
+            refundable: false,
         };
         let observation = Observation::start(path, &request);
         // The embedded backend answers at once, without a future to build or instrument.

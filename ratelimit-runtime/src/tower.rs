@@ -597,6 +597,7 @@ mod tests {
             retry_after: (!allowed).then(|| Duration::from_millis(2_500)),
             rule: RULES[rule_index],
             rule_index,
+            receipt: Default::default(),
         }
     }
 

@@ -139,6 +139,8 @@ mod tests {
             cost,
             consume: true,
             now_us: None,
+            block_for_us: 0,
+            refundable: false,
         }
     }
 
@@ -151,6 +153,7 @@ mod tests {
             retry_after: Some(retry_after),
             rule: RULES[0],
             rule_index: 0,
+            receipt: Default::default(),
         }
     }
 

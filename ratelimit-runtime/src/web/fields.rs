@@ -210,6 +210,7 @@ pub(crate) mod tests {
             retry_after: (!allowed).then(|| Duration::from_millis(4_200)),
             rule: RULES[rule_index],
             rule_index,
+            receipt: Default::default(),
         }
     }
 

@@ -241,17 +241,18 @@ impl RedisBackend {
     async fn run(&self, request: &Request<'_>) -> Result<RawDecision, Failure> {
         let harmless = script::rerun_is_harmless(request.algorithm);
         let key = request.key;
-        let reply = match self.send(key, &script::evalsha(request), harmless).await {
+        let invocation = script::Invocation::new(request);
+        let reply = match self.send(key, &invocation.evalsha(), harmless).await {
             // NOSCRIPT: nothing ran. The body goes with this check, instead of a SCRIPT LOAD
             // that a Cluster would have to send to every node.
             Err(Failure::Redis(err))
                 if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
             {
-                self.send(key, &script::eval(request), harmless).await
+                self.send(key, &invocation.eval(), harmless).await
             }
             reply => reply,
         }?;
-        script::decode(&reply, request.rules).ok_or_else(|| {
+        invocation.decode(&reply).ok_or_else(|| {
             Failure::Redis(RedisError::from((
                 ErrorKind::UnexpectedReturnType,
                 "the rate-limit script answered out of range",
