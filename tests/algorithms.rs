@@ -111,8 +111,9 @@ mod api {
 }
 
 /// `EVAL`s the algorithms' scripts directly, with the shared protocol: `KEYS[1]`,
-/// `ARGV[1]` = consume, now_us (0: server TIME), cost, count, window_us, ... as
-/// little-endian doubles, and `ARGV[2]` = the check's id (read by the sliding log).
+/// `ARGV[1]` = the call (0 peek, 1 consume, 2 consume and answer the time) plus 4 ×
+/// block_for_us, now_us (0: server TIME), cost, count, window_us, ... as little-endian
+/// doubles, and `ARGV[2]` = the check's id (read by the sliding log).
 mod scripts {
     use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -122,7 +123,10 @@ mod scripts {
     mod sources {
         include!("../ratelimit-runtime/src/scripts/sources.rs");
     }
-    use sources::{FIXED_WINDOW, SLIDING_LOG, SLIDING_WINDOW, TOKEN_BUCKET};
+    use sources::{
+        FIXED_WINDOW, FIXED_WINDOW_REFUND, SLIDING_LOG, SLIDING_WINDOW, SLIDING_WINDOW_REFUND,
+        TOKEN_BUCKET, TOKEN_BUCKET_REFUND,
+    };
     const ALL: [(&str, &str); 3] = [
         ("fixed_window", FIXED_WINDOW),
         ("sliding_window", SLIDING_WINDOW),
@@ -167,7 +171,7 @@ mod scripts {
         NEXT_ID.fetch_add(1, Ordering::Relaxed).to_le_bytes()
     }
 
-    /// The EVAL of one check, as the runtime encodes it.
+    /// The EVAL of one check of cost `cost`, as the runtime encodes it.
     fn command(
         script: &str,
         key: &str,
@@ -177,40 +181,81 @@ mod scripts {
         rules: &[(u64, u64)],
         id: &[u8],
     ) -> redis::Cmd {
-        let head = [u64::from(consume), now_us, cost];
-        let numbers: Vec<u8> = head
-            .into_iter()
-            .chain(
-                rules
-                    .iter()
-                    .flat_map(|&(count, window_us)| [count, window_us]),
-            )
-            .flat_map(|n| (n as f64).to_le_bytes())
-            .collect();
+        check_command(
+            script,
+            key,
+            [u64::from(consume), now_us, cost, 0],
+            rules,
+            id,
+        )
+    }
+
+    /// The EVAL of one check of `[call, now_us, cost, block_for_us]`: the call 0 to peek,
+    /// 1 to consume, or 2 to also answer the time the check was counted at.
+    fn check_command(
+        script: &str,
+        key: &str,
+        [call, now_us, cost, block_for_us]: [u64; 4],
+        rules: &[(u64, u64)],
+        id: &[u8],
+    ) -> redis::Cmd {
+        let head = [call + 4 * block_for_us, now_us, cost];
         let mut eval = redis::cmd("EVAL");
-        eval.arg(script).arg(1).arg(key).arg(numbers).arg(id);
+        eval.arg(script)
+            .arg(1)
+            .arg(key)
+            .arg(doubles(head.into_iter(), rules))
+            .arg(id);
         eval
     }
 
+    /// `head`, then each rule's count and window, as little-endian doubles.
+    fn doubles(head: impl Iterator<Item = u64>, rules: &[(u64, u64)]) -> Vec<u8> {
+        head.chain(
+            rules
+                .iter()
+                .flat_map(|&(count, window_us)| [count, window_us]),
+        )
+        .flat_map(|n| (n as f64).to_le_bytes())
+        .collect()
+    }
+
     /// A reply as `[allowed, rule_index, remaining, reset_after_us, retry_after_us]`,
-    /// the short form of an admitted call spelled out, and "never" (-1) as `u64::MAX`.
-    fn spelled_out(reply: redis::Value, rules: &[(u64, u64)]) -> redis::RedisResult<[u64; 5]> {
+    /// the short form of an admitted call spelled out, and "never" (-1) as `u64::MAX`;
+    /// with the time the check was counted at, when the reply has it (a consuming check
+    /// of a string-state algorithm: the short form and the time as two doubles, or a
+    /// sixth number).
+    fn answer(
+        reply: redis::Value,
+        rules: &[(u64, u64)],
+    ) -> redis::RedisResult<([u64; 5], Option<u64>)> {
+        let short = |short: u64| {
+            let rule_index = short % 64;
+            let base = rules[rule_index as usize].0 + 1;
+            [1, rule_index, short / 64 % base, short / 64 / base, 0]
+        };
         Ok(match reply {
-            redis::Value::Int(short) => {
-                let short = u64::try_from(short).expect("a short form is not negative");
-                let rule_index = short % 64;
-                let base = rules[rule_index as usize].0 + 1;
-                [1, rule_index, short / 64 % base, short / 64 / base, 0]
+            redis::Value::Int(n) => (short(u64::try_from(n).expect("not negative")), None),
+            redis::Value::BulkString(bytes) => {
+                let [n, at] = [&bytes[..8], &bytes[8..]]
+                    .map(|b| f64::from_le_bytes(b.try_into().expect("two doubles")) as u64);
+                (short(n), Some(at))
             }
             long => {
                 let numbers: Vec<i64> = redis::FromRedisValue::from_redis_value(long)?;
-                let numbers: Vec<u64> = numbers
+                let mut numbers: Vec<u64> = numbers
                     .into_iter()
                     .map(|n| if n == -1 { u64::MAX } else { n as u64 })
                     .collect();
-                numbers.try_into().expect("five numbers")
+                let at = (numbers.len() == 6).then(|| numbers.pop().unwrap());
+                (numbers.try_into().expect("five numbers"), at)
             }
         })
+    }
+
+    /// [`answer`] without the time.
+    fn spelled_out(reply: redis::Value, rules: &[(u64, u64)]) -> redis::RedisResult<[u64; 5]> {
+        answer(reply, rules).map(|(figures, _)| figures)
     }
 
     /// The script's reply as `[allowed, rule_index, remaining, reset_after_us,
@@ -232,8 +277,57 @@ mod scripts {
         include!("../ratelimit-runtime/src/algorithm/worked.rs");
     }
 
+    /// What a refund of a named decision needs: whether it took anything, the check's id
+    /// (the sliding log's members), its cost, and the time it was counted at (the other
+    /// algorithms' answer).
+    struct Taken {
+        admitted: bool,
+        id: [u8; 8],
+        cost: u64,
+        at_us: Option<u64>,
+    }
+
+    /// The refund of `taken`, as the runtime sends it: a ZREM of the sliding log's
+    /// members, or the algorithm's refund script.
+    fn refund(
+        conn: &mut redis::Connection,
+        algorithm: &str,
+        key: &str,
+        taken: &Taken,
+        now_us: u64,
+        rules: &[(u64, u64)],
+    ) {
+        if !taken.admitted {
+            return;
+        }
+        let source = match algorithm {
+            "fixed_window" => FIXED_WINDOW_REFUND,
+            "sliding_window" => SLIDING_WINDOW_REFUND,
+            "token_bucket" => TOKEN_BUCKET_REFUND,
+            _ => {
+                let mut zrem = redis::cmd("ZREM");
+                zrem.arg(key).arg(&taken.id[..]);
+                for k in 2..=taken.cost {
+                    zrem.arg([&taken.id[..], k.to_string().as_bytes()].concat());
+                }
+                let _: u64 = zrem.query(conn).unwrap();
+                return;
+            }
+        };
+        let at = taken.at_us.expect("a refundable check answers its time");
+        let numbers = doubles([at, taken.cost, now_us].into_iter(), rules);
+        let _: u64 = redis::cmd("EVAL")
+            .arg(source)
+            .arg(1)
+            .arg(key)
+            .arg(numbers)
+            .query(conn)
+            .unwrap();
+    }
+
     #[test]
     fn hand_worked_sequences_are_answered_exactly() {
+        use worked::{Call, Step};
         let server = RedisServer::start();
         let mut conn = server.connection();
         for (n, sequence) in worked::sequences().into_iter().enumerate() {
@@ -246,11 +340,50 @@ mod scripts {
                         .1
                 }
             };
-            let key = format!("worked:{n}");
-            for step in &sequence.steps {
-                let rules = &sequence.rules;
-                let answer = eval(&mut conn, script, &key, step.consume, step.now_us, rules);
-                assert_eq!(answer.unwrap(), step.expected, "worked.txt:{}", step.line);
+            let (key, rules) = (format!("worked:{n}"), &sequence.rules);
+            let mut taken = std::collections::HashMap::new();
+            for &Step {
+                line,
+                now_us,
+                ref call,
+            } in &sequence.steps
+            {
+                match *call {
+                    Call::Check {
+                        consume,
+                        cost,
+                        block_for_us,
+                        expected,
+                        name,
+                    } => {
+                        // A decision to refund asks for the time it was counted at.
+                        let consume = u64::from(consume) * if name.is_some() { 2 } else { 1 };
+                        let id = next_id();
+                        let head = [consume, now_us, cost, block_for_us];
+                        let reply = check_command(script, &key, head, rules, &id)
+                            .query(&mut conn)
+                            .unwrap();
+                        let (figures, at_us) = answer(reply, rules).unwrap();
+                        assert_eq!(figures, expected, "worked.txt:{line}");
+                        if let Some(name) = name {
+                            let admitted = consume > 0 && figures[0] == 1;
+                            let t = Taken {
+                                admitted,
+                                id,
+                                cost,
+                                at_us,
+                            };
+                            taken.insert(name, t);
+                        }
+                    }
+                    Call::Refund(name) => {
+                        let algorithm = sequence.algorithm;
+                        refund(&mut conn, algorithm, &key, &taken[name], now_us, rules);
+                    }
+                    Call::Reset => {
+                        let _: () = redis::cmd("DEL").arg(&key).query(&mut conn).unwrap();
+                    }
+                }
             }
         }
     }
@@ -433,31 +566,46 @@ mod scripts {
     }
 
     #[test]
-    fn an_admitted_call_answers_in_one_integer_when_it_fits() {
+    fn an_admitted_call_answers_in_one_number_when_it_fits() {
         let server = RedisServer::start();
         let mut conn = server.connection();
         // The short form, (reset_after * count + remaining) * 64 + rule_index, must stay
-        // below 2^53: it does for 100 per minute, not for 2^40 per 2^50 µs.
+        // below 2^53: it does for 100 per minute, not for 2^40 per 2^50 µs. A check that
+        // asks for the time it was counted at (consume 2) gets the short form and that
+        // time as two doubles, or that time as a sixth number of the long form.
         let (small, big) = ((100, 60_000_000), (1 << 40, 1 << 50));
         for (name, script) in ALL.into_iter().chain([("sliding_log", SLIDING_LOG)]) {
-            let reply: redis::Value =
-                command(script, name, true, NOW, 1, &[big, small], &next_id())
+            for (consume, remaining) in [(0, 100), (1, 99), (2, 98)] {
+                let head = [consume, NOW, 1, 0];
+                let reply: redis::Value =
+                    check_command(script, name, head, &[big, small], &next_id())
+                        .query(&mut conn)
+                        .unwrap();
+                let one_number = match reply {
+                    redis::Value::BulkString(ref b) => consume == 2 && b.len() == 16,
+                    redis::Value::Int(_) => consume < 2,
+                    _ => false,
+                };
+                assert!(one_number, "{name}, consume {consume}: {reply:?}");
+                let (figures, at) = answer(reply, &[big, small]).unwrap();
+                assert_eq!(figures[..3], [1, 1, remaining], "{name}");
+                assert_eq!(at, (consume == 2).then_some(NOW), "{name}");
+            }
+
+            for consume in [1, 2] {
+                let key = format!("{name}:big:{consume}");
+                let head = [consume, NOW, 1, 0];
+                let reply: redis::Value = check_command(script, &key, head, &[big], &next_id())
                     .query(&mut conn)
                     .unwrap();
-            assert!(matches!(reply, redis::Value::Int(_)), "{name}: {reply:?}");
-            let reply = eval(&mut conn, script, name, true, NOW, &[big, small]).unwrap();
-            assert_eq!(reply[..3], [1, 1, 98], "{name}");
-
-            let key = format!("{name}:big");
-            let reply: redis::Value = command(script, &key, true, NOW, 1, &[big], &next_id())
-                .query(&mut conn)
-                .unwrap();
-            let redis::Value::Array(items) = reply else {
-                panic!("{name}: {reply:?}")
-            };
-            let numbers: Vec<u64> =
-                redis::FromRedisValue::from_redis_value(redis::Value::Array(items)).unwrap();
-            assert_eq!(numbers[..3], [1, 0, (1 << 40) - 1], "{name}");
+                let redis::Value::Array(items) = reply else {
+                    panic!("{name}: {reply:?}")
+                };
+                let numbers: Vec<u64> =
+                    redis::FromRedisValue::from_redis_value(redis::Value::Array(items)).unwrap();
+                assert_eq!(numbers[..3], [1, 0, (1 << 40) - 1], "{name}");
+                assert_eq!(numbers.get(5), (consume == 2).then_some(&NOW), "{name}");
+            }
         }
     }
 
@@ -532,6 +680,108 @@ mod scripts {
             .arg("WITHSCORES")
             .query(conn)
             .unwrap()
+    }
+
+    #[test]
+    fn a_block_is_kept_in_the_key_as_long_as_it_lasts() {
+        let server = RedisServer::start();
+        let mut conn = server.connection();
+        let rules = [(1, 1_000_000)];
+        let hour = 3_600_000_000;
+        for (name, script) in ALL.into_iter().chain([("sliding_log", SLIDING_LOG)]) {
+            let run = |conn: &mut redis::Connection, call, at| {
+                let head = [call, NOW + at, 1, hour];
+                let reply = check_command(script, name, head, &rules, &next_id())
+                    .query(conn)
+                    .unwrap();
+                spelled_out(reply, &rules).unwrap()
+            };
+            assert_eq!(run(&mut conn, 1, 0)[0], 1, "{name}");
+            assert_eq!(run(&mut conn, 1, 10), [0, 0, 0, hour, hour], "{name}");
+            // The key lives as long as the block, not just as long as the rule's second.
+            let ttl = pttl(&mut conn, name);
+            assert!(ttl > 3_590_000, "{name}: PTTL {ttl}");
+            match name {
+                "sliding_log" => {
+                    let members: Vec<(Vec<u8>, String)> = redis::cmd("ZRANGE")
+                        .arg(name)
+                        .arg(0)
+                        .arg(-1)
+                        .arg("WITHSCORES")
+                        .query(&mut conn)
+                        .unwrap();
+                    // An entry, then the block: scored +inf, named 'B' and its end and rule.
+                    assert_eq!(members.len(), 2, "{members:?}");
+                    let (block, score) = &members[1];
+                    assert_eq!(score, "inf");
+                    let block_numbers: Vec<u64> = block[1..]
+                        .chunks(8)
+                        .map(|b| f64::from_le_bytes(b.try_into().unwrap()) as u64)
+                        .collect();
+                    assert_eq!(block_numbers, [NOW + 10 + hour, 0]);
+                }
+                // A string state under a block is named in capitals, with what it counted.
+                _ => {
+                    let value = get(&mut conn, name).unwrap();
+                    let upper = name.to_ascii_uppercase();
+                    let stored = numbers(&value, &upper);
+                    // The expiry, the rule's record, then the block's.
+                    assert_eq!(stored[1..3], [1, 1_000_000], "{name}");
+                    let block = &stored[stored.len() - name_size(name) / 8..];
+                    assert_eq!(block[..3], [0, NOW + 10 + hour, 0], "{name}");
+                }
+            }
+            // Peeks and checks under the block write nothing.
+            let before = redis::cmd("DUMP")
+                .arg(name)
+                .query::<Vec<u8>>(&mut conn)
+                .unwrap();
+            assert_eq!(run(&mut conn, 0, 20)[4], hour - 10, "{name}");
+            assert_eq!(run(&mut conn, 1, 20)[4], hour - 10, "{name}");
+            let after = redis::cmd("DUMP")
+                .arg(name)
+                .query::<Vec<u8>>(&mut conn)
+                .unwrap();
+            assert_eq!(before, after, "{name}");
+        }
+    }
+
+    /// A record's bytes in the value of the string-state algorithm `name`.
+    fn name_size(name: &str) -> usize {
+        match name {
+            "fixed_window" => 32,
+            "sliding_window" => 40,
+            _ => 24,
+        }
+    }
+
+    #[test]
+    fn a_re_sent_sliding_log_check_under_a_block_answers_as_it_did() {
+        let server = RedisServer::start();
+        let mut conn = server.connection();
+        let rules = [(1, 1_000_000)];
+        let run = |conn: &mut redis::Connection, at, id: &[u8]| {
+            let head = [1, NOW + at, 1, 60_000_000];
+            let reply = check_command(SLIDING_LOG, "k", head, &rules, id)
+                .query(conn)
+                .unwrap();
+            spelled_out(reply, &rules).unwrap()
+        };
+        let first = run(&mut conn, 0, b"id-0000000000001");
+        assert_eq!(first, [1, 0, 0, 1_000_000, 0]);
+        // Another check is refused and blocks the key.
+        assert_eq!(run(&mut conn, 10, b"id-0000000000002")[0], 0);
+        // The first check, re-sent: admitted, as it was, and counted once.
+        assert_eq!(run(&mut conn, 20, b"id-0000000000001"), first);
+        assert_eq!(
+            redis::cmd("ZCARD")
+                .arg("k")
+                .query::<u64>(&mut conn)
+                .unwrap(),
+            2
+        );
+        // A fresh check is still refused by the block.
+        assert_eq!(run(&mut conn, 30, b"id-0000000000003")[0], 0);
     }
 
     #[test]

@@ -723,7 +723,6 @@ backend_tests! {
         assert_eq!(ran(&CALLS), 6);
     }
 
-    #[ignore = "the backends do not give units back yet"]
     async fn charge_if_gives_back_the_units_of_the_calls_it_does_not_charge() {
         static CALLS: AtomicUsize = AtomicUsize::new(0);
         guarded! {
@@ -787,7 +786,6 @@ backend_tests! {
         assert_eq!(ran(&CALLS), 3);
     }
 
-    #[ignore = "the backends do not keep blocks yet"]
     async fn block_for_refuses_the_caller_for_the_block_after_a_refusal() {
         static CALLS: AtomicUsize = AtomicUsize::new(0);
         guarded! {

@@ -153,10 +153,9 @@ use crate::item::ItemFn;
 /// `false`, exactly those units are given back. A refund that cannot reach the backend
 /// leaves them used, and a call whose future is dropped before the body returns keeps them.
 /// The expression is evaluated after the body, which has taken the function's arguments:
-/// it sees the call only through the result it is given. (The backends do not give units
-/// back yet: until they do, every call stays charged, with a throttled warning.)
+/// it sees the call only through the result it is given.
 ///
-/// ```ignore
+/// ```
 /// use redis_ratelimit::{rate_limiter, RateLimitError};
 ///
 /// #[derive(Debug)]
@@ -195,9 +194,10 @@ use crate::item::ItemFn;
 /// # }
 /// ```
 ///
-/// `block_for = "<duration>"` names a lock-out of a caller once one of its calls is
-/// refused (every call of that caller refused until the refusal's time plus the duration);
-/// the backends do not keep blocks yet, so it adds nothing to the rules for now. `wait = "<duration>"` makes a call that
+/// `block_for = "<duration>"` locks a caller out of the site once one of its calls is
+/// refused: every call of that caller is then refused until the refusal's time plus the
+/// duration, with `retry_after` the block's remaining time; blocked calls consume nothing,
+/// and `Limiter::reset` of the key lifts the block. `wait = "<duration>"` makes a call that
 /// would be refused wait for room, when the refusal's `retry_after` fits in what is left of
 /// that time (plus a little jitter), and check again; it is refused once the time is spent,
 /// and at once when it could never pass. Durations take the rules' units: `"15 minutes"`,

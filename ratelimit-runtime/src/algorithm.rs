@@ -4,9 +4,10 @@
 //!
 //! What every algorithm shares is here, once: its names ([`Algorithm`]), how a call's
 //! `cost` is judged by one rule ([`Figures::of`]), which rule binds ([`decide`]), how time
-//! is kept from running backwards ([`Clamp`]) and how long a key lives ([`ttl_us`]). An
-//! algorithm is a [`Counter`]: it computes each rule's [`Figures`] from its state and
-//! writes the state back. The fixed window, the sliding window and the token bucket keep
+//! is kept from running backwards ([`Clamp`]), how long a key lives ([`ttl_us`]) and how a
+//! refusal locks a key out ([`Block`]). An algorithm is a [`Counter`]: it computes each
+//! rule's [`Figures`] from its state, writes the state back, and gives back what a
+//! decision took ([`Receipt`]). The fixed window, the sliding window and the token bucket keep
 //! one record per rule and share all but their arithmetic ([`records`]); the sliding log
 //! keeps its entries.
 
@@ -21,7 +22,7 @@ mod worked;
 use std::fmt;
 use std::str::FromStr;
 
-use crate::decision::RawDecision;
+use crate::decision::{RawDecision, Receipt};
 use crate::Rule;
 
 /// How a set of rules is counted.
@@ -207,6 +208,7 @@ impl Figures {
 /// check) or now (a peek). Otherwise the binding rule is the denying one with the largest
 /// `retry_after` (ties: lowest index; a cost that can never pass is the largest), and
 /// `remaining` what it has left now. Every script makes the same choice in its `bind`.
+#[inline]
 pub(crate) fn decide(
     figures: impl IntoIterator<Item = Figures>,
     cost: u64,
@@ -236,6 +238,7 @@ pub(crate) fn decide(
             remaining: f.left,
             reset_after_us: later(f.reset_after_us),
             retry_after_us,
+            receipt: Receipt::NONE,
         };
     }
     let (rule_index, f) = tightest.expect("at least one rule");
@@ -245,6 +248,7 @@ pub(crate) fn decide(
         remaining: if consume { f.left - cost } else { f.left },
         reset_after_us: later(f.reset_after_us),
         retry_after_us: 0,
+        receipt: Receipt::NONE,
     }
 }
 
@@ -273,19 +277,36 @@ pub(crate) fn longest_window_us(rules: &[Rule]) -> u64 {
     rules.iter().map(Rule::window_us).max().unwrap_or(0)
 }
 
+/// One check of one key, as an algorithm counts it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Call<'a> {
+    pub rules: &'a [Rule],
+    /// The caller's clock, µs since the epoch.
+    pub now_us: u64,
+    /// Units of every rule (at least 1).
+    pub cost: u64,
+    /// `false` for a peek: answer as a check would, write nothing.
+    pub consume: bool,
+    /// When a consuming check is refused by a rule, the key refuses every check for this
+    /// long after (see [`Block`]); 0: no block.
+    pub block_for_us: u64,
+}
+
 /// What one check did to a key's state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Outcome {
+    /// With the receipt of an admitted consuming check.
     pub decision: RawDecision,
     /// `Some(ttl)` when the check moved the key's expiry: the key now expires `ttl` µs from
     /// `now` (what the script's `PEXPIRE` or `SET ... PX` does). `None` leaves the expiry
-    /// as it was: a peek or a denial, which write nothing, or a write the expiry already
-    /// covers. A check of an absent key that writes always moves it.
+    /// as it was: a peek or a denial, which write nothing (but for a refusal that starts a
+    /// block), or a write the expiry already covers. A check of an absent key that writes
+    /// always moves it.
     pub ttl_us: Option<u64>,
 }
 
 impl Outcome {
-    /// A check that wrote nothing: a peek or a denial.
+    /// A check that wrote nothing.
     pub fn unwritten(decision: RawDecision) -> Self {
         Outcome {
             decision,
@@ -296,61 +317,165 @@ impl Outcome {
 
 /// How one algorithm counts a key's state.
 pub(crate) trait Counter {
-    /// Checks a call of `cost` units (at least 1) against `rules` at `now_us` (the
-    /// caller's clock), counted at the time [`Clamp`] makes of it; records it when
-    /// `consume` and every rule admits it.
-    fn check(&mut self, rules: &[Rule], now_us: u64, cost: u64, consume: bool) -> Outcome;
+    /// Runs `call` (see [`KeyState::check`]): refused while `block` lasts; else judged at
+    /// the time [`Clamp`] makes of it and decided, recorded with its receipt when it
+    /// consumes and every rule admits it ([`Block::end`]), and blocking the key when it
+    /// asks to and is refused ([`Block::start`]).
+    fn check(&mut self, block: &mut Block, call: &Call<'_>) -> Outcome;
+
+    /// Gives back what `receipt` took, as far as the state still holds it (see
+    /// [`Receipt`]); `now_us` is the caller's clock.
+    fn refund(&mut self, rules: &[Rule], receipt: &Receipt, now_us: u64);
 }
 
-/// The state one key holds, for whichever algorithm counts it.
+/// A key's lock-out: after a consuming check with `block_for` set is refused by a rule,
+/// every check of the key (and every peek) is refused, consuming nothing, until the time
+/// it was counted at plus `block_for`. The refusal answers with the rule that started the
+/// block (rule 0 when the rules have changed since and there is no such rule), nothing
+/// remaining, and `retry_after` and `reset_after` the block's remaining time.
+///
+/// It is kept with the key's state: on Redis in the key itself (a string state named in
+/// capitals, with a last record of count 0; a member scored `+inf` in the sliding log's
+/// sorted set), whose expiry a block moves to cover it; so `reset` (deleting the key)
+/// lifts it, and a block longer than every window outlives them. An admitted write ends a
+/// block that has passed. Its rule is the one that refused the call (the binding rule of
+/// the refusal), kept as an index.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Block {
+    /// µs since the epoch; 0: no block.
+    until_us: u64,
+    rule_index: usize,
+}
+
+impl Block {
+    /// No block.
+    pub const NONE: Block = Block {
+        until_us: 0,
+        rule_index: 0,
+    };
+
+    /// The answer to a check counted at `clamp` of `rules` rules, while the block lasts.
+    fn refusal(&self, clamp: Clamp, rules: usize) -> Option<RawDecision> {
+        if clamp.at_us >= self.until_us {
+            return None;
+        }
+        let left_us = self.until_us - clamp.at_us + clamp.lag_us;
+        Some(RawDecision {
+            allowed: false,
+            rule_index: if self.rule_index < rules {
+                self.rule_index
+            } else {
+                0
+            },
+            remaining: 0,
+            reset_after_us: left_us,
+            retry_after_us: left_us,
+            receipt: Receipt::NONE,
+        })
+    }
+
+    /// After `call`, counted at `clamp`, is refused: blocks the key when the call consumes
+    /// and asks for a block, from the time the refusal was counted at, and the refusal
+    /// then says that no call passes before the block ends. Returns how long the key must
+    /// live from the caller's clock for the block, `None` when there is none.
+    fn start(&mut self, refusal: &mut RawDecision, call: &Call<'_>, clamp: Clamp) -> Option<u64> {
+        if !call.consume || call.block_for_us == 0 {
+            return None;
+        }
+        *self = Block {
+            until_us: clamp.at_us.saturating_add(call.block_for_us),
+            rule_index: refusal.rule_index,
+        };
+        let block_us = call.block_for_us.saturating_add(clamp.lag_us);
+        if refusal.retry_after_us != RawDecision::NEVER {
+            refusal.retry_after_us = refusal.retry_after_us.max(block_us);
+        }
+        refusal.reset_after_us = refusal.reset_after_us.max(block_us);
+        Some(block_us)
+    }
+
+    /// An admitted write ends a block that has passed, as a script's write drops it.
+    fn end(&mut self) {
+        *self = Block::NONE;
+    }
+}
+
+/// The counts of one key, for whichever algorithm keeps them.
 #[derive(Debug)]
-pub(crate) enum KeyState {
+enum Counts {
     SlidingLog(sliding_log::State),
     FixedWindow(fixed_window::State),
     SlidingWindow(sliding_window::State),
     TokenBucket(token_bucket::State),
 }
 
+/// The state one key holds: its counts and its block.
+#[derive(Debug)]
+pub(crate) struct KeyState {
+    counts: Counts,
+    block: Block,
+}
+
 impl KeyState {
     /// The empty state of a key that does not exist yet.
     pub fn new(algorithm: Algorithm) -> Self {
-        match algorithm {
-            Algorithm::SlidingLog => KeyState::SlidingLog(Default::default()),
-            Algorithm::FixedWindow => KeyState::FixedWindow(Default::default()),
-            Algorithm::SlidingWindow => KeyState::SlidingWindow(Default::default()),
-            Algorithm::TokenBucket => KeyState::TokenBucket(Default::default()),
+        let counts = match algorithm {
+            Algorithm::SlidingLog => Counts::SlidingLog(Default::default()),
+            Algorithm::FixedWindow => Counts::FixedWindow(Default::default()),
+            Algorithm::SlidingWindow => Counts::SlidingWindow(Default::default()),
+            Algorithm::TokenBucket => Counts::TokenBucket(Default::default()),
+        };
+        KeyState {
+            counts,
+            block: Block::NONE,
         }
     }
 
     /// The algorithm whose state this is.
     pub fn algorithm(&self) -> Algorithm {
-        match self {
-            KeyState::SlidingLog(_) => Algorithm::SlidingLog,
-            KeyState::FixedWindow(_) => Algorithm::FixedWindow,
-            KeyState::SlidingWindow(_) => Algorithm::SlidingWindow,
-            KeyState::TokenBucket(_) => Algorithm::TokenBucket,
+        match self.counts {
+            Counts::SlidingLog(_) => Algorithm::SlidingLog,
+            Counts::FixedWindow(_) => Algorithm::FixedWindow,
+            Counts::SlidingWindow(_) => Algorithm::SlidingWindow,
+            Counts::TokenBucket(_) => Algorithm::TokenBucket,
         }
     }
 
     /// Asks the processor to start loading the state's own memory (a log, or records),
     /// so that it arrives while the key is being compared rather than after.
     pub fn prefetch(&self) {
-        match self {
-            KeyState::SlidingLog(s) => s.ends().into_iter().for_each(prefetch),
-            KeyState::FixedWindow(s) => prefetch(s.first_record()),
-            KeyState::SlidingWindow(s) => prefetch(s.first_record()),
-            KeyState::TokenBucket(s) => prefetch(s.first_record()),
+        match &self.counts {
+            Counts::SlidingLog(s) => s.ends().into_iter().for_each(prefetch),
+            Counts::FixedWindow(s) => prefetch(s.first_record()),
+            Counts::SlidingWindow(s) => prefetch(s.first_record()),
+            Counts::TokenBucket(s) => prefetch(s.first_record()),
         }
     }
 
-    /// Checks a call of `cost` units (at least 1) against `rules` at `now_us`; records it
-    /// when `consume` and every rule admits it.
-    pub fn check(&mut self, rules: &[Rule], now_us: u64, cost: u64, consume: bool) -> Outcome {
-        match self {
-            KeyState::SlidingLog(s) => s.check(rules, now_us, cost, consume),
-            KeyState::FixedWindow(s) => s.check(rules, now_us, cost, consume),
-            KeyState::SlidingWindow(s) => s.check(rules, now_us, cost, consume),
-            KeyState::TokenBucket(s) => s.check(rules, now_us, cost, consume),
+    /// Runs `call`: refused while the key is blocked; else counted, recorded when it
+    /// consumes and every rule admits it, and blocking the key when it consumes, a rule
+    /// refuses it and `block_for_us` is set.
+    pub fn check(&mut self, call: &Call<'_>) -> Outcome {
+        let block = &mut self.block;
+        match &mut self.counts {
+            Counts::SlidingLog(s) => s.check(block, call),
+            Counts::FixedWindow(s) => s.check(block, call),
+            Counts::SlidingWindow(s) => s.check(block, call),
+            Counts::TokenBucket(s) => s.check(block, call),
+        }
+    }
+
+    /// Gives back what `receipt` took of `rules`, as far as the state still holds it;
+    /// nothing when another algorithm counted it.
+    pub fn refund(&mut self, rules: &[Rule], receipt: &Receipt, now_us: u64) {
+        if receipt.algorithm != self.algorithm() {
+            return;
+        }
+        match &mut self.counts {
+            Counts::SlidingLog(s) => s.refund(rules, receipt, now_us),
+            Counts::FixedWindow(s) => s.refund(rules, receipt, now_us),
+            Counts::SlidingWindow(s) => s.refund(rules, receipt, now_us),
+            Counts::TokenBucket(s) => s.refund(rules, receipt, now_us),
         }
     }
 }
@@ -372,10 +497,21 @@ fn prefetch<T>(ptr: *const T) {
 pub(crate) mod testing {
     use std::time::Duration;
 
-    use super::{Counter, Outcome};
+    use super::{Block, Call, Counter, Outcome};
     use crate::Rule;
 
-    /// `state.check(..)`, as a function.
+    /// A call without a block.
+    pub fn call(rules: &[Rule], now_us: u64, cost: u64, consume: bool) -> Call<'_> {
+        Call {
+            rules,
+            now_us,
+            cost,
+            consume,
+            block_for_us: 0,
+        }
+    }
+
+    /// Checks a call without a block on the state of one algorithm.
     pub fn check(
         state: &mut impl Counter,
         rules: &[Rule],
@@ -383,7 +519,7 @@ pub(crate) mod testing {
         cost: u64,
         consume: bool,
     ) -> Outcome {
-        state.check(rules, now_us, cost, consume)
+        state.check(&mut Block::default(), &call(rules, now_us, cost, consume))
     }
 
     /// A rule of `count` per `window_us` microseconds.
@@ -394,7 +530,7 @@ pub(crate) mod testing {
 
 #[cfg(test)]
 mod tests {
-    use super::testing::rule;
+    use super::testing::{call, rule};
     use super::{Algorithm, KeyState, ParseAlgorithmError};
     use crate::decision::RawDecision;
     use crate::Rule;
@@ -420,20 +556,50 @@ mod tests {
 
     #[test]
     fn hand_worked_sequences_are_answered_exactly() {
-        for sequence in super::worked::sequences() {
+        use super::worked::{self, Step};
+        use super::Call;
+        for sequence in worked::sequences() {
             let algorithm: Algorithm = sequence.algorithm.parse().unwrap();
             let rules: Vec<Rule> = sequence.rules.iter().map(|&(c, w)| rule(c, w)).collect();
             let mut s = KeyState::new(algorithm);
-            for step in &sequence.steps {
-                let d = s.check(&rules, step.now_us, 1, step.consume).decision;
-                let answer = [
-                    u64::from(d.allowed),
-                    d.rule_index as u64,
-                    d.remaining,
-                    d.reset_after_us,
-                    d.retry_after_us,
-                ];
-                assert_eq!(answer, step.expected, "worked.txt:{}", step.line);
+            let mut receipts = std::collections::HashMap::new();
+            for &Step {
+                line,
+                now_us,
+                ref call,
+            } in &sequence.steps
+            {
+                match *call {
+                    worked::Call::Check {
+                        consume,
+                        cost,
+                        block_for_us,
+                        expected,
+                        name,
+                    } => {
+                        let call = Call {
+                            rules: &rules,
+                            now_us,
+                            cost,
+                            consume,
+                            block_for_us,
+                        };
+                        let d = s.check(&call).decision;
+                        let answer = [
+                            u64::from(d.allowed),
+                            d.rule_index as u64,
+                            d.remaining,
+                            d.reset_after_us,
+                            d.retry_after_us,
+                        ];
+                        assert_eq!(answer, expected, "worked.txt:{line}");
+                        if let Some(name) = name {
+                            receipts.insert(name, d.receipt);
+                        }
+                    }
+                    worked::Call::Refund(name) => s.refund(&rules, &receipts[name], now_us),
+                    worked::Call::Reset => s = KeyState::new(algorithm),
+                }
             }
         }
     }
@@ -443,15 +609,15 @@ mod tests {
         let rules = [rule(10, 1_000), rule(3, 100)];
         for algorithm in ALL {
             let mut s = KeyState::new(algorithm);
-            assert!(s.check(&rules, 5_000, 1, true).decision.allowed);
-            let never = s.check(&rules, 5_000, 4, true);
+            assert!(s.check(&call(&rules, 5_000, 1, true)).decision.allowed);
+            let never = s.check(&call(&rules, 5_000, 4, true));
             assert!(!never.decision.allowed, "{algorithm:?}");
             assert_eq!(never.decision.rule_index, 1, "{algorithm:?}");
             assert_eq!(never.decision.retry_after_us, RawDecision::NEVER);
             assert_eq!(never.decision.remaining, 2, "{algorithm:?}: left now");
             assert_eq!(never.ttl_us, None);
             // Nothing was consumed: 2 units of the 3 are still there.
-            let d = s.check(&rules, 5_000, 2, true).decision;
+            let d = s.check(&call(&rules, 5_000, 2, true)).decision;
             assert_eq!((d.allowed, d.remaining), (true, 0), "{algorithm:?}");
         }
     }
@@ -461,19 +627,19 @@ mod tests {
         let rules = [rule(10, 1_000_000), rule(4, 1_000_000)];
         for algorithm in ALL {
             let mut s = KeyState::new(algorithm);
-            let d = s.check(&rules, 0, 3, true).decision;
+            let d = s.check(&call(&rules, 0, 3, true)).decision;
             assert_eq!(
                 (d.allowed, d.rule_index, d.remaining),
                 (true, 1, 1),
                 "{algorithm:?}"
             );
-            let peek = s.check(&rules, 0, 1, false).decision;
+            let peek = s.check(&call(&rules, 0, 1, false)).decision;
             assert_eq!((peek.rule_index, peek.remaining), (1, 1), "{algorithm:?}");
-            let denied = s.check(&rules, 0, 2, true).decision;
+            let denied = s.check(&call(&rules, 0, 2, true)).decision;
             assert!(!denied.allowed, "{algorithm:?}");
             assert_eq!(denied.remaining, 1, "{algorithm:?}: left now");
             // The denial took nothing: the last unit still passes, under both rules.
-            let last = s.check(&rules, 0, 1, true).decision;
+            let last = s.check(&call(&rules, 0, 1, true)).decision;
             assert_eq!((last.allowed, last.remaining), (true, 0), "{algorithm:?}");
         }
     }
@@ -484,11 +650,11 @@ mod tests {
         for algorithm in ALL {
             let (mut denied, mut fresh) = (KeyState::new(algorithm), KeyState::new(algorithm));
             for s in [&mut denied, &mut fresh] {
-                assert!(s.check(&rules, 0, 1, true).decision.allowed);
+                assert!(s.check(&call(&rules, 0, 1, true)).decision.allowed);
             }
             // The 100 µs rule is full: denials, which write nothing.
             for now in [40, 50, 60] {
-                let d = denied.check(&rules, now, 1, true);
+                let d = denied.check(&call(&rules, now, 1, true));
                 assert_eq!(
                     (d.decision.allowed, d.decision.rule_index, d.ttl_us),
                     (false, 1, None),
@@ -498,8 +664,8 @@ mod tests {
             // The state that saw them answers every later call as the one that did not.
             for now in [100, 200, 250, 900, 1_100] {
                 let (a, b) = (
-                    denied.check(&rules, now, 1, true),
-                    fresh.check(&rules, now, 1, true),
+                    denied.check(&call(&rules, now, 1, true)),
+                    fresh.check(&call(&rules, now, 1, true)),
                 );
                 assert_eq!(a, b, "{algorithm:?} at {now}");
             }
@@ -524,7 +690,7 @@ mod tests {
                     if seen == denials {
                         break;
                     }
-                    let d = s.check(rules, now, cost, true).decision;
+                    let d = s.check(&call(rules, now, cost, true)).decision;
                     if d.allowed {
                         now += step;
                         continue;
@@ -533,10 +699,10 @@ mod tests {
                     let retry = d.retry_after_us;
                     assert_ne!(retry, RawDecision::NEVER, "{algorithm:?}, cost {cost}");
                     let binding = [rules[d.rule_index]];
-                    let early = s.check(&binding, now + retry - 1, cost, false);
+                    let early = s.check(&call(&binding, now + retry - 1, cost, false));
                     assert!(!early.decision.allowed, "{algorithm:?}: 1 µs early");
                     now += retry;
-                    let on_time = s.check(&binding, now, cost, false);
+                    let on_time = s.check(&call(&binding, now, cost, false));
                     assert!(on_time.decision.allowed, "{algorithm:?}: on time");
                 }
             }
@@ -549,9 +715,9 @@ mod tests {
         for algorithm in ALL {
             let mut s = KeyState::new(algorithm);
             for now in [0, 1] {
-                let peek = s.check(&rules, now, 1, false);
+                let peek = s.check(&call(&rules, now, 1, false));
                 assert_eq!(peek.ttl_us, None, "{algorithm:?}");
-                let counted = s.check(&rules, now, 1, true).decision;
+                let counted = s.check(&call(&rules, now, 1, true)).decision;
                 let left_now = counted.remaining + 1;
                 let expected = RawDecision {
                     remaining: left_now,
@@ -559,10 +725,10 @@ mod tests {
                 };
                 assert_eq!(peek.decision, expected, "{algorithm:?}");
             }
-            let full = s.check(&rules, 3, 1, false);
+            let full = s.check(&call(&rules, 3, 1, false));
             assert_eq!(full.ttl_us, None, "{algorithm:?}");
             assert!(!full.decision.allowed, "{algorithm:?}");
-            assert_eq!(s.check(&rules, 3, 1, true).decision, full.decision);
+            assert_eq!(s.check(&call(&rules, 3, 1, true)).decision, full.decision);
         }
     }
 
@@ -571,20 +737,20 @@ mod tests {
         let rules = [rule(2, 1_000)];
         for algorithm in ALL {
             let mut s = KeyState::new(algorithm);
-            s.check(&rules, 500, 1, true);
-            s.check(&rules, 501, 1, true);
+            s.check(&call(&rules, 500, 1, true));
+            s.check(&call(&rules, 501, 1, true));
             let mut fresh = KeyState::new(algorithm);
             for now in [2_501, 7_000] {
                 assert_eq!(
-                    s.check(&rules, now, 1, false).decision,
-                    fresh.check(&rules, now, 1, false).decision,
+                    s.check(&call(&rules, now, 1, false)).decision,
+                    fresh.check(&call(&rules, now, 1, false)).decision,
                     "{algorithm:?} at {now}"
                 );
             }
             for _ in 0..3 {
                 assert_eq!(
-                    s.check(&rules, 7_000, 1, true).decision,
-                    fresh.check(&rules, 7_000, 1, true).decision,
+                    s.check(&call(&rules, 7_000, 1, true)).decision,
+                    fresh.check(&call(&rules, 7_000, 1, true)).decision,
                     "{algorithm:?}"
                 );
             }
@@ -598,19 +764,19 @@ mod tests {
             let mut s = KeyState::new(algorithm);
             // Remaining 1, 1, 4, then 0, 0, 3: ties go to the lowest index.
             for remaining in [1, 0] {
-                let d = s.check(&rules, 0, 1, true).decision;
+                let d = s.check(&call(&rules, 0, 1, true)).decision;
                 assert_eq!((d.rule_index, d.remaining), (0, remaining), "{algorithm:?}");
             }
             // Rules 0 and 1 deny; rule 1's window frees last.
-            let d = s.check(&rules, 10, 1, true).decision;
+            let d = s.check(&call(&rules, 10, 1, true)).decision;
             assert_eq!((d.allowed, d.rule_index), (false, 1), "{algorithm:?}");
         }
         // Equal retries bind the lowest index.
         let both = [rule(1, 1_000), rule(1, 1_000), rule(2, 1_000)];
         for algorithm in ALL {
             let mut s = KeyState::new(algorithm);
-            s.check(&both, 0, 1, true);
-            let d = s.check(&both, 10, 1, true).decision;
+            s.check(&call(&both, 0, 1, true));
+            let d = s.check(&call(&both, 10, 1, true)).decision;
             assert_eq!((d.allowed, d.rule_index), (false, 0), "{algorithm:?}");
         }
     }
@@ -620,16 +786,20 @@ mod tests {
         let (short, long) = (rule(3, 1_000), rule(5, 10_000));
         for algorithm in &ALL[1..] {
             let mut s = KeyState::new(*algorithm);
-            s.check(&[short, long], 0, 1, true);
-            s.check(&[short, long], 1, 1, true);
+            s.check(&call(&[short, long], 0, 1, true));
+            s.check(&call(&[short, long], 1, 1, true));
             // The long rule keeps its count when checked alone, in any position.
-            let d = s.check(&[long], 2, 1, true).decision;
+            let d = s.check(&call(&[long], 2, 1, true)).decision;
             assert_eq!((d.allowed, d.remaining), (true, 2), "{algorithm:?}");
-            let d = s.check(&[short, long], 3, 1, false).decision;
+            let d = s.check(&call(&[short, long], 3, 1, false)).decision;
             assert_eq!((d.rule_index, d.remaining), (1, 2), "{algorithm:?}");
             // The short rule was not in that write: it starts empty again.
-            let fresh = KeyState::new(*algorithm).check(&[short], 3, 1, false);
-            assert_eq!(s.check(&[short], 3, 1, false), fresh, "{algorithm:?}");
+            let fresh = KeyState::new(*algorithm).check(&call(&[short], 3, 1, false));
+            assert_eq!(
+                s.check(&call(&[short], 3, 1, false)),
+                fresh,
+                "{algorithm:?}"
+            );
         }
     }
 
@@ -640,15 +810,15 @@ mod tests {
         let rules = [rule(2, 1_000)];
         for algorithm in ALL {
             let mut s = KeyState::new(algorithm);
-            assert!(s.check(&rules, 10_100, 1, true).decision.allowed);
-            assert!(s.check(&rules, 10_100, 1, true).decision.allowed);
-            let late = s.check(&rules, 9_500, 1, true).decision;
+            assert!(s.check(&call(&rules, 10_100, 1, true)).decision.allowed);
+            assert!(s.check(&call(&rules, 10_100, 1, true)).decision.allowed);
+            let late = s.check(&call(&rules, 9_500, 1, true)).decision;
             assert!(!late.allowed, "{algorithm:?}: {late:?}");
             // Answered from the caller's clock: a call from it passes exactly on time.
             let retry = late.retry_after_us;
-            let early = s.check(&rules, 9_500 + retry - 1, 1, false).decision;
+            let early = s.check(&call(&rules, 9_500 + retry - 1, 1, false)).decision;
             assert!(!early.allowed, "{algorithm:?}");
-            let on_time = s.check(&rules, 9_500 + retry, 1, false).decision;
+            let on_time = s.check(&call(&rules, 9_500 + retry, 1, false)).decision;
             assert!(on_time.allowed, "{algorithm:?}");
         }
     }
@@ -713,7 +883,7 @@ mod tests {
         for (algorithm, rules, writes) in cases {
             let mut s = KeyState::new(algorithm);
             for &(now, cost, ttl) in writes {
-                let outcome = s.check(rules, now, cost, true);
+                let outcome = s.check(&call(rules, now, cost, true));
                 assert!(outcome.decision.allowed, "{algorithm:?} at {now}");
                 assert_eq!(outcome.ttl_us, ttl, "{algorithm:?} at {now}");
             }

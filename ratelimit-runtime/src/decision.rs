@@ -1,12 +1,17 @@
 use std::time::Duration;
 
-use crate::Rule;
+use crate::{Algorithm, Rule};
 
 /// The outcome of one check (or peek) of a set of rules.
 ///
 /// Every figure describes the *binding* rule: the one with the least remaining budget
 /// (when allowed), or the one that frees up last (when denied).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+///
+/// A decision also remembers what `Limiter::refund` needs to
+/// give back exactly the units it took (the algorithm, the cost, when and under which ids
+/// they were counted). That part is not compared: two decisions are equal when their
+/// figures are.
+#[derive(Clone, Copy, Debug)]
 pub struct Decision {
     /// Whether the call may proceed: for a check, it was admitted and counted; for a peek,
     /// a call of the given cost would pass now.
@@ -29,11 +34,112 @@ pub struct Decision {
     pub rule: Rule,
     /// The binding rule's position in the rules that were checked.
     pub rule_index: usize,
+    /// What a refund of this decision needs.
+    pub(crate) receipt: Receipt,
+}
+
+impl PartialEq for Decision {
+    fn eq(&self, other: &Self) -> bool {
+        let figures = |d: &Decision| {
+            (
+                d.allowed,
+                d.limit,
+                d.remaining,
+                d.reset_after,
+                d.retry_after,
+                d.rule,
+                d.rule_index,
+            )
+        };
+        figures(self) == figures(other)
+    }
+}
+
+impl Eq for Decision {}
+
+impl Decision {
+    /// What a refund of this decision needs.
+    pub(crate) fn receipt(&self) -> &Receipt {
+        &self.receipt
+    }
+}
+
+/// What giving back the units of one decision needs, and no more: small and `Copy`, so
+/// that [`Decision`] stays `Copy`.
+///
+/// A refund gives back `cost` units of every rule, counted by `algorithm` at `at_us` (the
+/// time the check was counted at, on the backend's clock). The sliding log names its
+/// entries, so its refund removes exactly them, once: on Redis the members made from the
+/// check's id (the process's prefix, then `id`; see `backend::redis::script`), in memory
+/// the entries of the check numbered `id` of its key. The other algorithms count units
+/// without names: their refund gives back only what the key's state still holds in the
+/// same window (or, for the token bucket, what has not refilled since), never below zero.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Receipt {
+    /// When the units were counted, in µs since the epoch, on the backend's clock.
+    pub at_us: u64,
+    /// The sliding log's id of the check.
+    pub id: u64,
+    /// The units taken of every rule; 0 when none were (a denial, a peek): nothing to give
+    /// back. 32 bits keep a decision small (it is copied on every check); a cost beyond
+    /// them is not refunded.
+    pub cost: u32,
+    pub algorithm: Algorithm,
+    /// Which backend counted them: a refund goes to that one alone.
+    pub counted_by: CountedBy,
+}
+
+impl Receipt {
+    /// The receipt of a decision that took nothing.
+    pub const NONE: Receipt = Receipt {
+        at_us: 0,
+        id: 0,
+        cost: 0,
+        algorithm: Algorithm::SlidingLog,
+        counted_by: CountedBy::Memory,
+    };
+
+    /// The receipt of `cost` units counted by `algorithm` in `counted_by` at `at_us`, under
+    /// `id`; none for a cost that does not fit (see [`Receipt::cost`]).
+    pub fn new(
+        cost: u64,
+        at_us: u64,
+        id: u64,
+        algorithm: Algorithm,
+        counted_by: CountedBy,
+    ) -> Receipt {
+        match u32::try_from(cost) {
+            Ok(cost) => Receipt {
+                at_us,
+                id,
+                cost,
+                algorithm,
+                counted_by,
+            },
+            Err(_) => Receipt::NONE,
+        }
+    }
+
+    /// Whether the decision took nothing, so that a refund of it has nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.cost == 0
+    }
+}
+
+/// Where a decision's units were counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum CountedBy {
+    // Without the `redis` feature only the embedded backend counts.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    Redis,
+    #[default]
+    Memory,
 }
 
 /// What a backend's algorithm answers, in the backend's units (µs). Both backends produce
-/// exactly this, so a differential test can compare them field by field.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// exactly this, so a differential test can compare them field by field (all but the
+/// receipt, which names what each backend counted).
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct RawDecision {
     pub allowed: bool,
     /// 0-based index of the binding rule.
@@ -43,7 +149,26 @@ pub(crate) struct RawDecision {
     /// 0 when allowed; [`RawDecision::NEVER`] when the call's cost is above the binding
     /// rule's count.
     pub retry_after_us: u64,
+    /// What a refund needs ([`Receipt::NONE`] when nothing was taken).
+    pub receipt: Receipt,
 }
+
+impl PartialEq for RawDecision {
+    fn eq(&self, other: &Self) -> bool {
+        let figures = |d: &RawDecision| {
+            (
+                d.allowed,
+                d.rule_index,
+                d.remaining,
+                d.reset_after_us,
+                d.retry_after_us,
+            )
+        };
+        figures(self) == figures(other)
+    }
+}
+
+impl Eq for RawDecision {}
 
 impl RawDecision {
     /// `retry_after_us` of a call that can never pass (the scripts answer -1).
@@ -60,6 +185,7 @@ impl RawDecision {
             retry_after: retry.then(|| Duration::from_micros(self.retry_after_us)),
             rule,
             rule_index: self.rule_index,
+            receipt: self.receipt,
         }
     }
 }

@@ -166,9 +166,9 @@ impl Guard {
     }
 
     /// Once a request is refused, refuses every request of that caller through this guard
-    /// until the refusal's time plus `duration`, as the attribute's `block_for`. Not
-    /// enforced yet: the backends do not keep blocks, so it adds nothing to the rules for
-    /// now (see [`Check::block_for`](crate::Check::block_for)).
+    /// until the refusal's time plus `duration`, as the attribute's `block_for`. The block
+    /// is kept with the key's state, so every instance sees it; blocked requests consume
+    /// nothing; [`Limiter::reset`] of the key lifts it.
     ///
     /// # Panics
     ///

@@ -13,6 +13,7 @@ use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::{Breaker, RedisBackend, RedisConfig};
 use crate::backend::Request;
 use crate::clock::Clock;
+use crate::decision::CountedBy;
 use crate::observe::{Answer, AnsweredBy};
 use crate::overrides::{path_of, InForce, Overrides, SiteRules, DEFAULT_POLL};
 use crate::throttle::LogThrottle;
@@ -555,22 +556,59 @@ impl Limiter {
         }
     }
 
-    /// Gives back the units `decision` took from `key` under `rules`.
+    /// Gives back exactly the units `decision` took from `key` under `rules`: a no-op for a
+    /// denied decision (which took nothing) and once the units have left every window.
+    /// Never gives back twice: the sliding log removes exactly the entries of that check,
+    /// so a repeated refund changes nothing; the other algorithms give back only what the
+    /// key still holds in the same window (or has not refilled), and a refund whose
+    /// connection broke is not sent again blindly (its units then stay used, the safe
+    /// side). A decision counted by the [`fallback`](Self::fallback) is refunded there.
     ///
-    /// Not available yet: the backends do not keep what a refund needs, so this answers an
-    /// error and the units stay used (the safe side). A guarded site's `charge_if` then
-    /// charges every call, with a throttled warning.
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_ratelimit::{Limiter, Rule};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// const EXPORTS: [Rule; 1] = [Rule::new(10, Duration::from_secs(3600))];
+    /// let limiter = Limiter::memory();
+    /// let d = limiter.check("exports:acme", &EXPORTS).cost(3).await?;
+    /// assert_eq!(d.remaining, 7);
+    /// // The export failed before doing any work: it should not count.
+    /// limiter.refund("exports:acme", &EXPORTS, &d).await?;
+    /// assert_eq!(limiter.peek("exports:acme", &EXPORTS).await?.remaining, 10);
+    /// # Ok(()) }
+    /// ```
     pub async fn refund(
         &self,
         key: &str,
         rules: &[Rule],
         decision: &Decision,
     ) -> Result<(), BackendError> {
-        let _ = (key, rules, decision);
-        Err(BackendError::new(
-            BackendErrorKind::Command,
-            "refunds are not available yet; the call's units stay used",
-        ))
+        let receipt = decision.receipt();
+        if receipt.is_empty() {
+            return Ok(());
+        }
+        let counted_here = match (&self.store, receipt.counted_by) {
+            (Store::Memory(_), CountedBy::Memory) => true,
+            #[cfg(feature = "redis")]
+            (Store::Redis(_), CountedBy::Redis) => true,
+            _ => false,
+        };
+        if !counted_here {
+            return match &self.fallback {
+                Some(fallback) => Box::pin(fallback.refund(key, rules, decision)).await,
+                None => Ok(()),
+            };
+        }
+        match &self.store {
+            Store::Memory(memory) => {
+                memory.refund(key, rules, receipt, None);
+                Ok(())
+            }
+            #[cfg(feature = "redis")]
+            Store::Redis(redis) => redis.refund(key, rules, receipt, None).await,
+            Store::Misconfigured(err) => Err(misconfigured(err)),
+        }
     }
 
     /// The answer to `request` when it needs no waiting: a cached denial, or a check of the

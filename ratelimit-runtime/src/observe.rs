@@ -217,6 +217,7 @@ mod tests {
             retry_after: (!allowed).then_some(Duration::from_secs(1)),
             rule: Rule::per_second(1),
             rule_index: 0,
+            receipt: Default::default(),
         }
     }
 

@@ -27,7 +27,7 @@
 
 use super::records::{PerRule, Verdict};
 use super::Figures;
-use crate::Rule;
+use crate::{Algorithm, Rule};
 
 /// The counters of one key: per rule of the last write, the window it counted in.
 pub(crate) type State = super::records::State<FixedWindow>;
@@ -44,6 +44,8 @@ pub(crate) struct Window {
 }
 
 impl PerRule for FixedWindow {
+    const ALGORITHM: Algorithm = Algorithm::FixedWindow;
+
     type Record = Window;
 
     fn latest_us(window: &Window) -> Option<u64> {
@@ -77,6 +79,18 @@ impl PerRule for FixedWindow {
             },
             needed_us: until_end_us,
             reach_us: until_end_us,
+        }
+    }
+
+    /// Only while the record still counts the window the units were counted in.
+    fn refund(window: Window, rule: &Rule, at_us: u64, cost: u64, _: u64) -> Window {
+        if window.start_us <= at_us && at_us - window.start_us < rule.window_us() {
+            Window {
+                calls: window.calls.saturating_sub(cost),
+                ..window
+            }
+        } else {
+            window
         }
     }
 }

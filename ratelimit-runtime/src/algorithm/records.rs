@@ -14,11 +14,15 @@
 
 use std::fmt;
 
-use super::{decide, ttl_us, Clamp, Counter, Figures, Outcome, MARGIN_US};
-use crate::Rule;
+use super::{decide, ttl_us, Block, Call, Clamp, Counter, Figures, Outcome, MARGIN_US};
+use crate::decision::{CountedBy, Receipt};
+use crate::{Algorithm, Rule};
 
 /// An algorithm that keeps one record per rule.
 pub(crate) trait PerRule {
+    /// The algorithm this is.
+    const ALGORITHM: Algorithm;
+
     /// What the algorithm keeps per rule (besides the rule).
     type Record: Copy + fmt::Debug;
 
@@ -33,6 +37,16 @@ pub(crate) trait PerRule {
         now_us: u64,
         cost: u64,
     ) -> Verdict<Self::Record>;
+
+    /// `record` (of `rule`) with `cost` units counted at `at_us` given back, as far as it
+    /// still holds them at `now_us` (never below zero).
+    fn refund(
+        record: Self::Record,
+        rule: &Rule,
+        at_us: u64,
+        cost: u64,
+        now_us: u64,
+    ) -> Self::Record;
 }
 
 /// How many rules' verdicts a check keeps for its write (the rules after them are judged
@@ -85,33 +99,54 @@ impl<A: PerRule> State<A> {
 }
 
 impl<A: PerRule> Counter for State<A> {
-    fn check(&mut self, rules: &[Rule], now_us: u64, cost: u64, consume: bool) -> Outcome {
+    fn check(&mut self, block: &mut Block, call: &Call<'_>) -> Outcome {
+        let Call {
+            rules,
+            now_us,
+            cost,
+            consume,
+            ..
+        } = *call;
         let latest_us = self.records.values().filter_map(|r| A::latest_us(&r)).max();
-        let Clamp { at_us: now, lag_us } = Clamp::new(now_us, latest_us);
+        let clamp = Clamp::new(now_us, latest_us);
+        if let Some(refusal) = block.refusal(clamp, rules.len()) {
+            return Outcome::unwritten(refusal);
+        }
+        let Clamp { at_us: now, lag_us } = clamp;
         // The verdicts of the first rules, kept for the write: judging again would divide
         // again, which costs more than keeping them.
         let mut kept = [None; KEPT];
+        let (mut needed_us, mut reach_us) = (0, 0);
         let figures = rules.iter().enumerate().map(|(i, r)| {
             let v = A::judge(self.records.get(i, r), r, now, cost);
             if let Some(slot) = kept.get_mut(i) {
                 *slot = Some(v);
             }
-            v.figures
-        });
-        let decision = decide(figures, cost, consume, lag_us);
-        if !consume || !decision.allowed {
-            return Outcome::unwritten(decision);
-        }
-        let (mut needed_us, mut reach_us) = (0, 0);
-        self.records.write(rules, |i, rule, stored| {
-            let v = match kept.get(i) {
-                Some(&Some(v)) => v,
-                _ => A::judge(stored, rule, now, cost),
-            };
             needed_us = needed_us.max(v.needed_us);
             reach_us = reach_us.max(v.reach_us);
-            v.counted
+            v.figures
         });
+        let mut decision = decide(figures, cost, consume, lag_us);
+        if !decision.allowed {
+            // A block keeps what the key holds too, as far as it may matter.
+            let ttl_us = block
+                .start(&mut decision, call, clamp)
+                .and_then(|block_us| {
+                    let reach_us = (reach_us + lag_us).max(block_us);
+                    extend_expiry(&mut self.expires_at_us, now_us, block_us, reach_us)
+                });
+            return Outcome { decision, ttl_us };
+        }
+        if !consume {
+            return Outcome::unwritten(decision);
+        }
+        block.end();
+        self.records
+            .write(rules, |i, rule, stored| match kept.get(i) {
+                Some(&Some(v)) => v.counted,
+                _ => A::judge(stored, rule, now, cost).counted,
+            });
+        decision.receipt = Receipt::new(cost, now, 0, A::ALGORITHM, CountedBy::Memory);
         // From the caller's `now`, which the key's expiry (the script's PX) is relative to.
         let ttl_us = extend_expiry(
             &mut self.expires_at_us,
@@ -120,6 +155,15 @@ impl<A: PerRule> Counter for State<A> {
             reach_us + lag_us,
         );
         Outcome { decision, ttl_us }
+    }
+
+    fn refund(&mut self, rules: &[Rule], receipt: &Receipt, now_us: u64) {
+        let (at_us, cost) = (receipt.at_us, u64::from(receipt.cost));
+        for (i, rule) in rules.iter().enumerate() {
+            if let Some(record) = self.records.get_mut(i, rule) {
+                *record = A::refund(*record, rule, at_us, cost, now_us);
+            }
+        }
     }
 }
 
@@ -143,6 +187,15 @@ impl<R: Copy> Records<R> {
             Some((r, x)) if r == rule => Some(*x),
             _ => self.0.iter().find(|(r, _)| r == rule).map(|&(_, x)| x),
         }
+    }
+
+    /// The record of `rule`, the `i`-th rule of a call, to change in place.
+    fn get_mut(&mut self, i: usize, rule: &Rule) -> Option<&mut R> {
+        let at = match self.0.get(i) {
+            Some((r, _)) if r == rule => i,
+            _ => self.0.iter().position(|(r, _)| r == rule)?,
+        };
+        Some(&mut self.0[at].1)
     }
 
     /// Every record, in no particular order.

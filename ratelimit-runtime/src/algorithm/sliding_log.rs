@@ -23,16 +23,27 @@
 //!
 //! `scripts/sliding_log.lua` is the same arithmetic on a Redis ZSET (score = timestamp),
 //! whose members are ids made by the client, so that a re-sent check is counted once.
+//!
+//! A refund removes the entries of one admitted check, once: here the entries at the
+//! time it was counted at (entries of one time are alike, so which of them go does not
+//! matter), remembering the check's number so that a second refund of it removes nothing;
+//! on Redis its own members, by name. Entries that have left the log have nothing to give.
 
 use std::collections::VecDeque;
 
-use super::{decide, longest_window_us, ttl_us, Clamp, Counter, Figures, Outcome};
-use crate::Rule;
+use super::{decide, longest_window_us, ttl_us, Block, Call, Clamp, Counter, Figures, Outcome};
+use crate::decision::{CountedBy, Receipt};
+use crate::{Algorithm, Rule};
 
 /// The timestamps (µs) of admitted units, ascending.
 #[derive(Debug, Default)]
 pub(crate) struct State {
     log: VecDeque<u64>,
+    /// The number of the next admitted check, its receipt's id.
+    checks: u64,
+    /// The checks refunded, as (time counted at, number), while entries of that time may
+    /// still be in the log.
+    refunded: Vec<(u64, u64)>,
 }
 
 impl State {
@@ -101,20 +112,40 @@ fn figures(log: &VecDeque<u64>, rule: &Rule, now_us: u64, cost: u64) -> Figures 
 }
 
 impl Counter for State {
-    fn check(&mut self, rules: &[Rule], now_us: u64, cost: u64, consume: bool) -> Outcome {
+    fn check(&mut self, block: &mut Block, call: &Call<'_>) -> Outcome {
+        let Call {
+            rules,
+            now_us,
+            cost,
+            consume,
+            ..
+        } = *call;
         let log = &mut self.log;
-        let Clamp { at_us: now, lag_us } = Clamp::new(now_us, log.back().copied());
+        let clamp = Clamp::new(now_us, log.back().copied());
+        if let Some(refusal) = block.refusal(clamp, rules.len()) {
+            return Outcome::unwritten(refusal);
+        }
+        let Clamp { at_us: now, lag_us } = clamp;
         let longest = longest_window_us(rules);
         // Stale entries are skipped by every count, as the script's ZCOUNTs do.
-        let decision = decide(
+        let mut decision = decide(
             rules.iter().map(|rule| figures(log, rule, now, cost)),
             cost,
             consume,
             lag_us,
         );
-        if !consume || !decision.allowed {
+        if !decision.allowed {
+            // Every write sets the expiry, as the script's `PEXPIRE` does: for the block,
+            // and the entries as long as they may matter.
+            let ttl_us = block
+                .start(&mut decision, call, clamp)
+                .map(|block_us| ttl_us(block_us.max(longest + lag_us)));
+            return Outcome { decision, ttl_us };
+        }
+        if !consume {
             return Outcome::unwritten(decision);
         }
+        block.end();
         while log.front().is_some_and(|&s| !in_window(s, longest, now)) {
             log.pop_front();
         }
@@ -123,9 +154,38 @@ impl Counter for State {
         for _ in 0..cost {
             log.push_back(now);
         }
+        decision.receipt = Receipt::new(
+            cost,
+            now,
+            self.checks,
+            Algorithm::SlidingLog,
+            CountedBy::Memory,
+        );
+        self.checks = self.checks.wrapping_add(1);
         Outcome {
             decision,
             ttl_us: Some(ttl_us(longest + lag_us)),
+        }
+    }
+
+    fn refund(&mut self, _: &[Rule], receipt: &Receipt, _: u64) {
+        let Receipt {
+            at_us, id, cost, ..
+        } = *receipt;
+        // Entries are only ever added at the newest time or later: once the log's oldest
+        // entry is newer than a refunded check, none of its time can come back.
+        if let Some(&oldest) = self.log.front() {
+            self.refunded.retain(|&(at, _)| at >= oldest);
+        }
+        if self.refunded.contains(&(at_us, id)) {
+            return;
+        }
+        let first = self.log.partition_point(|&s| s < at_us);
+        let alike = self.log.partition_point(|&s| s <= at_us) - first;
+        let gone = alike.min(cost as usize);
+        if gone > 0 {
+            self.log.drain(first..first + gone);
+            self.refunded.push((at_us, id));
         }
     }
 }
@@ -152,6 +212,7 @@ mod tests {
             remaining,
             reset_after_us,
             retry_after_us: 0,
+            receipt: Receipt::NONE,
         }
     }
 
@@ -162,6 +223,7 @@ mod tests {
             remaining: 0,
             reset_after_us,
             retry_after_us,
+            receipt: Receipt::NONE,
         }
     }
 

@@ -39,7 +39,7 @@
 
 use super::records::{PerRule, Verdict};
 use super::Figures;
-use crate::Rule;
+use crate::{Algorithm, Rule};
 
 /// The counts of one key: per rule of the last write, the last window it counted in and
 /// the one before.
@@ -68,6 +68,8 @@ fn mul_div(a: u64, b: u64, d: u64) -> u64 {
 }
 
 impl PerRule for SlidingWindow {
+    const ALGORITHM: Algorithm = Algorithm::SlidingWindow;
+
     type Record = Windows;
 
     fn latest_us(windows: &Windows) -> Option<u64> {
@@ -125,6 +127,25 @@ impl PerRule for SlidingWindow {
             },
             needed_us: next_end_us,
             reach_us: next_end_us,
+        }
+    }
+
+    /// From the current window's count while the units were counted in it, from the
+    /// previous one's once a window has started since (where they still weigh).
+    fn refund(windows: Windows, rule: &Rule, at_us: u64, cost: u64, _: u64) -> Windows {
+        let (start_us, w) = (windows.start_us, rule.window_us());
+        if start_us <= at_us && at_us - start_us < w {
+            Windows {
+                curr: windows.curr.saturating_sub(cost),
+                ..windows
+            }
+        } else if at_us < start_us && start_us - at_us <= w {
+            Windows {
+                prev: windows.prev.saturating_sub(cost),
+                ..windows
+            }
+        } else {
+            windows
         }
     }
 }

@@ -34,7 +34,7 @@
 
 use super::records::{PerRule, Verdict};
 use super::Figures;
-use crate::Rule;
+use crate::{Algorithm, Rule};
 
 /// The theoretical arrival time of each rule of one key's last write.
 pub(crate) type State = super::records::State<TokenBucket>;
@@ -44,6 +44,8 @@ pub(crate) type State = super::records::State<TokenBucket>;
 pub(crate) enum TokenBucket {}
 
 impl PerRule for TokenBucket {
+    const ALGORITHM: Algorithm = Algorithm::TokenBucket;
+
     type Record = u64;
 
     /// None: a tat ahead of `now` is counted in full, with no clamp.
@@ -73,5 +75,17 @@ impl PerRule for TokenBucket {
             needed_us: after_us,
             reach_us: burst_us,
         }
+    }
+
+    /// What of the units has not refilled yet, counted as if they were the last to drain
+    /// from a bucket that was full before them (so never more than they hold): until
+    /// `at + n * T`, less what has passed since. The `tat` never goes below `now`, a full
+    /// bucket.
+    fn refund(tat: u64, rule: &Rule, at_us: u64, cost: u64, now_us: u64) -> u64 {
+        let count = rule.count();
+        let interval_us = rule.window_us().div_ceil(count);
+        let now_us = now_us.max(at_us);
+        let held_us = (at_us + cost.min(count) * interval_us).saturating_sub(now_us);
+        tat - held_us.min(tat.saturating_sub(now_us))
     }
 }

@@ -24,10 +24,10 @@ use foldhash::SharedSeed;
 use hashbrown::HashTable;
 
 use super::Request;
-use crate::algorithm::KeyState;
+use crate::algorithm::{Call, KeyState};
 use crate::clock::{Clock, SystemClock};
-use crate::decision::RawDecision;
-use crate::{random, sync, BackendError, BackendErrorKind};
+use crate::decision::{CountedBy, RawDecision, Receipt};
+use crate::{random, sync, BackendError, BackendErrorKind, Rule};
 
 /// How many keys a backend holds unless told otherwise.
 pub(crate) const DEFAULT_MAX_KEYS: usize = 1_000_000;
@@ -108,6 +108,27 @@ impl MemoryBackend {
         // check that took the lock first has written.
         let now_us = request.now_us.unwrap_or_else(|| self.clock.now_us());
         shard.check(request, hash, now_us)
+    }
+
+    /// Gives back what `receipt` (of a decision this backend made for `key` and `rules`)
+    /// took, as far as the key's state still holds it (see `algorithm::Counter::refund`):
+    /// nothing for a receipt of nothing, of another backend or algorithm, or of a key that
+    /// has expired since. `now_us`: an explicit time, for tests; `None`, the clock's.
+    pub(crate) fn refund(&self, key: &str, rules: &[Rule], receipt: &Receipt, now_us: Option<u64>) {
+        if receipt.is_empty() || receipt.counted_by != CountedBy::Memory {
+            return;
+        }
+        let hash = self.hash(key);
+        let mut shard = self.shard(hash);
+        let now_us = now_us.unwrap_or_else(|| self.clock.now_us());
+        if let Some(id) = shard.find(hash, key) {
+            let slot = shard.slots[id as usize]
+                .as_mut()
+                .expect("the index lists only slots in use");
+            if slot.expires_at_us > now_us {
+                slot.state.refund(rules, receipt, now_us);
+            }
+        }
     }
 
     /// How many keys are stored, expired ones included.
@@ -202,8 +223,16 @@ impl Shard {
             algorithm,
             cost,
             consume,
+            block_for_us,
             ..
         } = *request;
+        let call = Call {
+            rules,
+            now_us,
+            cost,
+            consume,
+            block_for_us,
+        };
         if let Some(id) = self.find(hash, key) {
             let slot = self.slots[id as usize]
                 .as_mut()
@@ -214,10 +243,8 @@ impl Shard {
                     return Err(BackendError::new(
                         BackendErrorKind::Command,
                         format!(
-                            "key `{key}` holds {} state; it cannot be checked with {} (use one \
-                             algorithm per key)",
-                            held.name(),
-                            algorithm.name()
+                            "key `{key}` holds {held} state; it cannot be checked with \
+                             {algorithm} (use one algorithm per key)"
                         ),
                     ));
                 }
@@ -226,7 +253,7 @@ impl Shard {
                 // nothing leaves the (still expired) entry for the sweep.
                 slot.state = KeyState::new(algorithm);
             }
-            let outcome = slot.state.check(rules, now_us, cost, consume);
+            let outcome = slot.state.check(&call);
             if let Some(ttl) = outcome.ttl_us {
                 slot.expires_at_us = now_us.saturating_add(ttl);
             }
@@ -235,8 +262,8 @@ impl Shard {
         }
 
         let mut state = KeyState::new(algorithm);
-        let outcome = state.check(rules, now_us, cost, consume);
-        // A peek, or a denial, of an absent key stores nothing.
+        let outcome = state.check(&call);
+        // A peek, or a denial, of an absent key stores nothing (unless it starts a block).
         if let Some(ttl) = outcome.ttl_us {
             self.insert(
                 Slot {
@@ -430,8 +457,9 @@ mod tests {
             algorithm,
             cost: 1,
             consume,
-            block_for_us: 0,
             now_us: None,
+            block_for_us: 0,
+            refundable: false,
         }
     }
 
@@ -609,6 +637,96 @@ mod tests {
         backend.reset_now("k");
         assert_eq!(backend.stored_keys(), 0);
         assert!(check(&backend, "k").allowed);
+    }
+
+    /// A consuming check of `RULES` (3 per 10 s) by `algorithm`, blocking the key for
+    /// `block_for` when refused.
+    fn check_blocking(
+        backend: &MemoryBackend,
+        algorithm: Algorithm,
+        block_for: Duration,
+    ) -> RawDecision {
+        let request = Request {
+            block_for_us: block_for.as_micros() as u64,
+            ..request("k", algorithm, true)
+        };
+        backend.check_now(&request).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_block_outlives_the_windows_and_reset_lifts_it() {
+        let hour = Duration::from_secs(3600);
+        for algorithm in Algorithm::ALL {
+            let (backend, clock) = backend();
+            for _ in 0..3 {
+                assert!(check_blocking(&backend, algorithm, hour).allowed);
+            }
+            let refused = check_blocking(&backend, algorithm, hour);
+            assert_eq!(refused.retry_after_us, 3_600_000_000, "{algorithm}");
+            // Long after the rule's window (and its key's usual expiry) has passed.
+            clock.advance(Duration::from_secs(1800));
+            let blocked = check_blocking(&backend, algorithm, hour);
+            assert!(!blocked.allowed, "{algorithm}");
+            assert_eq!(blocked.retry_after_us, 1_800_000_000, "{algorithm}");
+            backend.reset_now("k");
+            assert!(
+                check_blocking(&backend, algorithm, hour).allowed,
+                "{algorithm}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_refund_gives_back_what_the_decision_took_once_where_it_can() {
+        for algorithm in Algorithm::ALL {
+            let (backend, clock) = backend();
+            let taken = check_blocking(&backend, algorithm, Duration::ZERO);
+            check_blocking(&backend, algorithm, Duration::ZERO);
+            clock.advance(Duration::from_millis(1));
+            backend.refund("k", &RULES, &taken.receipt, None);
+            let peek = backend.check_now(&request("k", algorithm, false)).unwrap();
+            assert_eq!(peek.remaining, 2, "{algorithm}: one unit given back");
+        }
+        // The sliding log's refund names its entries: a second one gives nothing (the
+        // other algorithms' units have no names: a second refund is not to be sent).
+        let (backend, _) = backend();
+        let taken = check_blocking(&backend, Algorithm::SlidingLog, Duration::ZERO);
+        check_blocking(&backend, Algorithm::SlidingLog, Duration::ZERO);
+        for _ in 0..2 {
+            backend.refund("k", &RULES, &taken.receipt, None);
+            let peek = request("k", Algorithm::SlidingLog, false);
+            assert_eq!(backend.check_now(&peek).unwrap().remaining, 2);
+        }
+    }
+
+    #[test]
+    fn a_refund_of_nothing_or_of_another_counter_gives_nothing() {
+        let (backend, clock) = backend();
+        let taken = check_blocking(&backend, Algorithm::FixedWindow, Duration::ZERO);
+        let left = |backend: &MemoryBackend| {
+            backend
+                .check_now(&request("k", Algorithm::FixedWindow, false))
+                .unwrap()
+                .remaining
+        };
+        let redis = Receipt {
+            counted_by: CountedBy::Redis,
+            ..taken.receipt
+        };
+        let sliding_log = Receipt {
+            algorithm: Algorithm::SlidingLog,
+            ..taken.receipt
+        };
+        for receipt in [Receipt::NONE, redis, sliding_log] {
+            backend.refund("k", &RULES, &receipt, None);
+            assert_eq!(left(&backend), 2);
+        }
+        backend.refund("other", &RULES, &taken.receipt, None);
+        assert_eq!(backend.stored_keys(), 1, "a refund creates no key");
+        // Once the key has expired, its units are gone with it.
+        clock.advance(Duration::from_secs(11));
+        backend.refund("k", &RULES, &taken.receipt, None);
+        assert_eq!(left(&backend), 3);
     }
 
     #[test]

@@ -20,11 +20,22 @@ pub(crate) struct Request<'a> {
     pub cost: u64,
     /// `false` for a peek: answer as a check would, record nothing.
     pub consume: bool,
-    /// After a refusal, refuse the key for this long (µs); 0: no block.
-    pub block_for_us: u64,
     /// An explicit time in µs since the epoch, for differential tests; `None` means the
     /// backend's own clock (Redis `TIME`).
     pub now_us: Option<u64>,
+    /// When a consuming check is refused by a rule, the key then refuses every check (and
+    /// peek) for this many µs, consuming nothing (see `algorithm::Block`); 0: no block.
+    /// Below 2^53, as every number the scripts handle.
+    pub block_for_us: u64,
+    /// Whether the caller may refund the decision (`Receipt`). The memory backend and the
+    /// sliding log can always refund; a string-state script (fixed window, sliding window,
+    /// token bucket) then also answers the time the check was counted at, which a refund
+    /// needs and which costs Redis about 2 % more per check (a string to make). Without it,
+    /// the receipt of such a decision counted by Redis is empty: a refund gives nothing
+    /// back.
+    // Only Redis reads it: the embedded backend always keeps what a refund needs.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub refundable: bool,
 }
 
 impl<'a> Request<'a> {
@@ -38,6 +49,9 @@ impl<'a> Request<'a> {
             consume,
             block_for_us: 0,
             now_us: None,
+            // Every admitted decision can be refunded (the string-state scripts then answer
+            // the time they counted at).
+            refundable: consume,
         }
     }
 }

@@ -96,8 +96,25 @@ impl<'a> Check<'a> {
     }
 
     /// Once a check of this key is refused by any rule, refuses every check of the key
-    /// for `duration` from then. Not enforced yet: the backends do not keep blocks, so a
-    /// check with a block counts as one without.
+    /// for `duration` from then, with `retry_after` = what is left of the block. The block
+    /// is kept with the key's state in the backend, so every instance sees it; blocked
+    /// checks consume nothing; [`Limiter::reset`] lifts it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_ratelimit::{Limiter, Rule};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// const LOGIN: [Rule; 1] = [Rule::new(3, Duration::from_secs(60))];
+    /// let limiter = Limiter::memory();
+    /// let lockout = Duration::from_secs(900);
+    /// for _ in 0..3 {
+    ///     assert!(limiter.check("login:tom", &LOGIN).block_for(lockout).await?.allowed);
+    /// }
+    /// let refused = limiter.check("login:tom", &LOGIN).block_for(lockout).await?;
+    /// assert!(refused.retry_after > Some(Duration::from_secs(60))); // locked out
+    /// # Ok(()) }
+    /// ```
     pub fn block_for(mut self, duration: Duration) -> Self {
         self.request.block_for_us = u64::try_from(duration.as_micros()).unwrap_or(u64::MAX);
         self
@@ -227,6 +244,7 @@ mod tests {
                 retry_after,
                 rule,
                 rule_index: 0,
+                receipt: Default::default(),
             }),
             by: AnsweredBy::MEMORY,
         }

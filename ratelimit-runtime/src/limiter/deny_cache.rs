@@ -138,8 +138,9 @@ mod tests {
             algorithm: Algorithm::SlidingLog,
             cost,
             consume: true,
-            block_for_us: 0,
             now_us: None,
+            block_for_us: 0,
+            refundable: false,
         }
     }
 
@@ -152,6 +153,7 @@ mod tests {
             retry_after: Some(retry_after),
             rule: RULES[0],
             rule_index: 0,
+            receipt: Default::default(),
         }
     }
 

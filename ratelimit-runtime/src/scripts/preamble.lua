@@ -1,28 +1,40 @@
--- What every script starts with. scripts/sources.rs composes each script from fragments,
--- in this order:
+-- What every check's script starts with. scripts/sources.rs composes each script from
+-- fragments, in this order:
 --   preamble.lua   the protocol, the time, the variables the other fragments share;
---   state.lua      (the string-state algorithms) reads the key, opens the loop over rules;
---   <algorithm>    the algorithm's arithmetic for one rule (the sliding log opens its loop);
+--   state.lua      reads the key, its block, and the time the check is counted at
+--                  (sliding_log.lua for the sliding log);
+--   blocked.lua    the refusal of a key under a block;
+--   records.lua    opens the loop over the rules and finds each rule's record (the
+--                  sliding log's loop is sliding_log_rules.lua);
+--   <algorithm>    the algorithm's arithmetic for one rule;
 --   bind.lua       the binding rule's choice, and the end of the loop;
+--   sliding_log_rerun.lua  (the sliding log) a re-sent check answers as it did;
+--   block.lua      a refusal that starts a block;
 --   expiry.lua     the TTL of a write;
---   save.lua       (the string-state algorithms) writes the state; the sliding log's own
---                  write is sliding_log_add.lua;
+--   save.lua       writes the state (sliding_log_add.lua for the sliding log);
 --   reply.lua      the answer.
 -- The arithmetic is that of src/algorithm/*.rs, which documents it; keep the two in step.
 --
 -- KEYS[1]  the key
 -- ARGV[1]  the numbers of the check, each a little-endian double (struct '<d'):
---            1: 1 to consume (record the call if admitted), 0 to peek (write nothing);
+--            1: the call: 0 to peek (write nothing), 1 to consume (record the call if
+--               admitted), 2 to consume and answer with the time the check was counted
+--               at (a string-state algorithm's refund needs it; see reply.lua); plus
+--               4 * block_for in µs: a consuming check refused by a rule then blocks
+--               the key that long (block.lua);
 --            2: now in µs since the epoch, or 0 to read Redis TIME (explicit times are
 --               for tests);
 --            3: the call's cost, in units of every rule (at least 1);
 --            4, 5: count, window_us of rule 0 (bytes 25 and 33); 6, 7: of rule 1; ...
 --               (rule i's count at byte 16 * i + 25)
---          Binary, because Redis parses text numbers slower than a check's arithmetic.
+--          Binary, because Redis parses text numbers slower than a check's arithmetic;
+--          block_for shares the first number so that a check of one rule stays within
+--          44 bytes, which Redis keeps in one allocation.
 -- ARGV[2]  the sliding log's id of a consuming check (see sliding_log.lua)
 -- Returns  {allowed (1|0), rule_index (0-based binding rule), remaining, reset_after_us,
 --          retry_after_us (0 when allowed, -1 when the call can never pass)},
---          or an admitted call's short form (see reply.lua).
+--          or an admitted call's short form (see reply.lua), which a check that asks for
+--          it sends with the time it was counted at.
 --
 -- Every number stays an integer below 2^53, so Lua's doubles hold it exactly. Numbers
 -- are doubles: `a % b` is a - floor(a / b) * b, exact but for a / b rounding up to the
@@ -39,7 +51,18 @@
 local key = KEYS[1]
 local numbers = ARGV[1]
 local consume, now, cost = struct.unpack('<ddd', numbers)
-consume = consume == 1
+-- How long a refusal blocks the key (nil: no block), and whether the answer carries the
+-- time the check was counted at (reply.lua). A plain check has neither, and pays for
+-- neither: every variable a check does not use stays nil, set by one instruction.
+local block_for, answer_at
+if consume > 1 then
+    local call = consume % 4
+    block_for, answer_at, consume = (consume - call) / 4, call == 2, call
+    if block_for == 0 then
+        block_for = nil
+    end
+end
+consume = consume > 0
 local rules = (#numbers - 24) / 16
 -- Redis TIME's reply (seconds, µs as text), when the script reads it.
 local time
@@ -59,7 +82,9 @@ local clock, lag = now, 0
 -- retry_after of a call that can never pass: its cost is above a rule's count.
 local NEVER = math.huge
 
--- The binding rule so far (bind.lua), and the denying rule that frees up last.
+-- The binding rule so far (bind.lua), and the denying rule that frees up last. The key's
+-- block, as the state holds it (blocked.lua, block.lua): until when (nil: none), and the
+-- rule that started it.
 local denied, denied_left, denied_reset, denied_retry = nil, 0, 0, 0
-local binding, binding_count, least, reset
+local binding, binding_count, least, reset, blocked_until, blocked_rule
 

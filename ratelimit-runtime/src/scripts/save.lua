@@ -1,11 +1,36 @@
 
 -- Writes the records of this check, with the key's expiry as expiry.lua moved it, or
--- keeping it (KEEPTTL), which saves Redis rewriting it.
-if ms then
+-- keeping it (KEEPTTL), which saves Redis rewriting it. An admitted check writes its
+-- rules' records alone, under NAME (ending a block that has passed); a refusal that
+-- starts a block keeps what the key counted and writes the block as its last record,
+-- under NAME in capitals (state.lua).
+if denied then
+    if consume and block_for then
+        if ms then
+            expires = clock + ms * 1000
+        end
+        -- The records the key holds, without the record of a block that has passed.
+        local counted = ''
+        if state then
+            local last = #state
+            if string.sub(state, 1, #NAME) ~= NAME then
+                last = last - SIZE
+            end
+            counted = string.sub(state, first, last)
+        end
+        local value = struct.pack('<c' .. #NAME .. 'd', string.upper(NAME), expires) .. counted
+            .. struct.pack('<ddd', 0, blocked_until, blocked_rule) .. string.rep('\0', SIZE - 24)
+        if ms then
+            redis.call('SET', key, value, 'PX', string.format('%d', ms))
+        else
+            redis.call('SET', key, value, 'KEEPTTL')
+        end
+    end
+elseif ms then
     expires = clock + ms * 1000
     redis.call('SET', key, struct.pack(HEAD, NAME, expires, r1, r2, r3, r4, r5) .. records,
         'PX', string.format('%d', ms))
-elseif consume and not denied then
+elseif consume then
     redis.call('SET', key, struct.pack(HEAD, NAME, expires, r1, r2, r3, r4, r5) .. records,
         'KEEPTTL')
 end

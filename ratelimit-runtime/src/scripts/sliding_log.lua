@@ -8,6 +8,11 @@
 -- of the log without its own entries (sliding_log_add.lua). The id is looked up only
 -- where the answer depends on it: by the ZADD NX of an admitted check, and for a denial.
 --
+-- A block (block.lua) is one member scored +inf, whose name is 'B' then the block's end
+-- and rule as struct '<dd': above every entry, so no count up to `now` includes it, and a
+-- version without blocks counts it as an entry newer than any other. It is found where a
+-- count finds more members than entries up to `now`.
+--
 -- Times reach redis.call as integer text (see preamble.lua): `stamp` is `now`'s, made
 -- from TIME's own text where the script read it.
 
@@ -30,66 +35,41 @@ else
 end
 -- Never count before the newest entry (algorithm::Clamp). The entries of the longest
 -- window up to `now` are counted first: when they are all the key holds (the common
--- case), no entry is newer than `now`, and none is stale, so an admitted check has nothing
--- to trim. Otherwise one more count tells whether some entry is newer than `now` (a clock
--- stepped back), and only then is the newest entry read and the window counted again at
--- its time. `newest` is otherwise read only by a denial, which needs it.
+-- case), no entry is newer than `now`, none is stale and there is no block, so an
+-- admitted check has nothing to trim. Otherwise one more count tells whether some member
+-- is above `now`: a block, or entries newer than `now` (a clock stepped back), and only
+-- then is the top member read (and the one below it, under a block), and the window
+-- counted again at the newest entry's time. `newest` is otherwise read only by a denial,
+-- which needs it. `last` is the newest entry's rank, below a block.
 local total = redis.call('ZCARD', key)
-local longest, stale, newest = 0, false
+local longest, stale, newest, block, last = 0, false, nil, nil, '-1'
 if total > 0 then
     longest = redis.call('ZCOUNT', key, string.format('(%d', now - reach), stamp)
     if longest < total then
-        if redis.call('ZCOUNT', key, '(' .. stamp, '+inf') > 0 then
-            newest = tonumber(redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')[2])
-            now = newest
-            lag = now - clock
-            stamp = string.format('%d', now)
-            longest = redis.call('ZCOUNT', key, string.format('(%d', now - reach), '+inf')
+        local above = redis.call('ZCOUNT', key, '(' .. stamp, '+inf')
+        if above > 0 then
+            local top = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
+            if top[2] == 'inf' then
+                block, last = top[1], '-2'
+                blocked_until, blocked_rule = struct.unpack('<dd', block, 2)
+                total, above = total - 1, above - 1
+                if above > 0 then
+                    top = redis.call('ZRANGE', key, last, last, 'WITHSCORES')
+                end
+            end
+            if above > 0 then
+                newest = tonumber(top[2])
+                now = newest
+                lag = now - clock
+                stamp = string.format('%d', now)
+                longest = redis.call('ZCOUNT', key, string.format('(%d', now - reach), stamp)
+            end
         end
         stale = longest < total
     end
 end
-
--- The loop over the rules, which bind.lua ends. Stale entries are skipped here; only an
--- admitted check trims them (sliding_log_add.lua). No entry is newer than `now` any more.
--- The longest window was counted above; a window no longer than one found empty is
--- empty too.
-local empty = 0
-if longest == 0 then
-    empty = reach
+-- A re-sent check whose first run was admitted is not refused by a block started since:
+-- it answers as that run did (sliding_log_add.lua, sliding_log_rerun.lua).
+if blocked_until and consume and redis.call('ZSCORE', key, id) then
+    blocked_until = nil
 end
-for i = 0, rules - 1 do
-    local count, window = struct.unpack('<dd', numbers, 16 * i + 25)
-    local inside = 0
-    if window == reach then
-        inside = longest
-    elseif window > empty then
-        inside = redis.call('ZCOUNT', key, string.format('(%d', now - window), '+inf')
-        if inside == 0 then
-            empty = window
-        end
-    end
-    local left = count - inside
-    if left < 0 then
-        left = 0
-    end
-    -- The call's entries are the last to leave.
-    local reset_after, retry = window, 0
-    if cost > left then
-        reset_after = 0
-        if inside > 0 then
-            if not newest then
-                newest = tonumber(redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')[2])
-            end
-            reset_after = newest + window - now
-        end
-        retry = NEVER
-        if cost <= count then
-            -- The window's entries are the newest `inside`; the oldest
-            -- `inside - (count - cost)` of them must leave, the last of which is the
-            -- (count - cost + 1)-th newest entry.
-            local rank = string.format('%d', cost - count - 1)
-            local must_leave = tonumber(redis.call('ZRANGE', key, rank, rank, 'WITHSCORES')[2])
-            retry = must_leave + window - now
-        end
-    end

@@ -3,14 +3,23 @@
 -- sliding_log.lua found any). Only an admitted check trims, as its own entries become the
 -- newest: a later check from a clock behind is counted at the newest entry, and an entry
 -- trimmed at a newer time could still be inside its windows. A peek and a denial write
--- nothing.
+-- nothing, but for a refusal that starts a block, which writes the block (replacing one
+-- that has passed). An admitted write ends a block that has passed.
 --
 -- A re-run (the id is present: the first run was admitted) writes nothing either, and
 -- answers admitted as the first run did: its own entries, counted above, were not there
--- then, so each rule had `cost` more left. A re-run found denied (its first run took the
--- units it now finds missing) answers so for the rule that denied it.
+-- then, so each rule had `cost` more left (a re-run found denied: sliding_log_rerun.lua).
 if ms then
-    if redis.call('ZADD', key, 'NX', stamp, id) == 1 then
+    if denied then
+        if block then
+            redis.call('ZREM', key, block)
+        end
+        redis.call('ZADD', key, '+inf', 'B' .. struct.pack('<dd', blocked_until, blocked_rule))
+        redis.call('PEXPIRE', key, string.format('%d', ms))
+    elseif redis.call('ZADD', key, 'NX', stamp, id) == 1 then
+        if block then
+            redis.call('ZREM', key, block)
+        end
         if stale then
             redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - reach))
         end
@@ -35,8 +44,4 @@ if ms then
             least = binding_count
         end
     end
-elseif consume and denied_retry ~= NEVER and redis.call('ZSCORE', key, id) then
-    binding, least = denied, denied_left + cost
-    binding_count, reset = struct.unpack('<dd', numbers, 16 * denied + 25)
-    denied = nil
 end

@@ -1,5 +1,6 @@
 // The scripts' sources, each composed from the fragments it shares with the others (see
-// preamble.lua for the order and what each fragment does). Included (`include!`) by
+// preamble.lua, and refund.lua for the refunds, for the order and what each fragment
+// does). Included (`include!`) by
 // backend/redis/script.rs and by the tests that EVAL the scripts, so both run exactly the
 // same text.
 //
@@ -10,7 +11,11 @@
 pub const SLIDING_LOG: &str = concat!(
     include_str!("preamble.lua"),
     include_str!("sliding_log.lua"),
+    include_str!("blocked.lua"),
+    include_str!("sliding_log_rules.lua"),
     include_str!("bind.lua"),
+    include_str!("sliding_log_rerun.lua"),
+    include_str!("block.lua"),
     include_str!("expiry.lua"),
     include_str!("sliding_log_add.lua"),
     include_str!("reply.lua"),
@@ -21,8 +26,12 @@ pub const FIXED_WINDOW: &str = concat!(
     include_str!("preamble.lua"),
     "local NAME, SIZE, LATEST, HEAD = 'fixed_window', 32, true, '<c12ddddd'\n",
     include_str!("state.lua"),
+    include_str!("blocked.lua"),
+    include_str!("records.lua"),
+    include_str!("find.lua"),
     include_str!("fixed_window.lua"),
     include_str!("bind.lua"),
+    include_str!("block.lua"),
     include_str!("expiry.lua"),
     include_str!("save.lua"),
     include_str!("reply.lua"),
@@ -34,8 +43,12 @@ pub const SLIDING_WINDOW: &str = concat!(
     "local NAME, SIZE, LATEST, HEAD = 'sliding_window', 40, true, '<c14dddddd'\n",
     include_str!("muldiv.lua"),
     include_str!("state.lua"),
+    include_str!("blocked.lua"),
+    include_str!("records.lua"),
+    include_str!("find.lua"),
     include_str!("sliding_window.lua"),
     include_str!("bind.lua"),
+    include_str!("block.lua"),
     include_str!("expiry.lua"),
     include_str!("save.lua"),
     include_str!("reply.lua"),
@@ -46,9 +59,40 @@ pub const TOKEN_BUCKET: &str = concat!(
     include_str!("preamble.lua"),
     "local NAME, SIZE, LATEST, HEAD = 'token_bucket', 24, false, '<c12dddd'\n",
     include_str!("state.lua"),
+    include_str!("blocked.lua"),
+    include_str!("records.lua"),
+    include_str!("find.lua"),
     include_str!("token_bucket.lua"),
     include_str!("bind.lua"),
+    include_str!("block.lua"),
     include_str!("expiry.lua"),
     include_str!("save.lua"),
     include_str!("reply.lua"),
+);
+
+/// The fixed window's refund.
+pub const FIXED_WINDOW_REFUND: &str = concat!(
+    "local NAME, SIZE, NOW = 'fixed_window', 32, false\n",
+    include_str!("refund.lua"),
+    include_str!("find.lua"),
+    include_str!("fixed_window_refund.lua"),
+    "end\nreturn given\n",
+);
+
+/// The sliding window's refund.
+pub const SLIDING_WINDOW_REFUND: &str = concat!(
+    "local NAME, SIZE, NOW = 'sliding_window', 40, false\n",
+    include_str!("refund.lua"),
+    include_str!("find.lua"),
+    include_str!("sliding_window_refund.lua"),
+    "end\nreturn given\n",
+);
+
+/// The token bucket's refund.
+pub const TOKEN_BUCKET_REFUND: &str = concat!(
+    "local NAME, SIZE, NOW = 'token_bucket', 24, true\n",
+    include_str!("refund.lua"),
+    include_str!("find.lua"),
+    include_str!("token_bucket_refund.lua"),
+    "end\nreturn given\n",
 );

@@ -8,8 +8,11 @@
 -- last write a record of SIZE bytes: count, window_us, then the algorithm's own numbers;
 -- every number a little-endian double (struct '<d'), exact for the integers below 2^53 it
 -- holds. Binary, because turning numbers into text and back costs more than the rest of
--- the arithmetic. Each check makes three calls: TIME, GET, and one SET that writes the
--- state and its expiry together (save.lua).
+-- the arithmetic. A key under a block (block.lua) is named in capitals (as the attribute
+-- spells the algorithm), and has one more, last record: 0 (a count no rule has, so no rule finds it), blocked_until_us, the index
+-- of the rule that started the block, zeros to SIZE. So a check of a key without a block
+-- spends nothing on blocks: its name says so. Each check makes three calls: TIME, GET,
+-- and one SET that writes the state and its expiry together (save.lua).
 
 local state = redis.call('GET', key)
 local expires = 0
@@ -23,15 +26,19 @@ if state then
         alg, expires, c0, w0, x0, y0, z0 = struct.unpack(HEAD, state)
     end
     if alg ~= NAME then
-        local held = 'a value the limiter did not write'
-        for _, other in ipairs({{'fixed_window', 32}, {'sliding_window', 40}, {'token_bucket', 24}}) do
-            local n = other[1]
-            if #state >= #n + 8 + other[2] and (#state - #n - 8) % other[2] == 0
-                and string.sub(state, 1, #n) == n then
-                held = n .. ' state'
+        if alg == string.upper(NAME) then
+            blocked_until, blocked_rule = struct.unpack('<dd', state, #state - SIZE + 9)
+        else
+            local held = 'a value the limiter did not write'
+            for _, other in ipairs({{'fixed_window', 32}, {'sliding_window', 40}, {'token_bucket', 24}}) do
+                local n = other[1]
+                if #state >= #n + 8 + other[2] and (#state - #n - 8) % other[2] == 0
+                    and string.lower(string.sub(state, 1, #n)) == n then
+                    held = n .. ' state'
+                end
             end
+            return redis.error_reply('key ' .. key .. ' holds ' .. held .. ', not ' .. NAME)
         end
-        return redis.error_reply('key ' .. key .. ' holds ' .. held .. ', not ' .. NAME)
     end
     -- Never count before the latest such time of any record (algorithm::Clamp). The
     -- third number of a record is that time where there is one (LATEST).
@@ -48,40 +55,3 @@ if state then
         lag = now - clock
     end
 end
-
--- What a write needs, filled in per rule by the algorithm: the records of this check (only
--- its rules, in its order: rule 0's numbers r1 .. r5, which save.lua packs with the
--- header, then the others' records, packed), how long from `now` the state written
--- matters, and how far ahead a write of the same rules can ever need (expiry.lua,
--- save.lua). Rule 0 apart, a write of one rule makes one string: each string costs Redis
--- an allocation, hashing and collection.
-local records, needed, reach = '', 0, 0
-local r1, r2, r3, r4, r5
-
--- The loop over the rules, which the algorithm's file continues and bind.lua ends. Rule i
--- (0-based) has `count` and `window`, and `p`, the byte where its record starts in the
--- state, or nil (when `p == first`, its numbers are x0, y0, z0 above). The next check with the same rules finds each at its place; a rule found
--- elsewhere (the rules changed) is still used, and one not found starts empty.
-for i = 0, rules - 1 do
-    local count, window = struct.unpack('<dd', numbers, 16 * i + 25)
-    local p
-    if state then
-        p = first + i * SIZE
-        local c, w = c0, w0
-        if i > 0 then
-            c = nil
-            if p < #state then
-                c, w = struct.unpack('<dd', state, p)
-            end
-        end
-        if c ~= count or w ~= window then
-            p = nil
-            for q = first, #state, SIZE do
-                c, w = struct.unpack('<dd', state, q)
-                if c == count and w == window then
-                    p = q
-                    break
-                end
-            end
-        end
-    end

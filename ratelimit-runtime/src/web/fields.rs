@@ -212,6 +212,7 @@ pub(crate) mod tests {
             retry_after,
             rule,
             rule_index,
+            receipt: Default::default(),
         }
     }
 

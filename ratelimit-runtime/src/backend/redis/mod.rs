@@ -75,8 +75,8 @@ pub use breaker::Breaker;
 pub(crate) use config::RedisConfig;
 
 use super::Request;
-use crate::decision::RawDecision;
-use crate::BackendError;
+use crate::decision::{RawDecision, Receipt};
+use crate::{BackendError, Rule};
 use breaker::Health;
 use cluster::Cluster;
 use dial::{Endpoint, Options};
@@ -233,17 +233,17 @@ impl RedisBackend {
     async fn run(&self, request: &Request<'_>, deadline: Instant) -> Result<RawDecision, Failure> {
         let harmless = script::rerun_is_harmless(request.algorithm);
         let key = request.key;
-        let evalsha = script::evalsha(request);
-        let reply = match self.send(key, &evalsha, harmless, deadline).await {
+        let invocation = script::Invocation::new(request);
+        let reply = match self
+            .send(key, &invocation.evalsha(), harmless, deadline)
+            .await
+        {
             // NOSCRIPT: nothing ran. The body goes with this check, instead of a SCRIPT LOAD
             // that a Cluster would have to send to every node.
-            Err(Failure::NoScript) => {
-                let eval = script::eval(request);
-                self.send(key, &eval, harmless, deadline).await
-            }
+            Err(Failure::NoScript) => self.send(key, &invocation.eval(), harmless, deadline).await,
             reply => reply,
         }?;
-        script::decode(&reply, request.rules).ok_or_else(|| {
+        invocation.decode(&reply).ok_or_else(|| {
             Failure::Unexpected(
                 format!("the rate-limit script answered out of range: {reply:?}").into(),
             )
@@ -466,6 +466,31 @@ impl RedisBackend {
             answer => answer,
         }
         .map_err(|failure| self.error(request.key, failure))
+    }
+
+    /// Gives back what `receipt` took of `key` under `rules` (see [`script::Refund`]): the
+    /// sliding log's is re-sent like its check (it removes members by name), the others
+    /// never once they may have run.
+    pub(crate) async fn refund(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        receipt: &Receipt,
+        now_us: Option<u64>,
+    ) -> Result<(), BackendError> {
+        let Some(refund) = script::Refund::new(key, rules, receipt, now_us) else {
+            return Ok(());
+        };
+        let deadline = self.deadline(self.config.timeout);
+        let harmless = refund.rerun_is_harmless();
+        let sent = match self.send(key, &refund.command(), harmless, deadline).await {
+            Err(Failure::NoScript) => match refund.eval() {
+                Some(eval) => self.send(key, &eval, harmless, deadline).await,
+                None => Err(Failure::NoScript),
+            },
+            sent => sent,
+        };
+        sent.map(drop).map_err(|failure| self.error(key, failure))
     }
 
     /// Forgets `key`.

@@ -8,7 +8,7 @@ use std::sync::LazyLock;
 use redis::{Cmd, RedisWrite, Script, ToRedisArgs, Value};
 
 use crate::backend::Request;
-use crate::decision::RawDecision;
+use crate::decision::{CountedBy, RawDecision, Receipt};
 use crate::{random, Algorithm, Rule};
 
 /// The scripts' sources, composed from shared fragments.
@@ -41,68 +41,112 @@ pub(crate) fn rerun_is_harmless(algorithm: Algorithm) -> bool {
     algorithm == Algorithm::SlidingLog
 }
 
-/// The id of one consuming sliding-log check, made when its command is built (so a re-sent
-/// command carries the same one): a random prefix per process, then a counter per check.
-/// Unique across processes with near certainty (a 64-bit random prefix), and within one
-/// process for 2^64 checks.
-fn check_id() -> [u8; 16] {
-    static PREFIX: LazyLock<u64> = LazyLock::new(random::u64);
+/// One check's commands and how to read its answer. A consuming sliding-log check gets
+/// its id here, once: its EVALSHA, the EVAL sent instead when the server does not know
+/// the script, and a re-sent command all carry the same, and its answer's receipt names
+/// it.
+pub(crate) struct Invocation<'r> {
+    request: &'r Request<'r>,
+    /// The counter part of the check's id (see [`check_id`]).
+    id: Option<u64>,
+}
+
+impl<'r> Invocation<'r> {
+    pub fn new(request: &'r Request<'r>) -> Self {
+        let needs_id = request.consume && request.algorithm == Algorithm::SlidingLog;
+        Invocation {
+            request,
+            id: needs_id.then(next_check),
+        }
+    }
+
+    /// The EVALSHA of the check, built directly, once, in a buffer of its final size: a
+    /// `ScriptInvocation` would collect every argument in a Vec of its own and then copy
+    /// them all into a command, and a growing buffer would be reallocated several times.
+    pub fn evalsha(&self) -> Cmd {
+        let request = self.request;
+        let hash = script(request.algorithm).get_hash();
+        let id = self.id.map(check_id);
+        let size = "EVALSHA".len()
+            + hash.len()
+            + 1
+            + request.key.len()
+            + Numbers::len(request)
+            + id.map_or(0, |id| id.len());
+        let mut evalsha = Cmd::with_capacity(5 + usize::from(id.is_some()), size);
+        evalsha
+            .arg("EVALSHA")
+            .arg(hash)
+            .arg(1)
+            .arg(request.key)
+            .arg(Numbers(request));
+        if let Some(id) = id {
+            evalsha.arg(&id[..]);
+        }
+        evalsha
+    }
+
+    /// The same check as an `EVAL` carrying the script's body, for a server that does not
+    /// know the script (first use, `SCRIPT FLUSH`, a restart, a failover).
+    pub fn eval(&self) -> Cmd {
+        let request = self.request;
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(source(request.algorithm))
+            .arg(1)
+            .arg(request.key)
+            .arg(Numbers(request));
+        if let Some(id) = self.id {
+            eval.arg(&check_id(id)[..]);
+        }
+        eval
+    }
+
+    /// The script's answer, with the receipt of an admitted consuming check that a refund
+    /// can use (the sliding log's, by its id; another algorithm's, when it answered the
+    /// time it was counted at); `None` when the answer is not one a script gives (see
+    /// [`decode`]).
+    pub fn decode(&self, reply: &Value) -> Option<RawDecision> {
+        let request = self.request;
+        let (mut raw, at_us) = decode(reply, request.rules)?;
+        let refundable = self.id.is_some() || at_us.is_some();
+        if raw.allowed && request.consume && refundable {
+            raw.receipt = Receipt::new(
+                request.cost,
+                at_us.unwrap_or(0),
+                self.id.unwrap_or(0),
+                request.algorithm,
+                CountedBy::Redis,
+            );
+        }
+        Some(raw)
+    }
+}
+
+/// The numbering of this process's consuming sliding-log checks.
+fn next_check() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// The id of the consuming sliding-log check numbered `n`: a random prefix per process,
+/// then `n`. Unique across processes with near certainty (a 64-bit random prefix), and
+/// within one process for 2^64 checks. Its units are the members `id`, `id .. 2`, ...,
+/// `id .. cost` (see `sliding_log_add.lua`).
+fn check_id(n: u64) -> [u8; 16] {
+    static PREFIX: LazyLock<u64> = LazyLock::new(random::u64);
     let mut id = [0; 16];
     id[..8].copy_from_slice(&PREFIX.to_le_bytes());
-    id[8..].copy_from_slice(&NEXT.fetch_add(1, Ordering::Relaxed).to_le_bytes());
+    id[8..].copy_from_slice(&n.to_le_bytes());
     id
 }
 
-/// Whether `request`'s script needs an id (ARGV[2]): a consuming sliding-log check.
-fn needs_id(request: &Request<'_>) -> bool {
-    request.consume && request.algorithm == Algorithm::SlidingLog
-}
-
-/// The EVALSHA of `request`, built directly, once, in a buffer of its final size: a
-/// `ScriptInvocation` would collect every argument in a Vec of its own and then copy them
-/// all into a command, and a growing buffer would be reallocated several times.
-pub(crate) fn evalsha(request: &Request<'_>) -> Cmd {
-    let hash = script(request.algorithm).get_hash();
-    let id = needs_id(request).then(check_id);
-    let size = "EVALSHA".len()
-        + hash.len()
-        + 1
-        + request.key.len()
-        + Numbers::len(request)
-        + id.map_or(0, |id| id.len());
-    let mut evalsha = Cmd::with_capacity(5 + usize::from(id.is_some()), size);
-    evalsha
-        .arg("EVALSHA")
-        .arg(hash)
-        .arg(1)
-        .arg(request.key)
-        .arg(Numbers(request));
-    if let Some(id) = id {
-        evalsha.arg(&id[..]);
-    }
-    evalsha
-}
-
-/// The same check as an `EVAL` carrying the script's body, for a server that does not
-/// know the script (first use, `SCRIPT FLUSH`, a restart, a failover).
-pub(crate) fn eval(request: &Request<'_>) -> Cmd {
-    let mut eval = redis::cmd("EVAL");
-    eval.arg(source(request.algorithm))
-        .arg(1)
-        .arg(request.key)
-        .arg(Numbers(request));
-    if needs_id(request) {
-        eval.arg(&check_id()[..]);
-    }
-    eval
-}
-
-/// The numbers of a check as the scripts read them, in one argument: consume (1 or 0), now
-/// in µs (0: the server's TIME), the cost, then each rule's count and window in µs, every
-/// one a little-endian `f64` (exact: each stays below 2^53; a cost beyond it is above any
-/// count however it rounds). Redis parses text numbers slower than a check's own
-/// arithmetic.
+/// The numbers of a check as the scripts read them, in one argument: the call (0 to peek,
+/// 1 to consume, 2 to consume and answer the time the check was counted at) plus
+/// 4 × block_for in µs, now in µs (0: the server's TIME), the cost, then each rule's
+/// count and window in µs, every one a little-endian `f64` (exact: each stays below 2^53;
+/// a cost beyond it is above any count however it rounds). Redis parses text numbers
+/// slower than a check's own arithmetic, and keeps an argument of at most 44 bytes (one
+/// rule's) in one allocation.
 struct Numbers<'a>(&'a Request<'a>);
 
 impl Numbers<'_> {
@@ -115,21 +159,35 @@ impl Numbers<'_> {
 impl ToRedisArgs for Numbers<'_> {
     fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
         let Numbers(request) = self;
+        // 2 asks a consuming check for the time it was counted at, which only the
+        // string-state algorithms' refunds need (the sliding log's name its entries).
+        let answer_at = request.refundable && request.algorithm != Algorithm::SlidingLog;
+        let call = match (request.consume, answer_at) {
+            (false, _) => 0,
+            (true, false) => 1,
+            (true, true) => 2,
+        };
         let head = [
-            u64::from(request.consume),
+            call + 4 * request.block_for_us,
             request.now_us.unwrap_or(0),
             request.cost,
         ];
-        let rules = request
-            .rules
-            .iter()
-            .flat_map(|r| [r.count(), r.window_us()]);
-        // Written straight into the command's buffer, which cannot fail.
-        let mut arg = out.writer_for_next_arg();
-        for n in head.into_iter().chain(rules) {
-            arg.write_all(&(n as f64).to_le_bytes())
-                .expect("writing to memory");
-        }
+        write_doubles(out, head.into_iter().chain(rule_numbers(request.rules)));
+    }
+}
+
+/// Each rule's count and window in µs, in turn.
+fn rule_numbers(rules: &[Rule]) -> impl Iterator<Item = u64> + '_ {
+    rules.iter().flat_map(|r| [r.count(), r.window_us()])
+}
+
+/// `numbers` as one argument of little-endian `f64`s, written straight into the command's
+/// buffer, which cannot fail.
+fn write_doubles<W: ?Sized + RedisWrite>(out: &mut W, numbers: impl Iterator<Item = u64>) {
+    let mut arg = out.writer_for_next_arg();
+    for n in numbers {
+        arg.write_all(&(n as f64).to_le_bytes())
+            .expect("writing to memory");
     }
 }
 
@@ -138,27 +196,44 @@ impl ToRedisArgs for Numbers<'_> {
 /// `(reset_after_us * (count + 1) + remaining) * 64 + rule_index`, over the binding rule's
 /// `count` (an admitted call, or a peek, leaves at most `count` remaining). The scripts
 /// send the short form whenever it stays below 2^53, as sending an array costs Redis more
-/// than the arithmetic of a check. `None` when the answer is not one of these.
-pub(crate) fn decode(reply: &Value, rules: &[Rule]) -> Option<RawDecision> {
+/// than the arithmetic of a check. A consuming check of a string-state algorithm adds the
+/// time it was counted at: the short form and that time as two little-endian `f64`s, or
+/// a sixth number. `None` when the answer is not one of these; else the decision (without
+/// its receipt) and that time.
+pub(crate) fn decode(reply: &Value, rules: &[Rule]) -> Option<(RawDecision, Option<u64>)> {
     let int = |value: &Value| match value {
         Value::Int(n) => u64::try_from(*n).ok(),
         _ => None,
     };
-    let raw = match reply {
-        Value::Int(_) => {
-            let short = int(reply)?;
-            let rule_index = (short % 64) as usize;
-            let base = rules.get(rule_index)?.count() + 1;
-            RawDecision {
-                allowed: true,
-                rule_index,
-                remaining: short / 64 % base,
-                reset_after_us: short / 64 / base,
-                retry_after_us: 0,
-            }
+    let short = |short: u64| -> Option<RawDecision> {
+        let rule_index = (short % 64) as usize;
+        let base = rules.get(rule_index)?.count() + 1;
+        Some(RawDecision {
+            allowed: true,
+            rule_index,
+            remaining: short / 64 % base,
+            reset_after_us: short / 64 / base,
+            retry_after_us: 0,
+            receipt: Receipt::NONE,
+        })
+    };
+    let (raw, at_us) = match reply {
+        Value::Int(_) => (short(int(reply)?)?, None),
+        Value::BulkString(bytes) if bytes.len() == 16 => {
+            let double = |b: &[u8]| f64::from_le_bytes(b.try_into().expect("8 bytes"));
+            let (n, at) = (double(&bytes[..8]), double(&bytes[8..]));
+            let whole = |x: f64| (x >= 0.0 && x.fract() == 0.0).then_some(x as u64);
+            (short(whole(n)?)?, Some(whole(at)?))
         }
-        Value::Array(items) => match items.as_slice() {
-            [allowed, rule_index, remaining, reset_after_us, retry_after_us] => RawDecision {
+        Value::Array(items) => {
+            let (figures, at_us) = match items.as_slice() {
+                [figures @ .., at] if items.len() == 6 => (figures, Some(int(at)?)),
+                figures => (figures, None),
+            };
+            let [allowed, rule_index, remaining, reset_after_us, retry_after_us] = figures else {
+                return None;
+            };
+            let raw = RawDecision {
                 allowed: match int(allowed)? {
                     0 => false,
                     1 => true,
@@ -171,88 +246,338 @@ pub(crate) fn decode(reply: &Value, rules: &[Rule]) -> Option<RawDecision> {
                     Value::Int(-1) => RawDecision::NEVER,
                     other => int(other)?,
                 },
-            },
-            _ => return None,
-        },
+                receipt: Receipt::NONE,
+            };
+            (raw, at_us)
+        }
         _ => return None,
     };
-    (raw.rule_index < rules.len()).then_some(raw)
+    (raw.rule_index < rules.len()).then_some((raw, at_us))
+}
+
+/// The refund scripts of the string-state algorithms, hashed once per process.
+fn refund_script(algorithm: Algorithm) -> Option<&'static Script> {
+    static SCRIPTS: LazyLock<[Script; 3]> = LazyLock::new(|| {
+        [
+            sources::FIXED_WINDOW_REFUND,
+            sources::SLIDING_WINDOW_REFUND,
+            sources::TOKEN_BUCKET_REFUND,
+        ]
+        .map(Script::new)
+    });
+    match algorithm {
+        Algorithm::SlidingLog => None,
+        Algorithm::FixedWindow => Some(&SCRIPTS[0]),
+        Algorithm::SlidingWindow => Some(&SCRIPTS[1]),
+        Algorithm::TokenBucket => Some(&SCRIPTS[2]),
+    }
+}
+
+/// The commands that give back what one decision took of a key (see
+/// [`Receipt`]): for the sliding log a `ZREM` of exactly its members, which a second run
+/// finds gone; for the other algorithms their refund script, which gives back only what
+/// the key still holds in the same window (or has not refilled), and which a second run
+/// would give back again.
+pub(crate) struct Refund<'r> {
+    key: &'r str,
+    rules: &'r [Rule],
+    receipt: Receipt,
+    /// An explicit time in µs since the epoch, for differential tests; `None`: `TIME`.
+    now_us: Option<u64>,
+}
+
+#[allow(dead_code)]
+impl<'r> Refund<'r> {
+    /// The refund of `receipt` (of a decision Redis made for `key` and `rules`); `None`
+    /// when there is nothing to give back: a decision that took nothing, or that the
+    /// embedded backend counted.
+    pub fn new(
+        key: &'r str,
+        rules: &'r [Rule],
+        receipt: &Receipt,
+        now_us: Option<u64>,
+    ) -> Option<Self> {
+        (!receipt.is_empty() && receipt.counted_by == CountedBy::Redis).then_some(Refund {
+            key,
+            rules,
+            receipt: *receipt,
+            now_us,
+        })
+    }
+
+    /// Whether sending the refund twice gives back once: only the sliding log's, which
+    /// removes members by name. Any other is never re-sent after it may have run.
+    pub fn rerun_is_harmless(&self) -> bool {
+        self.receipt.algorithm == Algorithm::SlidingLog
+    }
+
+    /// The command to send first: the `ZREM`, or the `EVALSHA` of the refund script.
+    pub fn command(&self) -> Cmd {
+        let Some(script) = refund_script(self.receipt.algorithm) else {
+            return self.zrem();
+        };
+        let mut evalsha = redis::cmd("EVALSHA");
+        evalsha
+            .arg(script.get_hash())
+            .arg(1)
+            .arg(self.key)
+            .arg(RefundNumbers(self));
+        evalsha
+    }
+
+    /// The refund as an `EVAL` carrying the script's body, for a server that answered the
+    /// `EVALSHA` with NOSCRIPT (the sliding log's `ZREM` needs no script).
+    pub fn eval(&self) -> Option<Cmd> {
+        let source = match self.receipt.algorithm {
+            Algorithm::SlidingLog => return None,
+            Algorithm::FixedWindow => sources::FIXED_WINDOW_REFUND,
+            Algorithm::SlidingWindow => sources::SLIDING_WINDOW_REFUND,
+            Algorithm::TokenBucket => sources::TOKEN_BUCKET_REFUND,
+        };
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(source)
+            .arg(1)
+            .arg(self.key)
+            .arg(RefundNumbers(self));
+        Some(eval)
+    }
+
+    /// `ZREM key id id..2 ... id..cost`: the check's members, as `sliding_log_add.lua`
+    /// names them.
+    fn zrem(&self) -> Cmd {
+        let id = check_id(self.receipt.id);
+        let mut zrem = redis::cmd("ZREM");
+        zrem.arg(self.key).arg(&id[..]);
+        let mut member = id.to_vec();
+        for k in 2..=self.receipt.cost {
+            member.truncate(id.len());
+            member.extend_from_slice(k.to_string().as_bytes());
+            zrem.arg(&member[..]);
+        }
+        zrem
+    }
+}
+
+/// A refund's numbers, as `refund.lua` reads them: the time the check was counted at, its
+/// cost, now in µs (0: `TIME`), then each rule's count and window in µs; every one a
+/// little-endian `f64`.
+struct RefundNumbers<'a>(&'a Refund<'a>);
+
+impl ToRedisArgs for RefundNumbers<'_> {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        let RefundNumbers(refund) = self;
+        let head = [
+            refund.receipt.at_us,
+            u64::from(refund.receipt.cost),
+            refund.now_us.unwrap_or(0),
+        ];
+        write_doubles(out, head.into_iter().chain(rule_numbers(refund.rules)));
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn args(cmd: &Cmd) -> Vec<Vec<u8>> {
+        cmd.args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(b) => b.to_vec(),
+                _ => Vec::new(),
+            })
+            .collect()
+    }
+
+    fn request(rules: &[Rule], algorithm: Algorithm, consume: bool) -> Request<'_> {
+        Request {
+            key: "k",
+            rules,
+            algorithm,
+            cost: 2,
+            consume,
+            now_us: None,
+            block_for_us: 0,
+            refundable: false,
+        }
+    }
+
     #[test]
-    fn both_reply_forms_decode() {
+    fn every_reply_form_decodes() {
         let rules = [Rule::per_second(10), Rule::per_minute(100)];
+        let figures = |reply: Value| decode(&reply, &rules).unwrap().0;
         // Rule 1 (count 100) with 57 remaining, free again in 12.5 s.
-        let short = decode(&Value::Int((12_500_000 * 101 + 57) * 64 + 1), &rules).unwrap();
+        let short = Value::Int((12_500_000 * 101 + 57) * 64 + 1);
         assert_eq!(
-            short,
-            RawDecision {
-                allowed: true,
-                rule_index: 1,
-                remaining: 57,
-                reset_after_us: 12_500_000,
-                retry_after_us: 0
-            }
+            (decode(&short, &rules).unwrap()),
+            (
+                RawDecision {
+                    allowed: true,
+                    rule_index: 1,
+                    remaining: 57,
+                    reset_after_us: 12_500_000,
+                    retry_after_us: 0,
+                    receipt: Receipt::NONE,
+                },
+                None
+            )
         );
         let long = Value::Array([0, 0, 0, 900, 400].map(Value::Int).to_vec());
-        let denied = decode(&long, &rules).unwrap();
+        let denied = figures(long);
         assert_eq!(
             (denied.allowed, denied.reset_after_us, denied.retry_after_us),
             (false, 900, 400)
         );
         // A peek of a fresh key: all 10 left.
-        let fresh = decode(&Value::Int((1_000_000 * 11 + 10) * 64), &rules).unwrap();
+        let fresh = figures(Value::Int((1_000_000 * 11 + 10) * 64));
         assert_eq!((fresh.remaining, fresh.reset_after_us), (10, 1_000_000));
-        let never = Value::Array([0, 1, 3, 0, -1].map(Value::Int).to_vec());
-        let never = decode(&never, &rules).unwrap();
+        let never = figures(Value::Array([0, 1, 3, 0, -1].map(Value::Int).to_vec()));
         assert_eq!(
             (never.remaining, never.retry_after_us),
             (3, RawDecision::NEVER)
         );
         assert_eq!(never.into_decision(&rules).retry_after, None);
+        // With the time the check was counted at: packed with the short form, or sixth.
+        let at = 1_700_000_000_123_456u64;
+        let packed = [((12_500_000u64 * 101 + 57) * 64 + 1) as f64, at as f64]
+            .map(f64::to_le_bytes)
+            .concat();
+        let (raw, counted_at) = decode(&Value::BulkString(packed), &rules).unwrap();
+        assert_eq!((raw.remaining, counted_at), (57, Some(at)));
+        let long = Value::Array([1, 0, 3, 900, 0, at as i64].map(Value::Int).to_vec());
+        let (raw, counted_at) = decode(&long, &rules).unwrap();
+        assert_eq!(
+            (raw.allowed, raw.remaining, counted_at),
+            (true, 3, Some(at))
+        );
+    }
+
+    #[test]
+    fn an_admitted_consuming_check_answers_with_its_receipt() {
+        let rules = [Rule::per_second(10)];
+        let at = 1_700_000_000_123_456u64;
+        let packed = [((999u64 * 11 + 8) * 64) as f64, at as f64]
+            .map(f64::to_le_bytes)
+            .concat();
+        let check = request(&rules, Algorithm::FixedWindow, true);
+        let raw = Invocation::new(&check)
+            .decode(&Value::BulkString(packed))
+            .unwrap();
+        let expected = Receipt {
+            cost: 2,
+            at_us: at,
+            id: 0,
+            algorithm: Algorithm::FixedWindow,
+            counted_by: CountedBy::Redis,
+        };
+        assert_eq!(raw.receipt, expected);
+        // A sliding-log receipt names the check's id.
+        let check = request(&rules, Algorithm::SlidingLog, true);
+        let invocation = Invocation::new(&check);
+        let raw = invocation.decode(&Value::Int((999 * 11 + 8) * 64)).unwrap();
+        assert_eq!(Some(raw.receipt.id), invocation.id);
+        let sent = args(&invocation.evalsha());
+        assert_eq!(sent[5], check_id(raw.receipt.id));
+        // A denial, or a peek, takes nothing.
+        let denied = Value::Array([0, 0, 0, 900, 400].map(Value::Int).to_vec());
+        assert!(invocation.decode(&denied).unwrap().receipt.is_empty());
+        let peek = request(&rules, Algorithm::SlidingLog, false);
+        let raw = Invocation::new(&peek).decode(&Value::Int(64 * 11)).unwrap();
+        assert!(raw.receipt.is_empty());
     }
 
     #[test]
     fn a_consuming_sliding_log_check_carries_an_id_of_its_own() {
         let rules = [Rule::per_second(10)];
-        let request = |algorithm, consume| Request {
-            key: "k",
-            rules: &rules,
-            algorithm,
-            cost: 1,
-            consume,
-            block_for_us: 0,
-            now_us: None,
+        let sent = |algorithm, consume| {
+            let request = request(&rules, algorithm, consume);
+            let invocation = Invocation::new(&request);
+            (args(&invocation.evalsha()), args(&invocation.eval()))
         };
-        let args = |cmd: Cmd| -> Vec<Vec<u8>> {
-            cmd.args_iter()
-                .map(|a| match a {
-                    redis::Arg::Simple(b) => b.to_vec(),
-                    _ => Vec::new(),
-                })
-                .collect()
-        };
-        let first = args(evalsha(&request(Algorithm::SlidingLog, true)));
-        let second = args(evalsha(&request(Algorithm::SlidingLog, true)));
+        let (first, first_eval) = sent(Algorithm::SlidingLog, true);
+        let (second, _) = sent(Algorithm::SlidingLog, true);
         assert_eq!(first.len(), 6);
         assert_eq!(first[5].len(), 16);
+        assert_eq!(first_eval[5], first[5], "the EVAL carries the EVALSHA's id");
         assert_ne!(first[5], second[5], "a fresh id per check");
         assert_eq!(first[5][..8], second[5][..8], "one prefix per process");
-        assert_eq!(
-            args(evalsha(&request(Algorithm::SlidingLog, false))).len(),
-            5
-        );
-        assert_eq!(
-            args(evalsha(&request(Algorithm::FixedWindow, true))).len(),
-            5
-        );
-        assert_eq!(args(eval(&request(Algorithm::SlidingLog, true))).len(), 6);
+        assert_eq!(sent(Algorithm::SlidingLog, false).0.len(), 5);
+        assert_eq!(sent(Algorithm::FixedWindow, true).0.len(), 5);
         assert!(rerun_is_harmless(Algorithm::SlidingLog));
         assert!(!rerun_is_harmless(Algorithm::TokenBucket));
+    }
+
+    #[test]
+    fn a_sliding_log_refund_removes_exactly_its_members_and_may_be_sent_again() {
+        let rules = [Rule::per_second(10)];
+        let receipt = Receipt {
+            cost: 3,
+            at_us: 0,
+            id: 7,
+            algorithm: Algorithm::SlidingLog,
+            counted_by: CountedBy::Redis,
+        };
+        let refund = Refund::new("k", &rules, &receipt, None).unwrap();
+        assert!(refund.rerun_is_harmless());
+        assert!(refund.eval().is_none());
+        let id = check_id(7).to_vec();
+        let member = |k: &str| [&id[..], k.as_bytes()].concat();
+        assert_eq!(
+            args(&refund.command()),
+            [
+                b"ZREM".to_vec(),
+                b"k".to_vec(),
+                id.clone(),
+                member("2"),
+                member("3")
+            ]
+        );
+    }
+
+    #[test]
+    fn a_counters_refund_runs_its_script_and_is_not_sent_twice() {
+        let rules = [Rule::per_second(10), Rule::per_minute(100)];
+        for algorithm in [
+            Algorithm::FixedWindow,
+            Algorithm::SlidingWindow,
+            Algorithm::TokenBucket,
+        ] {
+            let receipt = Receipt {
+                cost: 2,
+                at_us: 1_700_000_000_000_000,
+                id: 0,
+                algorithm,
+                counted_by: CountedBy::Redis,
+            };
+            let refund = Refund::new("k", &rules, &receipt, None).unwrap();
+            assert!(!refund.rerun_is_harmless());
+            let sent = args(&refund.command());
+            assert_eq!(sent[0], b"EVALSHA");
+            assert_eq!(
+                sent[1],
+                refund_script(algorithm).unwrap().get_hash().as_bytes()
+            );
+            let numbers: Vec<u64> = sent[4]
+                .chunks(8)
+                .map(|b| f64::from_le_bytes(b.try_into().unwrap()) as u64)
+                .collect();
+            assert_eq!(
+                numbers,
+                [1_700_000_000_000_000, 2, 0, 10, 1_000_000, 100, 60_000_000]
+            );
+            assert_eq!(args(&refund.eval().unwrap())[4], sent[4]);
+        }
+    }
+
+    #[test]
+    fn nothing_to_refund_sends_nothing() {
+        let rules = [Rule::per_second(10)];
+        assert!(Refund::new("k", &rules, &Receipt::NONE, None).is_none());
+        let counted_in_memory = Receipt {
+            cost: 1,
+            counted_by: CountedBy::Memory,
+            ..Receipt::NONE
+        };
+        assert!(Refund::new("k", &rules, &counted_in_memory, None).is_none());
     }
 
     #[test]
@@ -266,16 +591,15 @@ mod tests {
     #[test]
     fn replies_out_of_range_are_rejected() {
         let rules = [Rule::per_second(10)];
-        assert_eq!(decode(&Value::Int(64 + 1), &rules), None); // rule 1 of 1
-        assert_eq!(decode(&Value::Int(-1), &rules), None);
+        let decode = |reply: Value| decode(&reply, &rules);
+        assert_eq!(decode(Value::Int(64 + 1)), None); // rule 1 of 1
+        assert_eq!(decode(Value::Int(-1)), None);
         assert_eq!(
-            decode(
-                &Value::Array([2, 0, 0, 0, 0].map(Value::Int).to_vec()),
-                &rules
-            ),
+            decode(Value::Array([2, 0, 0, 0, 0].map(Value::Int).to_vec())),
             None
         );
-        assert_eq!(decode(&Value::Array(vec![Value::Int(1)]), &rules), None);
-        assert_eq!(decode(&Value::Nil, &rules), None);
+        assert_eq!(decode(Value::Array(vec![Value::Int(1)])), None);
+        assert_eq!(decode(Value::BulkString(vec![0; 15])), None);
+        assert_eq!(decode(Value::Nil), None);
     }
 }

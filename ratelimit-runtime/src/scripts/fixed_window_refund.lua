@@ -1,0 +1,13 @@
+    -- Fixed window: only while the record still counts the window the units were
+    -- counted in.
+    if p then
+        local start, calls = struct.unpack('<dd', state, p + 16)
+        if start <= at and at < start + window and calls > 0 then
+            calls = calls - cost
+            if calls < 0 then
+                calls = 0
+            end
+            redis.call('SETRANGE', key, p + 23, struct.pack('<d', calls))
+            given = given + 1
+        end
+    end
