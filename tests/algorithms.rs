@@ -277,8 +277,8 @@ mod scripts {
         include!("../ratelimit-runtime/src/algorithm/worked.rs");
     }
 
-    /// What a refund of a named decision needs: whether it took anything, the check's id
-    /// (the sliding log's members), its cost, and the time it was counted at (the other
+    /// What a refund of a decision needs: whether it took anything, the check's id (the
+    /// sliding log's members), its cost, and the time it was counted at (the other
     /// algorithms' answer).
     struct Taken {
         admitted: bool,
@@ -287,105 +287,93 @@ mod scripts {
         at_us: Option<u64>,
     }
 
-    /// The refund of `taken`, as the runtime sends it: a ZREM of the sliding log's
-    /// members, or the algorithm's refund script.
-    fn refund(
-        conn: &mut redis::Connection,
-        algorithm: &str,
-        key: &str,
-        taken: &Taken,
-        now_us: u64,
-        rules: &[(u64, u64)],
-    ) {
-        if !taken.admitted {
-            return;
+    /// One key of a redis-server, for the hand-worked sequences.
+    struct Key<'c> {
+        conn: &'c mut redis::Connection,
+        key: String,
+    }
+
+    impl worked::Runner for Key<'_> {
+        type Receipt = Taken;
+
+        fn check(&mut self, check: &worked::Check<'_>) -> ([u64; 5], Taken) {
+            // Every consuming check asks for the time it was counted at, for its refund.
+            let call = 2 * u64::from(check.consume);
+            let id = next_id();
+            let head = [call, check.now_us, check.cost, check.block_for_us];
+            let reply = check_command(script(check.algorithm), &self.key, head, check.rules, &id)
+                .query(self.conn)
+                .unwrap();
+            let (answer, at_us) = answer(reply, check.rules).unwrap();
+            let taken = Taken {
+                admitted: check.consume && answer[0] == 1,
+                id,
+                cost: check.cost,
+                at_us,
+            };
+            (answer, taken)
         }
-        let source = match algorithm {
-            "fixed_window" => FIXED_WINDOW_REFUND,
-            "sliding_window" => SLIDING_WINDOW_REFUND,
-            "token_bucket" => TOKEN_BUCKET_REFUND,
-            _ => {
-                let mut zrem = redis::cmd("ZREM");
-                zrem.arg(key).arg(&taken.id[..]);
-                for k in 2..=taken.cost {
-                    zrem.arg([&taken.id[..], k.to_string().as_bytes()].concat());
-                }
-                let _: u64 = zrem.query(conn).unwrap();
+
+        /// As the runtime sends it: a ZREM of the sliding log's members, or the
+        /// algorithm's refund script.
+        fn refund(&mut self, algorithm: &str, rules: &[(u64, u64)], taken: &Taken, now_us: u64) {
+            if !taken.admitted {
                 return;
             }
-        };
-        let at = taken.at_us.expect("a refundable check answers its time");
-        let numbers = doubles([at, taken.cost, now_us].into_iter(), rules);
-        let _: u64 = redis::cmd("EVAL")
-            .arg(source)
-            .arg(1)
-            .arg(key)
-            .arg(numbers)
-            .query(conn)
-            .unwrap();
+            let source = match algorithm {
+                "fixed_window" => FIXED_WINDOW_REFUND,
+                "sliding_window" => SLIDING_WINDOW_REFUND,
+                "token_bucket" => TOKEN_BUCKET_REFUND,
+                _ => {
+                    let mut zrem = redis::cmd("ZREM");
+                    zrem.arg(&self.key).arg(&taken.id[..]);
+                    for k in 2..=taken.cost {
+                        zrem.arg([&taken.id[..], k.to_string().as_bytes()].concat());
+                    }
+                    let _: u64 = zrem.query(self.conn).unwrap();
+                    return;
+                }
+            };
+            let at = taken.at_us.expect("a check asked for its time answers it");
+            let _: u64 = redis::cmd("EVAL")
+                .arg(source)
+                .arg(1)
+                .arg(&self.key)
+                .arg(doubles([at, taken.cost, now_us].into_iter(), rules))
+                .query(self.conn)
+                .unwrap();
+        }
+
+        fn reset(&mut self) {
+            let _: () = redis::cmd("DEL").arg(&self.key).query(self.conn).unwrap();
+        }
+
+        fn start(&mut self, n: usize) {
+            self.key = format!("worked:{n}");
+        }
+    }
+
+    /// The check script of the algorithm of that metrics spelling.
+    fn script(algorithm: &str) -> &'static str {
+        match algorithm {
+            "sliding_log" => SLIDING_LOG,
+            name => {
+                ALL.iter()
+                    .find(|(n, _)| *n == name)
+                    .expect("an algorithm")
+                    .1
+            }
+        }
     }
 
     #[test]
     fn hand_worked_sequences_are_answered_exactly() {
-        use worked::{Call, Step};
         let server = RedisServer::start();
         let mut conn = server.connection();
-        for (n, sequence) in worked::sequences().into_iter().enumerate() {
-            let script = match sequence.algorithm {
-                "sliding_log" => SLIDING_LOG,
-                name => {
-                    ALL.iter()
-                        .find(|(n, _)| *n == name)
-                        .expect("an algorithm")
-                        .1
-                }
-            };
-            let (key, rules) = (format!("worked:{n}"), &sequence.rules);
-            let mut taken = std::collections::HashMap::new();
-            for &Step {
-                line,
-                now_us,
-                ref call,
-            } in &sequence.steps
-            {
-                match *call {
-                    Call::Check {
-                        consume,
-                        cost,
-                        block_for_us,
-                        expected,
-                        name,
-                    } => {
-                        // A decision to refund asks for the time it was counted at.
-                        let consume = u64::from(consume) * if name.is_some() { 2 } else { 1 };
-                        let id = next_id();
-                        let head = [consume, now_us, cost, block_for_us];
-                        let reply = check_command(script, &key, head, rules, &id)
-                            .query(&mut conn)
-                            .unwrap();
-                        let (figures, at_us) = answer(reply, rules).unwrap();
-                        assert_eq!(figures, expected, "worked.txt:{line}");
-                        if let Some(name) = name {
-                            let admitted = consume > 0 && figures[0] == 1;
-                            let t = Taken {
-                                admitted,
-                                id,
-                                cost,
-                                at_us,
-                            };
-                            taken.insert(name, t);
-                        }
-                    }
-                    Call::Refund(name) => {
-                        let algorithm = sequence.algorithm;
-                        refund(&mut conn, algorithm, &key, &taken[name], now_us, rules);
-                    }
-                    Call::Reset => {
-                        let _: () = redis::cmd("DEL").arg(&key).query(&mut conn).unwrap();
-                    }
-                }
-            }
-        }
+        worked::replay(&mut Key {
+            conn: &mut conn,
+            key: String::new(),
+        });
     }
 
     #[test]

@@ -354,15 +354,17 @@ impl Block {
         rule_index: 0,
     };
 
-    /// The answer to a check counted at `clamp` of `rules` rules, while the block lasts.
-    fn refusal(&self, clamp: Clamp, rules: usize) -> Option<RawDecision> {
+    /// The time `call` is counted at, `latest_us` being the newest time the key's state
+    /// records (see [`Clamp`]); or, while the block lasts, the call's refusal.
+    fn clamp(&self, call: &Call<'_>, latest_us: Option<u64>) -> Result<Clamp, Outcome> {
+        let clamp = Clamp::new(call.now_us, latest_us);
         if clamp.at_us >= self.until_us {
-            return None;
+            return Ok(clamp);
         }
         let left_us = self.until_us - clamp.at_us + clamp.lag_us;
-        Some(RawDecision {
+        Err(Outcome::unwritten(RawDecision {
             allowed: false,
-            rule_index: if self.rule_index < rules {
+            rule_index: if self.rule_index < call.rules.len() {
                 self.rule_index
             } else {
                 0
@@ -371,7 +373,7 @@ impl Block {
             reset_after_us: left_us,
             retry_after_us: left_us,
             receipt: Receipt::NONE,
-        })
+        }))
     }
 
     /// After `call`, counted at `clamp`, is refused: blocks the key when the call consumes
@@ -531,8 +533,8 @@ pub(crate) mod testing {
 #[cfg(test)]
 mod tests {
     use super::testing::{call, rule};
-    use super::{Algorithm, KeyState, ParseAlgorithmError};
-    use crate::decision::RawDecision;
+    use super::{Algorithm, Call, KeyState, ParseAlgorithmError};
+    use crate::decision::{RawDecision, Receipt};
     use crate::Rule;
 
     const ALL: [Algorithm; 4] = Algorithm::ALL;
@@ -554,54 +556,53 @@ mod tests {
         );
     }
 
-    #[test]
-    fn hand_worked_sequences_are_answered_exactly() {
-        use super::worked::{self, Step};
-        use super::Call;
-        for sequence in worked::sequences() {
-            let algorithm: Algorithm = sequence.algorithm.parse().unwrap();
-            let rules: Vec<Rule> = sequence.rules.iter().map(|&(c, w)| rule(c, w)).collect();
-            let mut s = KeyState::new(algorithm);
-            let mut receipts = std::collections::HashMap::new();
-            for &Step {
-                line,
-                now_us,
-                ref call,
-            } in &sequence.steps
-            {
-                match *call {
-                    worked::Call::Check {
-                        consume,
-                        cost,
-                        block_for_us,
-                        expected,
-                        name,
-                    } => {
-                        let call = Call {
-                            rules: &rules,
-                            now_us,
-                            cost,
-                            consume,
-                            block_for_us,
-                        };
-                        let d = s.check(&call).decision;
-                        let answer = [
-                            u64::from(d.allowed),
-                            d.rule_index as u64,
-                            d.remaining,
-                            d.reset_after_us,
-                            d.retry_after_us,
-                        ];
-                        assert_eq!(answer, expected, "worked.txt:{line}");
-                        if let Some(name) = name {
-                            receipts.insert(name, d.receipt);
-                        }
-                    }
-                    worked::Call::Refund(name) => s.refund(&rules, &receipts[name], now_us),
-                    worked::Call::Reset => s = KeyState::new(algorithm),
-                }
+    /// The arithmetic of one key, for the hand-worked sequences.
+    struct Key(Option<KeyState>);
+
+    impl super::worked::Runner for Key {
+        type Receipt = Receipt;
+
+        fn check(&mut self, check: &super::worked::Check<'_>) -> ([u64; 5], Receipt) {
+            let algorithm: Algorithm = check.algorithm.parse().unwrap();
+            let rules: Vec<Rule> = check.rules.iter().map(|&(c, w)| rule(c, w)).collect();
+            let call = Call {
+                rules: &rules,
+                now_us: check.now_us,
+                cost: check.cost,
+                consume: check.consume,
+                block_for_us: check.block_for_us,
+            };
+            let state = self.0.get_or_insert_with(|| KeyState::new(algorithm));
+            let d = state.check(&call).decision;
+            let answer = [
+                u64::from(d.allowed),
+                d.rule_index as u64,
+                d.remaining,
+                d.reset_after_us,
+                d.retry_after_us,
+            ];
+            (answer, d.receipt)
+        }
+
+        fn refund(&mut self, _: &str, rules: &[(u64, u64)], receipt: &Receipt, now_us: u64) {
+            let rules: Vec<Rule> = rules.iter().map(|&(c, w)| rule(c, w)).collect();
+            if let Some(state) = &mut self.0 {
+                state.refund(&rules, receipt, now_us);
             }
         }
+
+        fn reset(&mut self) {
+            self.0 = None;
+        }
+
+        fn start(&mut self, _: usize) {
+            self.0 = None;
+        }
+    }
+
+    #[test]
+    fn hand_worked_sequences_are_answered_exactly() {
+        super::worked::replay(&mut Key(None));
     }
 
     #[test]

@@ -108,10 +108,10 @@ impl<A: PerRule> Counter for State<A> {
             ..
         } = *call;
         let latest_us = self.records.values().filter_map(|r| A::latest_us(&r)).max();
-        let clamp = Clamp::new(now_us, latest_us);
-        if let Some(refusal) = block.refusal(clamp, rules.len()) {
-            return Outcome::unwritten(refusal);
-        }
+        let clamp = match block.clamp(call, latest_us) {
+            Ok(clamp) => clamp,
+            Err(refused) => return refused,
+        };
         let Clamp { at_us: now, lag_us } = clamp;
         // The verdicts of the first rules, kept for the write: judging again would divide
         // again, which costs more than keeping them.

@@ -115,16 +115,15 @@ impl Counter for State {
     fn check(&mut self, block: &mut Block, call: &Call<'_>) -> Outcome {
         let Call {
             rules,
-            now_us,
             cost,
             consume,
             ..
         } = *call;
         let log = &mut self.log;
-        let clamp = Clamp::new(now_us, log.back().copied());
-        if let Some(refusal) = block.refusal(clamp, rules.len()) {
-            return Outcome::unwritten(refusal);
-        }
+        let clamp = match block.clamp(call, log.back().copied()) {
+            Ok(clamp) => clamp,
+            Err(refused) => return refused,
+        };
         let Clamp { at_us: now, lag_us } = clamp;
         let longest = longest_window_us(rules);
         // Stale entries are skipped by every count, as the script's ZCOUNTs do.

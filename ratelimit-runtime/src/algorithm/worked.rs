@@ -6,22 +6,22 @@
 pub const START_US: u64 = 1_700_000_040_000_000;
 
 /// One sequence of calls on one fresh key.
-pub struct Sequence {
+struct Sequence {
     /// The algorithm's metrics spelling (`fixed_window`, ...).
-    pub algorithm: &'static str,
+    algorithm: &'static str,
     /// Each rule's count and window in µs.
-    pub rules: Vec<(u64, u64)>,
-    pub steps: Vec<Step>,
+    rules: Vec<(u64, u64)>,
+    steps: Vec<Step>,
 }
 
 /// One call, at `now_us` (µs since the epoch); `line` is its line in worked.txt.
-pub struct Step {
-    pub line: usize,
-    pub now_us: u64,
-    pub call: Call,
+struct Step {
+    line: usize,
+    now_us: u64,
+    call: Call,
 }
 
-pub enum Call {
+enum Call {
     /// A check (or a peek) and its answer.
     Check {
         consume: bool,
@@ -39,8 +39,81 @@ pub enum Call {
     Reset,
 }
 
+/// What runs a sequence: one implementation of the algorithms, on one fresh key.
+pub trait Runner {
+    /// What a refund of a decision needs.
+    type Receipt;
+
+    /// Runs `check`; answers `[allowed (1 or 0), rule_index, remaining, reset_after_us,
+    /// retry_after_us]` (a retry that never comes: `u64::MAX`), and the decision's receipt.
+    fn check(&mut self, check: &Check<'_>) -> ([u64; 5], Self::Receipt);
+
+    /// Gives back what the decision of `receipt` took.
+    fn refund(
+        &mut self,
+        algorithm: &str,
+        rules: &[(u64, u64)],
+        receipt: &Self::Receipt,
+        now_us: u64,
+    );
+
+    /// Forgets the key.
+    fn reset(&mut self);
+
+    /// Moves to a fresh key, for the `n`-th sequence.
+    fn start(&mut self, n: usize);
+}
+
+/// A check (or peek) of a sequence's key.
+pub struct Check<'a> {
+    /// The metrics' spelling.
+    pub algorithm: &'a str,
+    /// Each rule's count and window in µs.
+    pub rules: &'a [(u64, u64)],
+    pub now_us: u64,
+    pub consume: bool,
+    pub cost: u64,
+    pub block_for_us: u64,
+}
+
+/// Runs every sequence of worked.txt on `runner`, each on a fresh key, and requires every
+/// answer to be the one worked out.
+pub fn replay(runner: &mut impl Runner) {
+    for (n, sequence) in sequences().into_iter().enumerate() {
+        runner.start(n);
+        let (algorithm, rules) = (sequence.algorithm, &sequence.rules[..]);
+        let mut receipts = std::collections::HashMap::new();
+        for step in &sequence.steps {
+            match step.call {
+                Call::Check {
+                    consume,
+                    cost,
+                    block_for_us,
+                    expected,
+                    name,
+                } => {
+                    let (answer, receipt) = runner.check(&Check {
+                        algorithm,
+                        rules,
+                        now_us: step.now_us,
+                        consume,
+                        cost,
+                        block_for_us,
+                    });
+                    assert_eq!(answer, expected, "worked.txt:{}", step.line);
+                    if let Some(name) = name {
+                        receipts.insert(name, receipt);
+                    }
+                }
+                Call::Refund(name) => runner.refund(algorithm, rules, &receipts[name], step.now_us),
+                Call::Reset => runner.reset(),
+            }
+        }
+    }
+}
+
 /// Every sequence of worked.txt.
-pub fn sequences() -> Vec<Sequence> {
+fn sequences() -> Vec<Sequence> {
     let mut sequences: Vec<Sequence> = Vec::new();
     let text: &'static str = include_str!("worked.txt");
     for (n, line) in text.lines().enumerate() {

@@ -62,6 +62,7 @@ pub const TOKEN_BUCKET: &str = concat!(
     include_str!("blocked.lua"),
     include_str!("records.lua"),
     include_str!("find.lua"),
+    include_str!("token_interval.lua"),
     include_str!("token_bucket.lua"),
     include_str!("bind.lua"),
     include_str!("block.lua"),
@@ -93,6 +94,7 @@ pub const TOKEN_BUCKET_REFUND: &str = concat!(
     "local NAME, SIZE, NOW = 'token_bucket', 24, true\n",
     include_str!("refund.lua"),
     include_str!("find.lua"),
+    include_str!("token_interval.lua"),
     include_str!("token_bucket_refund.lua"),
     "end\nreturn given\n",
 );

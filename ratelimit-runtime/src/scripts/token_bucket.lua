@@ -4,15 +4,7 @@
     -- span (the latest tat an admitted call can leave), not just this write's tat, so
     -- that the writes after it keep it.
     --
-    -- T = ceil(window / count), count * T the burst span.
-    local r = window % count
-    if r < 0 then
-        r = r + count
-    end
-    local interval = (window - r) / count
-    if r > 0 then
-        interval = interval + 1
-    end
+    -- T (interval, token_interval.lua), count * T the burst span.
     local burst = count * interval
     local ahead = 0
     if p then
@@ -29,7 +21,7 @@
     if left < 0 then
         left = 0
     end
-    r = left % interval
+    local r = left % interval
     if r < 0 then
         r = r + interval
     end

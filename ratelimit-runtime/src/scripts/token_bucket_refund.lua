@@ -3,14 +3,6 @@
     -- since; the tat never goes below now (a full bucket).
     if p then
         local tat = struct.unpack('<d', state, p + 16)
-        local r = window % count
-        if r < 0 then
-            r = r + count
-        end
-        local interval = (window - r) / count
-        if r > 0 then
-            interval = interval + 1
-        end
         local from = now
         if at > from then
             from = at
