@@ -7,10 +7,9 @@ use crate::{Algorithm, Rule};
 /// Every figure describes the *binding* rule: the one with the least remaining budget
 /// (when allowed), or the one that frees up last (when denied).
 ///
-/// A decision also remembers what `Limiter::refund` needs to
-/// give back exactly the units it took (the algorithm, the cost, when and under which ids
-/// they were counted). That part is not compared: two decisions are equal when their
-/// figures are.
+/// A decision also remembers what `Limiter::refund` needs to give back exactly the units
+/// it took (the algorithm, the cost, when and under which ids they were counted). That
+/// part is not compared: two decisions are equal when their figures are.
 #[derive(Clone, Copy, Debug)]
 pub struct Decision {
     /// Whether the call may proceed: for a check, it was admitted and counted; for a peek,
