@@ -25,12 +25,12 @@ pub(crate) struct Request<'a> {
     pub now_us: Option<u64>,
     /// When a consuming check is refused by a rule, the key then refuses every check (and
     /// peek) for this many µs, consuming nothing (see `algorithm::Block`); 0: no block.
-    /// Below 2^53, as every number the scripts handle.
+    /// Below 2^51 (71 years): the scripts read it with the call, as one exact double.
     pub block_for_us: u64,
     /// Whether the caller may refund the decision (`Receipt`). The memory backend and the
     /// sliding log can always refund; a string-state script (fixed window, sliding window,
     /// token bucket) then also answers the time the check was counted at, which a refund
-    /// needs and which costs Redis about 2 % more per check (a string to make). Without it,
+    /// needs and which costs Redis about 3 % more per check (a string to make). Without it,
     /// the receipt of such a decision counted by Redis is empty: a refund gives nothing
     /// back.
     // Only Redis reads it: the embedded backend always keeps what a refund needs.
