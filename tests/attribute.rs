@@ -756,6 +756,45 @@ backend_tests! {
         assert_eq!(ran(&CALLS), 7);
     }
 
+    async fn charge_if_gives_back_the_units_under_every_algorithm() {
+        guarded! {
+            #[rate_limiter(rules("2/minute"), limit_type = GLOBAL, algorithm = FIXED_WINDOW,
+                           charge_if = Result::is_err)]
+            async fn fixed(fail: bool) -> Result<(), LoginError> {
+                if fail { Err(LoginError::BadPassword) } else { Ok(()) }
+            }
+            #[rate_limiter(rules("2/minute"), limit_type = GLOBAL, algorithm = SLIDING_WINDOW,
+                           charge_if = Result::is_err)]
+            async fn sliding(fail: bool) -> Result<(), LoginError> {
+                if fail { Err(LoginError::BadPassword) } else { Ok(()) }
+            }
+            #[rate_limiter(rules("2/minute"), limit_type = GLOBAL, algorithm = TOKEN_BUCKET,
+                           charge_if = Result::is_err)]
+            async fn bucket(fail: bool) -> Result<(), LoginError> {
+                if fail { Err(LoginError::BadPassword) } else { Ok(()) }
+            }
+        }
+
+        macro_rules! uncharged_then_charged {
+            ($guarded:ident) => {
+                // Successes are given back: they never use up the rule.
+                for _ in 0..4 {
+                    $guarded(false).await.unwrap();
+                }
+                for _ in 0..2 {
+                    assert!(matches!($guarded(true).await, Err(LoginError::BadPassword)));
+                }
+                let Err(LoginError::Limited(err)) = $guarded(false).await else {
+                    panic!("expected two charged failures to use up the rule");
+                };
+                limited(Err::<(), _>(err));
+            };
+        }
+        uncharged_then_charged!(fixed);
+        uncharged_then_charged!(sliding);
+        uncharged_then_charged!(bucket);
+    }
+
     async fn charge_if_takes_the_units_before_the_body_so_concurrent_failures_stay_within_the_rule() {
         static CALLS: AtomicUsize = AtomicUsize::new(0);
         // Spawned tasks do not see the scenario's task-local limiter.

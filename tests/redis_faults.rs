@@ -37,6 +37,7 @@ static SITE: CallSite = CallSite::new(SiteConfig {
     shadow: false,
     block_for: None,
     wait: None,
+    refunds: false,
 });
 
 /// A limiter whose every check reaches the connection layer: the circuit breaker, which

@@ -107,6 +107,7 @@ fn check(args: &Args) -> TokenStream {
     let shadow = args.shadow;
     let block_for = duration(args.block_for_ms);
     let wait = duration(args.wait_ms);
+    let refunds = args.charge_if.is_some();
 
     let (limited, err) = limited(&args.limited);
     let key = match &args.by {
@@ -208,6 +209,7 @@ fn check(args: &Args) -> TokenStream {
                     shadow: #shadow,
                     block_for: #block_for,
                     wait: #wait,
+                    refunds: #refunds,
                 },
             )
             #named

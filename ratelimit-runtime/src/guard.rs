@@ -107,6 +107,7 @@ impl Guard {
                 shadow: false,
                 block_for: None,
                 wait: None,
+                refunds: false,
             },
             limiter: None,
         }

@@ -160,6 +160,7 @@ mod tests {
             shadow: false,
             block_for: None,
             wait: None,
+            refunds: false,
         }
     }
 

@@ -179,7 +179,7 @@ pub(crate) async fn guard<'a>(
         .check(&key, &rules)
         .cost(cost)
         .algorithm(config.algorithm)
-        .guarded(path, shadow);
+        .guarded(path, shadow, config.refunds);
     if let Some(block_for) = config.block_for {
         check = check.block_for(block_for);
     }

@@ -30,6 +30,9 @@ pub struct SiteConfig {
     pub block_for: Option<Duration>,
     /// Wait up to this long for room instead of refusing at once.
     pub wait: Option<Duration>,
+    /// Whether a call's units may be given back (the attribute's `charge_if`): only then
+    /// does a check ask Redis for what a refund needs, which costs it a little per check.
+    pub refunds: bool,
 }
 
 impl SiteConfig {

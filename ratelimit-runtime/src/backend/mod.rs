@@ -49,8 +49,8 @@ impl<'a> Request<'a> {
             consume,
             block_for_us: 0,
             now_us: None,
-            // Every admitted decision can be refunded (the string-state scripts then answer
-            // the time they counted at).
+            // A programmatic check's decision can be refunded (`Limiter::refund`); a guarded
+            // site's only when it has `charge_if` (`Check::guarded`).
             refundable: consume,
         }
     }

@@ -120,11 +120,13 @@ impl<'a> Check<'a> {
         self
     }
 
-    /// Makes this the check of a guarded site: its metrics name `site`, and a denial of a
-    /// `shadow` site is reported as `shadow_limited`.
-    pub(crate) fn guarded(mut self, site: &'static str, shadow: bool) -> Self {
+    /// Makes this the check of a guarded site: its metrics name `site`, a denial of a
+    /// `shadow` site is reported as `shadow_limited`, and its decision can be refunded only
+    /// when the site `refunds`.
+    pub(crate) fn guarded(mut self, site: &'static str, shadow: bool, refunds: bool) -> Self {
         self.site = site;
         self.shadow = shadow;
+        self.request.refundable &= refunds;
         self
     }
 
