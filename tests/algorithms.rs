@@ -27,7 +27,7 @@ mod api {
     ];
 
     crate::backend_tests! {
-        async fn every_algorithm_limits_through_check_with_and_peek_with() {
+        async fn every_algorithm_limits_through_check_and_peek() {
             let l = support::limiter();
             for algorithm in COUNTING {
                 let key = format!("api:{}", algorithm.name());

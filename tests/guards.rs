@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use redis_ratelimit::{Guard, LimitType, Limiter, Mode, Rule};
 use reqwest::{Client, Response, StatusCode};
-use support::http::{client_from, header, Served, PROBLEM};
+use support::http::{assert_refused, client_from, header, Served, PROBLEM};
 
 static ONE_A_MINUTE: [Rule; 1] = [Rule::per_minute(1)];
 static TWO_A_MINUTE: [Rule; 1] = [Rule::per_minute(2)];
@@ -23,9 +23,6 @@ static THREE_A_MINUTE: [Rule; 1] = [Rule::per_minute(3)];
 static FOUR_A_MINUTE: [Rule; 1] = [Rule::per_minute(4)];
 static FIVE_A_MINUTE: [Rule; 1] = [Rule::per_minute(5)];
 static THIRTY_A_MINUTE: [Rule; 1] = [Rule::per_minute(30)];
-
-/// The body of a guard's refusal.
-const LIMITED: &str = r#"{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"too many requests"}"#;
 
 /// How many requests reached a handler's body.
 #[derive(Clone, Default)]
@@ -65,12 +62,29 @@ async fn get(served: &Served, client: &Client, path: &str, headers: &[(&str, &st
 
 /// Asserts that `response` is a guard's refusal under `policy`, retried in a minute.
 async fn assert_refused_by_guard(response: Response, policy: &str) {
-    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(header(&response, "content-type"), Some(PROBLEM));
-    assert_eq!(header(&response, "retry-after"), Some("60"));
-    assert_eq!(header(&response, "ratelimit-policy"), Some(policy));
-    assert_eq!(header(&response, "ratelimit"), Some(r#""p1";r=0;t=60"#));
-    assert_eq!(response.text().await.unwrap(), LIMITED);
+    assert_refused(response, policy, 60, "too many requests").await;
+}
+
+/// The app's two handlers, each framework's the same: `search` and `code`, whose argument
+/// `$state: $ty` binds `$app`, the app's shared state (its `limiter` and `reached`).
+macro_rules! handlers {
+    ($state:pat => $app:ident: $ty:ty) => {
+        async fn search($state: $ty) -> &'static str {
+            $app.reached.add();
+            "results\n"
+        }
+
+        #[redis_ratelimit::rate_limiter(
+                            rules("2/minute"),
+                            limit_type = IP,
+                            message = "too many codes",
+                            limiter = $app.limiter
+                        )]
+        async fn code($state: $ty) -> Result<&'static str, redis_ratelimit::RateLimitError> {
+            $app.reached.add();
+            Ok("code\n")
+        }
+    };
 }
 
 mod axum_app {
@@ -78,7 +92,7 @@ mod axum_app {
     use axum::routing::get;
     use axum::Router;
     use redis_ratelimit::axum::RateLimitLayer;
-    use redis_ratelimit::{rate_limiter, Guard, Limiter, RateLimitError};
+    use redis_ratelimit::{Guard, Limiter};
 
     use super::{GuardedApp, Reached};
     use crate::support::http::{serve_axum, Served};
@@ -89,21 +103,7 @@ mod axum_app {
         reached: Reached,
     }
 
-    async fn search(State(app): State<App>) -> &'static str {
-        app.reached.add();
-        "results\n"
-    }
-
-    #[rate_limiter(
-        rules("2/minute"),
-        limit_type = IP,
-        message = "too many codes",
-        limiter = app.limiter
-    )]
-    async fn code(State(app): State<App>) -> Result<&'static str, RateLimitError> {
-        app.reached.add();
-        Ok("code\n")
-    }
+    handlers!(State(app) => app: State<App>);
 
     /// The layer of the guard tests' app, without guards.
     pub fn layer() -> RateLimitLayer {
@@ -140,7 +140,7 @@ mod actix_app {
     use actix_web::dev::ServiceRequest;
     use actix_web::{web, App};
     use redis_ratelimit::actix::RateLimit;
-    use redis_ratelimit::{rate_limiter, Guard, Limiter, RateLimitError};
+    use redis_ratelimit::{Guard, Limiter};
 
     use super::{GuardedApp, Reached};
     use crate::support::http::{serve_actix, Served};
@@ -150,21 +150,7 @@ mod actix_app {
         reached: Reached,
     }
 
-    async fn search(app: web::Data<Shared>) -> &'static str {
-        app.reached.add();
-        "results\n"
-    }
-
-    #[rate_limiter(
-        rules("2/minute"),
-        limit_type = IP,
-        message = "too many codes",
-        limiter = app.limiter
-    )]
-    async fn code(app: web::Data<Shared>) -> Result<&'static str, RateLimitError> {
-        app.reached.add();
-        Ok("code\n")
-    }
+    handlers!(app => app: web::Data<Shared>);
 
     pub struct Actix;
 

@@ -27,17 +27,8 @@ static TEN_PER_MINUTE: [Rule; 1] = [Rule::new(10, Duration::from_secs(60))];
 /// A guarded call site, as `#[rate_limiter(rules(rule(count = 1, time = 60)), limit_type = CUSTOM, ..)]`
 /// expands to.
 static SITE: CallSite = CallSite::new(SiteConfig {
-    rules: &ONE_PER_MINUTE,
-    duplicate_rule: false,
-    dynamic_rules: false,
-    algorithm: Algorithm::SlidingLog,
     limit_type: LimitType::Custom,
-    prefix: "rate_limit:",
-    message: "too many requests",
-    shadow: false,
-    block_for: None,
-    wait: None,
-    refunds: false,
+    ..SiteConfig::new(&ONE_PER_MINUTE)
 });
 
 /// A limiter whose every check reaches the connection layer: the circuit breaker, which

@@ -10,13 +10,6 @@ use ratelimit_rule_text::{check_name, NAME_FORM};
 use crate::site_config::SiteConfig;
 use crate::{Algorithm, LimitType, Limiter, Rule};
 
-/// The text a guard's refusal carries, as the attribute's default `message`.
-const MESSAGE: &str = "too many requests";
-
-/// The key prefix of a guard unless [`key_prefix`](Guard::key_prefix) says otherwise, as
-/// the attribute's default `key`.
-const DEFAULT_PREFIX: &str = "rate_limit:";
-
 /// A rate limit checked by a framework layer for every request through it, before the
 /// request reaches the inner service: the attribute's rules, key, algorithm and policies,
 /// written on the router instead of on each handler.
@@ -96,19 +89,7 @@ impl Guard {
         );
         Guard {
             name,
-            config: SiteConfig {
-                rules,
-                duplicate_rule: false,
-                dynamic_rules: false,
-                algorithm: Algorithm::default(),
-                limit_type: LimitType::Ip,
-                prefix: DEFAULT_PREFIX,
-                message: MESSAGE,
-                shadow: false,
-                block_for: None,
-                wait: None,
-                refunds: false,
-            },
+            config: SiteConfig::new(rules),
             limiter: None,
         }
     }

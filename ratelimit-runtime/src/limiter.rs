@@ -513,28 +513,6 @@ impl Limiter {
         Check::new(self, Request::new(key, rules, false))
     }
 
-    /// `check(key, rules).algorithm(algorithm)`.
-    #[deprecated(since = "0.2.0", note = "use `check(key, rules).algorithm(algorithm)`")]
-    pub async fn check_with(
-        &self,
-        algorithm: crate::Algorithm,
-        key: &str,
-        rules: &[Rule],
-    ) -> Result<Decision, BackendError> {
-        self.check(key, rules).algorithm(algorithm).await
-    }
-
-    /// `peek(key, rules).algorithm(algorithm)`.
-    #[deprecated(since = "0.2.0", note = "use `peek(key, rules).algorithm(algorithm)`")]
-    pub async fn peek_with(
-        &self,
-        algorithm: crate::Algorithm,
-        key: &str,
-        rules: &[Rule],
-    ) -> Result<Decision, BackendError> {
-        self.peek(key, rules).algorithm(algorithm).await
-    }
-
     /// Forgets everything counted for `key`, and any block on it.
     ///
     /// With a [`fallback`](Self::fallback), the key is forgotten there too.

@@ -144,24 +144,12 @@ impl fmt::Display for Described<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Algorithm, LimitType};
+    use crate::Algorithm;
 
     const RULES: [Rule; 1] = [Rule::per_minute(3)];
 
     fn config() -> SiteConfig {
-        SiteConfig {
-            rules: &RULES,
-            duplicate_rule: false,
-            dynamic_rules: false,
-            algorithm: Algorithm::SlidingLog,
-            limit_type: LimitType::Ip,
-            prefix: "rate_limit:",
-            message: "too many requests",
-            shadow: false,
-            block_for: None,
-            wait: None,
-            refunds: false,
-        }
+        SiteConfig::new(&RULES)
     }
 
     #[test]

@@ -36,6 +36,30 @@ pub struct SiteConfig {
 }
 
 impl SiteConfig {
+    /// The text a refusal carries unless the site says otherwise (the attribute's `message`).
+    pub const DEFAULT_MESSAGE: &'static str = "too many requests";
+    /// The key prefix unless the site says otherwise (the attribute's `key`).
+    pub const DEFAULT_PREFIX: &'static str = "rate_limit:";
+
+    /// A site checking `rules` per client IP with the sliding log, under the default prefix
+    /// and message, with no policy: what a layer's guard starts from, and what a site that
+    /// changes a few of these writes `..SiteConfig::new(rules)` after.
+    pub const fn new(rules: &'static [Rule]) -> SiteConfig {
+        SiteConfig {
+            rules,
+            duplicate_rule: false,
+            dynamic_rules: false,
+            algorithm: Algorithm::SlidingLog,
+            limit_type: LimitType::Ip,
+            prefix: Self::DEFAULT_PREFIX,
+            message: Self::DEFAULT_MESSAGE,
+            shadow: false,
+            block_for: None,
+            wait: None,
+            refunds: false,
+        }
+    }
+
     /// The rules as compiled.
     pub(crate) fn compiled_rules(&self) -> SiteRules {
         SiteRules {

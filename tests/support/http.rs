@@ -138,6 +138,22 @@ pub fn header<'a>(response: &'a Response, name: &str) -> Option<&'a str> {
     single(name, values.map(|v| v.to_str().unwrap()))
 }
 
+/// Asserts that `response` is a refusal (429, problem+json saying `detail`) of a rule
+/// whose policy is `policy` and that frees up in `retry_after_s` seconds.
+pub async fn assert_refused(response: Response, policy: &str, retry_after_s: u64, detail: &str) {
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&response, "content-type"), Some(PROBLEM));
+    let retry_after = retry_after_s.to_string();
+    assert_eq!(header(&response, "retry-after"), Some(retry_after.as_str()));
+    assert_eq!(header(&response, "ratelimit-policy"), Some(policy));
+    let status = format!(r#""p1";r=0;t={retry_after_s}"#);
+    assert_eq!(header(&response, "ratelimit"), Some(status.as_str()));
+    let body = format!(
+        r#"{{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"{detail}"}}"#
+    );
+    assert_eq!(response.text().await.unwrap(), body);
+}
+
 /// A limiter on `server` giving up on a check after 200 ms, fail-open or fail-closed;
 /// leaked, as the example apps want it `'static`.
 pub fn limiter_on(server: &RedisServer, fail_open: bool) -> &'static Limiter {
@@ -293,14 +309,7 @@ pub async fn searches_are_counted_per_user_id_from_the_auth_middleware<A: Exampl
         assert_eq!(allowed.text().await.unwrap(), "results for \"q=rust\"\n");
     }
     let limited = served.search_as(&client, Some("42")).await;
-    assert_eq!(limited.status(), StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(header(&limited, "retry-after"), Some("10"));
-    assert_eq!(header(&limited, "ratelimit-policy"), Some(SEARCH_POLICY));
-    assert_eq!(header(&limited, "ratelimit"), Some(r#""p1";r=0;t=10"#));
-    assert_eq!(
-        limited.text().await.unwrap(),
-        r#"{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"too many requests"}"#
-    );
+    assert_refused(limited, SEARCH_POLICY, 10, "too many requests").await;
 
     // Same address, another user: another budget.
     let other = served.search_as(&client, Some("43")).await;
@@ -344,14 +353,7 @@ pub async fn every_api_request_counts_against_the_guard<A: ExampleApi>() {
     let search = served.search_as(&client, Some("61")).await;
     let code = served.send_code(&client, &[]).await;
     for refused in [search, code] {
-        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
-        assert_eq!(header(&refused, "retry-after"), Some("60"));
-        assert_eq!(header(&refused, "ratelimit-policy"), Some(API_POLICY));
-        assert_eq!(header(&refused, "ratelimit"), Some(r#""p1";r=0;t=60"#));
-        assert_eq!(
-            refused.text().await.unwrap(),
-            r#"{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"too many requests"}"#
-        );
+        assert_refused(refused, API_POLICY, 60, "too many requests").await;
     }
     // Another client has a budget of its own; health checks are outside the guard.
     let other = client_from("127.0.0.2");

@@ -364,21 +364,14 @@ impl Topology {
                 asking,
             })
         };
+        let lost = matches!(
+            failure,
+            Failure::Unreachable(_) | Failure::Unsent(_) | Failure::Interrupted(_)
+        );
+        // A demoted server: a Cluster or the sentinels name its successor; a single
+        // server has none.
+        let demoted = matches!(failure, Failure::ReadOnly(_));
         Ok(match (self, failure) {
-            (
-                Topology::Single(node),
-                Failure::Unreachable(_) | Failure::Unsent(_) | Failure::Interrupted(_),
-            ) => hop(NodeRef::Held(node), false),
-            (
-                Topology::Cluster(cluster),
-                Failure::Unreachable(_)
-                | Failure::Unsent(_)
-                | Failure::Interrupted(_)
-                | Failure::ReadOnly(_),
-            ) => hop(
-                NodeRef::Shared(cluster.reroute(key, seen, deadline).await?),
-                false,
-            ),
             (Topology::Cluster(cluster), Failure::Moved(address)) => hop(
                 NodeRef::Shared(cluster.moved(address, seen, deadline).await?),
                 false,
@@ -386,17 +379,17 @@ impl Topology {
             (Topology::Cluster(cluster), Failure::Ask(address)) => {
                 hop(NodeRef::Shared(cluster.asked(address)?), true)
             }
-            (
-                Topology::Sentinel(sentinel),
-                Failure::Unreachable(_)
-                | Failure::Unsent(_)
-                | Failure::Interrupted(_)
-                | Failure::ReadOnly(_),
-            ) => hop(
+            _ if !(lost || demoted) => None,
+            (Topology::Single(node), _) if lost => hop(NodeRef::Held(node), false),
+            (Topology::Single(_), _) => None,
+            (Topology::Cluster(cluster), _) => hop(
+                NodeRef::Shared(cluster.reroute(key, seen, deadline).await?),
+                false,
+            ),
+            (Topology::Sentinel(sentinel), _) => hop(
                 NodeRef::Shared(sentinel.reroute(seen, deadline).await?),
                 false,
             ),
-            _ => None,
         })
     }
 }
