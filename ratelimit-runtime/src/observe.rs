@@ -11,7 +11,7 @@ use tracing::field::Empty;
 use tracing::Span;
 
 use crate::backend::Request;
-use crate::{Algorithm, BackendError, Decision};
+use crate::{BackendError, Decision};
 
 /// The `site` of checks made through [`Limiter::check`](crate::Limiter::check) and
 /// [`Limiter::peek`](crate::Limiter::peek), whose keys are the caller's own.
@@ -81,16 +81,6 @@ impl Outcome {
     }
 }
 
-/// The `algorithm` label.
-pub(crate) const fn algorithm_label(algorithm: Algorithm) -> &'static str {
-    match algorithm {
-        Algorithm::SlidingLog => "sliding_log",
-        Algorithm::FixedWindow => "fixed_window",
-        Algorithm::SlidingWindow => "sliding_window",
-        Algorithm::TokenBucket => "token_bucket",
-    }
-}
-
 /// One check being watched, from before it runs to its answer.
 pub(crate) struct Observation {
     /// `None` when no subscriber enabled `DEBUG` as the check began: then there is neither
@@ -101,7 +91,7 @@ pub(crate) struct Observation {
     #[cfg(feature = "metrics")]
     site: &'static str,
     #[cfg(feature = "metrics")]
-    algorithm: Algorithm,
+    algorithm: crate::Algorithm,
     #[cfg(feature = "metrics")]
     started: std::time::Instant,
 }
@@ -121,7 +111,7 @@ impl Observation {
                 "ratelimit.check",
                 site,
                 key = request.key,
-                algorithm = algorithm_label(request.algorithm),
+                algorithm = request.algorithm.label(),
                 cost = request.cost,
                 peek = !request.consume,
                 outcome = Empty,
@@ -187,7 +177,7 @@ impl Observation {
             metrics::counter!(
                 "ratelimit_checks_total",
                 "site" => self.site,
-                "algorithm" => algorithm_label(self.algorithm),
+                "algorithm" => self.algorithm.label(),
                 "outcome" => outcome.label(),
             )
             .increment(1);
