@@ -955,6 +955,10 @@ mod differential {
         /// whether in reverse order.
         pick: u8,
         reversed: bool,
+        /// When a consuming call is refused, block the key for this many µs (0: no block).
+        block_us: u64,
+        /// Refund an admitted consuming call at once, at the time it was checked.
+        refund: bool,
     }
 
     #[derive(Clone, Debug)]
@@ -1022,7 +1026,26 @@ mod differential {
                 consume,
                 pick: 0,
                 reversed: false,
+                block_us: 0,
+                refund: false,
             }
+        })
+    }
+
+    /// A call that may block the key when refused and may be refunded when admitted, on a
+    /// clock that never goes back (a refund can make the key's newest time older, which
+    /// the bounds' bookkeeping of the times calls were counted at does not follow).
+    fn call_with_blocks_and_refunds() -> impl Strategy<Value = Call> {
+        let block = prop_oneof![
+            3 => Just(0u64),
+            1 => 1u64..2_000,
+            1 => 1u64..5_000_000,
+        ];
+        (call(), block, prop::bool::weighted(0.3)).prop_map(|(call, block_us, refund)| Call {
+            back_us: 0,
+            block_us,
+            refund,
+            ..call
         })
     }
 
@@ -1058,16 +1081,16 @@ mod differential {
     }
 
     impl Backends {
-        /// Both backends' answer, required to be the same.
+        /// Both backends' answers (Redis's, then memory's), required to be the same.
         async fn check(
             &self,
             algorithm: Algorithm,
             key: &str,
             rules: &[Rule],
-            cost: u64,
-            consume: bool,
+            call: &Call,
             now_us: u64,
-        ) -> Result<Decision, TestCaseError> {
+        ) -> Result<[Decision; 2], TestCaseError> {
+            let (cost, consume) = (call.cost, call.consume);
             let run = |limiter: &'static Limiter| async move {
                 let check = if consume {
                     limiter.check(key, rules)
@@ -1077,6 +1100,7 @@ mod differential {
                 check
                     .cost(cost)
                     .algorithm(algorithm)
+                    .block_for(Duration::from_micros(call.block_us))
                     .at(Duration::from_micros(now_us))
                     .await
             };
@@ -1099,7 +1123,23 @@ mod differential {
             let never = rules.iter().any(|r| cost > r.count());
             prop_assert_eq!(redis.allowed, redis.retry_after.is_none() && !never);
             prop_assert_eq!(redis.rule, rules[redis.rule_index]);
-            Ok(redis)
+            Ok([redis, memory])
+        }
+
+        /// Refunds each backend's decision (of `rules` for `key`) at `now_us`.
+        async fn refund(
+            &self,
+            key: &str,
+            rules: &[Rule],
+            decisions: &[Decision; 2],
+            now_us: u64,
+        ) -> Result<(), TestCaseError> {
+            let now = Duration::from_micros(now_us);
+            for (limiter, decision) in [self.redis, self.memory].into_iter().zip(decisions) {
+                let refunded = limiter.refund_at(key, rules, decision, now).await;
+                prop_assert!(refunded.is_ok(), "refund: {:?}", refunded);
+            }
+            Ok(())
         }
     }
 
@@ -1147,32 +1187,58 @@ mod differential {
         }
     }
 
+    /// What a case's calls did.
+    #[derive(Default)]
+    struct Ran {
+        /// The admitted calls that stay counted, each as (the time it was counted at, its
+        /// cost), in order.
+        admitted: Vec<(u64, u64)>,
+        /// Admitted calls refunded at once.
+        refunded: usize,
+        /// Consuming calls refused.
+        refused: usize,
+        /// Consuming calls refused that asked for a block.
+        blocking: usize,
+    }
+
     /// Runs one case's calls for `algorithm` on both backends and checks, on the way, that
-    /// `retry_after` is exact for the binding rule; returns the admitted calls, each as
-    /// (the time it was counted at, its cost).
+    /// `retry_after` is exact for the binding rule (unless the case blocks the key).
     async fn run(
         backends: &Backends,
         algorithm: Algorithm,
         key: &str,
         case: &Case,
-    ) -> Result<Vec<(u64, u64)>, TestCaseError> {
+    ) -> Result<Ran, TestCaseError> {
         let mut times = Times::new(case.start_us);
         // The latest time an admitted call was counted at: a call from an older clock is
         // counted there (never before the key's stored state).
         let mut counted_at = 0;
-        let mut admitted = Vec::new();
+        let mut ran = Ran::default();
+        // A blocked key's refusals name the block's end, which the rules alone do not show.
+        let blocks = case.calls.iter().any(|c| c.block_us > 0);
         for call in &case.calls {
             let now = times.next(call);
             let rules = case.rules_of(call);
-            let d = backends
-                .check(algorithm, key, &rules, call.cost, call.consume, now)
-                .await?;
+            let decisions = backends.check(algorithm, key, &rules, call, now).await?;
+            let d = decisions[0];
             if d.allowed {
                 if call.consume {
                     counted_at = counted_at.max(now);
-                    admitted.push((counted_at, call.cost));
                     times.wrote(now);
+                    if call.refund {
+                        backends.refund(key, &rules, &decisions, now).await?;
+                        ran.refunded += 1;
+                    } else {
+                        ran.admitted.push((counted_at, call.cost));
+                    }
                 }
+                continue;
+            }
+            if call.consume {
+                ran.refused += 1;
+                ran.blocking += usize::from(call.block_us > 0);
+            }
+            if blocks {
                 continue;
             }
             let Some(retry) = d.retry_after else {
@@ -1185,20 +1251,24 @@ mod differential {
             // The binding rule alone, on the same key: still denied a µs early, admitted on
             // time, from the same clock.
             let binding = [d.rule];
-            let early = backends
-                .check(algorithm, key, &binding, call.cost, false, now + retry - 1)
+            let peek = Call {
+                consume: false,
+                ..call.clone()
+            };
+            let [early, _] = backends
+                .check(algorithm, key, &binding, &peek, now + retry - 1)
                 .await?;
             prop_assert!(
                 !early.allowed,
                 "{:?}: admitted before retry_after",
                 algorithm
             );
-            let on_time = backends
-                .check(algorithm, key, &binding, call.cost, false, now + retry)
+            let [on_time, _] = backends
+                .check(algorithm, key, &binding, &peek, now + retry)
                 .await?;
             prop_assert!(on_time.allowed, "{:?}: denied at retry_after", algorithm);
         }
-        Ok(admitted)
+        Ok(ran)
     }
 
     /// The bound `algorithm` promises for `rule`, over the admitted calls, each as (the
@@ -1247,22 +1317,22 @@ mod differential {
     }
 
     /// [`run`]s one case's calls, then requires every rule's bound to hold over the
-    /// admitted ones; returns how many were admitted.
+    /// admitted ones.
     async fn run_within_bounds(
         backends: &Backends,
         algorithm: Algorithm,
         key: &str,
         case: &Case,
-    ) -> Result<usize, TestCaseError> {
-        let admitted = run(backends, algorithm, key, case).await?;
+    ) -> Result<Ran, TestCaseError> {
+        let ran = run(backends, algorithm, key, case).await?;
         for rule in &case.rules {
-            if let Err(violation) = within_bound(algorithm, *rule, &admitted) {
+            if let Err(violation) = within_bound(algorithm, *rule, &ran.admitted) {
                 return Err(TestCaseError::fail(format!(
                     "{algorithm:?} broke {rule}: {violation}"
                 )));
             }
         }
-        Ok(admitted.len())
+        Ok(ran)
     }
 
     /// What a differential test drives: a fresh redis-server, a runtime, a limiter on it and
@@ -1301,9 +1371,8 @@ mod differential {
                 runtime.block_on(async {
                     for algorithm in ALGORITHMS {
                         let key = format!("differential:{}:{}", case_no.get(), algorithm.name());
-                        let admitted = run_within_bounds(&backends, algorithm, &key, &case).await?;
-                        let consumed = case.calls.iter().filter(|c| c.consume).count();
-                        denials.set(denials.get() + consumed - admitted);
+                        let ran = run_within_bounds(&backends, algorithm, &key, &case).await?;
+                        denials.set(denials.get() + ran.refused);
                     }
                     Ok(())
                 })
@@ -1311,6 +1380,32 @@ mod differential {
             .unwrap();
         // The generated calls must reach denials, or the retry checks prove nothing.
         assert!(denials.get() > 300, "only {} denials", denials.get());
+    }
+
+    /// Blocks and refunds: both backends block, refund and forget exactly alike, and every
+    /// algorithm keeps its bound over the calls that stay counted.
+    #[test]
+    fn backends_agree_on_blocks_and_refunds() {
+        let (_server, runtime, backends, mut runner) = differential(32);
+        let case_no = Cell::new(0u64);
+        let (refunds, blocks) = (Cell::new(0usize), Cell::new(0usize));
+        runner
+            .run(&cases(call_with_blocks_and_refunds()), |case| {
+                case_no.set(case_no.get() + 1);
+                runtime.block_on(async {
+                    for algorithm in ALGORITHMS {
+                        let key = format!("policies:{}:{}", case_no.get(), algorithm.name());
+                        let ran = run_within_bounds(&backends, algorithm, &key, &case).await?;
+                        refunds.set(refunds.get() + ran.refunded);
+                        blocks.set(blocks.get() + ran.blocking);
+                    }
+                    Ok(())
+                })
+            })
+            .unwrap();
+        // The generated calls must refund and block, or the agreement proves nothing.
+        assert!(refunds.get() > 100, "only {} refunds", refunds.get());
+        assert!(blocks.get() > 20, "only {} blocks started", blocks.get());
     }
 
     /// The memory arithmetic alone, on many more cases: every algorithm keeps its bound
@@ -1367,9 +1462,8 @@ mod differential {
                     for algorithm in &ALGORITHMS[1..] {
                         let algorithm = *algorithm;
                         let key = format!("changing:{}:{}", case_no.get(), algorithm.name());
-                        let admitted = run(&backends, algorithm, &key, &case).await?;
-                        let consumed = case.calls.iter().filter(|c| c.consume).count();
-                        denials.set(denials.get() + consumed - admitted.len());
+                        let ran = run(&backends, algorithm, &key, &case).await?;
+                        denials.set(denials.get() + ran.refused);
                     }
                     Ok(())
                 })

@@ -562,6 +562,32 @@ impl Limiter {
         rules: &[Rule],
         decision: &Decision,
     ) -> Result<(), BackendError> {
+        self.refund_at_us(key, rules, decision, None).await
+    }
+
+    /// [`refund`](Self::refund) at an explicit time instead of the backend's clock, as
+    /// [`Check::at`] checks. For differential tests only.
+    #[cfg(feature = "test-clock")]
+    #[doc(hidden)]
+    pub async fn refund_at(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        decision: &Decision,
+        now: Duration,
+    ) -> Result<(), BackendError> {
+        let now_us = u64::try_from(now.as_micros()).unwrap_or(u64::MAX);
+        self.refund_at_us(key, rules, decision, Some(now_us)).await
+    }
+
+    /// A refund at `now_us` (`None`: the backend's clock).
+    async fn refund_at_us(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        decision: &Decision,
+        now_us: Option<u64>,
+    ) -> Result<(), BackendError> {
         let receipt = decision.receipt();
         if receipt.is_empty() {
             return Ok(());
@@ -574,17 +600,19 @@ impl Limiter {
         };
         if !counted_here {
             return match &self.fallback {
-                Some(fallback) => Box::pin(fallback.refund(key, rules, decision)).await,
+                Some(fallback) => {
+                    Box::pin(fallback.refund_at_us(key, rules, decision, now_us)).await
+                }
                 None => Ok(()),
             };
         }
         match &self.store {
             Store::Memory(memory) => {
-                memory.refund(key, rules, receipt, None);
+                memory.refund(key, rules, receipt, now_us);
                 Ok(())
             }
             #[cfg(feature = "redis")]
-            Store::Redis(redis) => redis.refund(key, rules, receipt, None).await,
+            Store::Redis(redis) => redis.refund(key, rules, receipt, now_us).await,
             Store::Misconfigured(err) => Err(misconfigured(err)),
         }
     }
