@@ -27,9 +27,10 @@
 pub use ratelimit_macros::rate_limiter;
 pub use ratelimit_runtime::Guard;
 pub use ratelimit_runtime::{
-    clock, context, global, init, key, Algorithm, BackendError, BackendErrorKind, Check,
-    ConfigError, Decision, InitError, LimitType, Limiter, Mode, ParseModeError, ParseRuleError,
-    RateLimitError, RequestContext, Rule, REDIS_URL_ENV,
+    clock, context, global, init, key, Algorithm, BackendError, BackendErrorKind, BlockState,
+    Check, ConfigError, Decision, InitError, KeyState, LimitType, Limiter, LogState, Mode,
+    ParseModeError, ParseRuleError, RateLimitError, RequestContext, Rule, RuleState, Setting,
+    REDIS_URL_ENV,
 };
 
 #[cfg(feature = "actix")]
@@ -41,7 +42,7 @@ pub use ratelimit_runtime::tonic;
 #[cfg(feature = "tower")]
 pub use ratelimit_runtime::tower;
 #[cfg(feature = "redis")]
-pub use ratelimit_runtime::Breaker;
+pub use ratelimit_runtime::{Breaker, OverrideError, StoredOverride, StoredOverrides};
 
 /// What `#[rate_limiter]` expands to refers to. Not public API.
 #[doc(hidden)]

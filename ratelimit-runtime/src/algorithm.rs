@@ -403,7 +403,7 @@ impl Block {
 }
 
 /// The counts of one key, for whichever algorithm keeps them.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 enum Counts {
     SlidingLog(sliding_log::State),
     FixedWindow(fixed_window::State),
@@ -412,7 +412,7 @@ enum Counts {
 }
 
 /// The state one key holds: its counts and its block.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct KeyState {
     counts: Counts,
     block: Block,
@@ -478,6 +478,131 @@ impl KeyState {
             Counts::FixedWindow(s) => s.refund(rules, receipt, now_us),
             Counts::SlidingWindow(s) => s.refund(rules, receipt, now_us),
             Counts::TokenBucket(s) => s.refund(rules, receipt, now_us),
+        }
+    }
+}
+
+/// How one rule stands in a key's state at some time, as a check would find it (for
+/// [`crate::inspect`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Standing {
+    /// Units the rule admits now.
+    pub left: u64,
+    /// Until one unit passes the rule: 0 when one passes now.
+    pub retry_after_us: u64,
+    /// Until every unit of the rule is free again: 0 when none is used.
+    pub reset_after_us: u64,
+}
+
+/// Reading a key's state without changing it.
+impl KeyState {
+    /// How `rule` stands at `now_us`, by the algorithm's own arithmetic: a peek of one unit
+    /// (`left`, `retry_after_us`) and of more than the rule's count (the window as things
+    /// stand, `reset_after_us`), counted at the time a check would be ([`Clamp`]). A rule
+    /// the state keeps no record of stands empty, as a check would start it; under the
+    /// sliding log every rule is counted from the entries. The block is not applied: see
+    /// [`block`](Self::block).
+    pub fn standing(&self, rule: &Rule, now_us: u64) -> Standing {
+        let latest_us = match &self.counts {
+            Counts::SlidingLog(s) => s.entries().map(|(_, _, newest)| newest),
+            Counts::FixedWindow(s) => s.latest_us(),
+            Counts::SlidingWindow(s) => s.latest_us(),
+            Counts::TokenBucket(s) => s.latest_us(),
+        };
+        let Clamp { at_us, lag_us } = Clamp::new(now_us, latest_us);
+        let figures = |cost| match &self.counts {
+            Counts::SlidingLog(s) => s.figures(rule, at_us, cost),
+            Counts::FixedWindow(s) => s.figures(rule, at_us, cost),
+            Counts::SlidingWindow(s) => s.figures(rule, at_us, cost),
+            Counts::TokenBucket(s) => s.figures(rule, at_us, cost),
+        };
+        let (one, all) = (figures(1), figures(rule.count().saturating_add(1)));
+        let later = |us: u64| match us {
+            0 => 0,
+            us => us.saturating_add(lag_us),
+        };
+        Standing {
+            left: one.left,
+            retry_after_us: later(one.retry_after_us),
+            reset_after_us: match one.left >= rule.count() {
+                true => 0,
+                false => later(all.reset_after_us),
+            },
+        }
+    }
+
+    /// The rules whose records the state keeps, in the order of the write that stored
+    /// them; none for the sliding log, whose entries name no rule.
+    pub fn stored_rules(&self) -> Vec<Rule> {
+        match &self.counts {
+            Counts::SlidingLog(_) => Vec::new(),
+            Counts::FixedWindow(s) => s.rules().collect(),
+            Counts::SlidingWindow(s) => s.rules().collect(),
+            Counts::TokenBucket(s) => s.rules().collect(),
+        }
+    }
+
+    /// The key's block, as (until µs since the epoch, the index of the rule that started
+    /// it), whether or not it has passed; `None` when there is none.
+    pub fn block(&self) -> Option<(u64, usize)> {
+        (self.block != Block::NONE).then_some((self.block.until_us, self.block.rule_index))
+    }
+
+    /// The sliding log's entries: how many, the oldest and the newest (µs since the
+    /// epoch); `None` for an empty log or another algorithm.
+    pub fn log_entries(&self) -> Option<(usize, u64, u64)> {
+        match &self.counts {
+            Counts::SlidingLog(s) => s.entries(),
+            _ => None,
+        }
+    }
+
+    /// The state a string-state script wrote (`scripts/state.lua`): its algorithm's name
+    /// (in capitals under a block), the key's expiry, the records, and the block's record.
+    /// An error says what the value is instead.
+    #[cfg(feature = "redis")]
+    pub fn from_redis_string(value: &[u8]) -> Result<KeyState, String> {
+        use records::State;
+        for algorithm in [
+            Algorithm::FixedWindow,
+            Algorithm::SlidingWindow,
+            Algorithm::TokenBucket,
+        ] {
+            let name = algorithm.label().as_bytes();
+            let Some(head) = value.get(..name.len()) else {
+                continue;
+            };
+            let blocked = head == algorithm.name().as_bytes();
+            if head != name && !blocked {
+                continue;
+            }
+            let body = &value[name.len()..];
+            let decoded = match algorithm {
+                Algorithm::FixedWindow => {
+                    State::decode(body, blocked).map(|(s, block)| (Counts::FixedWindow(s), block))
+                }
+                Algorithm::SlidingWindow => {
+                    State::decode(body, blocked).map(|(s, block)| (Counts::SlidingWindow(s), block))
+                }
+                _ => State::decode(body, blocked).map(|(s, block)| (Counts::TokenBucket(s), block)),
+            };
+            return decoded
+                .map(|(counts, block)| KeyState { counts, block })
+                .ok_or_else(|| format!("a value named {algorithm} of an unexpected length"));
+        }
+        Err("a string the limiter did not write".into())
+    }
+
+    /// The sliding log held in a sorted set: its entries' times (µs, in any order), and
+    /// the block member's end and rule, if any (see `scripts/sliding_log.lua`).
+    #[cfg(feature = "redis")]
+    pub fn from_redis_log(entries: Vec<u64>, block: Option<(u64, usize)>) -> KeyState {
+        KeyState {
+            counts: Counts::SlidingLog(sliding_log::State::from_entries(entries)),
+            block: block.map_or(Block::NONE, |(until_us, rule_index)| Block {
+                until_us,
+                rule_index,
+            }),
         }
     }
 }

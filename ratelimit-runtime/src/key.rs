@@ -58,6 +58,36 @@ impl KeyTemplate {
     }
 }
 
+/// The `path` of a guarded site's key (`{prefix}{type}:{identity}:{path}` or
+/// `{prefix}global:{path}`): the site's path or `name`, the field its overrides are stored
+/// under in `{prefix}rules`. `None` when `key` is not laid out so under `prefix`.
+///
+/// An identity holds no `:` (it is percent-encoded), so the path is what follows the
+/// identity, even when it holds `::`.
+///
+/// ```
+/// use redis_ratelimit::key::site_path;
+///
+/// let key = "rate_limit:ip:203.0.113.9:my_app::handlers::send_code";
+/// assert_eq!(site_path(key, "rate_limit:"), Some("my_app::handlers::send_code"));
+/// assert_eq!(site_path("rate_limit:global:api", "rate_limit:"), Some("api"));
+/// assert_eq!(site_path("hist:tom:reply", "rate_limit:"), None);
+/// ```
+pub fn site_path<'k>(key: &'k str, prefix: &str) -> Option<&'k str> {
+    let rest = key.strip_prefix(prefix)?;
+    let path = match rest.strip_prefix("global:") {
+        Some(path) => path,
+        None => {
+            let (segment, rest) = rest.split_once(':')?;
+            [LimitType::Ip, LimitType::UserId, LimitType::Custom]
+                .iter()
+                .find(|t| t.key_segment() == segment)?;
+            rest.split_once(':')?.1
+        }
+    };
+    (!path.is_empty()).then_some(path)
+}
+
 /// Appends `identity` to `out`, percent-encoding `%`, `#`, `:`, `{`, `}`, whitespace and
 /// control characters, and replacing an escaped identity over [`MAX_IDENTITY_LEN`] bytes by
 /// `#` and its SHA-1 (`#` never appears unescaped, so the two forms cannot collide).

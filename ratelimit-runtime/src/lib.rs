@@ -18,6 +18,7 @@ mod decision;
 mod error;
 mod global;
 mod guard;
+mod inspect;
 pub mod key;
 mod limit_type;
 mod limiter;
@@ -48,6 +49,9 @@ pub use decision::Decision;
 pub use error::{BackendError, BackendErrorKind, ConfigError, InitError, RateLimitError};
 pub use global::{global, init, REDIS_URL_ENV};
 pub use guard::Guard;
+pub use inspect::{BlockState, KeyState, LogState, RuleState, Setting};
+#[cfg(feature = "redis")]
+pub use inspect::{OverrideError, StoredOverride, StoredOverrides};
 pub use limit_type::LimitType;
 pub use limiter::{Check, Limiter};
 pub use mode::{Mode, ParseModeError};

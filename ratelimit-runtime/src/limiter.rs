@@ -617,6 +617,16 @@ impl Limiter {
         }
     }
 
+    /// The store this limiter counts in, for reading it (see [`crate::inspect`]).
+    pub(crate) fn store(&self) -> Result<crate::inspect::Store<'_>, BackendError> {
+        match &self.store {
+            #[cfg(feature = "redis")]
+            Store::Redis(redis) => Ok(crate::inspect::Store::Redis(redis)),
+            Store::Memory(memory) => Ok(crate::inspect::Store::Memory(memory)),
+            Store::Misconfigured(err) => Err(misconfigured(err)),
+        }
+    }
+
     /// The answer to `request` when it needs no waiting: a cached denial, or a check of the
     /// embedded backend, which is synchronous.
     #[inline]

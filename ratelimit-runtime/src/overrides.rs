@@ -24,7 +24,7 @@ use crate::sync::lock;
 use crate::{Mode, Rule};
 
 #[cfg(feature = "redis")]
-mod stored;
+pub(crate) mod stored;
 
 /// How often each instance reads the stored overrides by default (± 20 %).
 pub(crate) const DEFAULT_POLL: Duration = Duration::from_secs(1);

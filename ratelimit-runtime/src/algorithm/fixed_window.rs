@@ -48,6 +48,17 @@ impl PerRule for FixedWindow {
 
     type Record = Window;
 
+    #[cfg(feature = "redis")]
+    const NUMBERS: usize = 2;
+
+    #[cfg(feature = "redis")]
+    fn from_numbers(numbers: &[u64]) -> Self::Record {
+        Window {
+            start_us: numbers[0],
+            calls: numbers[1],
+        }
+    }
+
     fn latest_us(window: &Window) -> Option<u64> {
         Some(window.start_us)
     }

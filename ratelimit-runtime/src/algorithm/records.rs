@@ -26,6 +26,15 @@ pub(crate) trait PerRule {
     /// What the algorithm keeps per rule (besides the rule).
     type Record: Copy + fmt::Debug;
 
+    /// How many numbers a record holds on Redis after the rule's count and window (see
+    /// `scripts/state.lua`).
+    #[cfg(feature = "redis")]
+    const NUMBERS: usize;
+
+    /// The record of those numbers, in the script's order.
+    #[cfg(feature = "redis")]
+    fn from_numbers(numbers: &[u64]) -> Self::Record;
+
     /// The time `record` says a check is never counted before (a window's start), if any.
     fn latest_us(record: &Self::Record) -> Option<u64>;
 
@@ -96,6 +105,86 @@ impl<A: PerRule> State<A> {
     pub fn first_record(&self) -> *const (Rule, A::Record) {
         self.records.0.as_ptr()
     }
+
+    /// The rules of the last write, in its order.
+    pub fn rules(&self) -> impl Iterator<Item = Rule> + '_ {
+        self.records.0.iter().map(|&(rule, _)| rule)
+    }
+
+    /// The latest time a record says a check is never counted before (see [`Clamp`]).
+    pub fn latest_us(&self) -> Option<u64> {
+        self.records.values().filter_map(|r| A::latest_us(&r)).max()
+    }
+
+    /// `rule`'s view of a call of `cost` units at `now_us` (already clamped), from its
+    /// record; a rule without one is judged empty, as a check would start it.
+    pub fn figures(&self, rule: &Rule, now_us: u64, cost: u64) -> Figures {
+        A::judge(self.records.get(usize::MAX, rule), rule, now_us, cost).figures
+    }
+}
+
+impl<A: PerRule> Clone for State<A> {
+    fn clone(&self) -> Self {
+        State {
+            expires_at_us: self.expires_at_us,
+            records: Records(self.records.0.clone()),
+        }
+    }
+}
+
+/// Reading the value `scripts/state.lua` describes, as Redis holds it.
+#[cfg(feature = "redis")]
+impl<A: PerRule> State<A> {
+    /// The records and block of a value whose name (`A`'s label, or in capitals when
+    /// `blocked`) has been read, from `body`, the rest: the key's expiry, then per rule its
+    /// count, window and the algorithm's [`PerRule::NUMBERS`], each a little-endian `f64`;
+    /// under a block, a last record of count 0 holding the block's end and rule. `None`
+    /// when `body` is not such a value.
+    pub fn decode(body: &[u8], blocked: bool) -> Option<(Self, Block)> {
+        let size = 8 * (2 + A::NUMBERS);
+        if body.len() < 8 || (body.len() - 8) % size != 0 {
+            return None;
+        }
+        let numbers = |bytes: &[u8]| -> Option<Vec<u64>> {
+            bytes
+                .chunks(8)
+                .map(|b| whole(f64::from_le_bytes(b.try_into().ok()?)))
+                .collect()
+        };
+        let expires_at_us = numbers(&body[..8])?[0];
+        let mut stored: Vec<&[u8]> = body[8..].chunks(size).collect();
+        let block = match blocked {
+            false => Block::NONE,
+            true => {
+                let last = numbers(stored.pop()?)?;
+                Block {
+                    until_us: last[1],
+                    rule_index: usize::try_from(last[2]).ok()?,
+                }
+            }
+        };
+        let records = stored
+            .into_iter()
+            .map(|record| {
+                let n = numbers(record)?;
+                let count = ratelimit_rule_text::check_count(n[0]).ok()?;
+                let window_us = ratelimit_rule_text::check_window_us(n[1].into()).ok()?;
+                let rule = Rule::new(count, std::time::Duration::from_micros(window_us));
+                Some((rule, A::from_numbers(&n[2..])))
+            })
+            .collect::<Option<_>>()?;
+        let state = State {
+            expires_at_us,
+            records: Records(records),
+        };
+        Some((state, block))
+    }
+}
+
+/// `x` when it is a whole number a `u64` holds exactly (every number the scripts store).
+#[cfg(feature = "redis")]
+fn whole(x: f64) -> Option<u64> {
+    (x >= 0.0 && x.fract() == 0.0 && x < 2f64.powi(64)).then_some(x as u64)
 }
 
 impl<A: PerRule> Counter for State<A> {

@@ -36,7 +36,7 @@ use crate::decision::{CountedBy, Receipt};
 use crate::{Algorithm, Rule};
 
 /// The timestamps (µs) of admitted units, ascending.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct State {
     log: VecDeque<u64>,
     /// The number of the next admitted check, its receipt's id.
@@ -56,6 +56,27 @@ impl State {
             .or(front.last())
             .map_or(front.as_ptr(), |s| s as *const u64);
         [front.as_ptr(), newest]
+    }
+
+    /// The log's length, its oldest and its newest entry (µs); `None` when empty.
+    pub fn entries(&self) -> Option<(usize, u64, u64)> {
+        Some((self.log.len(), *self.log.front()?, *self.log.back()?))
+    }
+
+    /// `rule`'s view of a call of `cost` units at `now_us`, which must not be before the
+    /// newest entry (see [`Clamp`]).
+    pub fn figures(&self, rule: &Rule, now_us: u64, cost: u64) -> Figures {
+        figures(&self.log, rule, now_us, cost)
+    }
+
+    /// A log holding the entries `entries` (µs, in any order), as read from Redis.
+    #[cfg(feature = "redis")]
+    pub fn from_entries(mut entries: Vec<u64>) -> State {
+        entries.sort_unstable();
+        State {
+            log: entries.into(),
+            ..State::default()
+        }
     }
 }
 

@@ -72,6 +72,18 @@ impl PerRule for SlidingWindow {
 
     type Record = Windows;
 
+    #[cfg(feature = "redis")]
+    const NUMBERS: usize = 3;
+
+    #[cfg(feature = "redis")]
+    fn from_numbers(numbers: &[u64]) -> Self::Record {
+        Windows {
+            start_us: numbers[0],
+            curr: numbers[1],
+            prev: numbers[2],
+        }
+    }
+
     fn latest_us(windows: &Windows) -> Option<u64> {
         Some(windows.start_us)
     }

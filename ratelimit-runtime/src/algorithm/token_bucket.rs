@@ -49,6 +49,14 @@ impl PerRule for TokenBucket {
     type Record = u64;
 
     /// None: a tat ahead of `now` is counted in full, with no clamp.
+    #[cfg(feature = "redis")]
+    const NUMBERS: usize = 1;
+
+    #[cfg(feature = "redis")]
+    fn from_numbers(numbers: &[u64]) -> Self::Record {
+        numbers[0]
+    }
+
     fn latest_us(_: &u64) -> Option<u64> {
         None
     }

@@ -131,6 +131,16 @@ impl MemoryBackend {
         }
     }
 
+    /// A copy of `key`'s state, the clock's time and when the key expires (µs); `None`
+    /// when the key is absent or expired. Counts as no use of the key.
+    pub(crate) fn inspect(&self, key: &str) -> Option<(KeyState, u64, u64)> {
+        let hash = self.hash(key);
+        let shard = self.shard(hash);
+        let now_us = self.clock.now_us();
+        let slot = shard.slots[shard.find(hash, key)? as usize].as_ref()?;
+        (slot.expires_at_us > now_us).then(|| (slot.state.clone(), now_us, slot.expires_at_us))
+    }
+
     /// How many keys are stored, expired ones included.
     #[cfg(test)]
     fn stored_keys(&self) -> usize {

@@ -139,6 +139,18 @@ impl Value<Vec<Rule>> {
     }
 }
 
+/// A stored field's value as every instance reads it (for [`crate::inspect`]): the same
+/// parser the poller uses, so what an operator writes after this accepts it is what the
+/// instances apply. An error says why they would ignore it.
+pub(crate) fn read_field(field: &str, text: &str) -> Result<crate::inspect::Setting, String> {
+    use crate::inspect::Setting;
+    Ok(match Value::parse(field, text)? {
+        Value::Rules(rules) => Setting::Rules(rules),
+        Value::Duplicate(rule) => Setting::DuplicateRule(rule),
+        Value::Mode(mode) => Setting::Mode(mode),
+    })
+}
+
 /// Logs, at info level, what a new read of `prefix`'s hash changes.
 fn log_changes(
     prefix: &str,

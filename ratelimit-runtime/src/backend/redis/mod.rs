@@ -62,6 +62,7 @@ mod dial;
 mod failure;
 mod link;
 mod node;
+mod operator;
 mod pool;
 mod refresh;
 mod script;

@@ -1,0 +1,369 @@
+//! The built `ratelimit` binary against a real `redis-server`: keys written by real checks
+//! of `Limiter::redis` (every algorithm, a block), the overrides and modes a running limiter
+//! reads, the exit statuses and the environment. Each test has a server of its own.
+
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use redis_ratelimit::{rate_limiter, Algorithm, Limiter, Mode, RateLimitError, Rule};
+use serde_json::Value;
+use support::{counting_limiter, leak, RedisServer};
+
+/// How long an override may take to reach a running limiter before a test gives up: an
+/// order of magnitude more than its poll interval, for a busy machine.
+const GIVE_UP_AFTER: Duration = Duration::from_secs(15);
+
+const RULES: [Rule; 2] = [Rule::per_minute(5), Rule::per_hour(20)];
+
+/// The binary with `args`, its environment free of the variables it reads.
+fn ratelimit(args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ratelimit"));
+    command
+        .args(args)
+        .env_remove("RATELIMIT_REDIS_URL")
+        .env_remove("RATELIMIT_PREFIX");
+    command
+}
+
+/// Runs the binary on `server` with `args`.
+fn run(server: &RedisServer, args: &[&str]) -> Output {
+    let url = server.url();
+    let mut all = vec!["--url", url.as_str()];
+    all.extend_from_slice(args);
+    ratelimit(&all).output().expect("run ratelimit")
+}
+
+/// Runs the binary on `server` with `args`, which must succeed; its stdout.
+fn ok(server: &RedisServer, args: &[&str]) -> String {
+    let out = run(server, args);
+    assert!(out.status.success(), "{args:?}: {}", describe(&out));
+    String::from_utf8(out.stdout).expect("UTF-8")
+}
+
+/// `ok`, read as the one JSON document it prints.
+fn json(server: &RedisServer, args: &[&str]) -> Value {
+    let stdout = ok(server, args);
+    serde_json::from_str(&stdout).unwrap_or_else(|err| panic!("{args:?} printed {stdout:?}: {err}"))
+}
+
+fn describe(out: &Output) -> String {
+    format!(
+        "{}\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// `(used, count)` of each rule of an `inspect --json` document.
+fn used(state: &Value) -> Vec<(u64, u64)> {
+    state["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .map(|r| (r["used"].as_u64().unwrap(), r["count"].as_u64().unwrap()))
+        .collect()
+}
+
+fn hash_field(server: &RedisServer, field: &str) -> Option<String> {
+    redis::cmd("HGET")
+        .arg("rate_limit:rules")
+        .arg(field)
+        .query(&mut server.connection())
+        .unwrap()
+}
+
+#[tokio::test]
+async fn inspect_reads_each_algorithms_key_as_its_checks_left_it() {
+    let server = RedisServer::start();
+    let limiter = counting_limiter(&server.url());
+    for algorithm in Algorithm::ALL {
+        let key = format!("rate_limit:user:42:app::{}", algorithm.label());
+        let d = limiter
+            .check(&key, &RULES)
+            .cost(3)
+            .algorithm(algorithm)
+            .await
+            .unwrap();
+        assert!(d.allowed);
+        limiter
+            .check(&key, &RULES)
+            .algorithm(algorithm)
+            .await
+            .unwrap();
+        // The sliding log's entries carry no rule: they are counted under --rules.
+        let mut args = vec!["inspect", key.as_str()];
+        if algorithm == Algorithm::SlidingLog {
+            args.extend(["--rules", "5/minute, 20/hour"]);
+        }
+        let state = json(&server, &[&args[..], &["--json"]].concat());
+        assert_eq!(state["exists"], true);
+        assert_eq!(state["algorithm"], algorithm.label());
+        assert_eq!(used(&state), [(4, 5), (4, 20)], "{algorithm}");
+        assert_eq!(state["rules"][0]["remaining"], 1, "{algorithm}");
+        assert_eq!(state["block"], Value::Null);
+        let reset = state["rules"][0]["reset_after_secs"].as_f64().unwrap();
+        // Within the window (the sliding window's count weighs until the next one ends).
+        let windows = if algorithm == Algorithm::SlidingWindow {
+            2.0
+        } else {
+            1.0
+        };
+        assert!(
+            reset > 0.0 && reset <= windows * 60.0,
+            "{algorithm}: {reset}"
+        );
+        match algorithm {
+            Algorithm::SlidingLog => {
+                assert_eq!(state["rules_from"], "--rules");
+                assert_eq!(state["log"]["entries"], 4);
+            }
+            _ => assert_eq!(state["rules_from"], "state", "{algorithm}"),
+        }
+        // The table says the same.
+        let table = ok(&server, &args);
+        assert!(table.contains(algorithm.name()), "{table}");
+        assert!(
+            table.contains("4 / 5") && table.contains("4 / 20"),
+            "{table}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_sliding_log_is_counted_under_the_rules_stored_for_its_site() {
+    let server = RedisServer::start();
+    let limiter = counting_limiter(&server.url());
+    let key = "rate_limit:ip:203.0.113.9:app::send_code";
+    limiter.check(key, &RULES).cost(2).await.unwrap();
+    // Without rules: the entries alone, and how to count them.
+    let state = json(&server, &["inspect", key, "--json"]);
+    assert_eq!(
+        (state["rules_from"].clone(), state["log"]["entries"].clone()),
+        (Value::Null, 2.into())
+    );
+    assert!(ok(&server, &["inspect", key]).contains("--rules"));
+    ok(&server, &["rules", "set", "app::send_code", "3/minute"]);
+    let state = json(&server, &["inspect", key, "--json"]);
+    assert_eq!(state["rules_from"], "override:app::send_code");
+    assert_eq!(used(&state), [(2, 3)]);
+}
+
+#[tokio::test]
+async fn a_blocked_key_shows_its_block_and_reset_lifts_it() {
+    let server = RedisServer::start();
+    let limiter = counting_limiter(&server.url());
+    let rules = [Rule::per_minute(1)];
+    let block = Duration::from_secs(15 * 60);
+    for algorithm in Algorithm::ALL {
+        let key = format!("rate_limit:custom:tom:app::blocked_{}", algorithm.label());
+        for _ in 0..2 {
+            limiter
+                .check(&key, &rules)
+                .algorithm(algorithm)
+                .block_for(block)
+                .await
+                .unwrap();
+        }
+        let args = ["inspect", key.as_str(), "--json", "--rules", "1/minute"];
+        let state = json(&server, &args);
+        let ends_in = state["block"]["ends_in_secs"].as_f64().expect("a block");
+        assert!(
+            ends_in > 14.0 * 60.0 && ends_in <= 15.0 * 60.0,
+            "{algorithm}: {ends_in}"
+        );
+        assert_eq!(state["block"]["rule_index"], 0);
+        assert_eq!(used(&state), [(1, 1)], "{algorithm}");
+        let table = ok(&server, &["inspect", &key, "--rules", "1/minute"]);
+        assert!(table.contains("blocked    yes, 1"), "{table}");
+
+        ok(&server, &["reset", &key]);
+        assert!(ok(&server, &["inspect", &key]).starts_with("no state"));
+        let d = limiter
+            .check(&key, &rules)
+            .algorithm(algorithm)
+            .await
+            .unwrap();
+        assert!(d.allowed, "{algorithm}: reset lifts the block");
+    }
+}
+
+#[test]
+fn an_absent_key_has_no_state() {
+    let server = RedisServer::start();
+    let out = ok(
+        &server,
+        &["inspect", "rate_limit:ip:198.51.100.1:app::never"],
+    );
+    assert!(out.starts_with("no state"), "{out}");
+    let state = json(
+        &server,
+        &["inspect", "rate_limit:ip:198.51.100.1:app::never", "--json"],
+    );
+    assert_eq!(state["exists"], false);
+}
+
+#[rate_limiter(rules("100/minute"), limit_type = CUSTOM, by = who, limiter = limiter, name = "cli.site")]
+async fn guarded(limiter: &'static Limiter, who: &str) -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+#[tokio::test]
+async fn overrides_round_trip_and_a_running_limiter_applies_them() {
+    let server = RedisServer::start();
+    let limiter = leak(counting_limiter(&server.url()).rules_poll(Some(Duration::from_millis(50))));
+    guarded(limiter, "ann").await.unwrap(); // starts the limiter's reads of rate_limit:rules
+    assert!(ok(&server, &["rules", "list"]).starts_with("no overrides in rate_limit:rules"));
+
+    ok(
+        &server,
+        &["rules", "set", "cli.site", "1/minute, 10 per 2 hours"],
+    );
+    assert_eq!(
+        hash_field(&server, "cli.site").as_deref(),
+        Some("1/minute, 10 per 2 hours")
+    );
+    assert_eq!(
+        ok(&server, &["rules", "get", "cli.site"]),
+        "cli.site = 1/minute, 10 per 2 hours\n"
+    );
+    let list = json(&server, &["rules", "list", "--json"]);
+    assert_eq!(list["hash"], "rate_limit:rules");
+    assert_eq!(list["overrides"][0]["field"], "cli.site");
+    assert_eq!(list["overrides"][0]["setting"]["rules"][1]["count"], 10);
+
+    let overridden = [
+        Rule::per_minute(1),
+        Rule::new(10, Duration::from_secs(2 * 3600)),
+    ];
+    support::eventually(
+        "the override to reach the limiter",
+        GIVE_UP_AFTER,
+        || async {
+            match limiter.rules_in_force("cli.site") {
+                rules if rules == overridden => Ok(()),
+                rules => Err(format!("{rules:?}")),
+            }
+        },
+    )
+    .await;
+    assert!(guarded(limiter, "bob").await.is_ok());
+    assert!(matches!(
+        guarded(limiter, "bob").await,
+        Err(RateLimitError::Limited { .. })
+    ));
+
+    ok(&server, &["mode", "cli.site", "off"]);
+    assert_eq!(hash_field(&server, "cli.site#mode").as_deref(), Some("off"));
+    support::eventually("the mode to reach the limiter", GIVE_UP_AFTER, || async {
+        match limiter.mode_in_force("cli.site") {
+            Mode::Off => Ok(()),
+            mode => Err(mode.to_string()),
+        }
+    })
+    .await;
+    assert!(guarded(limiter, "bob").await.is_ok(), "off: no check");
+
+    let cleared = ok(&server, &["rules", "clear", "cli.site"]);
+    assert!(cleared.contains("cleared 2 field(s)"), "{cleared}");
+    assert_eq!(hash_field(&server, "cli.site"), None);
+    assert_eq!(hash_field(&server, "cli.site#mode"), None);
+    assert!(ok(&server, &["rules", "get", "cli.site"]).starts_with("no override"));
+}
+
+#[test]
+fn bad_rule_text_or_mode_is_a_usage_error_and_writes_nothing() {
+    let server = RedisServer::start();
+    for args in [
+        &["rules", "set", "cli.site", "5/fortnight"][..],
+        &["rules", "set", "cli.site", "0/minute"],
+        &["rules", "set", "cli.site#duplicate", "1/minute, 2/hour"],
+        &["mode", "cli.site", "loud"],
+        &["inspect", "k", "--rules", "often"],
+    ] {
+        let out = run(&server, args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", describe(&out));
+        assert!(
+            !out.stderr.is_empty() && out.stdout.is_empty(),
+            "{}",
+            describe(&out)
+        );
+    }
+    let stderr =
+        String::from_utf8(run(&server, &["rules", "set", "cli.site", "5/fortnight"]).stderr)
+            .unwrap();
+    assert!(
+        stderr.contains("not written") && stderr.contains("10/minute"),
+        "{stderr}"
+    );
+    let fields: u64 = redis::cmd("HLEN")
+        .arg("rate_limit:rules")
+        .query(&mut server.connection())
+        .unwrap();
+    assert_eq!(fields, 0, "nothing written");
+}
+
+#[test]
+fn a_dead_redis_fails_with_status_1_and_says_what_to_do() {
+    let mut server = RedisServer::start();
+    server.kill();
+    for args in [
+        &["rules", "list"][..],
+        &["inspect", "k"],
+        &["reset", "k"],
+        &["mode", "p", "off"],
+    ] {
+        let out = run(&server, args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", describe(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("cannot reach"), "{stderr}");
+        assert!(stderr.contains("Check that Redis is running"), "{stderr}");
+    }
+}
+
+#[test]
+fn the_url_comes_from_ratelimit_redis_url() {
+    let server = RedisServer::start();
+    let out = ratelimit(&["rules", "list"])
+        .env("RATELIMIT_REDIS_URL", server.url())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    // --url wins over the environment.
+    let out = ratelimit(&["rules", "list", "--url", &server.url()])
+        .env("RATELIMIT_REDIS_URL", "redis://127.0.0.1:1/")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    let out = ratelimit(&["rules", "list"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("RATELIMIT_REDIS_URL"));
+    let out = ratelimit(&["rules", "list", "--url", "http://127.0.0.1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+}
+
+#[test]
+fn every_command_has_help() {
+    for args in [
+        &[][..],
+        &["inspect"],
+        &["reset"],
+        &["rules"],
+        &["rules", "list"],
+        &["rules", "get"],
+        &["rules", "set"],
+        &["rules", "clear"],
+        &["mode"],
+    ] {
+        let mut all = args.to_vec();
+        all.push("--help");
+        let out = ratelimit(&all).output().unwrap();
+        assert!(out.status.success(), "{all:?}: {}", describe(&out));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("Usage: ratelimit"));
+    }
+}

@@ -1,0 +1,192 @@
+//! What an operator's reads and writes send (see [`crate::inspect`]): a key's state read at
+//! one instant by `scripts/inspect.lua`, the server's time, and the fields of the
+//! `{prefix}rules` hash. Sent like a check, to the key's server, under the timeout.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::{Cmd, Script, Value};
+
+use super::{Failure, RedisBackend};
+use crate::algorithm::KeyState;
+use crate::BackendError;
+
+/// `scripts/inspect.lua`, hashed once per process.
+static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(SOURCE));
+const SOURCE: &str = include_str!("../../scripts/inspect.lua");
+
+/// A key as [`RedisBackend::read_key`] finds it.
+pub(crate) struct Held {
+    pub state: KeyState,
+    /// The server's time when read, µs since the epoch (this process's when the server
+    /// refuses `TIME`).
+    pub now_us: u64,
+    /// How long until the key expires; `None`: never.
+    pub ttl: Option<Duration>,
+}
+
+impl RedisBackend {
+    /// The time an operator's command may take: the check timeout, or 1 s if longer.
+    fn operator_deadline(&self) -> tokio::time::Instant {
+        self.deadline(self.config.timeout.max(Duration::from_secs(1)))
+    }
+
+    /// Sends an operator's `command` on `key`'s server (`harmless`: running it twice does
+    /// what running it once does).
+    async fn operate(
+        &self,
+        key: &str,
+        command: &Cmd,
+        harmless: bool,
+    ) -> Result<Value, BackendError> {
+        self.send(key, command, harmless, self.operator_deadline())
+            .await
+            .map_err(|failure| self.error(key, failure))
+    }
+
+    /// What `key` holds, decoded by the algorithms' own code; `None` when it is absent. An
+    /// error when it holds something the limiter does not write.
+    pub(crate) async fn read_key(&self, key: &str) -> Result<Option<Held>, BackendError> {
+        let mut evalsha = redis::cmd("EVALSHA");
+        evalsha.arg(INSPECT.get_hash()).arg(1).arg(key);
+        let deadline = self.operator_deadline();
+        let reply = match self.send(key, &evalsha, true, deadline).await {
+            Err(Failure::NoScript) => {
+                let mut eval = redis::cmd("EVAL");
+                eval.arg(SOURCE).arg(1).arg(key);
+                self.send(key, &eval, true, deadline).await
+            }
+            reply => reply,
+        }
+        .map_err(|failure| self.error(key, failure))?;
+        let unexpected = |what: String| self.error(key, Failure::Unexpected(what.into()));
+        let Value::Array(items) = reply else {
+            return Err(unexpected(format!("the key's read answered {reply:?}")));
+        };
+        let (kind, pttl, value) = match items.as_slice() {
+            [kind, Value::Int(pttl), rest @ ..] => (text(kind), *pttl, rest.first()),
+            _ => return Err(unexpected(format!("the key's read answered {items:?}"))),
+        };
+        let state = match (kind.as_deref(), value) {
+            (Some("none"), _) => return Ok(None),
+            (Some("string"), Some(Value::BulkString(bytes))) => KeyState::from_redis_string(bytes)
+                .map_err(|what| command_error(key, &format!("holds {what}")))?,
+            (Some("zset"), Some(Value::Array(members))) => {
+                log_state(members).map_err(|what| command_error(key, &what))?
+            }
+            (Some(other), _) => {
+                let what = format!("is a {other}, which the limiter never writes");
+                return Err(command_error(key, &what));
+            }
+            _ => return Err(unexpected(format!("the key's read answered {items:?}"))),
+        };
+        let now_us = self.server_time_us(key).await;
+        let ttl = u64::try_from(pttl).ok().map(Duration::from_millis);
+        Ok(Some(Held { state, now_us, ttl }))
+    }
+
+    /// The time on `key`'s server, in µs since the epoch; this process's clock when the
+    /// server will not tell (`TIME` renamed away).
+    async fn server_time_us(&self, key: &str) -> u64 {
+        let time = self.operate(key, &redis::cmd("TIME"), true).await;
+        let parsed = match time {
+            Ok(Value::Array(parts)) => match parts.as_slice() {
+                [s, us] => text(s).zip(text(us)).and_then(|(s, us)| {
+                    Some(s.parse::<u64>().ok()? * 1_000_000 + us.parse::<u64>().ok()?)
+                }),
+                _ => None,
+            },
+            _ => None,
+        };
+        parsed.unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_micros() as u64
+        })
+    }
+
+    /// Sets `field` of the hash at `key` to `value`.
+    pub(crate) async fn hash_set(
+        &self,
+        key: &str,
+        field: &str,
+        value: &str,
+    ) -> Result<(), BackendError> {
+        let mut hset = redis::cmd("HSET");
+        hset.arg(key).arg(field).arg(value);
+        // Setting a field twice leaves what setting it once does.
+        self.operate(key, &hset, true).await.map(drop)
+    }
+
+    /// Deletes `fields` of the hash at `key`; how many there were.
+    pub(crate) async fn hash_delete(
+        &self,
+        key: &str,
+        fields: &[String],
+    ) -> Result<u64, BackendError> {
+        let mut hdel = redis::cmd("HDEL");
+        hdel.arg(key).arg(fields);
+        match self.operate(key, &hdel, true).await? {
+            Value::Int(n) => Ok(u64::try_from(n).unwrap_or(0)),
+            other => Err(self.error(
+                key,
+                Failure::Unexpected(format!("HDEL answered {other:?}").into()),
+            )),
+        }
+    }
+}
+
+/// A sliding log's sorted set: every entry's time, and the block member (`B`, then the
+/// block's end and rule as two little-endian doubles, scored `+inf`).
+fn log_state(members: &[Value]) -> Result<KeyState, String> {
+    let mut entries = Vec::with_capacity(members.len() / 2);
+    let mut block = None;
+    for pair in members.chunks(2) {
+        let [Value::BulkString(member), score] = pair else {
+            return Err("is a sorted set that is not a sliding log".into());
+        };
+        let score = text(score).unwrap_or_default();
+        if score == "inf" {
+            let double = |b: &[u8]| f64::from_le_bytes(b.try_into().expect("8 bytes"));
+            match member.as_slice() {
+                [b'B', numbers @ ..] if numbers.len() == 16 => {
+                    block = Some((double(&numbers[..8]) as u64, double(&numbers[8..]) as usize));
+                }
+                _ => {
+                    return Err(
+                        "is a sorted set with a member scored +inf that is not a block".into(),
+                    )
+                }
+            }
+            continue;
+        }
+        match score.parse::<f64>() {
+            Ok(us) if us >= 0.0 && us.fract() == 0.0 => entries.push(us as u64),
+            _ => {
+                return Err(format!(
+                    "is a sorted set with a score `{score}` no check writes"
+                ))
+            }
+        }
+    }
+    Ok(KeyState::from_redis_log(entries, block))
+}
+
+/// A reply part that is text.
+fn text(value: &Value) -> Option<String> {
+    match value {
+        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Okay => Some("OK".into()),
+        _ => None,
+    }
+}
+
+/// The error of a key that holds what the limiter does not write.
+fn command_error(key: &str, what: &str) -> BackendError {
+    BackendError::new(
+        crate::BackendErrorKind::Command,
+        format!("key `{key}` {what}: it is not a rate-limit key"),
+    )
+}
