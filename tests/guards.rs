@@ -75,11 +75,11 @@ macro_rules! handlers {
         }
 
         #[redis_ratelimit::rate_limiter(
-                                            rules("2/minute"),
-                                            limit_type = IP,
-                                            message = "too many codes",
-                                            limiter = $app.limiter
-                                        )]
+                                                    rules("2/minute"),
+                                                    limit_type = IP,
+                                                    message = "too many codes",
+                                                    limiter = $app.limiter
+                                                )]
         async fn code($state: $ty) -> Result<&'static str, redis_ratelimit::RateLimitError> {
             $app.reached.add();
             Ok("code\n")

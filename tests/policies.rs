@@ -132,6 +132,33 @@ async fn off_makes_no_backend_call_even_to_a_dead_server() {
     assert!(dead(limiter).await.is_ok());
 }
 
+#[tokio::test]
+async fn an_off_or_shadow_site_runs_calls_that_have_no_identity() {
+    let limiter: &'static Limiter = Box::leak(Box::new(Limiter::memory()));
+    #[rate_limiter(rules("1/minute"), limit_type = USER_ID, limiter = limiter, name = "policies.users")]
+    async fn per_user(limiter: &'static Limiter) -> Result<(), RateLimitError> {
+        Ok(())
+    }
+    // No request context, so no user id: refused as misconfigured while the site is on.
+    assert!(matches!(
+        per_user(limiter).await,
+        Err(RateLimitError::MissingIdentity { .. })
+    ));
+    // Off checks nothing, so nothing is missing: the kill switch lets every call through.
+    limiter.override_mode("policies.users", Mode::Off);
+    for _ in 0..3 {
+        assert!(per_user(limiter).await.is_ok());
+    }
+    // A shadow site runs every call: the misconfiguration is reported, not answered.
+    limiter.override_mode("policies.users", Mode::Shadow);
+    assert!(per_user(limiter).await.is_ok());
+    limiter.override_mode("policies.users", Mode::Enforce);
+    assert!(matches!(
+        per_user(limiter).await,
+        Err(RateLimitError::MissingIdentity { .. })
+    ));
+}
+
 #[test]
 fn precedence_is_override_then_limiter_shadow_then_attribute() {
     let limiter = Limiter::memory().shadow(true);

@@ -115,11 +115,14 @@ fn check(args: &Args) -> TokenStream {
             // Spanned at `by`, so a value that is not `Display` is reported there.
             let identity = quote_spanned!(by.span()=> &(#by));
             quote! {
-                __RATELIMIT_SITE.key_by(__ratelimit_probe_name, #identity)
+                ::core::option::Option::Some(
+                    __RATELIMIT_SITE.key_by(__ratelimit_probe_name, #identity)
+                )
             }
         }
+        // `None`: no identity, but the site is off, so none is needed.
         None => quote! {
-            match __RATELIMIT_SITE.key_from_context(__ratelimit_probe_name) {
+            match __RATELIMIT_SITE.key_from_context(__ratelimit_probe_name, __ratelimit_limiter) {
                 ::core::result::Result::Ok(__ratelimit_key) => __ratelimit_key,
                 ::core::result::Result::Err(#err) => #limited,
             }
@@ -168,16 +171,18 @@ fn check(args: &Args) -> TokenStream {
         if #unchecked {
             ::core::option::Option::None
         } else {
-            let __ratelimit_key = #key;
             let __ratelimit_limiter: &#private::Limiter = #limiter;
-            match __RATELIMIT_SITE
-                .check(__ratelimit_limiter, __ratelimit_key, #cost, #rules_of_the_call)
-                .await
-            {
-                ::core::result::Result::Ok(__ratelimit_permit) => {
-                    ::core::option::Option::Some(__ratelimit_permit)
-                }
-                ::core::result::Result::Err(#err) => #limited,
+            match #key {
+                ::core::option::Option::None => ::core::option::Option::None,
+                ::core::option::Option::Some(__ratelimit_key) => match __RATELIMIT_SITE
+                    .check(__ratelimit_limiter, __ratelimit_key, #cost, #rules_of_the_call)
+                    .await
+                {
+                    ::core::result::Result::Ok(__ratelimit_permit) => {
+                        ::core::option::Option::Some(__ratelimit_permit)
+                    }
+                    ::core::result::Result::Err(#err) => #limited,
+                },
             }
         }
     };
@@ -525,7 +530,7 @@ mod tests {
             ))
         );
         assert!(out.contains(&duplicate_only), "{out}");
-        let key = out.find("let __ratelimit_key =").expect("a key");
+        let key = out.find("key_from_context").expect("a key");
         let rules = out
             .find("let __ratelimit_rules = plan_rules (& user) ;")
             .expect("the rules");
@@ -558,7 +563,7 @@ mod tests {
         let empty = out
             .find("if < [_] > :: is_empty (& * __ratelimit_rules)")
             .expect("the emptiness test");
-        let key = out.find("let __ratelimit_key =").expect("a key");
+        let key = out.find("key_from_context").expect("a key");
         assert!(empty < key, "{out}");
         // With a duplicate-submission rule there is always a rule to check.
         let with_duplicate = expand_str(

@@ -223,8 +223,12 @@ mod checking {
         /// call, with the identity the layer put in the request's context. Nothing is
         /// given back afterwards (a guard has no `charge_if`).
         pub(crate) async fn check(&self) -> Result<(), RateLimitError> {
-            let key = site::key_from_context(&self.template, self.config.limit_type)?;
             let limiter = self.limiter.unwrap_or_else(crate::global);
+            let context_key =
+                site::key_from_context(&self.template, &self.config, self.name, limiter);
+            let Some(key) = context_key? else {
+                return Ok(());
+            };
             let permit = site::guard(&self.config, self.name, limiter, key, 1, None).await?;
             // What it took stays taken.
             drop(permit);

@@ -89,12 +89,16 @@ impl CallSite {
     }
 
     /// The key for the identity the limit type reads from the request context
-    /// (none for `GLOBAL`). The expansion asks for it only when the request is not exempt.
+    /// (none for `GLOBAL`); `None` when there is no identity but the site is off on
+    /// `limiter` (see [`key_from_context`]). The expansion asks for it only when the
+    /// request is not exempt.
     pub fn key_from_context(
         &'static self,
         probe: &str,
-    ) -> Result<Cow<'static, str>, RateLimitError> {
-        key_from_context(&self.built(probe).template, self.config.limit_type)
+        limiter: &Limiter,
+    ) -> Result<Option<Cow<'static, str>>, RateLimitError> {
+        let Built { template, path } = self.built(probe);
+        key_from_context(template, &self.config, path, limiter)
     }
 
     /// Checks (and counts) one call using `cost` units (at least 1: the expansion skips the
@@ -119,8 +123,38 @@ impl CallSite {
     }
 }
 
-/// The key a site of `limit_type` counts the current request under.
+/// The key the site `config` at `path` counts the current request under. A request
+/// without the identity its limit type needs is refused with `MissingIdentity` by an
+/// enforcing site; on `limiter`, an off site (the kill switch) checks nothing, so nothing
+/// is missing, and a shadow site runs every call (it reports the misconfiguration): for
+/// both the answer is `None`, the call runs unchecked.
 pub(crate) fn key_from_context(
+    template: &KeyTemplate,
+    config: &SiteConfig,
+    path: &str,
+    limiter: &Limiter,
+) -> Result<Option<Cow<'static, str>>, RateLimitError> {
+    let missing = match identity_key(template, config.limit_type) {
+        Ok(key) => return Ok(Some(key)),
+        Err(missing) => missing,
+    };
+    let compiled = config.compiled_rules();
+    match limiter
+        .site_policy(config.prefix, path, compiled, config.shadow)
+        .1
+    {
+        Mode::Enforce => Err(missing),
+        Mode::Shadow => {
+            report_shadow_misconfiguration(path, &missing);
+            Ok(None)
+        }
+        Mode::Off => Ok(None),
+    }
+}
+
+/// The key a site of `limit_type` counts the current request under, from the identity in
+/// the request context.
+fn identity_key(
     template: &KeyTemplate,
     limit_type: LimitType,
 ) -> Result<Cow<'static, str>, RateLimitError> {
@@ -248,6 +282,20 @@ fn report_shadow_refusal(key: &str, decision: &Decision) {
             retry_after_ms = decision.retry_after.map(|d| d.as_millis() as u64),
             suppressed,
             "shadow rate limit: this call would have been refused; it went on",
+        );
+    }
+}
+
+/// Logs a shadow site's call that an enforcing site would refuse as misconfigured, at
+/// most once per [`LogThrottle::INTERVAL`] in the process.
+fn report_shadow_misconfiguration(path: &str, missing: &RateLimitError) {
+    static REPORTS: LogThrottle = LogThrottle::new();
+    if let Some(suppressed) = REPORTS.admit() {
+        tracing::warn!(
+            target: "redis_ratelimit",
+            site = path,
+            suppressed,
+            "shadow rate limit: this call went on unchecked; enforcing, it would fail: {missing}",
         );
     }
 }
