@@ -14,6 +14,8 @@
 
 use std::fmt;
 
+use smallvec::SmallVec;
+
 use super::{decide, ttl_us, Block, Call, Clamp, Counter, Figures, Outcome, MARGIN_US};
 use crate::decision::{CountedBy, Receipt};
 use crate::{Algorithm, Rule};
@@ -260,12 +262,13 @@ impl<A: PerRule> Counter for State<A> {
 ///
 /// A rule is looked up at its own place first and elsewhere only when the rules changed,
 /// as the scripts' `state.lua` does. A write of the same rules as the last (the steady
-/// state) updates the records in place, allocating nothing; other rules replace them.
-struct Records<R>(Vec<(Rule, R)>);
+/// state) updates the records in place, allocating nothing; other rules replace them. One
+/// rule's record is kept inline, with the key: a check then reads no memory of its own.
+struct Records<R>(SmallVec<[(Rule, R); 1]>);
 
 impl<R> Default for Records<R> {
     fn default() -> Self {
-        Records(Vec::new())
+        Records(SmallVec::new())
     }
 }
 
