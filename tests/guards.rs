@@ -60,6 +60,16 @@ async fn get(served: &Served, client: &Client, path: &str, headers: &[(&str, &st
     request.send().await.expect("GET")
 }
 
+/// Sends `n` requests to `/search`, each admitted and given no RateLimit fields (as when
+/// the guard is off, or in shadow mode).
+async fn pass_undescribed(served: &Served, client: &Client, n: usize) {
+    for _ in 0..n {
+        let response = get(served, client, "/search", &[]).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(header(&response, "ratelimit"), None);
+    }
+}
+
 /// Asserts that `response` is a guard's refusal under `policy`, retried in a minute.
 async fn assert_refused_by_guard(response: Response, policy: &str) {
     assert_refused(response, policy, 60, "too many requests").await;
@@ -75,11 +85,11 @@ macro_rules! handlers {
         }
 
         #[redis_ratelimit::rate_limiter(
-                                                    rules("2/minute"),
-                                                    limit_type = IP,
-                                                    message = "too many codes",
-                                                    limiter = $app.limiter
-                                                )]
+                                                                    rules("2/minute"),
+                                                                    limit_type = IP,
+                                                                    message = "too many codes",
+                                                                    limiter = $app.limiter
+                                                                )]
         async fn code($state: $ty) -> Result<&'static str, redis_ratelimit::RateLimitError> {
             $app.reached.add();
             Ok("code\n")
@@ -183,11 +193,20 @@ mod actix_app {
 mod scenarios {
     use super::*;
 
-    pub async fn a_refused_request_never_reaches_the_handler<A: GuardedApp>() {
+    /// Serves `A` with `guards`, counting on the suite's limiter; also returns that
+    /// limiter and the count of requests that reached a handler.
+    fn serve<A: GuardedApp>(
+        guards: impl IntoIterator<Item = Guard>,
+    ) -> (&'static Limiter, Served, Reached) {
         let limiter = support::limiter();
-        let guard = Guard::new("guards::search", &TWO_A_MINUTE).limiter(limiter);
+        let guards = guards.into_iter().map(|g| g.limiter(limiter)).collect();
         let reached = Reached::default();
-        let served = A::serve(limiter, vec![guard], reached.clone());
+        (limiter, A::serve(limiter, guards, reached.clone()), reached)
+    }
+
+    pub async fn a_refused_request_never_reaches_the_handler<A: GuardedApp>() {
+        let guard = Guard::new("guards::search", &TWO_A_MINUTE);
+        let (_, served, reached) = serve::<A>([guard]);
         let client = client_from("127.0.0.1");
 
         for remaining in [1, 0] {
@@ -212,13 +231,9 @@ mod scenarios {
     }
 
     pub async fn several_guards_are_checked_in_order_up_to_the_first_refusal<A: GuardedApp>() {
-        let limiter = support::limiter();
-        let per_ip = Guard::new("guards::per_ip", &THREE_A_MINUTE).limiter(limiter);
-        let everyone = Guard::new("guards::everyone", &FOUR_A_MINUTE)
-            .limit_type(LimitType::Global)
-            .limiter(limiter);
-        let reached = Reached::default();
-        let served = A::serve(limiter, vec![per_ip, everyone], reached.clone());
+        let per_ip = Guard::new("guards::per_ip", &THREE_A_MINUTE);
+        let everyone = Guard::new("guards::everyone", &FOUR_A_MINUTE).limit_type(LimitType::Global);
+        let (limiter, served, reached) = serve::<A>([per_ip, everyone]);
         let (a, b) = (client_from("127.0.0.1"), client_from("127.0.0.3"));
 
         for _ in 0..3 {
@@ -249,10 +264,8 @@ mod scenarios {
     pub async fn a_guard_and_an_attribute_on_one_request_describe_the_most_restrictive<
         A: GuardedApp,
     >() {
-        let limiter = support::limiter();
-        let guard = Guard::new("guards::compose", &FIVE_A_MINUTE).limiter(limiter);
-        let reached = Reached::default();
-        let served = A::serve(limiter, vec![guard], reached.clone());
+        let guard = Guard::new("guards::compose", &FIVE_A_MINUTE);
+        let (_, served, reached) = serve::<A>([guard]);
         let client = client_from("127.0.0.1");
         let guard_policy = r#""p1";q=5;w=60"#;
         let code_policy = r#""p1";q=2;w=60"#;
@@ -293,10 +306,8 @@ mod scenarios {
     }
 
     pub async fn a_spoofed_x_forwarded_for_from_an_untrusted_peer_is_ignored<A: GuardedApp>() {
-        let limiter = support::limiter();
-        let guard = Guard::new("guards::spoof", &ONE_A_MINUTE).limiter(limiter);
-        let reached = Reached::default();
-        let served = A::serve(limiter, vec![guard], reached.clone());
+        let guard = Guard::new("guards::spoof", &ONE_A_MINUTE);
+        let (_, served, reached) = serve::<A>([guard]);
         let client = client_from("127.0.0.1");
 
         let first = get(
@@ -323,11 +334,8 @@ mod scenarios {
     }
 
     pub async fn operators_switch_a_guard_off_or_to_shadow_by_its_name<A: GuardedApp>() {
-        let limiter = support::limiter();
         let name = "guards::modes";
-        let guard = Guard::new(name, &ONE_A_MINUTE).limiter(limiter);
-        let reached = Reached::default();
-        let served = A::serve(limiter, vec![guard], reached.clone());
+        let (limiter, served, reached) = serve::<A>([Guard::new(name, &ONE_A_MINUTE)]);
         let client = client_from("127.0.0.1");
         // Known to the limiter from the moment the layer holds it.
         assert_eq!(limiter.rules_in_force(name), ONE_A_MINUTE);
@@ -342,16 +350,10 @@ mod scenarios {
 
         // Off: nothing is checked, nothing described.
         limiter.override_mode(name, Mode::Off);
-        for _ in 0..3 {
-            let response = get(&served, &client, "/search", &[]).await;
-            assert_eq!(response.status(), StatusCode::OK);
-            assert_eq!(header(&response, "ratelimit"), None);
-        }
+        pass_undescribed(&served, &client, 3).await;
         // Shadow: checked and reported, never refused, nothing described to the client.
         limiter.override_mode(name, Mode::Shadow);
-        let shadowed = get(&served, &client, "/search", &[]).await;
-        assert_eq!(shadowed.status(), StatusCode::OK);
-        assert_eq!(header(&shadowed, "ratelimit"), None);
+        pass_undescribed(&served, &client, 1).await;
         assert_eq!(reached.count(), 5);
 
         // Enforcing again: off and shadow consumed nothing, the caller is still over.
@@ -364,21 +366,13 @@ mod scenarios {
     }
 
     pub async fn a_shadow_guard_counts_but_never_refuses<A: GuardedApp>() {
-        let limiter = support::limiter();
         let name = "guards::shadow";
-        let guard = Guard::new(name, &ONE_A_MINUTE)
-            .limiter(limiter)
-            .shadow(true);
-        let reached = Reached::default();
-        let served = A::serve(limiter, vec![guard], reached.clone());
+        let guard = Guard::new(name, &ONE_A_MINUTE).shadow(true);
+        let (limiter, served, reached) = serve::<A>([guard]);
         let client = client_from("127.0.0.1");
         assert_eq!(limiter.mode_in_force(name), Mode::Shadow);
 
-        for _ in 0..3 {
-            let response = get(&served, &client, "/search", &[]).await;
-            assert_eq!(response.status(), StatusCode::OK);
-            assert_eq!(header(&response, "ratelimit"), None);
-        }
+        pass_undescribed(&served, &client, 3).await;
         assert_eq!(reached.count(), 3);
         // It counted the first request as enforcing would have: enforced, it refuses now.
         limiter.override_mode(name, Mode::Enforce);
@@ -387,12 +381,8 @@ mod scenarios {
     }
 
     pub async fn a_user_id_guard_counts_each_user_and_answers_500_without_one<A: GuardedApp>() {
-        let limiter = support::limiter();
-        let guard = Guard::new("guards::per_user", &TWO_A_MINUTE)
-            .limit_type(LimitType::UserId)
-            .limiter(limiter);
-        let reached = Reached::default();
-        let served = A::serve(limiter, vec![guard], reached.clone());
+        let guard = Guard::new("guards::per_user", &TWO_A_MINUTE).limit_type(LimitType::UserId);
+        let (_, served, reached) = serve::<A>([guard]);
         let client = client_from("127.0.0.1");
         let as_user = |user| [("x-user-id", user)];
 
@@ -422,10 +412,8 @@ mod scenarios {
     }
 
     pub async fn concurrent_requests_are_counted_exactly<A: GuardedApp>() {
-        let limiter = support::limiter();
-        let guard = Guard::new("guards::concurrent", &THIRTY_A_MINUTE).limiter(limiter);
-        let reached = Reached::default();
-        let served = A::serve(limiter, vec![guard], reached.clone());
+        let guard = Guard::new("guards::concurrent", &THIRTY_A_MINUTE);
+        let (_, served, reached) = serve::<A>([guard]);
         // Separate clients: separate connections, spread over the workers.
         let clients: Vec<Client> = (0..8).map(|_| client_from("127.0.0.1")).collect();
         let mut calls = tokio::task::JoinSet::new();

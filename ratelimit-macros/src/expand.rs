@@ -308,6 +308,18 @@ mod tests {
         )
     }
 
+    /// The expansion of `args` on a function of a `user`.
+    fn expand_for_user(args: TokenStream) -> String {
+        expand_str(
+            args,
+            quote!(
+                async fn f(user: User) -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        )
+    }
+
     #[test]
     fn rules_are_static_data_in_milliseconds_with_the_duplicate_rule_last() {
         let out = expand_simple(quote!(
@@ -514,14 +526,7 @@ mod tests {
 
     #[test]
     fn rules_per_call_are_evaluated_before_the_key_and_lent_to_the_check() {
-        let out = expand_str(
-            quote!(rules = plan_rules(&user), prevent_duplicate = true),
-            quote!(
-                async fn f(user: User) -> Result<(), E> {
-                    Ok(())
-                }
-            ),
-        );
+        let out = expand_for_user(quote!(rules = plan_rules(&user), prevent_duplicate = true));
         let duplicate_only = format!(
             "rules : & [{}] , duplicate_rule : true , dynamic_rules : true ,",
             quote!(::redis_ratelimit::__private::Rule::new(
@@ -552,28 +557,15 @@ mod tests {
 
     #[test]
     fn an_empty_list_of_rules_per_call_skips_the_key_and_the_check() {
-        let out = expand_str(
-            quote!(rules = plan_rules(&user), limit_type = IP),
-            quote!(
-                async fn f(user: User) -> Result<(), E> {
-                    Ok(())
-                }
-            ),
-        );
+        let out = expand_for_user(quote!(rules = plan_rules(&user), limit_type = IP));
         let empty = out
             .find("if < [_] > :: is_empty (& * __ratelimit_rules)")
             .expect("the emptiness test");
         let key = out.find("key_from_context").expect("a key");
         assert!(empty < key, "{out}");
         // With a duplicate-submission rule there is always a rule to check.
-        let with_duplicate = expand_str(
-            quote!(rules = plan_rules(&user), prevent_duplicate = true),
-            quote!(
-                async fn f(user: User) -> Result<(), E> {
-                    Ok(())
-                }
-            ),
-        );
+        let with_duplicate =
+            expand_for_user(quote!(rules = plan_rules(&user), prevent_duplicate = true));
         assert!(with_duplicate.contains("if false {"), "{with_duplicate}");
     }
 

@@ -436,18 +436,26 @@ mod tests {
         assert_eq!(overrides.lookup("p:", "app::f", SITE).0.rules, SITE);
     }
 
+    /// The fields of a `{prefix}rules` hash as read from Redis.
+    #[cfg(feature = "redis")]
+    fn fields(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|&(field, value)| (field.to_owned(), value.to_owned()))
+            .collect()
+    }
+
     #[test]
     #[cfg(feature = "redis")]
     fn stored_values_are_parsed_per_field_and_malformed_ones_skipped() {
         let overrides = Overrides::new();
-        let field = |f: &str, v: &str| (f.to_owned(), v.to_owned());
         overrides.apply_stored(
             "p:",
-            vec![
-                field("app::f", "5/minute, 20/hour"),
-                field("app::f#duplicate", "NONE"),
-                field("app::g", "5 per fortnight"),
-            ],
+            fields(&[
+                ("app::f", "5/minute, 20/hour"),
+                ("app::f#duplicate", "NONE"),
+                ("app::g", "5 per fortnight"),
+            ]),
         );
         let rules = overrides.lookup("p:", "app::f", SITE).0.rules;
         assert_eq!(rules.rules, [Rule::per_minute(5), Rule::per_hour(20)]);
@@ -462,11 +470,8 @@ mod tests {
     #[cfg(feature = "redis")]
     fn a_mode_is_overridden_apart_from_the_rules() {
         let overrides = Overrides::new();
-        let field = |f: &str, v: &str| (f.to_owned(), v.to_owned());
-        overrides.apply_stored(
-            "p:",
-            vec![field("app::f", "5/minute"), field("app::f#mode", "SHADOW")],
-        );
+        let stored = [("app::f", "5/minute"), ("app::f#mode", "SHADOW")];
+        overrides.apply_stored("p:", fields(&stored));
         let (in_force, _) = overrides.lookup("p:", "app::f", SITE);
         assert_eq!(in_force.mode, Some(Mode::Shadow));
         assert_eq!(in_force.rules.rules, [Rule::per_minute(5), COMPILED[1]]);
@@ -479,7 +484,7 @@ mod tests {
         overrides.clear_local("app::f");
         assert_eq!(overrides.mode("app::f"), Some(Mode::Shadow));
         // A malformed mode is skipped: the site keeps its mode.
-        overrides.apply_stored("p:", vec![field("app::f#mode", "loud")]);
+        overrides.apply_stored("p:", fields(&[("app::f#mode", "loud")]));
         assert_eq!(
             overrides.lookup("p:", "app::f", SITE).0,
             InForce::compiled(SITE)
