@@ -172,7 +172,9 @@ fn check(args: &Args) -> TokenStream {
             ::core::option::Option::None
         } else {
             let __ratelimit_limiter: &#private::Limiter = #limiter;
-            match #key {
+            // Its own statement: the temporaries of `by` end here, before the `.await`.
+            let __ratelimit_key = #key;
+            match __ratelimit_key {
                 ::core::option::Option::None => ::core::option::Option::None,
                 ::core::option::Option::Some(__ratelimit_key) => match __RATELIMIT_SITE
                     .check(__ratelimit_limiter, __ratelimit_key, #cost, #rules_of_the_call)
@@ -535,7 +537,7 @@ mod tests {
             ))
         );
         assert!(out.contains(&duplicate_only), "{out}");
-        let key = out.find("key_from_context").expect("a key");
+        let key = out.find("let __ratelimit_key =").expect("a key");
         let rules = out
             .find("let __ratelimit_rules = plan_rules (& user) ;")
             .expect("the rules");
@@ -561,7 +563,7 @@ mod tests {
         let empty = out
             .find("if < [_] > :: is_empty (& * __ratelimit_rules)")
             .expect("the emptiness test");
-        let key = out.find("key_from_context").expect("a key");
+        let key = out.find("let __ratelimit_key =").expect("a key");
         assert!(empty < key, "{out}");
         // With a duplicate-submission rule there is always a rule to check.
         let with_duplicate =
