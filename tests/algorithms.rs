@@ -91,6 +91,31 @@ mod api {
             }
         }
 
+        async fn a_refund_gives_back_exactly_that_decision_s_units_once() {
+            let l = support::limiter();
+            for algorithm in Algorithm::ALL {
+                let key = format!("refund:{}", algorithm.name());
+                let left = || async {
+                    let peek = l.peek(&key, &RULES).algorithm(algorithm).await.unwrap();
+                    peek.remaining
+                };
+                assert!(l.check(&key, &RULES).algorithm(algorithm).await.unwrap().allowed);
+                let taken = l.check(&key, &RULES).algorithm(algorithm).await.unwrap();
+                assert_eq!((taken.allowed, taken.remaining), (true, 0), "{algorithm:?}");
+                l.refund(&key, &RULES, &taken).await.unwrap();
+                assert_eq!(left().await, 1, "{algorithm:?}: its unit is back");
+                // Twice: nothing more comes back.
+                l.refund(&key, &RULES, &taken).await.unwrap();
+                assert_eq!(left().await, 1, "{algorithm:?}: given back once");
+                // A refusal took nothing, so its refund gives nothing.
+                assert!(l.check(&key, &RULES).algorithm(algorithm).await.unwrap().allowed);
+                let refused = l.check(&key, &RULES).algorithm(algorithm).await.unwrap();
+                assert!(!refused.allowed, "{algorithm:?}");
+                l.refund(&key, &RULES, &refused).await.unwrap();
+                assert_eq!(left().await, 0, "{algorithm:?}: a refusal's refund is a no-op");
+            }
+        }
+
         async fn a_key_counted_by_one_algorithm_refuses_another() {
             let l = support::limiter();
             let all = Algorithm::ALL;

@@ -6,7 +6,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use redis_ratelimit::{rate_limiter, Limiter, Mode, RateLimitError, Rule};
+use redis_ratelimit::{rate_limiter, Algorithm, Limiter, Mode, RateLimitError, Rule};
 
 static THREE_PER_MINUTE: [Rule; 1] = [Rule::per_minute(3)];
 
@@ -173,6 +173,37 @@ fn precedence_is_override_then_limiter_shadow_then_attribute() {
         Limiter::memory().mode_in_force("policies.any"),
         Mode::Enforce
     );
+}
+
+#[tokio::test]
+async fn a_block_is_seen_by_another_instance_after_the_rule_s_window_passed() {
+    let server = support::RedisServer::start();
+    let instance = || support::leak(Limiter::redis(&server.url()).unwrap());
+    let (a, b) = (instance(), instance());
+    let rules = [Rule::new(1, Duration::from_millis(200))];
+    let hour = Duration::from_secs(3600);
+    for algorithm in Algorithm::ALL {
+        let key = format!("blocked:{}", algorithm.name());
+        let check = |limiter: &'static Limiter| limiter.check(&key, &rules).algorithm(algorithm);
+        assert!(check(a).block_for(hour).await.unwrap().allowed);
+        let refused = check(a).block_for(hour).await.unwrap();
+        assert!(!refused.allowed, "{algorithm:?}");
+        assert!(
+            refused.retry_after > Some(hour / 2),
+            "{algorithm:?}: {refused:?}"
+        );
+        // Long after the rule's own window, the other instance still finds the block.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let blocked = check(b).await.unwrap();
+        assert!(!blocked.allowed, "{algorithm:?}");
+        assert!(
+            blocked.retry_after > Some(hour / 2),
+            "{algorithm:?}: {blocked:?}"
+        );
+        // Blocked checks consumed nothing; a reset lifts the block.
+        b.reset(&key).await.unwrap();
+        assert!(check(b).await.unwrap().allowed, "{algorithm:?}");
+    }
 }
 
 const URL_ENV: &str = support::CHILD_URL_ENV;

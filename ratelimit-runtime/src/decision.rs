@@ -73,7 +73,7 @@ impl Decision {
 /// the entries of the check numbered `id` of its key. The other algorithms count units
 /// without names: their refund gives back only what the key's state still holds in the
 /// same window (or, for the token bucket, what has not refilled since), never below zero.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub(crate) struct Receipt {
     /// When the units were counted, in µs since the epoch, on the backend's clock.
     pub at_us: u64,
@@ -126,7 +126,7 @@ impl Receipt {
 }
 
 /// Where a decision's units were counted.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub(crate) enum CountedBy {
     // Without the `redis` feature only the embedded backend counts.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]

@@ -4,10 +4,12 @@ use std::time::Duration;
 
 mod check;
 mod deny_cache;
+mod refunds;
 
 pub use check::Check;
 
 use self::deny_cache::DenyCache;
+use self::refunds::Refunds;
 use crate::backend::memory::MemoryBackend;
 #[cfg(feature = "redis")]
 use crate::backend::redis::{Breaker, RedisBackend, RedisConfig};
@@ -43,6 +45,8 @@ pub struct Limiter {
     /// Counts checks while the store cannot answer.
     fallback: Option<Box<Limiter>>,
     deny_cache: Option<DenyCache>,
+    /// The decisions of the counting algorithms refunded, each refunded once.
+    refunds: Refunds,
     /// Puts every guarded site in shadow mode, unless its own mode is overridden.
     shadow: bool,
     warnings: LogThrottle,
@@ -181,6 +185,7 @@ impl Limiter {
             fail_open: true,
             fallback: None,
             deny_cache: None,
+            refunds: Refunds::default(),
             shadow: false,
             warnings: LogThrottle::new(),
             overrides: Overrides::new(),
@@ -537,10 +542,12 @@ impl Limiter {
     /// Gives back exactly the units `decision` took from `key` under `rules`: a no-op for a
     /// denied decision (which took nothing) and once the units have left every window.
     /// Never gives back twice: the sliding log removes exactly the entries of that check,
-    /// so a repeated refund changes nothing; the other algorithms give back only what the
-    /// key still holds in the same window (or has not refilled), and a refund whose
-    /// connection broke is not sent again blindly (its units then stay used, the safe
-    /// side). A decision counted by the [`fallback`](Self::fallback) is refunded there.
+    /// so a repeated refund changes nothing; the other algorithms count units without
+    /// names, so the limiter remembers the decisions it refunded (its last 4096 refunds)
+    /// and ignores a repeated one, and gives back only what the key still holds in the
+    /// same window (or has not refilled). A refund whose connection broke is not sent again
+    /// blindly (its units then stay used, the safe side). A decision counted by the
+    /// [`fallback`](Self::fallback) is refunded there.
     ///
     /// ```
     /// use std::time::Duration;
@@ -589,7 +596,7 @@ impl Limiter {
         now_us: Option<u64>,
     ) -> Result<(), BackendError> {
         let receipt = decision.receipt();
-        if receipt.is_empty() {
+        if receipt.is_empty() || !self.refunds.first(key, receipt) {
             return Ok(());
         }
         let counted_here = match (&self.store, receipt.counted_by) {
