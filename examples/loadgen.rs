@@ -59,6 +59,14 @@ struct Options {
     /// The Tokio runtime's worker threads (1: a current-thread runtime).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     threads: u16,
+    /// After a refusal, block the key this many ms (`Check::block_for`); 0: no block.
+    #[arg(long, default_value_t = 0)]
+    block_for_ms: u64,
+    /// Give back every admitted check (`Limiter::refund`), as a `charge_if` site gives back
+    /// a call it does not charge. A refund is a second round trip, counted in the check's
+    /// latency, not as a check of its own.
+    #[arg(long)]
+    refund: bool,
 }
 
 /// A whole number of at least 1.
@@ -127,7 +135,8 @@ async fn run(o: Options) -> ExitCode {
     let workers: Vec<_> = (0..o.concurrency)
         .map(|worker| {
             let (limiter, keys, issued) = (limiter.clone(), keys.clone(), issued.clone());
-            let (total, algorithm) = (o.total, o.algorithm);
+            let (total, algorithm, refund) = (o.total, o.algorithm, o.refund);
+            let block_for = Duration::from_millis(o.block_for_ms);
             tokio::spawn(async move {
                 let mut seed =
                     0x9E37_79B9_7F4A_7C15 ^ (worker + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -136,7 +145,13 @@ async fn run(o: Options) -> ExitCode {
                 while issued.fetch_add(1, Ordering::Relaxed) < total {
                     let key = &keys[(next_random(&mut seed) % keys.len() as u64) as usize];
                     let t = Instant::now();
-                    let result = limiter.check(key, &rules).algorithm(algorithm).await;
+                    let check = limiter.check(key, &rules).algorithm(algorithm);
+                    let mut result = check.block_for(block_for).await;
+                    if let (true, Ok(d)) = (refund, &result) {
+                        if let Err(e) = limiter.refund(key, &rules, d).await {
+                            result = Err(e);
+                        }
+                    }
                     latencies_us.push(t.elapsed().as_micros() as u32);
                     match result {
                         Ok(d) if d.allowed => allowed += 1,
