@@ -439,6 +439,7 @@ impl Limiter {
     /// with `compiled` and the attribute's `shadow`. Starts reading the overrides stored
     /// under `prefix` if this limiter does not yet. Lock-free and allocation-free once a
     /// prefix is known.
+    #[inline]
     pub(crate) fn site_policy(
         &self,
         prefix: &'static str,
@@ -493,6 +494,7 @@ impl Limiter {
     /// # Panics
     ///
     /// When `rules` is empty (when awaited).
+    #[inline]
     pub fn check<'a>(&'a self, key: &'a str, rules: &'a [Rule]) -> Check<'a> {
         Check::new(self, Request::new(key, rules, true))
     }

@@ -39,6 +39,7 @@ pub struct Check<'a> {
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 impl<'a> Check<'a> {
+    #[inline]
     pub(super) fn new(limiter: &'a Limiter, request: Request<'a>) -> Self {
         Check {
             limiter,
@@ -57,6 +58,7 @@ impl<'a> Check<'a> {
     /// # Panics
     ///
     /// When `cost` is 0.
+    #[inline]
     pub fn cost(mut self, cost: u64) -> Self {
         assert!(cost > 0, "a check's cost must be at least 1");
         self.request.cost = cost;
@@ -65,6 +67,7 @@ impl<'a> Check<'a> {
 
     /// How the rules are counted (default [`Algorithm::SlidingLog`]). Use one algorithm per
     /// key: each keeps its own kind of state.
+    #[inline]
     pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
         self.request.algorithm = algorithm;
         self
@@ -90,6 +93,7 @@ impl<'a> Check<'a> {
     /// assert!(d.allowed);
     /// # Ok(()) }
     /// ```
+    #[inline]
     pub fn wait(mut self, budget: Duration) -> Self {
         self.wait = Some(budget);
         self
@@ -115,6 +119,7 @@ impl<'a> Check<'a> {
     /// assert!(refused.retry_after > Some(Duration::from_secs(60))); // locked out
     /// # Ok(()) }
     /// ```
+    #[inline]
     pub fn block_for(mut self, duration: Duration) -> Self {
         self.request.block_for_us = u64::try_from(duration.as_micros()).unwrap_or(u64::MAX);
         self
@@ -123,6 +128,7 @@ impl<'a> Check<'a> {
     /// Makes this the check of a guarded site: its metrics name `site`, a denial of a
     /// `shadow` site is reported as `shadow_limited`, and its decision can be refunded only
     /// when the site `refunds`.
+    #[inline]
     pub(crate) fn guarded(mut self, site: &'static str, shadow: bool, refunds: bool) -> Self {
         self.site = site;
         self.shadow = shadow;
