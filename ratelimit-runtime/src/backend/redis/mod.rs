@@ -76,6 +76,7 @@ pub use breaker::Breaker;
 pub(crate) use config::RedisConfig;
 
 use super::Request;
+use crate::clock::{Clock, SystemClock};
 use crate::decision::{RawDecision, Receipt};
 use crate::{BackendError, Rule};
 use breaker::Health;
@@ -231,19 +232,35 @@ impl RedisBackend {
         Err(Failure::Redirects)
     }
 
+    /// Sends `command` (a script's `EVALSHA`) for `key`; when the server does not know the
+    /// script (NOSCRIPT: nothing ran), sends `eval()`, the script's body, instead of a
+    /// `SCRIPT LOAD` that a Cluster would have to send to every node (`None`: the command
+    /// was no script of ours, and NOSCRIPT is the answer).
+    async fn send_script(
+        &self,
+        key: &str,
+        command: &Cmd,
+        eval: impl FnOnce() -> Option<Cmd>,
+        harmless: bool,
+        deadline: Instant,
+    ) -> Result<Value, Failure> {
+        match self.send(key, command, harmless, deadline).await {
+            Err(Failure::NoScript) => match eval() {
+                Some(eval) => self.send(key, &eval, harmless, deadline).await,
+                None => Err(Failure::NoScript),
+            },
+            reply => reply,
+        }
+    }
+
     async fn run(&self, request: &Request<'_>, deadline: Instant) -> Result<RawDecision, Failure> {
         let harmless = script::rerun_is_harmless(request.algorithm);
         let key = request.key;
         let invocation = script::Invocation::new(request);
-        let reply = match self
-            .send(key, &invocation.evalsha(), harmless, deadline)
-            .await
-        {
-            // NOSCRIPT: nothing ran. The body goes with this check, instead of a SCRIPT LOAD
-            // that a Cluster would have to send to every node.
-            Err(Failure::NoScript) => self.send(key, &invocation.eval(), harmless, deadline).await,
-            reply => reply,
-        }?;
+        let eval = || Some(invocation.eval());
+        let reply = self
+            .send_script(key, &invocation.evalsha(), eval, harmless, deadline)
+            .await?;
         invocation.decode(&reply).ok_or_else(|| {
             Failure::Unexpected(
                 format!("the rate-limit script answered out of range: {reply:?}").into(),
@@ -415,11 +432,8 @@ impl NodeRef<'_> {
 
 /// `request` at this process's clock, unless it has a time of its own.
 fn with_client_clock<'a>(request: &Request<'a>) -> Request<'a> {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
     Request {
-        now_us: Some(request.now_us.unwrap_or(now.as_micros() as u64)),
+        now_us: Some(request.now_us.unwrap_or_else(|| SystemClock.now_us())),
         ..*request
     }
 }
@@ -477,14 +491,11 @@ impl RedisBackend {
         };
         let deadline = self.deadline(self.config.timeout);
         let harmless = refund.rerun_is_harmless();
-        let sent = match self.send(key, &refund.command(), harmless, deadline).await {
-            Err(Failure::NoScript) => match refund.eval() {
-                Some(eval) => self.send(key, &eval, harmless, deadline).await,
-                None => Err(Failure::NoScript),
-            },
-            sent => sent,
-        };
-        sent.map(drop).map_err(|failure| self.error(key, failure))
+        let eval = || refund.eval();
+        self.send_script(key, &refund.command(), eval, harmless, deadline)
+            .await
+            .map(drop)
+            .map_err(|failure| self.error(key, failure))
     }
 
     /// Forgets `key`.

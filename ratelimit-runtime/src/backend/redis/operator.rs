@@ -9,6 +9,7 @@ use redis::{Cmd, Script, Value};
 
 use super::{Failure, RedisBackend};
 use crate::algorithm::KeyState;
+use crate::clock::{Clock, SystemClock};
 use crate::BackendError;
 
 /// `scripts/inspect.lua`, hashed once per process.
@@ -49,16 +50,16 @@ impl RedisBackend {
     pub(crate) async fn read_key(&self, key: &str) -> Result<Option<Held>, BackendError> {
         let mut evalsha = redis::cmd("EVALSHA");
         evalsha.arg(INSPECT.get_hash()).arg(1).arg(key);
+        let eval = || {
+            let mut eval = redis::cmd("EVAL");
+            eval.arg(SOURCE).arg(1).arg(key);
+            Some(eval)
+        };
         let deadline = self.operator_deadline();
-        let reply = match self.send(key, &evalsha, true, deadline).await {
-            Err(Failure::NoScript) => {
-                let mut eval = redis::cmd("EVAL");
-                eval.arg(SOURCE).arg(1).arg(key);
-                self.send(key, &eval, true, deadline).await
-            }
-            reply => reply,
-        }
-        .map_err(|failure| self.error(key, failure))?;
+        let reply = self
+            .send_script(key, &evalsha, eval, true, deadline)
+            .await
+            .map_err(|failure| self.error(key, failure))?;
         let unexpected = |what: String| self.error(key, Failure::Unexpected(what.into()));
         let Value::Array(items) = reply else {
             return Err(unexpected(format!("the key's read answered {reply:?}")));
@@ -98,12 +99,7 @@ impl RedisBackend {
             },
             _ => None,
         };
-        parsed.unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default()
-                .as_micros() as u64
-        })
+        parsed.unwrap_or_else(|| SystemClock.now_us())
     }
 
     /// Sets `field` of the hash at `key` to `value`.
