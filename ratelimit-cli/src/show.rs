@@ -6,6 +6,9 @@ use redis_ratelimit::{
     BackendError, BackendErrorKind, KeyState, RuleState, Setting, StoredOverride,
 };
 use serde_json::{json, Value};
+use time::format_description::FormatItem;
+use time::macros::format_description;
+use time::OffsetDateTime;
 
 /// Where the rules `inspect` shows come from.
 pub enum RulesFrom {
@@ -300,24 +303,11 @@ fn unix_ms(t: SystemTime) -> u64 {
 
 /// `t` as `2025-01-31 23:59:59 UTC`.
 fn utc(t: SystemTime) -> String {
-    let secs = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
-    let (days, rest) = (secs / 86_400, secs % 86_400);
-    // Days since 1970-01-01 to a civil date (H. Hinnant's `civil_from_days`).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        rest / 3_600,
-        rest % 3_600 / 60,
-        rest % 60
-    )
+    const FORMAT: &[FormatItem<'_>] =
+        format_description!("[year]-[month]-[day] [hour]:[minute]:[second] UTC");
+    OffsetDateTime::from(t)
+        .format(FORMAT)
+        .expect("every field of the format is in a UTC time")
 }
 
 fn print_json(value: &Value) {
