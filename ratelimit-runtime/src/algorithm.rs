@@ -326,6 +326,14 @@ pub(crate) trait Counter {
     /// Gives back what `receipt` took, as far as the state still holds it (see
     /// [`Receipt`]); `now_us` is the caller's clock.
     fn refund(&mut self, rules: &[Rule], receipt: &Receipt, now_us: u64);
+
+    /// The latest time the state records, before which no check is counted (see
+    /// [`Clamp`]); `None` when it records none.
+    fn latest_us(&self) -> Option<u64>;
+
+    /// `rule`'s view of a call of `cost` units counted at `at_us` (already clamped),
+    /// changing nothing; a rule the state keeps no record of stands empty.
+    fn figures(&self, rule: &Rule, at_us: u64, cost: u64) -> Figures;
 }
 
 /// A key's lock-out: after a consuming check with `block_for` set is refused by a rule,
@@ -503,19 +511,14 @@ impl KeyState {
     /// sliding log every rule is counted from the entries. The block is not applied: see
     /// [`block`](Self::block).
     pub fn standing(&self, rule: &Rule, now_us: u64) -> Standing {
-        let latest_us = match &self.counts {
-            Counts::SlidingLog(s) => s.entries().map(|(_, _, newest)| newest),
-            Counts::FixedWindow(s) => s.latest_us(),
-            Counts::SlidingWindow(s) => s.latest_us(),
-            Counts::TokenBucket(s) => s.latest_us(),
+        let counter: &dyn Counter = match &self.counts {
+            Counts::SlidingLog(s) => s,
+            Counts::FixedWindow(s) => s,
+            Counts::SlidingWindow(s) => s,
+            Counts::TokenBucket(s) => s,
         };
-        let Clamp { at_us, lag_us } = Clamp::new(now_us, latest_us);
-        let figures = |cost| match &self.counts {
-            Counts::SlidingLog(s) => s.figures(rule, at_us, cost),
-            Counts::FixedWindow(s) => s.figures(rule, at_us, cost),
-            Counts::SlidingWindow(s) => s.figures(rule, at_us, cost),
-            Counts::TokenBucket(s) => s.figures(rule, at_us, cost),
-        };
+        let Clamp { at_us, lag_us } = Clamp::new(now_us, counter.latest_us());
+        let figures = |cost| counter.figures(rule, at_us, cost);
         let (one, all) = (figures(1), figures(rule.count().saturating_add(1)));
         let later = |us: u64| match us {
             0 => 0,

@@ -112,17 +112,6 @@ impl<A: PerRule> State<A> {
     pub fn rules(&self) -> impl Iterator<Item = Rule> + '_ {
         self.records.0.iter().map(|&(rule, _)| rule)
     }
-
-    /// The latest time a record says a check is never counted before (see [`Clamp`]).
-    pub fn latest_us(&self) -> Option<u64> {
-        self.records.values().filter_map(|r| A::latest_us(&r)).max()
-    }
-
-    /// `rule`'s view of a call of `cost` units at `now_us` (already clamped), from its
-    /// record; a rule without one is judged empty, as a check would start it.
-    pub fn figures(&self, rule: &Rule, now_us: u64, cost: u64) -> Figures {
-        A::judge(self.records.get(usize::MAX, rule), rule, now_us, cost).figures
-    }
 }
 
 impl<A: PerRule> Clone for State<A> {
@@ -198,8 +187,7 @@ impl<A: PerRule> Counter for State<A> {
             consume,
             ..
         } = *call;
-        let latest_us = self.records.values().filter_map(|r| A::latest_us(&r)).max();
-        let clamp = match block.clamp(call, latest_us) {
+        let clamp = match block.clamp(call, self.latest_us()) {
             Ok(clamp) => clamp,
             Err(refused) => return refused,
         };
@@ -255,6 +243,15 @@ impl<A: PerRule> Counter for State<A> {
                 *record = A::refund(*record, rule, at_us, cost, now_us);
             }
         }
+    }
+
+    /// The latest window start a record holds (the token bucket's records hold none).
+    fn latest_us(&self) -> Option<u64> {
+        self.records.values().filter_map(|r| A::latest_us(&r)).max()
+    }
+
+    fn figures(&self, rule: &Rule, at_us: u64, cost: u64) -> Figures {
+        A::judge(self.records.get(usize::MAX, rule), rule, at_us, cost).figures
     }
 }
 

@@ -63,12 +63,6 @@ impl State {
         Some((self.log.len(), *self.log.front()?, *self.log.back()?))
     }
 
-    /// `rule`'s view of a call of `cost` units at `now_us`, which must not be before the
-    /// newest entry (see [`Clamp`]).
-    pub fn figures(&self, rule: &Rule, now_us: u64, cost: u64) -> Figures {
-        figures(&self.log, rule, now_us, cost)
-    }
-
     /// A log holding the entries `entries` (µs, in any order), as read from Redis.
     #[cfg(feature = "redis")]
     pub fn from_entries(mut entries: Vec<u64>) -> State {
@@ -207,6 +201,15 @@ impl Counter for State {
             self.log.drain(first..first + gone);
             self.refunded.push((at_us, id));
         }
+    }
+
+    /// The newest entry: entries are added at the newest time or later.
+    fn latest_us(&self) -> Option<u64> {
+        self.log.back().copied()
+    }
+
+    fn figures(&self, rule: &Rule, at_us: u64, cost: u64) -> Figures {
+        figures(&self.log, rule, at_us, cost)
     }
 }
 
