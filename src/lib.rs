@@ -47,7 +47,7 @@ pub use ratelimit_runtime::{Breaker, OverrideError, StoredOverride, StoredOverri
 /// What `#[rate_limiter]` expands to refers to. Not public API.
 #[doc(hidden)]
 pub mod __private {
-    pub use ratelimit_runtime::site::{charge_if, CallSite, Permit, SiteConfig};
+    pub use ratelimit_runtime::site::{charge_if, CallSite, Guarded, Permit, SiteConfig};
     pub use ratelimit_runtime::RequestContext;
     pub use ratelimit_runtime::{global, Algorithm, LimitType, Limiter, RateLimitError, Rule};
 }

@@ -46,6 +46,7 @@ async fn guarded(limiter: &Limiter, key: &'static str) -> (Result<(), RateLimitE
     let start = Instant::now();
     let result = SITE
         .check(limiter, Cow::Borrowed(key), 1, None)
+        .answer()
         .await
         .map(drop);
     (result, start.elapsed())

@@ -176,10 +176,13 @@ fn check(args: &Args) -> TokenStream {
             let __ratelimit_key = #key;
             match __ratelimit_key {
                 ::core::option::Option::None => ::core::option::Option::None,
-                ::core::option::Option::Some(__ratelimit_key) => match __RATELIMIT_SITE
+                ::core::option::Option::Some(__ratelimit_key) => match match __RATELIMIT_SITE
                     .check(__ratelimit_limiter, __ratelimit_key, #cost, #rules_of_the_call)
-                    .await
                 {
+                    // An answer at hand is taken as it is; only a waiting one is awaited.
+                    #private::Guarded::Ready(__ratelimit_answer) => __ratelimit_answer,
+                    #private::Guarded::Waiting(__ratelimit_waiting) => __ratelimit_waiting.await,
+                } {
                     ::core::result::Result::Ok(__ratelimit_permit) => {
                         ::core::option::Option::Some(__ratelimit_permit)
                     }

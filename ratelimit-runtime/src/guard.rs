@@ -178,8 +178,9 @@ pub(crate) use checking::GuardSite;
 #[cfg(any(feature = "tower", feature = "actix"))]
 mod checking {
     use crate::key::KeyTemplate;
+    use crate::site;
     use crate::site_config::SiteConfig;
-    use crate::{registry, site, Limiter, RateLimitError};
+    use crate::{registry, Limiter, RateLimitError};
 
     use super::Guard;
 
@@ -229,7 +230,8 @@ mod checking {
             let Some(key) = context_key? else {
                 return Ok(());
             };
-            let permit = site::guard(&self.config, self.name, limiter, key, 1, None).await?;
+            let guarded = site::guard(&self.config, self.name, limiter, key, 1, None);
+            let permit = guarded.answer().await?;
             // What it took stays taken.
             drop(permit);
             Ok(())

@@ -93,8 +93,22 @@ pub fn site_path<'k>(key: &'k str, prefix: &str) -> Option<&'k str> {
 /// `#` and its SHA-1 (`#` never appears unescaped, so the two forms cannot collide).
 pub fn push_identity(out: &mut String, identity: impl fmt::Display) {
     let start = out.len();
+    // Written as it is, then escaped only when it needs to be: most identities (numbers,
+    // addresses, ids) need nothing, and a byte scan is cheaper than escaping as it goes.
     // Writing into a String cannot fail.
-    let _ = write!(Escaper(out), "{identity}");
+    let _ = write!(out, "{identity}");
+    if !out.as_bytes()[start..].iter().all(|&b| is_plain(b)) {
+        let raw = out.split_off(start);
+        for c in raw.chars() {
+            if needs_escaping(c) {
+                for byte in c.encode_utf8(&mut [0; 4]).bytes() {
+                    let _ = write!(out, "%{byte:02X}");
+                }
+            } else {
+                out.push(c);
+            }
+        }
+    }
     if out.len() - start > MAX_IDENTITY_LEN {
         let digest = sha1_smol::Sha1::from(&out[start..]).digest();
         out.truncate(start);
@@ -102,22 +116,10 @@ pub fn push_identity(out: &mut String, identity: impl fmt::Display) {
     }
 }
 
-struct Escaper<'a>(&'a mut String);
-
-impl fmt::Write for Escaper<'_> {
-    fn write_str(&mut self, mut s: &str) -> fmt::Result {
-        // Runs of characters that need no escaping (most identities are one) go in whole.
-        while let Some((at, c)) = s.char_indices().find(|&(_, c)| needs_escaping(c)) {
-            self.0.push_str(&s[..at]);
-            let mut utf8 = [0u8; 4];
-            for byte in c.encode_utf8(&mut utf8).bytes() {
-                write!(self.0, "%{byte:02X}")?;
-            }
-            s = &s[at + c.len_utf8()..];
-        }
-        self.0.push_str(s);
-        Ok(())
-    }
+/// Whether byte `b` is a character that is kept as it is: printable ASCII but for the
+/// escaped five. (Any other byte starts a character that [`needs_escaping`] looks at.)
+fn is_plain(b: u8) -> bool {
+    b.is_ascii_graphic() && !matches!(b, b'%' | b'#' | b':' | b'{' | b'}')
 }
 
 fn needs_escaping(c: char) -> bool {
@@ -391,6 +393,16 @@ mod tests {
             t.key_for("a:b{c}d e\tf\u{7}%#é"),
             "user:a%3Ab%7Bc%7Dd%20e%09f%07%25%23é:f"
         );
+    }
+
+    #[test]
+    fn unicode_whitespace_is_encoded_and_other_text_kept() {
+        let t = KeyTemplate::new("", LimitType::Custom, "f");
+        assert_eq!(
+            t.key_for("ü\u{a0}名\u{2028}x"),
+            "custom:ü%C2%A0名%E2%80%A8x:f"
+        );
+        assert_eq!(t.key_for(12_345_u64), "custom:12345:f");
     }
 
     #[test]

@@ -3,6 +3,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod check;
+pub(crate) use check::{Begun, Plan};
 mod deny_cache;
 mod refunds;
 

@@ -141,6 +141,12 @@ impl Observation {
         }
     }
 
+    /// The check's span, to instrument the part of it that waits (`Span::none()` when
+    /// there is none).
+    pub fn span(&self) -> Span {
+        self.span.clone().unwrap_or_else(Span::none)
+    }
+
     /// Runs `f` in the check's span.
     pub fn in_scope<T>(&self, f: impl FnOnce() -> T) -> T {
         match &self.span {

@@ -5,15 +5,18 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::context::{RequestContext, SiteDecision};
 use crate::key::{function_path, KeyTemplate};
-use crate::overrides::intern;
+use crate::limiter::{Begun, Plan};
+use crate::overrides::{intern, SiteRules};
 pub use crate::site_config::SiteConfig;
 use crate::throttle::LogThrottle;
-use crate::{registry, Decision, LimitType, Limiter, Mode, RateLimitError, Rule};
+use crate::{registry, BackendError, Decision, LimitType, Limiter, Mode, RateLimitError, Rule};
 
 /// A guarded function: its configuration plus the constant part of its keys, built on
 /// the first call.
@@ -111,15 +114,15 @@ impl CallSite {
     /// The rules are the compiled or given ones unless overridden (see
     /// [`Limiter::override_rules`]). The expansion does not call it for an exempt request
     /// ([`RequestContext::is_exempt`]), which counts nothing.
-    pub async fn check<'a>(
+    pub fn check<'a>(
         &'static self,
         limiter: &'a Limiter,
         key: Cow<'static, str>,
         cost: u64,
         rules: Option<&[Rule]>,
-    ) -> Result<Permit<'a>, RateLimitError> {
+    ) -> Guarded<'a> {
         let path = self.built.get().map_or("", |built| built.path);
-        guard(&self.config, path, limiter, key, cost, rules).await
+        guard(&self.config, path, limiter, key, cost, rules)
     }
 }
 
@@ -183,19 +186,23 @@ fn identity_key(
 /// call runs unchecked), then the check itself, then the answer: a denial refuses the call
 /// unless the site is in shadow mode, a backend failure lets it through when the limiter
 /// is fail-open.
-pub(crate) async fn guard<'a>(
-    config: &SiteConfig,
+///
+/// Synchronous as far as it can be: a call answered at once (by the embedded backend, the
+/// deny cache, its mode) builds no future; only one that waits for Redis, or for room,
+/// gets a boxed one owning its key.
+pub(crate) fn guard<'a>(
+    config: &'a SiteConfig,
     path: &'static str,
     limiter: &'a Limiter,
     key: Cow<'static, str>,
     cost: u64,
     rules: Option<&[Rule]>,
-) -> Result<Permit<'a>, RateLimitError> {
+) -> Guarded<'a> {
     debug_assert!(cost > 0, "a guarded call's cost is at least 1");
     let (in_force, mode) =
         limiter.site_policy(config.prefix, path, config.compiled_rules(), config.shadow);
     if mode == Mode::Off {
-        return Ok(Permit::NOTHING);
+        return Guarded::unchecked();
     }
     let rules: Cow<'_, [Rule]> = match rules {
         // An operator's override of the ordinary rules wins over the call's own.
@@ -206,68 +213,165 @@ pub(crate) async fn guard<'a>(
         _ => Cow::Borrowed(in_force.rules),
     };
     if rules.is_empty() {
-        return Ok(Permit::NOTHING);
+        return Guarded::unchecked();
     }
-    let shadow = mode == Mode::Shadow;
-    let mut check = limiter
-        .check(&key, &rules)
-        .cost(cost)
-        .algorithm(config.algorithm)
-        .guarded(path, shadow, config.refunds);
-    if let Some(block_for) = config.block_for {
-        check = check.block_for(block_for);
+    let step = Step {
+        config,
+        path,
+        limiter,
+        in_force,
+        shadow: mode == Mode::Shadow,
+        cost,
+    };
+    match step.plan(&key, &rules).begin() {
+        Begun::Answered(result) => Guarded::Ready(step.answer(result, key, rules)),
+        Begun::Waits(waits) => {
+            let rules = step.owned(rules);
+            Guarded::Waiting(Box::pin(async move {
+                let result = step.plan(&key, &rules).resume(waits).await;
+                step.answer(result, key, rules)
+            }))
+        }
     }
-    if let (Some(wait), false) = (config.wait, shadow) {
-        check = check.wait(wait);
+}
+
+/// A guarded check: answered at once, or still waiting (see [`guard`]). The caller takes
+/// a ready answer as it is and awaits only a waiting one, so that an answer at hand goes
+/// through no future at all.
+#[must_use = "a guarded check is answered, or awaited"]
+pub enum Guarded<'a> {
+    Ready(Result<Permit<'a>, RateLimitError>),
+    /// Waiting for Redis, or for room.
+    Waiting(Pin<Box<dyn Future<Output = Result<Permit<'a>, RateLimitError>> + Send + 'a>>),
+}
+
+impl<'a> Guarded<'a> {
+    fn unchecked() -> Self {
+        Guarded::Ready(Ok(Permit::NOTHING))
     }
-    let decision = match check.await {
-        Ok(decision) => decision,
-        Err(err) if limiter.is_fail_open() => {
-            limiter.warn_fail_open(&key, &err);
+
+    /// The answer: the one at hand, or the waiting check's once it comes. (The attribute's
+    /// expansion matches instead, to spare a ready answer even this future.)
+    pub async fn answer(self) -> Result<Permit<'a>, RateLimitError> {
+        match self {
+            Guarded::Ready(answer) => answer,
+            Guarded::Waiting(waiting) => waiting.await,
+        }
+    }
+}
+
+impl fmt::Debug for Guarded<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Guarded::Ready(answer) => f.debug_tuple("Ready").field(answer).finish(),
+            Guarded::Waiting(_) => f.write_str("Waiting"),
+        }
+    }
+}
+
+/// One guarded check, once its mode and rules are known.
+#[derive(Clone, Copy)]
+struct Step<'a> {
+    config: &'a SiteConfig,
+    path: &'static str,
+    limiter: &'a Limiter,
+    in_force: SiteRules,
+    shadow: bool,
+    cost: u64,
+}
+
+impl<'a> Step<'a> {
+    /// The check of `key` against `rules`.
+    #[inline]
+    fn plan<'p>(&self, key: &'p str, rules: &'p [Rule]) -> Plan<'p>
+    where
+        'a: 'p,
+    {
+        let mut check = self
+            .limiter
+            .check(key, rules)
+            .cost(self.cost)
+            .algorithm(self.config.algorithm)
+            .guarded(self.path, self.shadow, self.config.refunds);
+        if let Some(block_for) = self.config.block_for {
+            check = check.block_for(block_for);
+        }
+        if let (Some(wait), false) = (self.config.wait, self.shadow) {
+            check = check.wait(wait);
+        }
+        check.plan()
+    }
+
+    /// The check's `result`, as the guarded call's answer: its permit, or why it must not
+    /// run.
+    fn answer(
+        self,
+        result: Result<Decision, BackendError>,
+        key: Cow<'static, str>,
+        rules: Cow<'_, [Rule]>,
+    ) -> Result<Permit<'a>, RateLimitError> {
+        // Read in place: a decision is large, and copied only where it is kept.
+        let decision = match result {
+            Ok(ref decision) => decision,
+            Err(err) if self.limiter.is_fail_open() => {
+                self.limiter.warn_fail_open(&key, &err);
+                return Ok(Permit::NOTHING);
+            }
+            Err(err) => return Err(RateLimitError::Backend(err)),
+        };
+        if self.shadow {
+            // No headers describe a shadow site's decisions, and it refuses nothing.
+            if !decision.allowed {
+                report_shadow_refusal(&key, decision);
+                return Ok(Permit::NOTHING);
+            }
+        } else {
+            crate::context::record_with(|| {
+                Some(SiteDecision {
+                    decision: *decision,
+                    rules: match &rules {
+                        Cow::Borrowed(rules) if self.is_in_force(rules) => self.in_force.rules,
+                        rules => intern(rules)?,
+                    },
+                    duplicate_rule: self.in_force.duplicate_rule,
+                })
+            });
+            if !decision.allowed {
+                return Err(RateLimitError::Limited {
+                    retry_after: decision.retry_after.unwrap_or(Duration::MAX),
+                    rule: decision.rule,
+                    message: self.config.message,
+                    key: key.into_owned(),
+                });
+            }
+        }
+        // Only a site that may give its units back (`charge_if`) keeps what it took.
+        if !self.config.refunds {
             return Ok(Permit::NOTHING);
         }
-        Err(err) => return Err(RateLimitError::Backend(err)),
-    };
-    if shadow {
-        if !decision.allowed {
-            report_shadow_refusal(&key, &decision);
+        Ok(Permit {
+            taken: Some(Box::new(Taken {
+                limiter: self.limiter,
+                key,
+                rules: self.owned(rules),
+                decision: *decision,
+            })),
+        })
+    }
+
+    /// Whether `rules` are the ones in force, not the call's own.
+    fn is_in_force(&self, rules: &[Rule]) -> bool {
+        rules.as_ptr() == self.in_force.rules.as_ptr()
+    }
+
+    /// `rules` with no borrow of the call: the rules in force are static; rules chosen
+    /// per call are the caller's, and a permit or a waiting check may outlive them.
+    fn owned(&self, rules: Cow<'_, [Rule]>) -> Cow<'static, [Rule]> {
+        match rules {
+            Cow::Borrowed(rules) if self.is_in_force(rules) => Cow::Borrowed(self.in_force.rules),
+            rules => Cow::Owned(rules.into_owned()),
         }
-    } else {
-        crate::context::record_with(|| {
-            Some(SiteDecision {
-                decision,
-                rules: match &rules {
-                    Cow::Borrowed(rules) if in_force.rules.as_ptr() == rules.as_ptr() => {
-                        in_force.rules
-                    }
-                    rules => intern(rules)?,
-                },
-                duplicate_rule: in_force.duplicate_rule,
-            })
-        });
     }
-    if !decision.allowed && !shadow {
-        return Err(RateLimitError::Limited {
-            retry_after: decision.retry_after.unwrap_or(Duration::MAX),
-            rule: decision.rule,
-            message: config.message,
-            key: key.into_owned(),
-        });
-    }
-    Ok(Permit {
-        taken: decision.allowed.then(|| Taken {
-            limiter,
-            key,
-            // Rules chosen per call are the caller's; a permit may outlive them.
-            rules: match rules {
-                Cow::Borrowed(rules) if rules.as_ptr() == in_force.rules.as_ptr() => {
-                    Cow::Borrowed(in_force.rules)
-                }
-                rules => Cow::Owned(rules.into_owned()),
-            },
-            decision,
-        }),
-    })
 }
 
 /// Logs a shadow site's would-be refusal, at most once per [`LogThrottle::INTERVAL`] in
@@ -305,9 +409,11 @@ fn report_shadow_misconfiguration(path: &str, missing: &RateLimitError) {
 #[must_use = "a permit is settled to give its units back, or dropped to keep them"]
 #[derive(Debug)]
 pub struct Permit<'a> {
-    /// `None` when nothing was taken: the call ran unchecked, a shadow site's would-be
-    /// refusal, or a backend failure let through.
-    taken: Option<Taken<'a>>,
+    /// `None` when nothing was taken, or nothing is to be given back: the call ran
+    /// unchecked, a shadow site's would-be refusal, a backend failure let through, a site
+    /// without `charge_if`.
+    // Boxed: only `charge_if` sites take one, and every guarded call moves its permit.
+    taken: Option<Box<Taken<'a>>>,
 }
 
 #[derive(Debug)]

@@ -17,6 +17,7 @@ use crate::backend::Request;
 use crate::observe::{Answer, Observation, PROGRAMMATIC};
 use crate::random;
 use crate::{Algorithm, BackendError, Decision};
+use tracing::Instrument as _;
 
 /// A check (or peek) of one key: returned by [`Limiter::check`] and [`Limiter::peek`],
 /// refined with [`cost`](Check::cost), [`algorithm`](Check::algorithm),
@@ -24,6 +25,17 @@ use crate::{Algorithm, BackendError, Decision};
 /// polled, e.g. by `Runtime::block_on`).
 #[must_use = "a check does nothing until it is awaited"]
 pub struct Check<'a> {
+    plan: Plan<'a>,
+    /// The rest of the check once it could not be answered at once.
+    running: Option<BoxFuture<'a, Result<Decision, BackendError>>>,
+}
+
+type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What a check is to do, and how: everything but its progress. A guarded call runs its
+/// steps itself (see `site.rs`), so that an answer at hand costs it no future.
+#[derive(Clone, Copy)]
+pub(crate) struct Plan<'a> {
     limiter: &'a Limiter,
     request: Request<'a>,
     /// The metrics `site` label: the guarded site's path, or [`PROGRAMMATIC`].
@@ -32,21 +44,34 @@ pub struct Check<'a> {
     wait: Option<Duration>,
     /// Whether a denial is reported as a shadow site's would-be refusal.
     shadow: bool,
-    /// The check under way once it could not be answered at once, with its observation.
-    running: Option<(BoxFuture<'a, Answer>, Observation)>,
 }
 
-type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+/// What the first, synchronous step of a check found.
+pub(crate) enum Begun {
+    /// The answer, observed: a cached denial, the embedded backend's, a misconfiguration.
+    Answered(Result<Decision, BackendError>),
+    /// Redis must answer, or a denial is to be waited out: see [`Plan::resume`].
+    Waits(Waits),
+}
+
+/// A check begun that waits. Borrows nothing, so that the rest of the check can be moved
+/// into a future that owns its key.
+pub(crate) struct Waits {
+    first: Now,
+    observation: Observation,
+}
 
 impl<'a> Check<'a> {
     #[inline]
     pub(super) fn new(limiter: &'a Limiter, request: Request<'a>) -> Self {
         Check {
-            limiter,
-            request,
-            site: PROGRAMMATIC,
-            wait: None,
-            shadow: false,
+            plan: Plan {
+                limiter,
+                request,
+                site: PROGRAMMATIC,
+                wait: None,
+                shadow: false,
+            },
             running: None,
         }
     }
@@ -61,7 +86,7 @@ impl<'a> Check<'a> {
     #[inline]
     pub fn cost(mut self, cost: u64) -> Self {
         assert!(cost > 0, "a check's cost must be at least 1");
-        self.request.cost = cost;
+        self.plan.request.cost = cost;
         self
     }
 
@@ -69,7 +94,7 @@ impl<'a> Check<'a> {
     /// key: each keeps its own kind of state.
     #[inline]
     pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
-        self.request.algorithm = algorithm;
+        self.plan.request.algorithm = algorithm;
         self
     }
 
@@ -95,7 +120,7 @@ impl<'a> Check<'a> {
     /// ```
     #[inline]
     pub fn wait(mut self, budget: Duration) -> Self {
-        self.wait = Some(budget);
+        self.plan.wait = Some(budget);
         self
     }
 
@@ -121,7 +146,7 @@ impl<'a> Check<'a> {
     /// ```
     #[inline]
     pub fn block_for(mut self, duration: Duration) -> Self {
-        self.request.block_for_us = u64::try_from(duration.as_micros()).unwrap_or(u64::MAX);
+        self.plan.request.block_for_us = u64::try_from(duration.as_micros()).unwrap_or(u64::MAX);
         self
     }
 
@@ -130,9 +155,9 @@ impl<'a> Check<'a> {
     /// when the site `refunds`.
     #[inline]
     pub(crate) fn guarded(mut self, site: &'static str, shadow: bool, refunds: bool) -> Self {
-        self.site = site;
-        self.shadow = shadow;
-        self.request.refundable &= refunds;
+        self.plan.site = site;
+        self.plan.shadow = shadow;
+        self.plan.request.refundable &= refunds;
         self
     }
 
@@ -141,8 +166,45 @@ impl<'a> Check<'a> {
     #[cfg(feature = "test-clock")]
     #[doc(hidden)]
     pub fn at(mut self, now: Duration) -> Self {
-        self.request.now_us = Some(now.as_micros() as u64);
+        self.plan.request.now_us = Some(now.as_micros() as u64);
         self
+    }
+
+    /// What the check is to do, for a caller that runs its steps itself.
+    #[inline]
+    pub(crate) fn plan(self) -> Plan<'a> {
+        self.plan
+    }
+}
+
+impl<'a> Plan<'a> {
+    /// The synchronous step: observes the check and answers it now when the deny cache or
+    /// the embedded backend can (and no wait is due).
+    #[inline]
+    pub(crate) fn begin(&self) -> Begun {
+        assert!(
+            !self.request.rules.is_empty(),
+            "a rate-limit check needs at least one rule"
+        );
+        let observation = Observation::start(self.site, &self.request, self.shadow);
+        let now = observation.in_scope(|| self.limiter.answer_now(&self.request));
+        match now {
+            Now::Answered(answer) if !self.waits_after(&answer) => {
+                observation.finish(&answer);
+                Begun::Answered(answer.result)
+            }
+            first => Begun::Waits(Waits { first, observation }),
+        }
+    }
+
+    /// The rest of a check that [`begin`](Self::begin) could not answer, in its span.
+    pub(crate) async fn resume(self, waits: Waits) -> Result<Decision, BackendError> {
+        let Waits { first, observation } = waits;
+        let answer = run(self.limiter, self.request, self.wait, first)
+            .instrument(observation.span())
+            .await;
+        observation.finish(&answer);
+        answer.result
     }
 
     /// Whether `answer` is a denial this check waits out rather than answers.
@@ -157,30 +219,14 @@ impl Future for Check<'_> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        if this.running.is_none() {
-            assert!(
-                !this.request.rules.is_empty(),
-                "a rate-limit check needs at least one rule"
-            );
-            let observation = Observation::start(this.site, &this.request, this.shadow);
-            let now = observation.in_scope(|| this.limiter.answer_now(&this.request));
-            let first = match now {
-                Now::Answered(answer) if !this.waits_after(&answer) => {
-                    observation.finish(&answer);
-                    return Poll::Ready(answer.result);
-                }
-                now => now,
-            };
-            let run = run(this.limiter, this.request, this.wait, first);
-            this.running = Some((Box::pin(run), observation));
-        }
-        let (running, observation) = this.running.as_mut().expect("started above");
-        let Poll::Ready(answer) = observation.in_scope(|| running.as_mut().poll(cx)) else {
-            return Poll::Pending;
+        let running = match &mut this.running {
+            Some(running) => running,
+            None => match this.plan.begin() {
+                Begun::Answered(result) => return Poll::Ready(result),
+                Begun::Waits(waits) => this.running.insert(Box::pin(this.plan.resume(waits))),
+            },
         };
-        let (_, observation) = this.running.take().expect("running");
-        observation.finish(&answer);
-        Poll::Ready(answer.result)
+        running.as_mut().poll(cx)
     }
 }
 
@@ -227,9 +273,9 @@ fn pause(answer: &Answer, left: Duration) -> Option<Duration> {
 impl fmt::Debug for Check<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Check")
-            .field("request", &self.request)
-            .field("site", &self.site)
-            .field("wait", &self.wait)
+            .field("request", &self.plan.request)
+            .field("site", &self.plan.site)
+            .field("wait", &self.plan.wait)
             .field("running", &self.running.is_some())
             .finish()
     }
