@@ -675,6 +675,7 @@ impl Limiter {
     }
 
     /// This limiter's own answer to `request`, from its backend's `raw` one.
+    #[inline]
     fn decided(
         &self,
         request: &Request<'_>,
