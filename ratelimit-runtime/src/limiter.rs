@@ -452,6 +452,7 @@ impl Limiter {
         (rules, self.mode_of(mode, shadow))
     }
 
+    #[inline]
     fn site_overrides(&self, prefix: &'static str, path: &str, compiled: SiteRules) -> InForce {
         #[cfg(feature = "redis")]
         if let (Store::Redis(redis), Some(every)) = (&self.store, self.rules_poll) {

@@ -10,6 +10,7 @@ use std::pin::Pin;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use crate::backend::Request;
 use crate::context::{RequestContext, SiteDecision};
 use crate::key::{function_path, KeyTemplate};
 use crate::limiter::{Begun, Plan};
@@ -287,19 +288,21 @@ impl<'a> Step<'a> {
     where
         'a: 'p,
     {
-        let mut check = self
-            .limiter
-            .check(key, rules)
-            .cost(self.cost)
-            .algorithm(self.config.algorithm)
-            .guarded(self.path, self.shadow, self.config.refunds);
-        if let Some(block_for) = self.config.block_for {
-            check = check.block_for(block_for);
-        }
-        if let (Some(wait), false) = (self.config.wait, self.shadow) {
-            check = check.wait(wait);
-        }
-        check.plan()
+        let config = self.config;
+        let request = Request {
+            key,
+            rules,
+            algorithm: config.algorithm,
+            cost: self.cost,
+            consume: true,
+            now_us: None,
+            block_for_us: config.block_for.map_or(0, Request::block_for_us),
+            // Only a site with `charge_if` gives units back.
+            refundable: config.refunds,
+        };
+        // A shadow site never waits: it refuses nothing.
+        let wait = config.wait.filter(|_| !self.shadow);
+        Plan::guarded(self.limiter, request, self.path, wait, self.shadow)
     }
 
     /// The check's `result`, as the guarded call's answer: its permit, or why it must not

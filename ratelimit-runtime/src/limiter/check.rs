@@ -146,18 +146,7 @@ impl<'a> Check<'a> {
     /// ```
     #[inline]
     pub fn block_for(mut self, duration: Duration) -> Self {
-        self.plan.request.block_for_us = u64::try_from(duration.as_micros()).unwrap_or(u64::MAX);
-        self
-    }
-
-    /// Makes this the check of a guarded site: its metrics name `site`, a denial of a
-    /// `shadow` site is reported as `shadow_limited`, and its decision can be refunded only
-    /// when the site `refunds`.
-    #[inline]
-    pub(crate) fn guarded(mut self, site: &'static str, shadow: bool, refunds: bool) -> Self {
-        self.plan.site = site;
-        self.plan.shadow = shadow;
-        self.plan.request.refundable &= refunds;
+        self.plan.request.block_for_us = Request::block_for_us(duration);
         self
     }
 
@@ -169,15 +158,28 @@ impl<'a> Check<'a> {
         self.plan.request.now_us = Some(now.as_micros() as u64);
         self
     }
-
-    /// What the check is to do, for a caller that runs its steps itself.
-    #[inline]
-    pub(crate) fn plan(self) -> Plan<'a> {
-        self.plan
-    }
 }
 
 impl<'a> Plan<'a> {
+    /// The check of `request` by the guarded site at `site` (see `site.rs`), in shadow
+    /// mode when `shadow`, waiting up to `wait` for room.
+    #[inline]
+    pub(crate) fn guarded(
+        limiter: &'a Limiter,
+        request: Request<'a>,
+        site: &'static str,
+        wait: Option<Duration>,
+        shadow: bool,
+    ) -> Self {
+        Plan {
+            limiter,
+            request,
+            site,
+            wait,
+            shadow,
+        }
+    }
+
     /// The synchronous step: observes the check and answers it now when the deny cache or
     /// the embedded backend can (and no wait is due).
     #[inline]
