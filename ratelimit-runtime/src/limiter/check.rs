@@ -25,7 +25,12 @@ use tracing::Instrument as _;
 /// polled, e.g. by `Runtime::block_on`).
 #[must_use = "a check does nothing until it is awaited"]
 pub struct Check<'a> {
-    plan: Plan<'a>,
+    // What a programmatic check's plan holds but its site and shadow mode, which are
+    // always the same: a check is moved into its caller's future, and at 128 bytes or
+    // fewer it moves without a call to `memcpy`.
+    limiter: &'a Limiter,
+    request: Request<'a>,
+    wait: Option<Duration>,
     /// The rest of the check once it could not be answered at once.
     running: Option<BoxFuture<'a, Result<Decision, BackendError>>>,
 }
@@ -65,13 +70,9 @@ impl<'a> Check<'a> {
     #[inline]
     pub(super) fn new(limiter: &'a Limiter, request: Request<'a>) -> Self {
         Check {
-            plan: Plan {
-                limiter,
-                request,
-                site: PROGRAMMATIC,
-                wait: None,
-                shadow: false,
-            },
+            limiter,
+            request,
+            wait: None,
             running: None,
         }
     }
@@ -86,7 +87,7 @@ impl<'a> Check<'a> {
     #[inline]
     pub fn cost(mut self, cost: u64) -> Self {
         assert!(cost > 0, "a check's cost must be at least 1");
-        self.plan.request.cost = cost;
+        self.request.cost = cost;
         self
     }
 
@@ -94,7 +95,7 @@ impl<'a> Check<'a> {
     /// key: each keeps its own kind of state.
     #[inline]
     pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
-        self.plan.request.algorithm = algorithm;
+        self.request.algorithm = algorithm;
         self
     }
 
@@ -120,7 +121,7 @@ impl<'a> Check<'a> {
     /// ```
     #[inline]
     pub fn wait(mut self, budget: Duration) -> Self {
-        self.plan.wait = Some(budget);
+        self.wait = Some(budget);
         self
     }
 
@@ -146,7 +147,7 @@ impl<'a> Check<'a> {
     /// ```
     #[inline]
     pub fn block_for(mut self, duration: Duration) -> Self {
-        self.plan.request.block_for_us = Request::block_for_us(duration);
+        self.request.block_for_us = Request::block_for_us(duration);
         self
     }
 
@@ -155,7 +156,7 @@ impl<'a> Check<'a> {
     #[cfg(feature = "test-clock")]
     #[doc(hidden)]
     pub fn at(mut self, now: Duration) -> Self {
-        self.plan.request.now_us = Some(now.as_micros() as u64);
+        self.request.now_us = Some(now.as_micros() as u64);
         self
     }
 }
@@ -209,6 +210,13 @@ impl<'a> Plan<'a> {
         answer.result
     }
 
+    /// [`resume`](Self::resume), boxed. Not inlined: the future is large, and built in
+    /// place it would make every caller's stack frame as large, answered at once or not.
+    #[inline(never)]
+    fn resumed(self, waits: Waits) -> BoxFuture<'a, Result<Decision, BackendError>> {
+        Box::pin(self.resume(waits))
+    }
+
     /// Whether `answer` is a denial this check waits out rather than answers.
     fn waits_after(&self, answer: &Answer) -> bool {
         self.wait
@@ -223,10 +231,19 @@ impl Future for Check<'_> {
         let this = &mut *self;
         let running = match &mut this.running {
             Some(running) => running,
-            None => match this.plan.begin() {
-                Begun::Answered(result) => return Poll::Ready(result),
-                Begun::Waits(waits) => this.running.insert(Box::pin(this.plan.resume(waits))),
-            },
+            None => {
+                let plan = Plan {
+                    limiter: this.limiter,
+                    request: this.request,
+                    site: PROGRAMMATIC,
+                    wait: this.wait,
+                    shadow: false,
+                };
+                match plan.begin() {
+                    Begun::Answered(result) => return Poll::Ready(result),
+                    Begun::Waits(waits) => this.running.insert(plan.resumed(waits)),
+                }
+            }
         };
         running.as_mut().poll(cx)
     }
@@ -275,9 +292,8 @@ fn pause(answer: &Answer, left: Duration) -> Option<Duration> {
 impl fmt::Debug for Check<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Check")
-            .field("request", &self.plan.request)
-            .field("site", &self.plan.site)
-            .field("wait", &self.plan.wait)
+            .field("request", &self.request)
+            .field("wait", &self.wait)
             .field("running", &self.running.is_some())
             .finish()
     }
