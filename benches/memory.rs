@@ -41,7 +41,10 @@ impl Wake for NoWake {
     fn wake(self: Arc<Self>) {}
 }
 
-/// Polls `fut` once; it must be ready.
+/// Polls `fut` once; it must be ready. Inlined, so that the future is built where it is
+/// polled, as an executor polls a task's future in place: a call would copy the check and
+/// its answer across a boundary no executor has.
+#[inline(always)]
 fn ready<F: Future>(fut: F, cx: &mut Context<'_>) -> F::Output {
     match pin!(fut).poll(cx) {
         Poll::Ready(out) => out,
