@@ -1,10 +1,12 @@
-//! The check pipeline. Every check runs through [`Check`]: a programmatic one as it is, a
-//! guarded call's (an attribute's or a layer guard's) through the guarded step in
-//! `site.rs`, which adds what only guarded sites have (modes, shadow, fail-open).
+//! The check pipeline. Every check runs through a [`Plan`]: a programmatic one as a
+//! [`Check`] future, a guarded call's (an attribute's or a layer guard's) through the
+//! guarded step in `site.rs`, which adds what only guarded sites have (modes, shadow,
+//! fail-open).
 //!
 //! observe -> answer now (deny cache, embedded backend) -> ask Redis (breaker, timeout,
 //! fallback) -> wait for room when asked to -> finish (span, metrics). The first two steps
-//! are synchronous: an answer found there costs no future and no allocation.
+//! are synchronous ([`Plan::begin`]): an answer found there costs no future and no
+//! allocation; the rest ([`Plan::resume`]) is one boxed future.
 
 use std::fmt;
 use std::future::Future;
