@@ -236,7 +236,7 @@ pub(crate) fn guard<'a>(
     }
 }
 
-/// A guarded check: answered at once, or still waiting (see [`guard`]). The caller takes
+/// A guarded check: answered at once, or still waiting (see `guard`). The caller takes
 /// a ready answer as it is and awaits only a waiting one, so that an answer at hand goes
 /// through no future at all.
 #[must_use = "a guarded check is answered, or awaited"]
