@@ -241,6 +241,7 @@ pub(crate) fn guard<'a>(
 /// through no future at all.
 #[must_use = "a guarded check is answered, or awaited"]
 pub enum Guarded<'a> {
+    /// The answer, at hand.
     Ready(Result<Permit<'a>, RateLimitError>),
     /// Waiting for Redis, or for room.
     Waiting(Pin<Box<dyn Future<Output = Result<Permit<'a>, RateLimitError>> + Send + 'a>>),
