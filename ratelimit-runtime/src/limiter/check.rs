@@ -14,12 +14,13 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use tracing::Instrument as _;
+
 use super::{Limiter, Now};
 use crate::backend::Request;
 use crate::observe::{Answer, Observation, PROGRAMMATIC};
 use crate::random;
 use crate::{Algorithm, BackendError, Decision};
-use tracing::Instrument as _;
 
 /// A check (or peek) of one key: returned by [`Limiter::check`] and [`Limiter::peek`],
 /// refined with [`cost`](Check::cost), [`algorithm`](Check::algorithm),
