@@ -4,6 +4,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// `duration` in whole microseconds, `u64::MAX` for one beyond them (580,000 years).
+pub(crate) fn micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
+}
+
 /// A source of wall-clock time (since the UNIX epoch, in microseconds), so that tests can
 /// drive the memory backend's windows without sleeping.
 pub trait Clock: Send + Sync + 'static {

@@ -587,8 +587,8 @@ impl Limiter {
         decision: &Decision,
         now: Duration,
     ) -> Result<(), BackendError> {
-        let now_us = u64::try_from(now.as_micros()).unwrap_or(u64::MAX);
-        self.refund_at_us(key, rules, decision, Some(now_us)).await
+        self.refund_at_us(key, rules, decision, Some(crate::clock::micros(now)))
+            .await
     }
 
     /// A refund at `now_us` (`None`: the backend's clock).

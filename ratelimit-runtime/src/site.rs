@@ -297,7 +297,7 @@ impl<'a> Step<'a> {
             cost: self.cost,
             consume: true,
             now_us: None,
-            block_for_us: config.block_for.map_or(0, Request::block_for_us),
+            block_for_us: config.block_for.map_or(0, crate::clock::micros),
             // Only a site with `charge_if` gives units back.
             refundable: config.refunds,
         };

@@ -8,8 +8,6 @@ pub(crate) mod memory;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
 
-use std::time::Duration;
-
 use crate::{Algorithm, Rule};
 
 /// One check of one key.
@@ -55,10 +53,5 @@ impl<'a> Request<'a> {
             // site's only when it has `charge_if` (see `site.rs`).
             refundable: consume,
         }
-    }
-
-    /// [`block_for_us`](Self::block_for_us) of a block lasting `duration`.
-    pub fn block_for_us(duration: Duration) -> u64 {
-        u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
     }
 }

@@ -19,8 +19,7 @@ use tracing::Instrument as _;
 use super::{Limiter, Now};
 use crate::backend::Request;
 use crate::observe::{Answer, Observation, PROGRAMMATIC};
-use crate::random;
-use crate::{Algorithm, BackendError, Decision};
+use crate::{clock, random, Algorithm, BackendError, Decision};
 
 /// A check (or peek) of one key: returned by [`Limiter::check`] and [`Limiter::peek`],
 /// refined with [`cost`](Check::cost), [`algorithm`](Check::algorithm),
@@ -150,7 +149,7 @@ impl<'a> Check<'a> {
     /// ```
     #[inline]
     pub fn block_for(mut self, duration: Duration) -> Self {
-        self.request.block_for_us = Request::block_for_us(duration);
+        self.request.block_for_us = clock::micros(duration);
         self
     }
 
@@ -159,7 +158,7 @@ impl<'a> Check<'a> {
     #[cfg(feature = "test-clock")]
     #[doc(hidden)]
     pub fn at(mut self, now: Duration) -> Self {
-        self.request.now_us = Some(now.as_micros() as u64);
+        self.request.now_us = Some(clock::micros(now));
         self
     }
 }
