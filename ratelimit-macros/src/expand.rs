@@ -176,18 +176,23 @@ fn check(args: &Args) -> TokenStream {
             let __ratelimit_key = #key;
             match __ratelimit_key {
                 ::core::option::Option::None => ::core::option::Option::None,
-                ::core::option::Option::Some(__ratelimit_key) => match match __RATELIMIT_SITE
-                    .check(__ratelimit_limiter, __ratelimit_key, #cost, #rules_of_the_call)
-                {
+                ::core::option::Option::Some(__ratelimit_key) => {
+                    let __ratelimit_guarded = __RATELIMIT_SITE
+                        .check(__ratelimit_limiter, __ratelimit_key, #cost, #rules_of_the_call);
                     // An answer at hand is taken as it is; only a waiting one is awaited.
-                    #private::Guarded::Ready(__ratelimit_answer) => __ratelimit_answer,
-                    #private::Guarded::Waiting(__ratelimit_waiting) => __ratelimit_waiting.await,
-                } {
-                    ::core::result::Result::Ok(__ratelimit_permit) => {
-                        ::core::option::Option::Some(__ratelimit_permit)
+                    let __ratelimit_answer = match __ratelimit_guarded {
+                        #private::Guarded::Ready(__ratelimit_answer) => __ratelimit_answer,
+                        #private::Guarded::Waiting(__ratelimit_waiting) => {
+                            __ratelimit_waiting.await
+                        }
+                    };
+                    match __ratelimit_answer {
+                        ::core::result::Result::Ok(__ratelimit_permit) => {
+                            ::core::option::Option::Some(__ratelimit_permit)
+                        }
+                        ::core::result::Result::Err(#err) => #limited,
                     }
-                    ::core::result::Result::Err(#err) => #limited,
-                },
+                }
             }
         }
     };
