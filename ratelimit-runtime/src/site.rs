@@ -229,6 +229,7 @@ pub(crate) fn guard<'a>(
         Begun::Waits(waits) => {
             let rules = step.owned(rules);
             Guarded::Waiting(Box::pin(async move {
+                // The plan again, over the key and rules this future owns now.
                 let result = step.plan(&key, &rules).resume(waits).await;
                 step.answer(result, key, rules)
             }))
