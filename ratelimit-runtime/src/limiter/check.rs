@@ -203,11 +203,28 @@ impl<'a> Plan<'a> {
     }
 
     /// The rest of a check that [`begin`](Self::begin) could not answer, in its span.
+    // Without the `redis` feature only the first arm of the match below exists.
+    #[allow(clippy::infallible_destructuring_match)]
     pub(crate) async fn resume(self, waits: Waits) -> Result<Decision, BackendError> {
         let Waits { first, observation } = waits;
-        let answer = run(self.limiter, self.request, self.wait, first)
-            .instrument(observation.span())
-            .await;
+        // Redis's future is awaited here, not in a function of its own: each async layer
+        // around it would be built and then moved into place whole (several KB).
+        let mut answer = match first {
+            Now::Answered(answer) => answer,
+            #[cfg(feature = "redis")]
+            Now::Ask(redis) => {
+                self.limiter
+                    .ask(&redis, self.request)
+                    .instrument(observation.span())
+                    .await
+            }
+        };
+        if let Some(budget) = self.wait {
+            // Rare, and asleep most of its time: boxed, so that it adds nothing to the
+            // size of every check's future.
+            let waited = wait_for_room(self.limiter, self.request, budget, answer);
+            answer = Box::pin(waited.instrument(observation.span())).await;
+        }
         observation.finish(&answer);
         answer.result
     }
@@ -251,23 +268,14 @@ impl Future for Check<'_> {
     }
 }
 
-/// The steps of a check that wait: asking Redis, and waiting for room.
-// Without the `redis` feature only the first arm of the match below exists.
-#[allow(clippy::infallible_destructuring_match)]
-async fn run(
+/// Waits up to `budget` for room after `answer`: sleeps while it is a denial that fits in
+/// what is left of the budget, and checks again.
+async fn wait_for_room(
     limiter: &Limiter,
     request: Request<'_>,
-    wait: Option<Duration>,
-    first: Now,
+    budget: Duration,
+    mut answer: Answer,
 ) -> Answer {
-    let mut answer = match first {
-        Now::Answered(answer) => answer,
-        #[cfg(feature = "redis")]
-        Now::Ask(redis) => limiter.ask(&redis, request).await,
-    };
-    let Some(budget) = wait else {
-        return answer;
-    };
     let deadline = tokio::time::Instant::now() + budget;
     while let Some(pause) = pause(&answer, deadline - tokio::time::Instant::now()) {
         tokio::time::sleep(pause).await;
