@@ -55,12 +55,12 @@ local consume, now, cost = struct.unpack('<ddd', numbers)
 -- time the check was counted at (reply.lua). A plain check has neither, and pays for
 -- neither: every variable a check does not use stays nil, set by one instruction.
 local block_for, answer_at
-if consume > 1 then
+if consume == 2 then
+    -- Every programmatic check of a string-state algorithm: decoded without arithmetic.
+    answer_at = true
+elseif consume > 3 then
     local call = consume % 4
     block_for, answer_at, consume = (consume - call) / 4, call == 2, call
-    if block_for == 0 then
-        block_for = nil
-    end
 end
 consume = consume > 0
 local rules = (#numbers - 24) / 16
