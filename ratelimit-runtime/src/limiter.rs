@@ -3,7 +3,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod check;
-pub(crate) use check::{Begun, Plan};
+pub(crate) use check::{boxed_in_place, Begun, Plan};
 mod deny_cache;
 mod refunds;
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::backend::Request;
 use crate::context::{RequestContext, SiteDecision};
 use crate::key::{function_path, KeyTemplate};
-use crate::limiter::{Begun, Plan};
+use crate::limiter::{boxed_in_place, Begun, Plan};
 use crate::overrides::{intern, SiteRules};
 pub use crate::site_config::SiteConfig;
 use crate::throttle::LogThrottle;
@@ -228,7 +228,7 @@ pub(crate) fn guard<'a>(
         Begun::Answered(result) => Guarded::Ready(step.answer(result, key, rules)),
         Begun::Waits(waits) => {
             let rules = step.owned(rules);
-            Guarded::Waiting(Box::pin(async move {
+            Guarded::Waiting(boxed_in_place(|| async move {
                 // The plan again, over the key and rules this future owns now.
                 let result = step.plan(&key, &rules).resume(waits).await;
                 step.answer(result, key, rules)

@@ -10,6 +10,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -38,6 +39,18 @@ pub struct Check<'a> {
 }
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The future `make` builds, on the heap, written straight into its allocation:
+/// `Box::pin(future)` builds it on the stack first and copies it there, and a check that
+/// waits for Redis is a future of several KB. (`Box::write` does this from Rust 1.87.)
+#[inline(always)]
+pub(crate) fn boxed_in_place<F: Future>(make: impl FnOnce() -> F) -> Pin<Box<F>> {
+    let mut slot = Box::new(MaybeUninit::<F>::uninit());
+    slot.write(make());
+    // SAFETY: the slot was initialized just above, and `MaybeUninit<F>` has the layout of
+    // `F`.
+    Box::into_pin(unsafe { Box::from_raw(Box::into_raw(slot).cast::<F>()) })
+}
 
 /// What a check is to do, and how: everything but its progress. A guarded call runs its
 /// steps itself (see `site.rs`), so that an answer at hand costs it no future.
@@ -203,27 +216,29 @@ impl<'a> Plan<'a> {
     }
 
     /// The rest of a check that [`begin`](Self::begin) could not answer, in its span.
+    pub(crate) fn resume(
+        self,
+        waits: Waits,
+    ) -> impl Future<Output = Result<Decision, BackendError>> + Send + 'a {
+        let span = waits.observation.span();
+        self.wait_for_answer(waits).instrument(span)
+    }
+
     // Without the `redis` feature only the first arm of the match below exists.
     #[allow(clippy::infallible_destructuring_match)]
-    pub(crate) async fn resume(self, waits: Waits) -> Result<Decision, BackendError> {
+    async fn wait_for_answer(self, waits: Waits) -> Result<Decision, BackendError> {
         let Waits { first, observation } = waits;
         // Redis's future is awaited here, not in a function of its own: each async layer
         // around it would be built and then moved into place whole (several KB).
         let mut answer = match first {
             Now::Answered(answer) => answer,
             #[cfg(feature = "redis")]
-            Now::Ask(redis) => {
-                self.limiter
-                    .ask(&redis, self.request)
-                    .instrument(observation.span())
-                    .await
-            }
+            Now::Ask(redis) => self.limiter.ask(&redis, self.request).await,
         };
         if let Some(budget) = self.wait {
             // Rare, and asleep most of its time: boxed, so that it adds nothing to the
             // size of every check's future.
-            let waited = wait_for_room(self.limiter, self.request, budget, answer);
-            answer = Box::pin(waited.instrument(observation.span())).await;
+            answer = Box::pin(wait_for_room(self.limiter, self.request, budget, answer)).await;
         }
         observation.finish(&answer);
         answer.result
@@ -233,7 +248,8 @@ impl<'a> Plan<'a> {
     /// place it would make every caller's stack frame as large, answered at once or not.
     #[inline(never)]
     fn resumed(self, waits: Waits) -> BoxFuture<'a, Result<Decision, BackendError>> {
-        Box::pin(self.resume(waits))
+        let span = waits.observation.span();
+        boxed_in_place(|| self.wait_for_answer(waits).instrument(span))
     }
 
     /// Whether `answer` is a denial this check waits out rather than answers.
