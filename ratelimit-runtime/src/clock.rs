@@ -9,6 +9,11 @@ pub(crate) fn micros(duration: Duration) -> u64 {
     u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }
 
+/// `duration` in whole µs, rounded up (saturating).
+pub(crate) fn micros_rounded_up(duration: Duration) -> u64 {
+    micros(duration).saturating_add(u64::from(duration.subsec_nanos() % 1000 != 0))
+}
+
 /// A source of wall-clock time (since the UNIX epoch, in microseconds), so that tests can
 /// drive the memory backend's windows without sleeping.
 pub trait Clock: Send + Sync + 'static {

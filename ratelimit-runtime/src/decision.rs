@@ -173,15 +173,25 @@ impl RawDecision {
     /// `retry_after_us` of a call that can never pass (the scripts answer -1).
     pub const NEVER: u64 = u64::MAX;
 
+    /// [`Decision::retry_after`]: `None` when admitted or when the call can never pass.
+    #[inline]
+    pub(crate) fn retry_after(&self) -> Option<Duration> {
+        let retry = !self.allowed && self.retry_after_us != Self::NEVER;
+        retry.then(|| Duration::from_micros(self.retry_after_us))
+    }
+
+    /// The caller's decision, `rules` being the rules checked. Made once, where the check
+    /// hands it over: a decision is large, and one built earlier would be copied at every
+    /// step of the pipeline.
+    #[inline]
     pub(crate) fn into_decision(self, rules: &[Rule]) -> Decision {
         let rule = rules[self.rule_index];
-        let retry = !self.allowed && self.retry_after_us != Self::NEVER;
         Decision {
             allowed: self.allowed,
             limit: rule.count(),
             remaining: self.remaining,
             reset_after: Duration::from_micros(self.reset_after_us),
-            retry_after: retry.then(|| Duration::from_micros(self.retry_after_us)),
+            retry_after: self.retry_after(),
             rule,
             rule_index: self.rule_index,
             receipt: self.receipt,

@@ -3,7 +3,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod check;
-pub(crate) use check::{boxed_in_place, Begun, Plan};
+pub(crate) use check::{boxed_in_place, decided, Begun, Plan};
 mod deny_cache;
 mod refunds;
 
@@ -682,15 +682,11 @@ impl Limiter {
         request: &Request<'_>,
         raw: Result<crate::decision::RawDecision, BackendError>,
     ) -> Answer {
-        let result = raw.map(|raw| {
-            let decision = raw.into_decision(request.rules);
-            if let Some(cache) = &self.deny_cache {
-                cache.remember(request, &decision);
-            }
-            decision
-        });
+        if let (Some(cache), Ok(raw)) = (&self.deny_cache, &raw) {
+            cache.remember(request, raw);
+        }
         Answer {
-            result,
+            result: raw,
             by: self.answered_by(),
         }
     }

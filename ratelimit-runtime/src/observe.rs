@@ -11,7 +11,8 @@ use tracing::field::Empty;
 use tracing::Span;
 
 use crate::backend::Request;
-use crate::{BackendError, Decision};
+use crate::decision::RawDecision;
+use crate::{BackendError, Rule};
 
 /// The `site` of checks made through [`Limiter::check`](crate::Limiter::check) and
 /// [`Limiter::peek`](crate::Limiter::peek), whose keys are the caller's own.
@@ -37,9 +38,10 @@ impl AnsweredBy {
     };
 }
 
-/// A check's answer and who gave it.
+/// A check's answer and who gave it. The answer stays the backend's own until the check
+/// hands it over ([`RawDecision::into_decision`]).
 pub(crate) struct Answer {
-    pub result: Result<Decision, BackendError>,
+    pub result: Result<RawDecision, BackendError>,
     pub by: AnsweredBy,
 }
 
@@ -155,33 +157,34 @@ impl Observation {
         f()
     }
 
-    /// Records `answer`: on the span, as a `debug` event when the call is limited, and in
-    /// the metrics.
+    /// Records `answer` to a check of `rules`: on the span, as a `debug` event when the
+    /// call is limited, and in the metrics.
     #[inline]
-    pub fn finish(self, answer: &Answer) {
+    pub fn finish(self, answer: &Answer, rules: &[Rule]) {
         // Nobody listens: nothing to compute.
         #[cfg(not(feature = "metrics"))]
         if self.span.is_none() {
             return;
         }
-        self.record(answer);
+        self.record(answer, rules);
     }
 
-    fn record(self, answer: &Answer) {
+    fn record(self, answer: &Answer, rules: &[Rule]) {
         let outcome = Outcome::of(answer, self.shadow);
         if let Some(span) = &self.span {
             span.record("outcome", outcome.label());
             if let Ok(decision) = &answer.result {
+                let retry_after_ms = decision.retry_after().map(|d| d.as_millis() as u64);
                 span.record("remaining", decision.remaining);
-                if let Some(retry_after) = decision.retry_after {
-                    span.record("retry_after_ms", retry_after.as_millis() as u64);
+                if let Some(retry_after_ms) = retry_after_ms {
+                    span.record("retry_after_ms", retry_after_ms);
                 }
                 if !decision.allowed && !self.shadow {
                     tracing::debug!(
                         target: "redis_ratelimit",
                         parent: span,
-                        limit = decision.limit,
-                        retry_after_ms = decision.retry_after.map(|d| d.as_millis() as u64),
+                        limit = rules[decision.rule_index].count(),
+                        retry_after_ms,
                         "rate limited"
                     );
                 }
@@ -210,17 +213,14 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::Rule;
 
-    fn decision(allowed: bool) -> Decision {
-        Decision {
+    fn decision(allowed: bool) -> RawDecision {
+        RawDecision {
             allowed,
-            limit: 1,
-            remaining: 0,
-            reset_after: Duration::from_secs(1),
-            retry_after: (!allowed).then_some(Duration::from_secs(1)),
-            rule: Rule::per_second(1),
             rule_index: 0,
+            remaining: 0,
+            reset_after_us: 1_000_000,
+            retry_after_us: if allowed { 0 } else { 1_000_000 },
             receipt: Default::default(),
         }
     }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::backend::Request;
 use crate::context::{RequestContext, SiteDecision};
 use crate::key::{function_path, KeyTemplate};
-use crate::limiter::{boxed_in_place, Begun, Plan};
+use crate::limiter::{boxed_in_place, decided, Begun, Plan};
 use crate::overrides::{intern, SiteRules};
 pub use crate::site_config::SiteConfig;
 use crate::throttle::LogThrottle;
@@ -225,7 +225,10 @@ pub(crate) fn guard<'a>(
         cost,
     };
     match step.plan(&key, &rules).begin() {
-        Begun::Answered(result) => Guarded::Ready(step.answer(result, key, rules)),
+        Begun::Answered(result) => {
+            let result = decided(result, &rules);
+            Guarded::Ready(step.answer(result, key, rules))
+        }
         Begun::Waits(waits) => {
             let rules = step.owned(rules);
             Guarded::Waiting(boxed_in_place(|| async move {

@@ -19,8 +19,9 @@ use tracing::Instrument as _;
 
 use super::{Limiter, Now};
 use crate::backend::Request;
+use crate::decision::RawDecision;
 use crate::observe::{Answer, Observation, PROGRAMMATIC};
-use crate::{clock, random, Algorithm, BackendError, Decision};
+use crate::{clock, random, Algorithm, BackendError, Decision, Rule};
 
 /// A check (or peek) of one key: returned by [`Limiter::check`] and [`Limiter::peek`],
 /// refined with [`cost`](Check::cost), [`algorithm`](Check::algorithm),
@@ -69,7 +70,8 @@ pub(crate) struct Plan<'a> {
 /// What the first, synchronous step of a check found.
 pub(crate) enum Begun {
     /// The answer, observed: a cached denial, the embedded backend's, a misconfiguration.
-    Answered(Result<Decision, BackendError>),
+    /// Still the backend's: see [`decided`].
+    Answered(Result<RawDecision, BackendError>),
     /// Redis must answer, or a denial is to be waited out: see [`Plan::resume`].
     Waits(Waits),
 }
@@ -208,7 +210,7 @@ impl<'a> Plan<'a> {
         let now = observation.in_scope(|| self.limiter.answer_now(&self.request));
         match now {
             Now::Answered(answer) if !self.waits_after(&answer) => {
-                observation.finish(&answer);
+                observation.finish(&answer, self.request.rules);
                 Begun::Answered(answer.result)
             }
             first => Begun::Waits(Waits { first, observation }),
@@ -240,8 +242,8 @@ impl<'a> Plan<'a> {
             // size of every check's future.
             answer = Box::pin(wait_for_room(self.limiter, self.request, budget, answer)).await;
         }
-        observation.finish(&answer);
-        answer.result
+        observation.finish(&answer, self.request.rules);
+        decided(answer.result, self.request.rules)
     }
 
     /// [`resume`](Self::resume), boxed. Not inlined: the future is large, and built in
@@ -275,13 +277,27 @@ impl Future for Check<'_> {
                     shadow: false,
                 };
                 match plan.begin() {
-                    Begun::Answered(result) => return Poll::Ready(result),
+                    Begun::Answered(result) => {
+                        return Poll::Ready(decided(result, this.request.rules))
+                    }
                     Begun::Waits(waits) => this.running.insert(plan.resumed(waits)),
                 }
             }
         };
         running.as_mut().poll(cx)
     }
+}
+
+/// The decision a check of `rules` hands over, from its answer. Made there and nowhere
+/// earlier: built in place, as the caller's value, a decision costs no copies (it is
+/// larger than the backend's answer, and copying a value just built field by field stalls
+/// the processor).
+#[inline(always)]
+pub(crate) fn decided(
+    result: Result<RawDecision, BackendError>,
+    rules: &[Rule],
+) -> Result<Decision, BackendError> {
+    result.map(|raw| raw.into_decision(rules))
 }
 
 /// Waits up to `budget` for room after `answer`: sleeps while it is a denial that fits in
@@ -305,7 +321,7 @@ async fn wait_for_room(
 /// to a tenth of the wait, at most 50 ms, never past the budget) spreads waiters freed at
 /// one instant.
 fn pause(answer: &Answer, left: Duration) -> Option<Duration> {
-    let retry_after = answer.result.as_ref().ok()?.retry_after?;
+    let retry_after = answer.result.as_ref().ok()?.retry_after()?;
     if retry_after > left {
         return None;
     }
@@ -329,19 +345,15 @@ impl fmt::Debug for Check<'_> {
 mod tests {
     use super::*;
     use crate::observe::AnsweredBy;
-    use crate::Rule;
 
     fn denied(retry_after: Option<Duration>) -> Answer {
-        let rule = Rule::per_second(1);
         Answer {
-            result: Ok(Decision {
+            result: Ok(RawDecision {
                 allowed: false,
-                limit: 1,
-                remaining: 0,
-                reset_after: Duration::from_secs(1),
-                retry_after,
-                rule,
                 rule_index: 0,
+                remaining: 0,
+                reset_after_us: 1_000_000,
+                retry_after_us: retry_after.map_or(RawDecision::NEVER, clock::micros),
                 receipt: Default::default(),
             }),
             by: AnsweredBy::MEMORY,

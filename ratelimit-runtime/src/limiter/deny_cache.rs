@@ -7,7 +7,8 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::backend::Request;
-use crate::{Algorithm, Decision, Rule};
+use crate::decision::RawDecision;
+use crate::{clock, Algorithm, Rule};
 
 /// How many independently locked maps the denials are spread over.
 const SHARDS: usize = 16;
@@ -37,7 +38,7 @@ struct Denial {
     algorithm: Algorithm,
     /// The cost that was denied: a smaller one might pass.
     cost: u64,
-    decision: Decision,
+    decision: RawDecision,
     /// When the denial was answered, locally.
     at: Instant,
     /// When a call may pass again, locally: `at + retry_after`.
@@ -69,7 +70,7 @@ impl DenyCache {
 
     /// The cached denial that answers `request`, its times moved to now: same key, rules
     /// and algorithm, a cost at least the one denied, before the denial's `retry_after`.
-    pub fn lookup(&self, request: &Request<'_>) -> Option<Decision> {
+    pub fn lookup(&self, request: &Request<'_>) -> Option<RawDecision> {
         let now = Instant::now();
         let shard = self.shard(request.key);
         let denial = shard.denials.get(request.key)?;
@@ -78,10 +79,11 @@ impl DenyCache {
             && request.algorithm == denial.algorithm
             && *denial.rules == *request.rules;
         applies.then(|| {
-            let elapsed = now - denial.at;
-            Decision {
-                retry_after: Some(denial.until - now),
-                reset_after: denial.decision.reset_after.saturating_sub(elapsed),
+            let elapsed_us = clock::micros(now - denial.at);
+            RawDecision {
+                // Rounded up: a call retried after it must find the denial passed.
+                retry_after_us: clock::micros_rounded_up(denial.until - now),
+                reset_after_us: denial.decision.reset_after_us.saturating_sub(elapsed_us),
                 ..denial.decision
             }
         })
@@ -89,8 +91,8 @@ impl DenyCache {
 
     /// Remembers `decision`, the backend's answer to `request`, when it is a denial with a
     /// time to retry at (a call that can never pass is not worth keeping: it is rare).
-    pub fn remember(&self, request: &Request<'_>, decision: &Decision) {
-        let Some(retry_after) = decision.retry_after.filter(|_| !decision.allowed) else {
+    pub fn remember(&self, request: &Request<'_>, decision: &RawDecision) {
+        let Some(retry_after) = decision.retry_after() else {
             return;
         };
         if retry_after == Duration::ZERO {
@@ -144,15 +146,13 @@ mod tests {
         }
     }
 
-    fn denied(retry_after: Duration) -> Decision {
-        Decision {
+    fn denied(retry_after: Duration) -> RawDecision {
+        RawDecision {
             allowed: false,
-            limit: 2,
-            remaining: 0,
-            reset_after: Duration::from_secs(50),
-            retry_after: Some(retry_after),
-            rule: RULES[0],
             rule_index: 0,
+            remaining: 0,
+            reset_after_us: 50_000_000,
+            retry_after_us: clock::micros(retry_after),
             receipt: Default::default(),
         }
     }
@@ -163,8 +163,8 @@ mod tests {
         cache.remember(&request("k", 1), &denied(Duration::from_millis(50)));
         let d = cache.lookup(&request("k", 1)).expect("cached");
         assert!(!d.allowed);
-        assert!(d.retry_after.unwrap() <= Duration::from_millis(50));
-        assert!(d.reset_after <= Duration::from_secs(50));
+        assert!(d.retry_after_us <= 50_000);
+        assert!(d.reset_after_us <= 50_000_000);
         std::thread::sleep(Duration::from_millis(60));
         assert!(cache.lookup(&request("k", 1)).is_none(), "expired");
     }
@@ -196,10 +196,10 @@ mod tests {
         let cache = DenyCache::new();
         let mut allowed = denied(Duration::from_secs(5));
         allowed.allowed = true;
-        allowed.retry_after = None;
+        allowed.retry_after_us = 0;
         cache.remember(&request("a", 1), &allowed);
         let mut never = denied(Duration::from_secs(5));
-        never.retry_after = None;
+        never.retry_after_us = RawDecision::NEVER;
         cache.remember(&request("n", 1), &never);
         assert!(cache.lookup(&request("a", 1)).is_none());
         assert!(cache.lookup(&request("n", 1)).is_none());
