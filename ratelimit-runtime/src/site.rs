@@ -300,7 +300,7 @@ impl<'a> Step<'a> {
             algorithm: config.algorithm,
             cost: self.cost,
             consume: true,
-            now_us: None,
+            now_us: 0,
             block_for_us: config.block_for.map_or(0, crate::clock::micros),
             // Only a site with `charge_if` gives units back.
             refundable: config.refunds,

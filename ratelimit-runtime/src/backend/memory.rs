@@ -106,7 +106,10 @@ impl MemoryBackend {
         let mut shard = self.shard(hash);
         // Read under the lock: a time read before it could be older than the state a
         // check that took the lock first has written.
-        let now_us = request.now_us.unwrap_or_else(|| self.clock.now_us());
+        let now_us = match request.now_us {
+            0 => self.clock.now_us(),
+            now_us => now_us,
+        };
         shard.check(request, hash, now_us)
     }
 
@@ -467,7 +470,7 @@ mod tests {
             algorithm,
             cost: 1,
             consume,
-            now_us: None,
+            now_us: 0,
             block_for_us: 0,
             refundable: false,
         }

@@ -20,9 +20,10 @@ pub(crate) struct Request<'a> {
     pub cost: u64,
     /// `false` for a peek: answer as a check would, record nothing.
     pub consume: bool,
-    /// An explicit time in µs since the epoch, for differential tests; `None` means the
-    /// backend's own clock (Redis `TIME`).
-    pub now_us: Option<u64>,
+    /// An explicit time in µs since the epoch, for differential tests; 0 means the
+    /// backend's own clock (Redis `TIME`), as in the scripts' arguments. (Not an `Option`:
+    /// a programmatic check holds its request, and stays within 128 bytes with it.)
+    pub now_us: u64,
     /// When a consuming check is refused by a rule, the key then refuses every check (and
     /// peek) for this many µs, consuming nothing (see `algorithm::Block`); 0: no block.
     /// Below 2^51 (71 years): the scripts read it with the call, as one exact double.
@@ -48,7 +49,7 @@ impl<'a> Request<'a> {
             cost: 1,
             consume,
             block_for_us: 0,
-            now_us: None,
+            now_us: 0,
             // A programmatic check's decision can be refunded (`Limiter::refund`); a guarded
             // site's only when it has `charge_if` (see `site.rs`).
             refundable: consume,

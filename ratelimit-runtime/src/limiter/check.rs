@@ -29,12 +29,8 @@ use crate::{clock, random, Algorithm, BackendError, Decision, Rule};
 /// polled, e.g. by `Runtime::block_on`).
 #[must_use = "a check does nothing until it is awaited"]
 pub struct Check<'a> {
-    // What a programmatic check's plan holds but its site and shadow mode, which are
-    // always the same: a check is moved into its caller's future, and at 128 bytes or
-    // fewer it moves without a call to `memcpy`.
-    limiter: &'a Limiter,
-    request: Request<'a>,
-    wait: Option<Duration>,
+    /// Kept whole, so that the check begins from it in place.
+    plan: Plan<'a>,
     /// The rest of the check once it could not be answered at once.
     running: Option<BoxFuture<'a, Result<Decision, BackendError>>>,
 }
@@ -87,9 +83,13 @@ impl<'a> Check<'a> {
     #[inline]
     pub(super) fn new(limiter: &'a Limiter, request: Request<'a>) -> Self {
         Check {
-            limiter,
-            request,
-            wait: None,
+            plan: Plan {
+                limiter,
+                request,
+                site: PROGRAMMATIC,
+                wait: None,
+                shadow: false,
+            },
             running: None,
         }
     }
@@ -104,7 +104,7 @@ impl<'a> Check<'a> {
     #[inline]
     pub fn cost(mut self, cost: u64) -> Self {
         assert!(cost > 0, "a check's cost must be at least 1");
-        self.request.cost = cost;
+        self.plan.request.cost = cost;
         self
     }
 
@@ -112,7 +112,7 @@ impl<'a> Check<'a> {
     /// key: each keeps its own kind of state.
     #[inline]
     pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
-        self.request.algorithm = algorithm;
+        self.plan.request.algorithm = algorithm;
         self
     }
 
@@ -138,7 +138,7 @@ impl<'a> Check<'a> {
     /// ```
     #[inline]
     pub fn wait(mut self, budget: Duration) -> Self {
-        self.wait = Some(budget);
+        self.plan.wait = Some(budget);
         self
     }
 
@@ -164,16 +164,16 @@ impl<'a> Check<'a> {
     /// ```
     #[inline]
     pub fn block_for(mut self, duration: Duration) -> Self {
-        self.request.block_for_us = clock::micros(duration);
+        self.plan.request.block_for_us = clock::micros(duration);
         self
     }
 
-    /// Runs the check at an explicit time instead of the backend's clock. For differential
-    /// tests only.
+    /// Runs the check at an explicit time (since the epoch; 0 is the backend's clock)
+    /// instead of the backend's clock. For differential tests only.
     #[cfg(feature = "test-clock")]
     #[doc(hidden)]
     pub fn at(mut self, now: Duration) -> Self {
-        self.request.now_us = Some(clock::micros(now));
+        self.plan.request.now_us = clock::micros(now);
         self
     }
 }
@@ -268,21 +268,12 @@ impl Future for Check<'_> {
         let this = &mut *self;
         let running = match &mut this.running {
             Some(running) => running,
-            None => {
-                let plan = Plan {
-                    limiter: this.limiter,
-                    request: this.request,
-                    site: PROGRAMMATIC,
-                    wait: this.wait,
-                    shadow: false,
-                };
-                match plan.begin() {
-                    Begun::Answered(result) => {
-                        return Poll::Ready(decided(result, this.request.rules))
-                    }
-                    Begun::Waits(waits) => this.running.insert(plan.resumed(waits)),
+            None => match this.plan.begin() {
+                Begun::Answered(result) => {
+                    return Poll::Ready(decided(result, this.plan.request.rules))
                 }
-            }
+                Begun::Waits(waits) => this.running.insert(this.plan.resumed(waits)),
+            },
         };
         running.as_mut().poll(cx)
     }
@@ -334,8 +325,8 @@ fn pause(answer: &Answer, left: Duration) -> Option<Duration> {
 impl fmt::Debug for Check<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Check")
-            .field("request", &self.request)
-            .field("wait", &self.wait)
+            .field("request", &self.plan.request)
+            .field("wait", &self.plan.wait)
             .field("running", &self.running.is_some())
             .finish()
     }

@@ -140,7 +140,7 @@ mod tests {
             algorithm: Algorithm::SlidingLog,
             cost,
             consume: true,
-            now_us: None,
+            now_us: 0,
             block_for_us: 0,
             refundable: false,
         }

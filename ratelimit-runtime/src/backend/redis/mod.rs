@@ -433,7 +433,10 @@ impl NodeRef<'_> {
 /// `request` at this process's clock, unless it has a time of its own.
 fn with_client_clock<'a>(request: &Request<'a>) -> Request<'a> {
     Request {
-        now_us: Some(request.now_us.unwrap_or_else(|| SystemClock.now_us())),
+        now_us: match request.now_us {
+            0 => SystemClock.now_us(),
+            now_us => now_us,
+        },
         ..*request
     }
 }
@@ -458,7 +461,7 @@ impl RedisBackend {
                 .map_err(|failure| self.error(request.key, failure));
         }
         match self.run(request, deadline).await {
-            Err(failure) if request.now_us.is_none() && failure.refuses_a_command_in_scripts() => {
+            Err(failure) if request.now_us == 0 && failure.refuses_a_command_in_scripts() => {
                 let answer = self.run(&with_client_clock(request), deadline).await;
                 if answer.is_ok() && !self.client_clock.swap(true, Ordering::Relaxed) {
                     tracing::warn!(

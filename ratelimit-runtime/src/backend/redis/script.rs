@@ -169,7 +169,7 @@ impl ToRedisArgs for Numbers<'_> {
         };
         let head = [
             call + 4 * request.block_for_us,
-            request.now_us.unwrap_or(0),
+            request.now_us,
             request.cost,
         ];
         write_doubles(out, head.into_iter().chain(rule_numbers(request.rules)));
@@ -395,7 +395,7 @@ mod tests {
             algorithm,
             cost: 2,
             consume,
-            now_us: None,
+            now_us: 0,
             block_for_us: 0,
             refundable: false,
         }
