@@ -101,6 +101,7 @@ impl MemoryBackend {
         sync::lock(&self.shards[self.shard_index(hash)])
     }
 
+    #[inline]
     pub(crate) fn check_now(&self, request: &Request<'_>) -> Result<RawDecision, BackendError> {
         let hash = self.hash(request.key);
         let mut shard = self.shard(hash);
@@ -273,9 +274,21 @@ impl Shard {
             self.touch(id);
             return Ok(outcome.decision);
         }
+        self.check_absent(request, &call, hash)
+    }
 
-        let mut state = KeyState::new(algorithm);
-        let outcome = state.check(&call);
+    /// [`check`](Self::check) of a key not stored: apart, so that the check of a stored key
+    /// (nearly every one) is small enough to be inlined where its answer is used.
+    #[inline(never)]
+    fn check_absent(
+        &mut self,
+        request: &Request<'_>,
+        call: &Call<'_>,
+        hash: u64,
+    ) -> Result<RawDecision, BackendError> {
+        let (key, now_us) = (request.key, call.now_us);
+        let mut state = KeyState::new(request.algorithm);
+        let outcome = state.check(call);
         // A peek, or a denial, of an absent key stores nothing (unless it starts a block).
         if let Some(ttl) = outcome.ttl_us {
             self.insert(
