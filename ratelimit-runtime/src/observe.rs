@@ -21,21 +21,33 @@ pub(crate) const PROGRAMMATIC: &str = "programmatic";
 /// Who answered a check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct AnsweredBy {
-    /// `redis` or `memory`: the backend that answered, or that failed to.
-    pub backend: &'static str,
+    /// Whether the backend that answered, or that failed to, is Redis (else the embedded
+    /// one). Two flags rather than the label itself: an answer is moved along every step of
+    /// a check, and the smaller the cheaper.
+    pub redis: bool,
     /// Whether the limiter's fallback answered, its own backend failing.
     pub fallback: bool,
 }
 
 impl AnsweredBy {
     pub const REDIS: AnsweredBy = AnsweredBy {
-        backend: "redis",
+        redis: true,
         fallback: false,
     };
     pub const MEMORY: AnsweredBy = AnsweredBy {
-        backend: "memory",
+        redis: false,
         fallback: false,
     };
+
+    /// The `backend` label: `redis` or `memory`.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub fn backend(self) -> &'static str {
+        if self.redis {
+            "redis"
+        } else {
+            "memory"
+        }
+    }
 }
 
 /// A check's answer and who gave it. The answer stays the backend's own until the check
@@ -201,7 +213,7 @@ impl Observation {
             .increment(1);
             metrics::histogram!(
                 "ratelimit_check_duration_seconds",
-                "backend" => answer.by.backend,
+                "backend" => answer.by.backend(),
             )
             .record(self.started.elapsed().as_secs_f64());
         }
@@ -230,7 +242,7 @@ mod tests {
         let answer = |result, by| Outcome::of(&Answer { result, by }, false);
         let failed = || Err(BackendError::timeout(Duration::from_millis(1)));
         let fallback = AnsweredBy {
-            backend: "memory",
+            redis: false,
             fallback: true,
         };
         assert_eq!(
