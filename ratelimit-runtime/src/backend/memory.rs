@@ -13,7 +13,7 @@
 //! that still finds its shard full takes the place of an expired key among the least
 //! recently used ones, or else of the least recently used key.
 
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use foldhash::fast::SeedableRandomState;
@@ -87,8 +87,12 @@ impl MemoryBackend {
         *self = Self::with_max_keys(Arc::clone(&self.clock), max_keys);
     }
 
+    /// The key's text alone: `str`'s `Hash` also writes a terminating byte, one more round
+    /// of the hasher, which tells apart only strings hashed one after another.
     fn hash(&self, key: &str) -> u64 {
-        self.hasher.hash_one(key)
+        let mut hasher = self.hasher.build_hasher();
+        hasher.write(key.as_bytes());
+        hasher.finish()
     }
 
     /// The shard of a key's hash. Takes bits 25..57: hashbrown indexes its buckets with
