@@ -29,7 +29,9 @@ use crate::{clock, random, Algorithm, BackendError, Decision, Rule};
 /// polled, e.g. by `Runtime::block_on`).
 #[must_use = "a check does nothing until it is awaited"]
 pub struct Check<'a> {
-    /// Kept whole, so that the check begins from it in place.
+    // The plan is kept whole, so that the check begins from it in place. A check is moved
+    // into its caller's future, and at 128 bytes or fewer it moves without a call to
+    // `memcpy` (hence the request's plain `now_us`).
     plan: Plan<'a>,
     /// The rest of the check once it could not be answered at once.
     running: Option<BoxFuture<'a, Result<Decision, BackendError>>>,
