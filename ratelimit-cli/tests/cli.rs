@@ -160,14 +160,22 @@ async fn a_blocked_key_shows_its_block_and_reset_lifts_it() {
     let block = Duration::from_secs(15 * 60);
     for algorithm in Algorithm::ALL {
         let key = format!("rate_limit:custom:tom:app::blocked_{}", algorithm.label());
-        for _ in 0..2 {
-            limiter
+        // Checked until one is refused, which starts the block: two checks a fixed window
+        // starts between are both admitted.
+        let mut refused = false;
+        for _ in 0..3 {
+            let d = limiter
                 .check(&key, &rules)
                 .algorithm(algorithm)
                 .block_for(block)
                 .await
                 .unwrap();
+            if !d.allowed {
+                refused = true;
+                break;
+            }
         }
+        assert!(refused, "{algorithm}: the second check in a window is refused");
         let args = ["inspect", key.as_str(), "--json", "--rules", "1/minute"];
         let state = json(&server, &args);
         let ends_in = state["block"]["ends_in_secs"].as_f64().expect("a block");
