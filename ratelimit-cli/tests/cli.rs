@@ -175,7 +175,10 @@ async fn a_blocked_key_shows_its_block_and_reset_lifts_it() {
                 break;
             }
         }
-        assert!(refused, "{algorithm}: the second check in a window is refused");
+        assert!(
+            refused,
+            "{algorithm}: the second check in a window is refused"
+        );
         let args = ["inspect", key.as_str(), "--json", "--rules", "1/minute"];
         let state = json(&server, &args);
         let ends_in = state["block"]["ends_in_secs"].as_f64().expect("a block");
