@@ -111,10 +111,7 @@ impl MemoryBackend {
         let mut shard = self.shard(hash);
         // Read under the lock: a time read before it could be older than the state a
         // check that took the lock first has written.
-        let now_us = match request.now_us {
-            0 => self.clock.now_us(),
-            now_us => now_us,
-        };
+        let now_us = request.now_us_or(|| self.clock.now_us());
         shard.check(request, hash, now_us)
     }
 

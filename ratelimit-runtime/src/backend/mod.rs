@@ -55,4 +55,13 @@ impl<'a> Request<'a> {
             refundable: consume,
         }
     }
+
+    /// The time the request is checked at: its own, or else `clock`'s.
+    #[inline]
+    pub fn now_us_or(&self, clock: impl FnOnce() -> u64) -> u64 {
+        match self.now_us {
+            0 => clock(),
+            now_us => now_us,
+        }
+    }
 }

@@ -220,6 +220,7 @@ impl<'a> Plan<'a> {
     }
 
     /// The rest of a check that [`begin`](Self::begin) could not answer, in its span.
+    #[inline]
     pub(crate) fn resume(
         self,
         waits: Waits,
@@ -252,8 +253,7 @@ impl<'a> Plan<'a> {
     /// place it would make every caller's stack frame as large, answered at once or not.
     #[inline(never)]
     fn resumed(self, waits: Waits) -> BoxFuture<'a, Result<Decision, BackendError>> {
-        let span = waits.observation.span();
-        boxed_in_place(|| self.wait_for_answer(waits).instrument(span))
+        boxed_in_place(|| self.resume(waits))
     }
 
     /// Whether `answer` is a denial this check waits out rather than answers.

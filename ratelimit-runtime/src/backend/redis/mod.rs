@@ -433,10 +433,7 @@ impl NodeRef<'_> {
 /// `request` at this process's clock, unless it has a time of its own.
 fn with_client_clock<'a>(request: &Request<'a>) -> Request<'a> {
     Request {
-        now_us: match request.now_us {
-            0 => SystemClock.now_us(),
-            now_us => now_us,
-        },
+        now_us: request.now_us_or(|| SystemClock.now_us()),
         ..*request
     }
 }
