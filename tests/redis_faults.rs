@@ -150,8 +150,21 @@ async fn a_stalled_redis_times_out_and_later_answers_stay_in_order() {
     assert!(elapsed >= TIMEOUT && elapsed < HUNG, "{elapsed:?}");
 
     server.thaw();
-    // The timed-out call ran once Redis resumed, so it counted; the next answer is this
-    // call's own, not the late answer to the one that timed out.
+    // The timed-out call runs once Redis resumes, so it counts. (A call made at once could
+    // overtake it on the runtime's other connection: wait until it has counted, as read on
+    // a connection of the test's own.)
+    support::eventually(
+        "the timed-out call to count",
+        Duration::from_secs(30),
+        || async {
+            match support::query::<u64>(server.port(), redis::cmd("ZCARD").arg("k")) {
+                Ok(2) => Ok(()),
+                other => Err(format!("ZCARD k: {other:?}")),
+            }
+        },
+    )
+    .await;
+    // The next answer is this call's own, not the late answer to the one that timed out.
     let d = limiter.check("k", &TEN_PER_MINUTE).await.unwrap();
     assert_eq!(d.remaining, 7);
 }
