@@ -50,7 +50,9 @@
 
 local key = KEYS[1]
 local numbers = ARGV[1]
-local consume, now, cost = struct.unpack('<ddd', numbers)
+-- Rule 0's count and window come with the rest: the one rule of most checks costs no
+-- second unpack.
+local consume, now, cost, count0, window0 = struct.unpack('<ddddd', numbers)
 -- How long a refusal blocks the key (nil: no block), and whether the answer carries the
 -- time the check was counted at (reply.lua). A plain check has neither, and pays for
 -- neither: every variable a check does not use stays nil, set by one instruction.

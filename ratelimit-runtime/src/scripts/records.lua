@@ -15,4 +15,7 @@ local r1, r2, r3, r4, r5
 -- changed) is still used, and one not found starts empty. A block's record, of count 0,
 -- is never found.
 for i = 0, rules - 1 do
-    local count, window = struct.unpack('<dd', numbers, 16 * i + 25)
+    local count, window = count0, window0
+    if i > 0 then
+        count, window = struct.unpack('<dd', numbers, 16 * i + 25)
+    end

@@ -18,8 +18,8 @@
 
 -- The longest window: how long the key's entries matter after a write; a write always
 -- moves the expiry (expiry.lua).
-local expires, needed, reach = 0, 0, 0
-for i = 0, rules - 1 do
+local expires, needed, reach = 0, 0, window0
+for i = 1, rules - 1 do
     local window = struct.unpack('<d', numbers, 16 * i + 33)
     if window > reach then
         reach = window

@@ -9,7 +9,10 @@ if longest == 0 then
     empty = reach
 end
 for i = 0, rules - 1 do
-    local count, window = struct.unpack('<dd', numbers, 16 * i + 25)
+    local count, window = count0, window0
+    if i > 0 then
+        count, window = struct.unpack('<dd', numbers, 16 * i + 25)
+    end
     local inside = 0
     if window == reach then
         inside = longest
