@@ -3,7 +3,9 @@
 -- keeping it (KEEPTTL), which saves Redis rewriting it. An admitted check writes its
 -- rules' records alone, under NAME (ending a block that has passed); a refusal that
 -- starts a block keeps what the key counted and writes the block as its last record,
--- under NAME in capitals (state.lua).
+-- under NAME in capitals (state.lua). The common write, of one rule whose record the
+-- key holds alone under NAME, keeping the expiry, rewrites only that record's own
+-- numbers (OWN) in place: SETRANGE costs Redis less than making and storing a new value.
 if denied then
     if consume and block_for then
         if ms then
@@ -31,6 +33,10 @@ elseif ms then
     redis.call('SET', key, struct.pack(HEAD, NAME, expires, r1, r2, r3, r4, r5) .. records,
         'PX', string.format('%d', ms))
 elseif consume then
-    redis.call('SET', key, struct.pack(HEAD, NAME, expires, r1, r2, r3, r4, r5) .. records,
-        'KEEPTTL')
+    if rules == 1 and #state == first - 1 + SIZE and c0 == r1 and w0 == r2 then
+        redis.call('SETRANGE', key, first + 15, struct.pack(OWN, r3, r4, r5))
+    else
+        redis.call('SET', key, struct.pack(HEAD, NAME, expires, r1, r2, r3, r4, r5) .. records,
+            'KEEPTTL')
+    end
 end

@@ -24,7 +24,7 @@ pub const SLIDING_LOG: &str = concat!(
 /// The fixed window's script.
 pub const FIXED_WINDOW: &str = concat!(
     include_str!("preamble.lua"),
-    "local NAME, SIZE, LATEST, HEAD = 'fixed_window', 32, true, '<c12ddddd'\n",
+    "local NAME, SIZE, LATEST, HEAD, OWN = 'fixed_window', 32, true, '<c12ddddd', '<dd'\n",
     include_str!("state.lua"),
     include_str!("blocked.lua"),
     include_str!("records.lua"),
@@ -40,7 +40,7 @@ pub const FIXED_WINDOW: &str = concat!(
 /// The sliding window's script.
 pub const SLIDING_WINDOW: &str = concat!(
     include_str!("preamble.lua"),
-    "local NAME, SIZE, LATEST, HEAD = 'sliding_window', 40, true, '<c14dddddd'\n",
+    "local NAME, SIZE, LATEST, HEAD, OWN = 'sliding_window', 40, true, '<c14dddddd', '<ddd'\n",
     include_str!("muldiv.lua"),
     include_str!("state.lua"),
     include_str!("blocked.lua"),
@@ -57,7 +57,7 @@ pub const SLIDING_WINDOW: &str = concat!(
 /// The token bucket's script.
 pub const TOKEN_BUCKET: &str = concat!(
     include_str!("preamble.lua"),
-    "local NAME, SIZE, LATEST, HEAD = 'token_bucket', 24, false, '<c12dddd'\n",
+    "local NAME, SIZE, LATEST, HEAD, OWN = 'token_bucket', 24, false, '<c12dddd', '<d'\n",
     include_str!("state.lua"),
     include_str!("blocked.lua"),
     include_str!("records.lua"),

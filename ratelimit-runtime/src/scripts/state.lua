@@ -1,8 +1,9 @@
 -- For the scripts that keep a key's state in one string: the fixed window, the sliding
 -- window and the token bucket. sources.rs sets, just above, NAME (the algorithm's name),
 -- SIZE (a record's bytes), LATEST (true when a record's third number is a time a check is
--- never counted before: a window's start) and HEAD (the struct format of the name, the
--- expiry and the first record, read at once).
+-- never counted before: a window's start), HEAD (the struct format of the name, the
+-- expiry and the first record, read at once) and OWN (that of a record's numbers after
+-- count and window, which save.lua may rewrite alone).
 --
 -- The value is NAME, the key's expiry in µs (the script's clock), then per rule of the
 -- last write a record of SIZE bytes: count, window_us, then the algorithm's own numbers;
@@ -12,7 +13,7 @@
 -- spells the algorithm), and has one more, last record: 0 (a count no rule has, so no rule finds it), blocked_until_us, the index
 -- of the rule that started the block, zeros to SIZE. So a check of a key without a block
 -- spends nothing on blocks: its name says so. Each check makes three calls: TIME, GET,
--- and one SET that writes the state and its expiry together (save.lua).
+-- and one write of the state and its expiry together (save.lua).
 
 local state = redis.call('GET', key)
 local expires = 0
