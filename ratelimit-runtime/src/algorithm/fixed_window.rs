@@ -63,6 +63,7 @@ impl PerRule for FixedWindow {
         Some(window.start_us)
     }
 
+    #[inline(always)]
     fn judge(stored: Option<Window>, rule: &Rule, now_us: u64, cost: u64) -> Verdict<Window> {
         let (count, window_us) = (rule.count(), rule.window_us());
         let (start_us, calls) = match stored {

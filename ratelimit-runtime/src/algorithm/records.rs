@@ -42,6 +42,10 @@ pub(crate) trait PerRule {
 
     /// `rule`'s view of a call of `cost` units counted at `now_us`, from the record of its
     /// last write (`None`: not stored).
+    ///
+    /// Implementations are `#[inline(always)]`: a verdict returned through memory is read
+    /// back at once from stores just made field by field, and that copy stalls until they
+    /// drain (the sliding window's, left to the compiler, cost a tenth of a check).
     fn judge(
         stored: Option<Self::Record>,
         rule: &Rule,

@@ -88,6 +88,7 @@ impl PerRule for SlidingWindow {
         Some(windows.start_us)
     }
 
+    #[inline(always)]
     fn judge(stored: Option<Windows>, rule: &Rule, now_us: u64, cost: u64) -> Verdict<Windows> {
         let (count, w) = (rule.count(), rule.window_us());
         let (start_us, curr, prev) = match stored {

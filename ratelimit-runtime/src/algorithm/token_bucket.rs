@@ -61,6 +61,7 @@ impl PerRule for TokenBucket {
         None
     }
 
+    #[inline(always)]
     fn judge(stored: Option<u64>, rule: &Rule, now_us: u64, cost: u64) -> Verdict<u64> {
         let count = rule.count();
         let interval_us = rule.window_us().div_ceil(count);
