@@ -33,6 +33,8 @@ elseif ms then
     redis.call('SET', key, struct.pack(HEAD, NAME, expires, r1, r2, r3, r4, r5) .. records,
         'PX', string.format('%d', ms))
 elseif consume then
+    -- The key holds one record, this rule's (a block's record, of count 0, is no rule's):
+    -- its own numbers start at byte first + 16, offset first + 15 from 0.
     if rules == 1 and #state == first - 1 + SIZE and c0 == r1 and w0 == r2 then
         redis.call('SETRANGE', key, first + 15, struct.pack(OWN, r3, r4, r5))
     else

@@ -13,7 +13,7 @@
 -- spells the algorithm), and has one more, last record: 0 (a count no rule has, so no rule finds it), blocked_until_us, the index
 -- of the rule that started the block, zeros to SIZE. So a check of a key without a block
 -- spends nothing on blocks: its name says so. Each check makes three calls: TIME, GET,
--- and one write of the state and its expiry together (save.lua).
+-- and one write (save.lua): a SET of the state with its expiry, or a SETRANGE in place.
 
 local state = redis.call('GET', key)
 local expires = 0
