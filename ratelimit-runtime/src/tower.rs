@@ -80,8 +80,13 @@
 //!
 //! A refusal is written in the inner service's response body type ([`RefusalBody`]):
 //! axum's and tonic's bodies, `String`, and http-body-util's `Full<Bytes>`,
-//! `BoxBody<Bytes, E>` and `UnsyncBoxBody<Bytes, E>`. A gRPC request (`content-type:
-//! application/grpc...`) is refused with a gRPC status when the `tonic` feature is on.
+//! `BoxBody<Bytes, E>` and `UnsyncBoxBody<Bytes, E>`; implement [`RefusalBody`] for a body
+//! of your own. The inner service is `Clone`, as tower services usually are. A gRPC
+//! request (`content-type: application/grpc...`) is refused with a gRPC status when the
+//! `tonic` feature is on.
+//!
+//! Everything else (the client IP behind trusted proxies, the user id, exemptions, the
+//! response fields) is as for [axum](crate::axum), by the same code.
 
 use std::convert::Infallible;
 use std::fmt;
