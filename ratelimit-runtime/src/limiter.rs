@@ -86,7 +86,9 @@ impl Limiter {
     /// Only validates the URL; connections are made on first use and re-made automatically
     /// whenever they break. In the sentinel form the credentials and database are the
     /// master's; the sentinels are asked without credentials, and with the same ones when
-    /// they require them. See the README's "Production" section.
+    /// they require them. See the guide's
+    /// [production Redis](https://docs.rs/redis-ratelimit/*/redis_ratelimit/guide/production/index.html)
+    /// chapter.
     ///
     /// ```
     /// use redis_ratelimit::Limiter;
