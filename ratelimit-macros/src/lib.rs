@@ -139,7 +139,6 @@ use crate::item::ItemFn;
 /// # }
 /// ```
 ///
-
 /// # What a refused call returns
 ///
 /// When the identity is missing ([`RateLimitError::MissingIdentity`]), a rule is exceeded
@@ -217,7 +216,6 @@ use crate::item::ItemFn;
 /// key prefix are reported by one `tracing` warning, naming both, the first time the
 /// second one runs.
 ///
-
 /// # Errors at compile time
 ///
 /// Misuse is a compile error on the offending token, saying what is allowed, and all errors
