@@ -10,7 +10,6 @@
 //! `cargo bench --bench outbound` (needs `redis-server` on `PATH`, as the tests do).
 
 #[path = "../tests/support/mod.rs"]
-#[allow(dead_code, unused_imports)]
 mod support;
 
 use std::time::{Duration, Instant};

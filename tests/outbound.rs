@@ -528,6 +528,40 @@ async fn mode_off_sends_every_request_unchecked() {
         .is_none());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_stored_in_redis_for_out_name_apply_to_every_client() {
+    static RULES: [Rule; 1] = [Rule::per_minute(1)];
+    let server = RedisServer::start();
+    let limiter = redis_limiter(&server.url());
+    let api = FakeApi::start();
+    let client = client(
+        RateLimitMiddleware::new("outbound.stored", &RULES)
+            .limiter(limiter)
+            .wait(Duration::ZERO),
+    );
+    // The first request registers the site, whose overrides the limiter then polls.
+    assert!(client.get(api.url("/stored")).send().await.is_ok());
+    assert!(client.get(api.url("/stored")).send().await.is_err());
+    redis::cmd("HSET")
+        .arg("rate_limit:rules")
+        .arg("out:outbound.stored")
+        .arg("5/minute")
+        .exec(&mut server.connection())
+        .unwrap();
+    support::eventually("the stored rules", Duration::from_secs(30), || async {
+        match limiter.rules_in_force("out:outbound.stored")[..] {
+            [rule] if rule == Rule::per_minute(5) => Ok(()),
+            ref other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    for _ in 0..4 {
+        assert!(client.get(api.url("/stored")).send().await.is_ok());
+    }
+    assert!(client.get(api.url("/stored")).send().await.is_err());
+    assert_eq!(api.arrivals_at("/stored").len(), 5);
+}
+
 // ---------------------------------------------------------------------------------------
 // Redis down.
 
@@ -629,6 +663,96 @@ async fn an_outbound_check_is_traced_as_the_site_out_name() {
         text.contains("ratelimit.check") && text.contains("site=\"out:outbound.traced\""),
         "{text}"
     );
+}
+
+#[cfg(feature = "metrics")]
+#[test]
+fn an_outbound_check_is_counted_as_the_site_out_name() {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+    static RULES: [Rule; 1] = [Rule::per_minute(1)];
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let api = FakeApi::start();
+            let client = client(
+                RateLimitMiddleware::new("outbound.metered", &RULES)
+                    .limiter(&MEMORY)
+                    .wait(Duration::ZERO),
+            );
+            client.get(api.url("/metered")).send().await.unwrap();
+            client.get(api.url("/metered")).send().await.unwrap_err();
+        });
+    });
+    let mut counted = Vec::new();
+    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+        let key = key.key();
+        if let ("ratelimit_checks_total", DebugValue::Counter(n)) = (key.name(), value) {
+            let label = |name: &str| {
+                key.labels()
+                    .find(|l| l.key() == name)
+                    .map(|l| l.value().to_owned())
+            };
+            counted.push((label("site"), label("outcome"), n));
+        }
+    }
+    counted.sort();
+    let site = Some("out:outbound.metered".to_owned());
+    assert_eq!(
+        counted,
+        [
+            (site.clone(), Some("allowed".to_owned()), 1),
+            (site, Some("limited".to_owned()), 1)
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outbound_decision_never_reaches_the_served_request_s_headers() {
+    use redis_ratelimit::axum::RateLimitLayer;
+
+    static RULES: [Rule; 1] = [Rule::per_minute(10)];
+    let api = FakeApi::start();
+    let outbound = client(RateLimitMiddleware::new("outbound.inside", &RULES).limiter(&MEMORY));
+    let inner = api.url("/inside");
+    let handler = move || {
+        let (outbound, inner) = (outbound.clone(), inner.clone());
+        async move {
+            outbound
+                .get(&inner)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .to_string()
+        }
+    };
+    let app = axum::Router::new()
+        .route("/outer", axum::routing::get(handler))
+        .layer(RateLimitLayer::new());
+    let served = support::http::serve_axum(app, "127.0.0.1");
+    let response = reqwest::get(format!("{}/outer", served.base))
+        .await
+        .unwrap();
+    assert!(response.status().is_success());
+    for field in ["ratelimit", "ratelimit-policy", "retry-after"] {
+        assert!(
+            response.headers().get(field).is_none(),
+            "{field}: {response:?}"
+        );
+    }
+    assert_eq!(response.text().await.unwrap(), "200 OK");
+    // It was checked and counted all the same.
+    let d = MEMORY
+        .peek("rate_limit:out:outbound.inside", &RULES)
+        .await
+        .unwrap();
+    assert_eq!(d.remaining, 9);
 }
 
 /// A writer into a shared buffer.
