@@ -81,6 +81,11 @@ pub use ratelimit_runtime::actix;
 pub use ratelimit_runtime::axum;
 #[cfg(feature = "tonic")]
 pub use ratelimit_runtime::tonic;
+#[cfg(feature = "reqwest")]
+pub mod reqwest {
+    #![doc = include_str!("../docs/outbound.md")]
+    pub use ratelimit_runtime::reqwest::*;
+}
 #[cfg(feature = "tower")]
 pub use ratelimit_runtime::tower;
 #[cfg(feature = "redis")]
