@@ -1087,6 +1087,33 @@ mod differential {
         cases(call())
     }
 
+    /// Cases whose rules may count calls (each rule, one time in two), with costs that
+    /// often exceed the calls rules' counts: with clocks that go back, or (never both, see
+    /// [`call_with_blocks_and_refunds`]) with blocks and refunds.
+    fn cases_counting_calls() -> impl Strategy<Value = Case> {
+        let rules = prop::collection::vec(
+            (rule(), any::<bool>()).prop_map(|(rule, calls)| match calls {
+                true => rule.calls(),
+                false => rule,
+            }),
+            1..=3,
+        );
+        let calls = prop_oneof![
+            prop::collection::vec(call(), 1..=60),
+            prop::collection::vec(call_with_blocks_and_refunds(), 1..=60),
+        ];
+        (
+            rules,
+            1_600_000_000_000_000u64..1_700_000_000_000_000,
+            calls,
+        )
+            .prop_map(|(rules, start_us, calls)| Case {
+                rules,
+                start_us,
+                calls,
+            })
+    }
+
     fn cases(call: impl Strategy<Value = Call>) -> impl Strategy<Value = Case> {
         (
             prop::collection::vec(rule(), 1..=3),
@@ -1145,7 +1172,7 @@ mod differential {
                 cost,
                 consume
             );
-            let never = rules.iter().any(|r| cost > r.count());
+            let never = rules.iter().any(|r| !r.counts_calls() && cost > r.count());
             prop_assert_eq!(redis.allowed, redis.retry_after.is_none() && !never);
             prop_assert_eq!(redis.rule, rules[redis.rule_index]);
             Ok([redis, memory])
@@ -1285,7 +1312,8 @@ mod differential {
             };
             let retry = retry.as_micros() as u64;
             prop_assert!(retry > 0, "denied with retry_after 0");
-            prop_assert!(d.remaining < call.cost, "denied with enough left");
+            let units = if d.rule.counts_calls() { 1 } else { call.cost };
+            prop_assert!(d.remaining < units, "denied with enough left");
             // The binding rule alone, on the same key: still denied a µs early, admitted on
             // time, from the same clock.
             let binding = [d.rule];
@@ -1317,7 +1345,9 @@ mod differential {
         admitted: &[(u64, u64)],
     ) -> Result<(), String> {
         let (count, w) = (rule.count(), rule.window().as_micros() as u64);
-        let units = |calls: &[(u64, u64)]| calls.iter().map(|c| c.1).sum::<u64>();
+        // A rule counting calls takes one of each.
+        let of = |cost: u64| if rule.counts_calls() { 1 } else { cost };
+        let units = |calls: &[(u64, u64)]| calls.iter().map(|c| of(c.1)).sum::<u64>();
         for (i, &(a, _)) in admitted.iter().enumerate() {
             match algorithm {
                 // At most `count` units in any window [t, t + w).
@@ -1436,6 +1466,18 @@ mod differential {
         let ran = run_cases(drive, case(), &ALGORITHMS, "differential", false);
         // The generated calls must reach denials, or the retry checks prove nothing.
         assert!(ran.refused > 300, "only {} denials", ran.refused);
+    }
+
+    /// Rules counting calls beside rules counting units: both backends take one of every
+    /// calls rule and the cost of every other, all or nothing, exactly alike, and every
+    /// algorithm keeps each rule's bound (in calls, or in units).
+    #[test]
+    fn backends_agree_on_rules_counting_calls() {
+        let (_server, runtime, backends, mut runner) = differential(48);
+        let drive = (&runtime, &backends, &mut runner);
+        let ran = run_cases(drive, cases_counting_calls(), &ALGORITHMS, "calls", false);
+        assert!(ran.refused > 200, "only {} denials", ran.refused);
+        assert!(ran.refunded > 30, "only {} refunds", ran.refunded);
     }
 
     /// Blocks and refunds: both backends block, refund and forget exactly alike, and every

@@ -20,6 +20,7 @@ mod kw {
     syn::custom_keyword!(count);
     syn::custom_keyword!(time);
     syn::custom_keyword!(unit);
+    syn::custom_keyword!(calls);
     syn::custom_keyword!(prevent_duplicate);
     syn::custom_keyword!(prevent_duplicate_rule);
     syn::custom_keyword!(limit_type);
@@ -100,6 +101,8 @@ pub enum Limited {
 pub struct Rule {
     pub count: u64,
     pub window_ms: u64,
+    /// Whether the rule counts calls rather than units (`calls = true`, `"N calls/unit"`).
+    pub calls: bool,
 }
 
 impl Rule {
@@ -107,6 +110,7 @@ impl Rule {
     const DEFAULT_DUPLICATE: Rule = Rule {
         count: 1,
         window_ms: 5_000,
+        calls: false,
     };
 }
 
@@ -550,10 +554,13 @@ fn parse_rule_call(input: ParseStream, errors: &mut Errors) -> syn::Result<Optio
             None
         }
     };
+    let calls = fields.calls.into_inner().unwrap_or(false);
     Ok(match rule_errors.into_result() {
-        Ok(()) => count
-            .zip(window_ms)
-            .map(|(count, window_ms)| Rule { count, window_ms }),
+        Ok(()) => count.zip(window_ms).map(|(count, window_ms)| Rule {
+            count,
+            window_ms,
+            calls,
+        }),
         Err(err) => {
             errors.push(err);
             None
@@ -571,6 +578,8 @@ struct RuleFields {
     time: Slot<LitInt>,
     /// The unit in milliseconds, and its name.
     unit: Slot<(u64, Ident)>,
+    /// `calls = true`: the rule counts calls.
+    calls: Slot<bool>,
 }
 
 impl Default for RuleFields {
@@ -579,6 +588,7 @@ impl Default for RuleFields {
             count: Slot::new("count"),
             time: Slot::new("time"),
             unit: Slot::new("unit"),
+            calls: Slot::new("calls"),
         }
     }
 }
@@ -598,12 +608,15 @@ impl RuleFields {
                     let ms = errors.ok(choose(&ident, "unit", &units));
                     Ok(ms.map(|ms| (ms, ident)))
                 })?;
+        } else if lookahead.peek(kw::calls) {
+            self.calls
+                .parse::<kw::calls>(input, errors, bool_literal("calls"))?;
         } else {
             return Err(unknown(
                 input,
                 lookahead,
                 "rule argument",
-                "count, time, unit",
+                "count, time, unit, calls",
             ));
         }
         Ok(())
@@ -739,6 +752,7 @@ fn parse_rule_text(lit: &LitStr) -> syn::Result<Rule> {
         .map(|rule| Rule {
             count: rule.count,
             window_ms: rule.window_ms,
+            calls: rule.calls,
         })
         .map_err(|err| syn::Error::new(lit.span(), err))
 }
@@ -807,6 +821,7 @@ mod tests {
         let two_per_ten_seconds = Rule {
             count: 2,
             window_ms: 10_000,
+            calls: false,
         };
         assert_eq!(custom.duplicate_rule, Some(two_per_ten_seconds));
     }

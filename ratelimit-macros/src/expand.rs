@@ -78,14 +78,21 @@ fn check(args: &Args) -> TokenStream {
         Rules::Listed(rules) => (&rules[..], false),
         Rules::PerCall(_) => (&[][..], true),
     };
-    let rules = compiled
-        .iter()
-        .chain(&args.duplicate_rule)
-        .map(|Rule { count, window_ms }| {
-            quote! {
+    let rules = compiled.iter().chain(&args.duplicate_rule).map(
+        |&Rule {
+             count,
+             window_ms,
+             calls,
+         }| {
+            let rule = quote! {
                 #private::Rule::new(#count, ::core::time::Duration::from_millis(#window_ms))
+            };
+            match calls {
+                true => quote!(#rule.calls()),
+                false => rule,
             }
-        });
+        },
+    );
     let duplicate_rule = args.duplicate_rule.is_some();
     let algorithm = args.algorithm;
     let limit_type = args.limit_type;

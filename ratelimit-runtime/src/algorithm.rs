@@ -208,9 +208,13 @@ impl Figures {
 /// check) or now (a peek). Otherwise the binding rule is the denying one with the largest
 /// `retry_after` (ties: lowest index; a cost that can never pass is the largest), and
 /// `remaining` what it has left now. Every script makes the same choice in its `bind`.
+///
+/// `rules` are the rules judged: an admitted check's `remaining` is what the binding rule
+/// has left after its own part of the cost (one, for a rule counting calls).
 #[inline]
 pub(crate) fn decide(
     figures: impl IntoIterator<Item = Figures>,
+    rules: &[Rule],
     cost: u64,
     consume: bool,
     lag_us: u64,
@@ -245,7 +249,11 @@ pub(crate) fn decide(
     RawDecision {
         allowed: true,
         rule_index,
-        remaining: if consume { f.left - cost } else { f.left },
+        remaining: if consume {
+            f.left - rules[rule_index].units(cost)
+        } else {
+            f.left
+        },
         reset_after_us: later(f.reset_after_us),
         retry_after_us: 0,
         receipt: Receipt::NONE,
@@ -283,7 +291,7 @@ pub(crate) struct Call<'a> {
     pub rules: &'a [Rule],
     /// The caller's clock, µs since the epoch.
     pub now_us: u64,
-    /// Units of every rule (at least 1).
+    /// Units of every rule counting units (at least 1); a rule counting calls takes one.
     pub cost: u64,
     /// `false` for a peek: answer as a check would, write nothing.
     pub consume: bool,
@@ -596,12 +604,17 @@ impl KeyState {
         Err("a string the limiter did not write".into())
     }
 
-    /// The sliding log held in a sorted set: its entries' times (µs, in any order), and
-    /// the block member's end and rule, if any (see `scripts/sliding_log.lua`).
+    /// The sliding log held in a sorted set: its entries' times (µs, in any order), the
+    /// times of the checks rules counting calls counted, and the block member's end and
+    /// rule, if any (see `scripts/sliding_log.lua`).
     #[cfg(feature = "redis")]
-    pub fn from_redis_log(entries: Vec<u64>, block: Option<(u64, usize)>) -> KeyState {
+    pub fn from_redis_log(
+        entries: Vec<u64>,
+        calls: Vec<u64>,
+        block: Option<(u64, usize)>,
+    ) -> KeyState {
         KeyState {
-            counts: Counts::SlidingLog(sliding_log::State::from_entries(entries)),
+            counts: Counts::SlidingLog(sliding_log::State::from_entries(entries, calls)),
             block: block.map_or(Block::NONE, |(until_us, rule_index)| Block {
                 until_us,
                 rule_index,

@@ -161,10 +161,15 @@ impl<A: PerRule> State<A> {
         let records = stored
             .into_iter()
             .map(|record| {
-                let n = numbers(record)?;
+                // A rule counting calls is stored with its count negated (Rule::signed_count).
+                let calls = f64::from_le_bytes(record[..8].try_into().ok()?) < 0.0;
+                let mut record = record.to_vec();
+                record[7] &= 0x7f;
+                let n = numbers(&record)?;
                 let count = ratelimit_rule_text::check_count(n[0]).ok()?;
                 let window_us = ratelimit_rule_text::check_window_us(n[1].into()).ok()?;
                 let rule = Rule::new(count, std::time::Duration::from_micros(window_us));
+                let rule = if calls { rule.calls() } else { rule };
                 Some((rule, A::from_numbers(&n[2..])))
             })
             .collect::<Option<_>>()?;
@@ -201,7 +206,7 @@ impl<A: PerRule> Counter for State<A> {
         let mut kept = [None; KEPT];
         let (mut needed_us, mut reach_us) = (0, 0);
         let figures = rules.iter().enumerate().map(|(i, r)| {
-            let v = A::judge(self.records.get(i, r), r, now, cost);
+            let v = A::judge(self.records.get(i, r), r, now, r.units(cost));
             if let Some(slot) = kept.get_mut(i) {
                 *slot = Some(v);
             }
@@ -209,7 +214,7 @@ impl<A: PerRule> Counter for State<A> {
             reach_us = reach_us.max(v.reach_us);
             v.figures
         });
-        let mut decision = decide(figures, cost, consume, lag_us);
+        let mut decision = decide(figures, rules, cost, consume, lag_us);
         if !decision.allowed {
             // A block keeps what the key holds too, as far as it may matter.
             let ttl_us = block
@@ -227,7 +232,7 @@ impl<A: PerRule> Counter for State<A> {
         self.records
             .write(rules, |i, rule, stored| match kept.get(i) {
                 Some(&Some(v)) => v.counted,
-                _ => A::judge(stored, rule, now, cost).counted,
+                _ => A::judge(stored, rule, now, rule.units(cost)).counted,
             });
         decision.receipt = Receipt::new(cost, now, 0, A::ALGORITHM, CountedBy::Memory);
         // From the caller's `now`, which the key's expiry (the script's PX) is relative to.
@@ -244,7 +249,7 @@ impl<A: PerRule> Counter for State<A> {
         let (at_us, cost) = (receipt.at_us, u64::from(receipt.cost));
         for (i, rule) in rules.iter().enumerate() {
             if let Some(record) = self.records.get_mut(i, rule) {
-                *record = A::refund(*record, rule, at_us, cost, now_us);
+                *record = A::refund(*record, rule, at_us, rule.units(cost), now_us);
             }
         }
     }

@@ -39,6 +39,9 @@ use crate::{Algorithm, Rule};
 #[derive(Clone, Debug, Default)]
 pub(crate) struct State {
     log: VecDeque<u64>,
+    /// The timestamps (µs) of admitted checks of rules counting calls, one per check,
+    /// ascending: what those rules count (empty while no check has such a rule).
+    calls: VecDeque<u64>,
     /// The number of the next admitted check, its receipt's id.
     checks: u64,
     /// The checks refunded, as (time counted at, number), while entries of that time may
@@ -63,13 +66,25 @@ impl State {
         Some((self.log.len(), *self.log.front()?, *self.log.back()?))
     }
 
-    /// A log holding the entries `entries` (µs, in any order), as read from Redis.
+    /// A log holding the entries `entries` and the checks counted by rules counting calls
+    /// `calls` (µs, in any order), as read from Redis.
     #[cfg(feature = "redis")]
-    pub fn from_entries(mut entries: Vec<u64>) -> State {
+    pub fn from_entries(mut entries: Vec<u64>, mut calls: Vec<u64>) -> State {
         entries.sort_unstable();
+        calls.sort_unstable();
         State {
             log: entries.into(),
+            calls: calls.into(),
             ..State::default()
+        }
+    }
+
+    /// The log a rule counts: its entries, or the checks for a rule counting calls.
+    #[inline(always)]
+    fn log_of(&self, rule: &Rule) -> &VecDeque<u64> {
+        match rule.counts_calls() {
+            true => &self.calls,
+            false => &self.log,
         }
     }
 }
@@ -134,8 +149,7 @@ impl Counter for State {
             consume,
             ..
         } = *call;
-        let log = &mut self.log;
-        let clamp = match block.clamp(call, log.back().copied()) {
+        let clamp = match block.clamp(call, self.log.back().copied()) {
             Ok(clamp) => clamp,
             Err(refused) => return refused,
         };
@@ -143,11 +157,15 @@ impl Counter for State {
         let longest = longest_window_us(rules);
         // Stale entries are skipped by every count, as the script's ZCOUNTs do.
         let mut decision = decide(
-            rules.iter().map(|rule| figures(log, rule, now, cost)),
+            rules
+                .iter()
+                .map(|rule| figures(self.log_of(rule), rule, now, rule.units(cost))),
+            rules,
             cost,
             consume,
             lag_us,
         );
+        let log = &mut self.log;
         if !decision.allowed {
             // Every write sets the expiry, as the script's `PEXPIRE` does: for the block,
             // and the entries as long as they may matter.
@@ -168,6 +186,13 @@ impl Counter for State {
         for _ in 0..cost {
             log.push_back(now);
         }
+        if rules.iter().any(Rule::counts_calls) {
+            let calls = &mut self.calls;
+            while calls.front().is_some_and(|&s| !in_window(s, longest, now)) {
+                calls.pop_front();
+            }
+            calls.push_back(now);
+        }
         decision.receipt = Receipt::new(
             cost,
             now,
@@ -182,7 +207,7 @@ impl Counter for State {
         }
     }
 
-    fn refund(&mut self, _: &[Rule], receipt: &Receipt, _: u64) {
+    fn refund(&mut self, rules: &[Rule], receipt: &Receipt, _: u64) {
         let Receipt {
             at_us, id, cost, ..
         } = *receipt;
@@ -200,6 +225,12 @@ impl Counter for State {
         if gone > 0 {
             self.log.drain(first..first + gone);
             self.refunded.push((at_us, id));
+            // The check's one call, where rules counting calls counted it.
+            if rules.iter().any(Rule::counts_calls) {
+                if let Ok(at) = self.calls.binary_search(&at_us) {
+                    self.calls.remove(at);
+                }
+            }
         }
     }
 
@@ -209,7 +240,7 @@ impl Counter for State {
     }
 
     fn figures(&self, rule: &Rule, at_us: u64, cost: u64) -> Figures {
-        figures(&self.log, rule, at_us, cost)
+        figures(self.log_of(rule), rule, at_us, cost)
     }
 }
 

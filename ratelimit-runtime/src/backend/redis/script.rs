@@ -172,22 +172,25 @@ impl ToRedisArgs for Numbers<'_> {
             request.now_us,
             request.cost,
         ];
-        write_doubles(out, head.into_iter().chain(rule_numbers(request.rules)));
+        write_doubles(out, &head, request.rules);
     }
 }
 
-/// Each rule's count and window in µs, in turn.
-fn rule_numbers(rules: &[Rule]) -> impl Iterator<Item = u64> + '_ {
-    rules.iter().flat_map(|r| [r.count(), r.window_us()])
+/// Each rule's count and window in µs, in turn; the count negated for a rule counting
+/// calls ([`Rule::signed_count`]).
+fn rule_numbers(rules: &[Rule]) -> impl Iterator<Item = f64> + '_ {
+    rules
+        .iter()
+        .flat_map(|r| [r.signed_count(), r.window_us() as f64])
 }
 
-/// `numbers` as one argument of little-endian `f64`s, written straight into the command's
-/// buffer, which cannot fail.
-fn write_doubles<W: ?Sized + RedisWrite>(out: &mut W, numbers: impl Iterator<Item = u64>) {
+/// `head` then `rules` as one argument of little-endian `f64`s, written straight into the
+/// command's buffer, which cannot fail.
+fn write_doubles<W: ?Sized + RedisWrite>(out: &mut W, head: &[u64], rules: &[Rule]) {
     let mut arg = out.writer_for_next_arg();
+    let numbers = head.iter().map(|&n| n as f64).chain(rule_numbers(rules));
     for n in numbers {
-        arg.write_all(&(n as f64).to_le_bytes())
-            .expect("writing to memory");
+        arg.write_all(&n.to_le_bytes()).expect("writing to memory");
     }
 }
 
@@ -342,8 +345,8 @@ impl<'r> Refund<'r> {
         Some(eval)
     }
 
-    /// `ZREM key id id..2 ... id..cost`: the check's members, as `sliding_log_add.lua`
-    /// names them.
+    /// `ZREM key id id..2 ... id..cost` (and `id..c`, its call, under rules counting
+    /// calls): the check's members, as `sliding_log_add.lua` names them.
     fn zrem(&self) -> Cmd {
         let id = check_id(self.receipt.id);
         let mut zrem = redis::cmd("ZREM");
@@ -352,6 +355,12 @@ impl<'r> Refund<'r> {
         for k in 2..=self.receipt.cost {
             member.truncate(id.len());
             member.extend_from_slice(k.to_string().as_bytes());
+            zrem.arg(&member[..]);
+        }
+        // The check's one call, which rules counting calls counted.
+        if self.rules.iter().any(Rule::counts_calls) {
+            member.truncate(id.len());
+            member.push(b'c');
             zrem.arg(&member[..]);
         }
         zrem
@@ -371,7 +380,7 @@ impl ToRedisArgs for RefundNumbers<'_> {
             u64::from(refund.receipt.cost),
             refund.now_us.unwrap_or(0),
         ];
-        write_doubles(out, head.into_iter().chain(rule_numbers(refund.rules)));
+        write_doubles(out, &head, refund.rules);
     }
 }
 
