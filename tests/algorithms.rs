@@ -984,6 +984,8 @@ mod differential {
         block_us: u64,
         /// Refund an admitted consuming call at once, at the time it was checked.
         refund: bool,
+        /// Settle an admitted consuming call at once at this many units (not refunded).
+        settle: Option<u64>,
     }
 
     #[derive(Clone, Debug)]
@@ -1053,6 +1055,7 @@ mod differential {
                 reversed: false,
                 block_us: 0,
                 refund: false,
+                settle: None,
             }
         })
     }
@@ -1085,6 +1088,40 @@ mod differential {
 
     fn case() -> impl Strategy<Value = Case> {
         cases(call())
+    }
+
+    /// A call settled once admitted: at most its reservation (`excess` false), or
+    /// sometimes more. On a clock that never goes back, as refunds.
+    fn call_settled(excess: bool) -> impl Strategy<Value = Call> {
+        (call(), 0u64..=100, prop::bool::weighted(0.7)).prop_map(move |(call, percent, settled)| {
+            let most = if excess { call.cost * 3 } else { call.cost };
+            Call {
+                back_us: 0,
+                settle: settled.then_some(most * percent / 100),
+                ..call
+            }
+        })
+    }
+
+    /// Cases of settled calls whose rules may count calls.
+    fn cases_settled(excess: bool) -> impl Strategy<Value = Case> {
+        let rules = prop::collection::vec(
+            (rule(), prop::bool::weighted(0.3)).prop_map(|(rule, calls)| match calls {
+                true => rule.calls(),
+                false => rule,
+            }),
+            1..=3,
+        );
+        (
+            rules,
+            1_600_000_000_000_000u64..1_700_000_000_000_000,
+            prop::collection::vec(call_settled(excess), 1..=60),
+        )
+            .prop_map(|(rules, start_us, calls)| Case {
+                rules,
+                start_us,
+                calls,
+            })
     }
 
     /// Cases whose rules may count calls (each rule, one time in two), with costs that
@@ -1178,6 +1215,27 @@ mod differential {
             Ok([redis, memory])
         }
 
+        /// Settles each backend's decision (of `rules` for `key`) at `actual` units at
+        /// `now_us`; both must answer alike.
+        async fn settle(
+            &self,
+            key: &str,
+            rules: &[Rule],
+            decisions: &[Decision; 2],
+            actual: u64,
+            now_us: u64,
+        ) -> Result<(), TestCaseError> {
+            let now = Duration::from_micros(now_us);
+            let mut answers = Vec::new();
+            for (limiter, decision) in [self.redis, self.memory].into_iter().zip(decisions) {
+                let settled = limiter.settle_at(key, rules, decision, actual, now).await;
+                prop_assert!(settled.is_ok(), "settle: {:?}", settled);
+                answers.push(settled.unwrap());
+            }
+            prop_assert_eq!(answers[0], answers[1], "settle at {} of {}", actual, key);
+            Ok(())
+        }
+
         /// Refunds each backend's decision (of `rules` for `key`) at `now_us`.
         async fn refund(
             &self,
@@ -1247,6 +1305,8 @@ mod differential {
         admitted: Vec<(u64, u64)>,
         /// Admitted calls refunded at once.
         refunded: usize,
+        /// Admitted calls settled at once.
+        settled: usize,
         /// Consuming calls refused.
         refused: usize,
         /// Consuming calls refused that asked for a block.
@@ -1259,6 +1319,7 @@ mod differential {
         /// Adds `other`'s counts to these (not its admitted calls).
         fn add(&mut self, other: &Ran) {
             self.refunded += other.refunded;
+            self.settled += other.settled;
             self.refused += other.refused;
             self.blocking += other.blocking;
             self.behind += other.behind;
@@ -1293,6 +1354,12 @@ mod differential {
                     if call.refund {
                         backends.refund(key, &rules, &decisions, now).await?;
                         ran.refunded += 1;
+                    } else if let Some(actual) = call.settle {
+                        backends
+                            .settle(key, &rules, &decisions, actual, now)
+                            .await?;
+                        ran.settled += 1;
+                        ran.admitted.push((counted_at, actual));
                     } else {
                         ran.admitted.push((counted_at, call.cost));
                     }
@@ -1478,6 +1545,28 @@ mod differential {
         let ran = run_cases(drive, cases_counting_calls(), &ALGORITHMS, "calls", false);
         assert!(ran.refused > 200, "only {} denials", ran.refused);
         assert!(ran.refunded > 30, "only {} refunds", ran.refunded);
+    }
+
+    /// Settles within the reservation: both backends give back exactly alike, answer the
+    /// settle alike, and every algorithm keeps each rule's bound over the settled costs
+    /// (calls rules keeping their one).
+    #[test]
+    fn backends_agree_on_settles_and_every_algorithm_keeps_its_bound() {
+        let (_server, runtime, backends, mut runner) = differential(48);
+        let drive = (&runtime, &backends, &mut runner);
+        let ran = run_cases(drive, cases_settled(false), &ALGORITHMS, "settled", false);
+        assert!(ran.settled > 300, "only {} settles", ran.settled);
+        assert!(ran.refused > 100, "only {} denials", ran.refused);
+    }
+
+    /// Settles past the reservation (debt): both backends take the excess exactly alike,
+    /// and refuse and answer alike after it (no bound: an excess may pass a count).
+    #[test]
+    fn backends_agree_on_settles_past_the_reservation() {
+        let (_server, runtime, backends, mut runner) = differential(48);
+        let drive = (&runtime, &backends, &mut runner);
+        let ran = run_cases(drive, cases_settled(true), &ALGORITHMS, "debt", true);
+        assert!(ran.settled > 300, "only {} settles", ran.settled);
     }
 
     /// Blocks and refunds: both backends block, refund and forget exactly alike, and every

@@ -335,6 +335,20 @@ pub(crate) trait Counter {
     /// [`Receipt`]); `now_us` is the caller's clock.
     fn refund(&mut self, rules: &[Rule], receipt: &Receipt, now_us: u64);
 
+    /// Replaces the cost `receipt` reserved by `actual` in every rule of `rules` counting
+    /// units (rules counting calls keep their one): gives back the difference as far as
+    /// the state still holds it, or takes it, even past a rule's count, where the state
+    /// still counts the reservation; `now_us` is the caller's clock. See
+    /// [`KeyState::settle`]. Returns the key's new TTL from `now_us` when the settle moved
+    /// its expiry (a debt that outlives it), as [`Outcome::ttl_us`].
+    fn settle(
+        &mut self,
+        rules: &[Rule],
+        receipt: &Receipt,
+        actual: u64,
+        now_us: u64,
+    ) -> Option<u64>;
+
     /// The latest time the state records, before which no check is counted (see
     /// [`Clamp`]); `None` when it records none.
     fn latest_us(&self) -> Option<u64>;
@@ -494,6 +508,37 @@ impl KeyState {
             Counts::FixedWindow(s) => s.refund(rules, receipt, now_us),
             Counts::SlidingWindow(s) => s.refund(rules, receipt, now_us),
             Counts::TokenBucket(s) => s.refund(rules, receipt, now_us),
+        }
+    }
+}
+
+impl KeyState {
+    /// Settles the reservation `receipt` made of `rules` at `actual` units, as far as the
+    /// state still counts it; nothing when another algorithm counted it.
+    ///
+    /// Every algorithm treats the settled cost as if the check had been of `actual` units
+    /// at the time it was counted at: the sliding log adds or removes entries at that time;
+    /// the fixed and sliding windows change the count of the window it was counted in,
+    /// while a record still holds it; the token bucket gives back what has not refilled
+    /// (as a refund) or pushes its `tat` on by the excess from now (a bucket in debt
+    /// refills from there). An excess is taken even past a rule's count: later checks are
+    /// refused until the window has room again. Returns the key's new TTL from `now_us`
+    /// when the debt outlives its expiry (the token bucket's), as [`Outcome::ttl_us`].
+    pub fn settle(
+        &mut self,
+        rules: &[Rule],
+        receipt: &Receipt,
+        actual: u64,
+        now_us: u64,
+    ) -> Option<u64> {
+        if receipt.algorithm != self.algorithm() {
+            return None;
+        }
+        match &mut self.counts {
+            Counts::SlidingLog(s) => s.settle(rules, receipt, actual, now_us),
+            Counts::FixedWindow(s) => s.settle(rules, receipt, actual, now_us),
+            Counts::SlidingWindow(s) => s.settle(rules, receipt, actual, now_us),
+            Counts::TokenBucket(s) => s.settle(rules, receipt, actual, now_us),
         }
     }
 }

@@ -53,6 +53,19 @@ pub(crate) trait PerRule {
         cost: u64,
     ) -> Verdict<Self::Record>;
 
+    /// Until when a settled record matters, when that can outgrow the expiry a check set
+    /// (the token bucket's `tat`, pushed on by a debt); `None` for records whose windows
+    /// the expiry covers whatever they count.
+    fn until_us(_: &Self::Record) -> Option<u64> {
+        None
+    }
+
+    /// `record` (of `rule`) with `units` more counted as if at `at_us` (a settled cost
+    /// above its reservation), even past the rule's count, where the record still counts
+    /// what was counted at `at_us`; `now_us` is the caller's clock.
+    fn take(record: Self::Record, rule: &Rule, at_us: u64, units: u64, now_us: u64)
+        -> Self::Record;
+
     /// `record` (of `rule`) with `cost` units counted at `at_us` given back, as far as it
     /// still holds them at `now_us` (never below zero).
     fn refund(
@@ -252,6 +265,38 @@ impl<A: PerRule> Counter for State<A> {
                 *record = A::refund(*record, rule, at_us, rule.units(cost), now_us);
             }
         }
+    }
+
+    fn settle(
+        &mut self,
+        rules: &[Rule],
+        receipt: &Receipt,
+        actual: u64,
+        now_us: u64,
+    ) -> Option<u64> {
+        let (at_us, reserved) = (receipt.at_us, u64::from(receipt.cost));
+        let mut ttl_us = None;
+        for (i, rule) in rules.iter().enumerate() {
+            if rule.counts_calls() || actual == reserved {
+                continue;
+            }
+            if let Some(record) = self.records.get_mut(i, rule) {
+                *record = match actual < reserved {
+                    true => A::refund(*record, rule, at_us, reserved - actual, now_us),
+                    false => A::take(*record, rule, at_us, actual - reserved, now_us),
+                };
+                // A debt that outlives the key's expiry moves it, as the script does.
+                if let Some(until_us) = A::until_us(record) {
+                    let needed_us = until_us.saturating_sub(now_us);
+                    if let Some(ttl) =
+                        extend_expiry(&mut self.expires_at_us, now_us, needed_us, needed_us)
+                    {
+                        ttl_us = Some(ttl);
+                    }
+                }
+            }
+        }
+        ttl_us
     }
 
     /// The latest window start a record holds (the token bucket's records hold none).

@@ -234,6 +234,26 @@ impl Counter for State {
         }
     }
 
+    /// Entries at the time the check was counted at: removed while there (entries of one
+    /// time are alike), or added beside them while any is there, as the script removes
+    /// or adds the check's own members by name.
+    fn settle(&mut self, _: &[Rule], receipt: &Receipt, actual: u64, _: u64) -> Option<u64> {
+        let (at_us, reserved) = (receipt.at_us, u64::from(receipt.cost));
+        let first = self.log.partition_point(|&s| s < at_us);
+        let alike = self.log.partition_point(|&s| s <= at_us) - first;
+        if actual < reserved {
+            let gone = alike.min((reserved - actual) as usize);
+            self.log.drain(first..first + gone);
+        } else if actual > reserved && alike > 0 {
+            let newer = self.log.split_off(first);
+            self.log
+                .extend(std::iter::repeat_n(at_us, (actual - reserved) as usize));
+            self.log.extend(newer);
+        }
+        // Entries at the check's time or before: the expiry already covers them.
+        None
+    }
+
     /// The newest entry: entries are added at the newest time or later.
     fn latest_us(&self) -> Option<u64> {
         self.log.back().copied()

@@ -143,6 +143,25 @@ impl PerRule for SlidingWindow {
         }
     }
 
+    /// Into the current window's count while the reservation was counted in it, into the
+    /// previous one's once a window has started since (where it still weighs).
+    fn take(windows: Windows, rule: &Rule, at_us: u64, units: u64, _: u64) -> Windows {
+        let (start_us, w) = (windows.start_us, rule.window_us());
+        if start_us <= at_us && at_us - start_us < w {
+            Windows {
+                curr: windows.curr + units,
+                ..windows
+            }
+        } else if at_us < start_us && start_us - at_us <= w {
+            Windows {
+                prev: windows.prev + units,
+                ..windows
+            }
+        } else {
+            windows
+        }
+    }
+
     /// From the current window's count while the units were counted in it, from the
     /// previous one's once a window has started since (where they still weigh).
     fn refund(windows: Windows, rule: &Rule, at_us: u64, cost: u64, _: u64) -> Windows {

@@ -18,6 +18,10 @@
         end
     end
     local left, retry = count - calls, 0
+    -- A settle past the reservation may leave the window in debt (Limiter::settle).
+    if left < 0 then
+        left = 0
+    end
     if units > count then
         retry = NEVER
     elseif units > left then

@@ -7,76 +7,100 @@
 // The string-state algorithms describe their value for state.lua in one line here (see
 // state.lua).
 
+// (A macro, so that its settle script can start with the same text.)
+macro_rules! sliding_log {
+    () => {
+        concat!(
+            include_str!("preamble.lua"),
+            include_str!("sliding_log.lua"),
+            include_str!("blocked.lua"),
+            include_str!("sliding_log_rules.lua"),
+            include_str!("bind.lua"),
+            include_str!("sliding_log_rerun.lua"),
+            include_str!("block.lua"),
+            include_str!("expiry.lua"),
+            include_str!("sliding_log_add.lua"),
+            include_str!("reply.lua"),
+        )
+    };
+}
 /// The sliding log's script.
-pub const SLIDING_LOG: &str = concat!(
-    include_str!("preamble.lua"),
-    include_str!("sliding_log.lua"),
-    include_str!("blocked.lua"),
-    include_str!("sliding_log_rules.lua"),
-    include_str!("bind.lua"),
-    include_str!("sliding_log_rerun.lua"),
-    include_str!("block.lua"),
-    include_str!("expiry.lua"),
-    include_str!("sliding_log_add.lua"),
-    include_str!("reply.lua"),
-);
+pub const SLIDING_LOG: &str = sliding_log!();
 
+// (A macro, so that its settle script can start with the same text.)
+macro_rules! fixed_window {
+    () => {
+        concat!(
+            include_str!("preamble.lua"),
+            "local NAME, SIZE, LATEST, HEAD, OWN = 'fixed_window', 32, true, '<c12ddddd', '<dd'\n",
+            include_str!("state.lua"),
+            include_str!("blocked.lua"),
+            include_str!("records.lua"),
+            include_str!("find.lua"),
+            include_str!("calls.lua"),
+            include_str!("fixed_window.lua"),
+            include_str!("bind.lua"),
+            include_str!("block.lua"),
+            include_str!("expiry.lua"),
+            include_str!("save.lua"),
+            include_str!("reply.lua"),
+        )
+    };
+}
 /// The fixed window's script.
-pub const FIXED_WINDOW: &str = concat!(
-    include_str!("preamble.lua"),
-    "local NAME, SIZE, LATEST, HEAD, OWN = 'fixed_window', 32, true, '<c12ddddd', '<dd'\n",
-    include_str!("state.lua"),
-    include_str!("blocked.lua"),
-    include_str!("records.lua"),
-    include_str!("find.lua"),
-    include_str!("calls.lua"),
-    include_str!("fixed_window.lua"),
-    include_str!("bind.lua"),
-    include_str!("block.lua"),
-    include_str!("expiry.lua"),
-    include_str!("save.lua"),
-    include_str!("reply.lua"),
-);
+pub const FIXED_WINDOW: &str = fixed_window!();
 
+// (A macro, so that its settle script can start with the same text.)
+macro_rules! sliding_window {
+    () => {
+        concat!(
+            include_str!("preamble.lua"),
+            "local NAME, SIZE, LATEST, HEAD, OWN = 'sliding_window', 40, true, '<c14dddddd', '<ddd'\n",
+            include_str!("muldiv.lua"),
+            include_str!("state.lua"),
+            include_str!("blocked.lua"),
+            include_str!("records.lua"),
+            include_str!("find.lua"),
+            include_str!("calls.lua"),
+            include_str!("sliding_window.lua"),
+            include_str!("bind.lua"),
+            include_str!("block.lua"),
+            include_str!("expiry.lua"),
+            include_str!("save.lua"),
+            include_str!("reply.lua"),
+        )
+    };
+}
 /// The sliding window's script.
-pub const SLIDING_WINDOW: &str = concat!(
-    include_str!("preamble.lua"),
-    "local NAME, SIZE, LATEST, HEAD, OWN = 'sliding_window', 40, true, '<c14dddddd', '<ddd'\n",
-    include_str!("muldiv.lua"),
-    include_str!("state.lua"),
-    include_str!("blocked.lua"),
-    include_str!("records.lua"),
-    include_str!("find.lua"),
-    include_str!("calls.lua"),
-    include_str!("sliding_window.lua"),
-    include_str!("bind.lua"),
-    include_str!("block.lua"),
-    include_str!("expiry.lua"),
-    include_str!("save.lua"),
-    include_str!("reply.lua"),
-);
+pub const SLIDING_WINDOW: &str = sliding_window!();
 
+// (A macro, so that its settle script can start with the same text.)
+macro_rules! token_bucket {
+    () => {
+        concat!(
+            include_str!("preamble.lua"),
+            "local NAME, SIZE, LATEST, HEAD, OWN = 'token_bucket', 24, false, '<c12dddd', '<d'\n",
+            include_str!("state.lua"),
+            include_str!("blocked.lua"),
+            include_str!("records.lua"),
+            include_str!("find.lua"),
+            include_str!("calls.lua"),
+            include_str!("token_interval.lua"),
+            include_str!("token_bucket.lua"),
+            include_str!("bind.lua"),
+            include_str!("block.lua"),
+            include_str!("expiry.lua"),
+            include_str!("save.lua"),
+            include_str!("reply.lua"),
+        )
+    };
+}
 /// The token bucket's script.
-pub const TOKEN_BUCKET: &str = concat!(
-    include_str!("preamble.lua"),
-    "local NAME, SIZE, LATEST, HEAD, OWN = 'token_bucket', 24, false, '<c12dddd', '<d'\n",
-    include_str!("state.lua"),
-    include_str!("blocked.lua"),
-    include_str!("records.lua"),
-    include_str!("find.lua"),
-    include_str!("calls.lua"),
-    include_str!("token_interval.lua"),
-    include_str!("token_bucket.lua"),
-    include_str!("bind.lua"),
-    include_str!("block.lua"),
-    include_str!("expiry.lua"),
-    include_str!("save.lua"),
-    include_str!("reply.lua"),
-);
+pub const TOKEN_BUCKET: &str = token_bucket!();
 
 /// The fixed window's refund.
 pub const FIXED_WINDOW_REFUND: &str = concat!(
-    "local NAME, SIZE, NOW = 'fixed_window', 32, false\n",
+    "local NAME, SIZE, NOW, ARGS = 'fixed_window', 32, false, 1\n",
     include_str!("refund.lua"),
     include_str!("find.lua"),
     include_str!("calls.lua"),
@@ -86,7 +110,7 @@ pub const FIXED_WINDOW_REFUND: &str = concat!(
 
 /// The sliding window's refund.
 pub const SLIDING_WINDOW_REFUND: &str = concat!(
-    "local NAME, SIZE, NOW = 'sliding_window', 40, false\n",
+    "local NAME, SIZE, NOW, ARGS = 'sliding_window', 40, false, 1\n",
     include_str!("refund.lua"),
     include_str!("find.lua"),
     include_str!("calls.lua"),
@@ -96,11 +120,60 @@ pub const SLIDING_WINDOW_REFUND: &str = concat!(
 
 /// The token bucket's refund.
 pub const TOKEN_BUCKET_REFUND: &str = concat!(
-    "local NAME, SIZE, NOW = 'token_bucket', 24, true\n",
+    "local NAME, SIZE, NOW, ARGS = 'token_bucket', 24, true, 1\n",
     include_str!("refund.lua"),
     include_str!("find.lua"),
     include_str!("calls.lua"),
     include_str!("token_interval.lua"),
     include_str!("token_bucket_refund.lua"),
     "end\nreturn given\n",
+);
+
+/// The sliding log's settle: the reservation settled by name, then a peek.
+pub const SLIDING_LOG_SETTLE: &str = concat!(include_str!("sliding_log_settle.lua"), sliding_log!());
+
+/// The fixed window's settle: the reservation settled (settle.lua), then a peek.
+pub const FIXED_WINDOW_SETTLE: &str = concat!(
+    "local NAME, SIZE, NOW, ARGS = 'fixed_window', 32, false, 3\n",
+    include_str!("settle.lua"),
+    include_str!("refund.lua"),
+    include_str!("find.lua"),
+    include_str!("calls.lua"),
+    "if signed < 0 then\nelseif TAKE then\n",
+    include_str!("fixed_window_take.lua"),
+    "else\n",
+    include_str!("fixed_window_refund.lua"),
+    "end\nend\nend\nsettle()\n",
+    fixed_window!(),
+);
+
+/// The sliding window's settle: the reservation settled (settle.lua), then a peek.
+pub const SLIDING_WINDOW_SETTLE: &str = concat!(
+    "local NAME, SIZE, NOW, ARGS = 'sliding_window', 40, false, 3\n",
+    include_str!("settle.lua"),
+    include_str!("refund.lua"),
+    include_str!("find.lua"),
+    include_str!("calls.lua"),
+    "if signed < 0 then\nelseif TAKE then\n",
+    include_str!("sliding_window_take.lua"),
+    "else\n",
+    include_str!("sliding_window_refund.lua"),
+    "end\nend\nend\nsettle()\n",
+    sliding_window!(),
+);
+
+/// The token bucket's settle: the reservation settled (settle.lua), then a peek.
+pub const TOKEN_BUCKET_SETTLE: &str = concat!(
+    "local NAME, SIZE, NOW, ARGS = 'token_bucket', 24, true, 3\n",
+    include_str!("settle.lua"),
+    include_str!("refund.lua"),
+    include_str!("find.lua"),
+    include_str!("calls.lua"),
+    include_str!("token_interval.lua"),
+    "if signed < 0 then\nelseif TAKE then\n",
+    include_str!("token_bucket_take.lua"),
+    "else\n",
+    include_str!("token_bucket_refund.lua"),
+    "end\nend\nend\nsettle()\n",
+    token_bucket!(),
 );

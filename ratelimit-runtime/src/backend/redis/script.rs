@@ -367,6 +367,103 @@ impl<'r> Refund<'r> {
     }
 }
 
+/// The settle scripts (`settle.lua`, `sliding_log_settle.lua`), hashed once per process.
+fn settle_script(algorithm: Algorithm) -> &'static Script {
+    static SCRIPTS: LazyLock<[Script; 4]> =
+        LazyLock::new(|| Algorithm::ALL.map(|algorithm| Script::new(settle_source(algorithm))));
+    &SCRIPTS[algorithm as usize]
+}
+
+fn settle_source(algorithm: Algorithm) -> &'static str {
+    match algorithm {
+        Algorithm::SlidingLog => sources::SLIDING_LOG_SETTLE,
+        Algorithm::FixedWindow => sources::FIXED_WINDOW_SETTLE,
+        Algorithm::SlidingWindow => sources::SLIDING_WINDOW_SETTLE,
+        Algorithm::TokenBucket => sources::TOKEN_BUCKET_SETTLE,
+    }
+}
+
+/// The command that settles what one decision reserved of a key at `actual` units and
+/// answers, in the same round trip, as a peek of cost 1 of the key's rules (see
+/// `scripts/settle.lua`). The sliding log's settles by name, so a second run changes
+/// nothing; the others' would settle again, and are never re-sent once they may have run.
+pub(crate) struct Settle<'r> {
+    /// The peek that answers.
+    peek: Request<'r>,
+    receipt: Receipt,
+    actual: u64,
+}
+
+impl<'r> Settle<'r> {
+    /// The settle of `receipt` (of a decision Redis made for `peek.key` and `peek.rules`);
+    /// `None` when there is nothing to settle: a decision that took nothing, or that the
+    /// embedded backend counted. `peek` is the peek of cost 1 that answers.
+    pub fn new(peek: Request<'r>, receipt: &Receipt, actual: u64) -> Option<Self> {
+        (!receipt.is_empty() && receipt.counted_by == CountedBy::Redis).then_some(Settle {
+            peek,
+            receipt: *receipt,
+            actual,
+        })
+    }
+
+    /// Whether sending the settle twice settles once: only the sliding log's.
+    pub fn rerun_is_harmless(&self) -> bool {
+        self.receipt.algorithm == Algorithm::SlidingLog
+    }
+
+    /// The `EVALSHA` of the settle script; with `source`, the `EVAL` of its body instead.
+    pub fn command(&self, source: bool) -> Cmd {
+        let algorithm = self.receipt.algorithm;
+        let mut cmd = match source {
+            false => {
+                let mut evalsha = redis::cmd("EVALSHA");
+                evalsha.arg(settle_script(algorithm).get_hash());
+                evalsha
+            }
+            true => {
+                let mut eval = redis::cmd("EVAL");
+                eval.arg(settle_source(algorithm));
+                eval
+            }
+        };
+        cmd.arg(1).arg(self.peek.key).arg(Numbers(&self.peek));
+        let reserved = u64::from(self.receipt.cost);
+        if algorithm == Algorithm::SlidingLog {
+            cmd.arg(&check_id(self.receipt.id)[..]);
+            let numbers: Vec<u8> = [self.receipt.at_us, reserved, self.actual]
+                .iter()
+                .flat_map(|&n| (n as f64).to_le_bytes())
+                .collect();
+            cmd.arg(numbers);
+        } else {
+            let take = self.actual > reserved;
+            cmd.arg(if take { "+" } else { "-" });
+            let head = [
+                self.receipt.at_us,
+                self.actual.abs_diff(reserved),
+                self.peek.now_us,
+            ];
+            let mut numbers: Vec<u8> = head
+                .iter()
+                .flat_map(|&n| (n as f64).to_le_bytes())
+                .collect();
+            // Every rule, so that each finds its record at its place; rules counting calls
+            // keep their one (settle.lua).
+            for rule in self.peek.rules {
+                numbers.extend_from_slice(&rule.signed_count().to_le_bytes());
+                numbers.extend_from_slice(&(rule.window_us() as f64).to_le_bytes());
+            }
+            cmd.arg(numbers);
+        }
+        cmd
+    }
+
+    /// The peek's answer.
+    pub fn decode(&self, reply: &Value) -> Option<RawDecision> {
+        decode(reply, self.peek.rules).map(|(raw, _)| raw)
+    }
+}
+
 /// A refund's numbers, as `refund.lua` reads them: the time the check was counted at, its
 /// cost, now in µs (0: `TIME`), then each rule's count and window in µs; every one a
 /// little-endian `f64`.
