@@ -33,6 +33,7 @@ mod kw {
     syn::custom_keyword!(name);
     syn::custom_keyword!(cost);
     syn::custom_keyword!(charge_if);
+    syn::custom_keyword!(settle);
     syn::custom_keyword!(block_for);
     syn::custom_keyword!(wait);
     syn::custom_keyword!(shadow);
@@ -41,7 +42,7 @@ mod kw {
 const ARGUMENTS: &str =
     "one of rules, prevent_duplicate, prevent_duplicate_rule, limit_type, by, key, \
                          message, algorithm, on_limit, limiter, crate, name, cost, charge_if, \
-                         block_for, wait, shadow";
+                         settle, block_for, wait, shadow";
 
 /// The validated arguments of one `#[rate_limiter(...)]`.
 pub struct Args {
@@ -68,6 +69,8 @@ pub struct Args {
     pub cost: Option<Expr>,
     /// `charge_if = <expr>`: whether the call's units stay used, given its result.
     pub charge_if: Option<Expr>,
+    /// `settle = <expr>`: the call's actual cost, given its result.
+    pub settle: Option<Expr>,
     /// `block_for = "..."`, in milliseconds.
     pub block_for_ms: Option<u64>,
     /// `wait = "..."`, in milliseconds.
@@ -226,6 +229,7 @@ pub struct RawArgs {
     name: Slot<LitStr>,
     cost: Slot<Expr>,
     charge_if: Slot<Expr>,
+    settle: Slot<Expr>,
     block_for: Slot<u64>,
     wait: Slot<u64>,
     shadow: Slot<bool>,
@@ -250,6 +254,7 @@ impl RawArgs {
             name: Slot::new("name"),
             cost: Slot::new("cost"),
             charge_if: Slot::new("charge_if"),
+            settle: Slot::new("settle"),
             block_for: Slot::new("block_for"),
             wait: Slot::new("wait"),
             shadow: Slot::new("shadow"),
@@ -319,6 +324,8 @@ impl RawArgs {
         } else if lookahead.peek(kw::charge_if) {
             self.charge_if
                 .parse::<kw::charge_if>(input, errors, parsed)?;
+        } else if lookahead.peek(kw::settle) {
+            self.settle.parse::<kw::settle>(input, errors, parsed)?;
         } else if lookahead.peek(kw::block_for) {
             self.block_for
                 .parse::<kw::block_for>(input, errors, duration_literal("block_for"))?;
@@ -417,6 +424,7 @@ impl RawArgs {
             name: self.name.into_inner(),
             cost: self.cost.into_inner(),
             charge_if: self.charge_if.into_inner(),
+            settle: self.settle.into_inner(),
             block_for_ms: self.block_for.into_inner(),
             wait_ms: self.wait.into_inner(),
             shadow: self.shadow.into_inner().unwrap_or(false),

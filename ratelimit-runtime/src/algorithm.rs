@@ -356,6 +356,10 @@ pub(crate) trait Counter {
     /// `rule`'s view of a call of `cost` units counted at `at_us` (already clamped),
     /// changing nothing; a rule the state keeps no record of stands empty.
     fn figures(&self, rule: &Rule, at_us: u64, cost: u64) -> Figures;
+
+    /// The units (or calls) `rule` holds at `at_us` (already clamped), more than its
+    /// count when a settle left it in debt (for [`crate::inspect`]).
+    fn held(&self, rule: &Rule, at_us: u64) -> u64;
 }
 
 /// A key's lock-out: after a consuming check with `block_for` set is refused by a rule,
@@ -553,6 +557,8 @@ pub(crate) struct Standing {
     pub retry_after_us: u64,
     /// Until every unit of the rule is free again: 0 when none is used.
     pub reset_after_us: u64,
+    /// Units (or calls) the rule holds now: above its count when in debt.
+    pub held: u64,
 }
 
 /// Reading a key's state without changing it.
@@ -578,6 +584,7 @@ impl KeyState {
             us => us.saturating_add(lag_us),
         };
         Standing {
+            held: counter.held(rule, at_us),
             left: one.left,
             retry_after_us: later(one.retry_after_us),
             reset_after_us: match one.left >= rule.count() {

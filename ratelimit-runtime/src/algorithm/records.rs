@@ -53,6 +53,10 @@ pub(crate) trait PerRule {
         cost: u64,
     ) -> Verdict<Self::Record>;
 
+    /// The units `record` (of `rule`) holds at `now_us`, uncapped (see
+    /// [`super::Counter::held`]).
+    fn held(record: Self::Record, rule: &Rule, now_us: u64) -> u64;
+
     /// Until when a settled record matters, when that can outgrow the expiry a check set
     /// (the token bucket's `tat`, pushed on by a debt); `None` for records whose windows
     /// the expiry covers whatever they count.
@@ -306,6 +310,12 @@ impl<A: PerRule> Counter for State<A> {
 
     fn figures(&self, rule: &Rule, at_us: u64, cost: u64) -> Figures {
         A::judge(self.records.get(usize::MAX, rule), rule, at_us, cost).figures
+    }
+
+    fn held(&self, rule: &Rule, at_us: u64) -> u64 {
+        self.records
+            .get(usize::MAX, rule)
+            .map_or(0, |record| A::held(record, rule, at_us))
     }
 }
 

@@ -262,6 +262,11 @@ impl Counter for State {
     fn figures(&self, rule: &Rule, at_us: u64, cost: u64) -> Figures {
         figures(self.log_of(rule), rule, at_us, cost)
     }
+
+    fn held(&self, rule: &Rule, at_us: u64) -> u64 {
+        let log = self.log_of(rule);
+        (log.len() - outside(log, rule.window_us(), at_us)) as u64
+    }
 }
 
 #[cfg(test)]

@@ -143,6 +143,20 @@ impl PerRule for SlidingWindow {
         }
     }
 
+    fn held(windows: Windows, rule: &Rule, now_us: u64) -> u64 {
+        let w = rule.window_us();
+        let (curr, prev) = if windows.start_us <= now_us && now_us - windows.start_us < w {
+            (windows.curr, windows.prev)
+        } else if windows.start_us + w <= now_us && now_us - (windows.start_us + w) < w {
+            (0, windows.curr)
+        } else {
+            (0, 0)
+        };
+        let e = now_us % w;
+        let weighted = (u128::from(prev) * u128::from(w - e)).div_ceil(u128::from(w)) as u64;
+        curr + weighted
+    }
+
     /// Into the current window's count while the reservation was counted in it, into the
     /// previous one's once a window has started since (where it still weighs).
     fn take(windows: Windows, rule: &Rule, at_us: u64, units: u64, _: u64) -> Windows {

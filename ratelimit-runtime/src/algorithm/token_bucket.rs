@@ -86,6 +86,11 @@ impl PerRule for TokenBucket {
         }
     }
 
+    fn held(tat: u64, rule: &Rule, now_us: u64) -> u64 {
+        let interval_us = rule.window_us().div_ceil(rule.count());
+        tat.saturating_sub(now_us).div_ceil(interval_us)
+    }
+
     fn until_us(tat: &u64) -> Option<u64> {
         Some(*tat)
     }

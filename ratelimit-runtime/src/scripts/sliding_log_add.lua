@@ -20,11 +20,12 @@ if ms then
         if block then
             redis.call('ZREM', key, block)
         end
-        if stale then
+        if stale and has_calls then
+            -- The entries, and the calls below them (sliding_log_rules.lua).
             redis.call('ZREMRANGEBYSCORE', key, '0', string.format('%d', now - reach))
-            if has_calls then
-                redis.call('ZREMRANGEBYSCORE', key, string.format('%d', reach - now), '(0')
-            end
+            redis.call('ZREMRANGEBYSCORE', key, string.format('%d', reach - now), '(0')
+        elseif stale then
+            redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - reach))
         end
         if has_calls then
             redis.call('ZADD', key, '-' .. stamp, id .. 'c')

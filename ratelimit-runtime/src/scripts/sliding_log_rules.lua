@@ -18,13 +18,9 @@ for i = 0, rules - 1 do
     if i > 0 then
         count, window = struct.unpack('<dd', numbers, 16 * i + 25)
     end
-    local calls = count < 0
-    local units = cost
-    if calls then
-        count, units, has_calls = -count, 1, true
-    end
-    local inside = 0
-    if calls then
+    local inside, units, calls = 0, cost, nil
+    if count < 0 then
+        count, units, calls, has_calls = -count, 1, true, true
         inside = redis.call('ZCOUNT', key, '-' .. stamp, string.format('(%d', window - now))
     elseif window == reach then
         inside = longest
@@ -40,14 +36,16 @@ for i = 0, rules - 1 do
     end
     -- The call's entries are the last to leave.
     local reset_after, retry = window, 0
-    if calls and units > left then
+    if units <= left then
+        -- Admitted by this rule: the figures above.
+    elseif calls then
         -- The newest call leaves last; the count-th newest must leave for one more.
         local newest_call = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')[2]
         local must_leave = redis.call('ZRANGE', key, string.format('%d', count - 1),
             string.format('%d', count - 1), 'WITHSCORES')[2]
         reset_after = window - now - tonumber(newest_call)
         retry = window - now - tonumber(must_leave)
-    elseif units > left then
+    else
         reset_after = 0
         if inside > 0 then
             if not newest then
