@@ -144,7 +144,9 @@ mod scripts {
 
     use crate::support::RedisServer;
 
-    /// The scripts exactly as the runtime composes them.
+    /// The scripts exactly as the runtime composes them (the settle scripts are run
+    /// through the limiter, in `differential`).
+    #[allow(dead_code)]
     mod sources {
         include!("../ratelimit-runtime/src/scripts/sources.rs");
     }
