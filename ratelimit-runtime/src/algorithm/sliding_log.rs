@@ -155,11 +155,14 @@ impl Counter for State {
         };
         let Clamp { at_us: now, lag_us } = clamp;
         let longest = longest_window_us(rules);
-        // Stale entries are skipped by every count, as the script's ZCOUNTs do.
+        // Stale entries are skipped by every count, as the script's ZCOUNTs do. Whether a
+        // rule counts calls is noted on the way, not found by a second pass.
+        let mut counts_calls = false;
         let mut decision = decide(
-            rules
-                .iter()
-                .map(|rule| figures(self.log_of(rule), rule, now, rule.units(cost))),
+            rules.iter().map(|rule| {
+                counts_calls |= rule.counts_calls();
+                figures(self.log_of(rule), rule, now, rule.units(cost))
+            }),
             rules,
             cost,
             consume,
@@ -186,7 +189,7 @@ impl Counter for State {
         for _ in 0..cost {
             log.push_back(now);
         }
-        if rules.iter().any(Rule::counts_calls) {
+        if counts_calls {
             let calls = &mut self.calls;
             while calls.front().is_some_and(|&s| !in_window(s, longest, now)) {
                 calls.pop_front();
