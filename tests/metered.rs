@@ -522,3 +522,72 @@ async fn settles_killed_mid_call(algorithm: Algorithm) {
     assert!(killed > 0, "{algorithm}: no connection killed");
     assert!(settled > 0, "{algorithm}: nothing settled");
 }
+
+/// Reserves 40 units, then, in its body, takes the right to run scripts away from the
+/// limiter's user (`default`), so that the settle (to 1 unit) cannot reach the backend.
+#[rate_limiter(
+    rules("100/minute"),
+    cost = 40,
+    settle = |_: &Result<(), RateLimitError>| 1,
+    limit_type = CUSTOM,
+    by = who,
+    limiter = limiter,
+    name = "metered.unreachable"
+)]
+async fn refused_settle(
+    limiter: &'static Limiter,
+    who: &str,
+    admin: &mut redis::aio::MultiplexedConnection,
+) -> Result<(), RateLimitError> {
+    let acl = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("default")
+        .arg("-@scripting")
+        .query_async::<()>(admin)
+        .await;
+    acl.unwrap();
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_settle_that_cannot_reach_the_backend_leaves_the_reservation_and_logs_once() {
+    let server = support::RedisServer::start();
+    let url = server.url();
+    let mut conn = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("admin")
+        .arg("on")
+        .arg(">secret")
+        .arg("~*")
+        .arg("&*")
+        .arg("+@all")
+        .query(&mut conn)
+        .unwrap();
+    let admin_url = url.replacen("redis://", "redis://admin:secret@", 1);
+    let mut admin = redis::Client::open(admin_url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let limiter = support::leak(support::counting_limiter(&url));
+    let (logs, _capture) = support::capture_logs();
+    for who in ["ann", "bob"] {
+        assert!(refused_settle(limiter, who, &mut admin).await.is_ok());
+        let () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("default")
+            .arg("+@scripting")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        let key = key("metered.unreachable", who);
+        let d = limiter.peek(&key, &[Rule::per_minute(100)]).await.unwrap();
+        assert_eq!(d.remaining, 60, "{who}: the 40 reserved stay used");
+    }
+    let logged = logs.text().matches("settle its cost").count();
+    assert_eq!(logged, 1, "logged once: {}", logs.text());
+}
