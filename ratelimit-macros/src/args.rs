@@ -1036,6 +1036,30 @@ mod tests {
     }
 
     #[test]
+    fn rules_counting_calls_and_a_settled_cost_are_kept() {
+        let args = args(quote!(
+            rules(
+                rule(count = 60, time = 60, calls = true),
+                "90000/minute",
+                "5 calls/s"
+            ),
+            cost = prompt.max_tokens,
+            settle = |r: &Result<u64, E>| *r.as_ref().unwrap_or(&0),
+        ))
+        .unwrap();
+        let calls: Vec<bool> = listed(&args).iter().map(|r| r.calls).collect();
+        assert_eq!(calls, [true, false, true]);
+        assert_eq!(
+            args.settle,
+            Some(parse_quote!(|r: &Result<u64, E>| *r.as_ref().unwrap_or(&0)))
+        );
+        let errors = messages(quote!(rules(rule(count = 1, time = 1, calls = 1))));
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        let errors = messages(quote!(rules("1/s"), settle = a, settle = b));
+        assert_eq!(errors, ["duplicate argument `settle`"]);
+    }
+
+    #[test]
     fn policies_are_kept_and_off_by_default() {
         let plain = args(quote!(rules("1/s"))).unwrap();
         assert!(plain.charge_if.is_none());
