@@ -7,96 +7,72 @@
 // The string-state algorithms describe their value for state.lua in one line here (see
 // state.lua).
 
-// (A macro, so that its settle script can start with the same text.)
-macro_rules! sliding_log {
-    () => {
-        concat!(
-            include_str!("preamble.lua"),
-            include_str!("sliding_log.lua"),
-            include_str!("blocked.lua"),
-            include_str!("sliding_log_rules.lua"),
-            include_str!("bind.lua"),
-            include_str!("sliding_log_rerun.lua"),
-            include_str!("block.lua"),
-            include_str!("expiry.lua"),
-            include_str!("sliding_log_add.lua"),
-            include_str!("reply.lua"),
-        )
-    };
-}
 /// The sliding log's script.
-pub const SLIDING_LOG: &str = sliding_log!();
+pub const SLIDING_LOG: &str = concat!(
+    include_str!("preamble.lua"),
+    include_str!("sliding_log.lua"),
+    include_str!("blocked.lua"),
+    include_str!("sliding_log_rules.lua"),
+    include_str!("bind.lua"),
+    include_str!("sliding_log_rerun.lua"),
+    include_str!("block.lua"),
+    include_str!("expiry.lua"),
+    include_str!("sliding_log_add.lua"),
+    include_str!("reply.lua"),
+);
 
-// (A macro, so that its settle script can start with the same text.)
-macro_rules! fixed_window {
-    () => {
-        concat!(
-            include_str!("preamble.lua"),
-            "local NAME, SIZE, LATEST, HEAD, OWN = 'fixed_window', 32, true, '<c12ddddd', '<dd'\n",
-            include_str!("state.lua"),
-            include_str!("blocked.lua"),
-            include_str!("records.lua"),
-            include_str!("find.lua"),
-            include_str!("calls.lua"),
-            include_str!("fixed_window.lua"),
-            include_str!("bind.lua"),
-            include_str!("block.lua"),
-            include_str!("expiry.lua"),
-            include_str!("save.lua"),
-            include_str!("reply.lua"),
-        )
-    };
-}
 /// The fixed window's script.
-pub const FIXED_WINDOW: &str = fixed_window!();
+pub const FIXED_WINDOW: &str = concat!(
+    include_str!("preamble.lua"),
+    "local NAME, SIZE, LATEST, HEAD, OWN = 'fixed_window', 32, true, '<c12ddddd', '<dd'\n",
+    include_str!("state.lua"),
+    include_str!("blocked.lua"),
+    include_str!("records.lua"),
+    include_str!("find.lua"),
+    include_str!("calls.lua"),
+    include_str!("fixed_window.lua"),
+    include_str!("bind.lua"),
+    include_str!("block.lua"),
+    include_str!("expiry.lua"),
+    include_str!("save.lua"),
+    include_str!("reply.lua"),
+);
 
-// (A macro, so that its settle script can start with the same text.)
-macro_rules! sliding_window {
-    () => {
-        concat!(
-            include_str!("preamble.lua"),
-            "local NAME, SIZE, LATEST, HEAD, OWN = 'sliding_window', 40, true, '<c14dddddd', '<ddd'\n",
-            include_str!("muldiv.lua"),
-            include_str!("state.lua"),
-            include_str!("blocked.lua"),
-            include_str!("records.lua"),
-            include_str!("find.lua"),
-            include_str!("calls.lua"),
-            include_str!("sliding_window.lua"),
-            include_str!("bind.lua"),
-            include_str!("block.lua"),
-            include_str!("expiry.lua"),
-            include_str!("save.lua"),
-            include_str!("reply.lua"),
-        )
-    };
-}
 /// The sliding window's script.
-pub const SLIDING_WINDOW: &str = sliding_window!();
+pub const SLIDING_WINDOW: &str = concat!(
+    include_str!("preamble.lua"),
+    "local NAME, SIZE, LATEST, HEAD, OWN = 'sliding_window', 40, true, '<c14dddddd', '<ddd'\n",
+    include_str!("muldiv.lua"),
+    include_str!("state.lua"),
+    include_str!("blocked.lua"),
+    include_str!("records.lua"),
+    include_str!("find.lua"),
+    include_str!("calls.lua"),
+    include_str!("sliding_window.lua"),
+    include_str!("bind.lua"),
+    include_str!("block.lua"),
+    include_str!("expiry.lua"),
+    include_str!("save.lua"),
+    include_str!("reply.lua"),
+);
 
-// (A macro, so that its settle script can start with the same text.)
-macro_rules! token_bucket {
-    () => {
-        concat!(
-            include_str!("preamble.lua"),
-            "local NAME, SIZE, LATEST, HEAD, OWN = 'token_bucket', 24, false, '<c12dddd', '<d'\n",
-            include_str!("state.lua"),
-            include_str!("blocked.lua"),
-            include_str!("records.lua"),
-            include_str!("find.lua"),
-            include_str!("calls.lua"),
-            include_str!("token_interval.lua"),
-            include_str!("token_bucket.lua"),
-            include_str!("bind.lua"),
-            include_str!("block.lua"),
-            include_str!("expiry.lua"),
-            include_str!("save.lua"),
-            include_str!("reply.lua"),
-        )
-    };
-}
 /// The token bucket's script.
-pub const TOKEN_BUCKET: &str = token_bucket!();
+pub const TOKEN_BUCKET: &str = concat!(
+    include_str!("preamble.lua"),
+    "local NAME, SIZE, LATEST, HEAD, OWN = 'token_bucket', 24, false, '<c12dddd', '<d'\n",
+    include_str!("state.lua"),
+    include_str!("blocked.lua"),
+    include_str!("records.lua"),
+    include_str!("find.lua"),
+    include_str!("calls.lua"),
+    include_str!("token_interval.lua"),
+    include_str!("token_bucket.lua"),
+    include_str!("bind.lua"),
+    include_str!("block.lua"),
+    include_str!("expiry.lua"),
+    include_str!("save.lua"),
+    include_str!("reply.lua"),
+);
 
 /// The fixed window's refund.
 pub const FIXED_WINDOW_REFUND: &str = concat!(
@@ -129,10 +105,14 @@ pub const TOKEN_BUCKET_REFUND: &str = concat!(
     "end\nreturn given\n",
 );
 
-/// The sliding log's settle: the reservation settled by name, then a peek.
-pub const SLIDING_LOG_SETTLE: &str = concat!(include_str!("sliding_log_settle.lua"), sliding_log!());
+// The settles: each settles a reservation, then runs the algorithm's check script above
+// as a peek of cost 1, which answers (backend/redis/script.rs appends it, once per
+// process).
 
-/// The fixed window's settle: the reservation settled (settle.lua), then a peek.
+/// The sliding log's settle: the reservation settled by name.
+pub const SLIDING_LOG_SETTLE: &str = include_str!("sliding_log_settle.lua");
+
+/// The fixed window's settle (settle.lua).
 pub const FIXED_WINDOW_SETTLE: &str = concat!(
     "local NAME, SIZE, NOW, ARGS = 'fixed_window', 32, false, 3\n",
     include_str!("settle.lua"),
@@ -144,10 +124,9 @@ pub const FIXED_WINDOW_SETTLE: &str = concat!(
     "else\n",
     include_str!("fixed_window_refund.lua"),
     "end\nend\nend\nsettle()\n",
-    fixed_window!(),
 );
 
-/// The sliding window's settle: the reservation settled (settle.lua), then a peek.
+/// The sliding window's settle (settle.lua).
 pub const SLIDING_WINDOW_SETTLE: &str = concat!(
     "local NAME, SIZE, NOW, ARGS = 'sliding_window', 40, false, 3\n",
     include_str!("settle.lua"),
@@ -159,10 +138,9 @@ pub const SLIDING_WINDOW_SETTLE: &str = concat!(
     "else\n",
     include_str!("sliding_window_refund.lua"),
     "end\nend\nend\nsettle()\n",
-    sliding_window!(),
 );
 
-/// The token bucket's settle: the reservation settled (settle.lua), then a peek.
+/// The token bucket's settle (settle.lua).
 pub const TOKEN_BUCKET_SETTLE: &str = concat!(
     "local NAME, SIZE, NOW, ARGS = 'token_bucket', 24, true, 3\n",
     include_str!("settle.lua"),
@@ -175,5 +153,4 @@ pub const TOKEN_BUCKET_SETTLE: &str = concat!(
     "else\n",
     include_str!("token_bucket_refund.lua"),
     "end\nend\nend\nsettle()\n",
-    token_bucket!(),
 );

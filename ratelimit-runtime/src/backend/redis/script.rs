@@ -374,13 +374,21 @@ fn settle_script(algorithm: Algorithm) -> &'static Script {
     &SCRIPTS[algorithm as usize]
 }
 
+/// A settle script's body: the settle, then the algorithm's check script, which answers
+/// as a peek. Composed once per process.
 fn settle_source(algorithm: Algorithm) -> &'static str {
-    match algorithm {
-        Algorithm::SlidingLog => sources::SLIDING_LOG_SETTLE,
-        Algorithm::FixedWindow => sources::FIXED_WINDOW_SETTLE,
-        Algorithm::SlidingWindow => sources::SLIDING_WINDOW_SETTLE,
-        Algorithm::TokenBucket => sources::TOKEN_BUCKET_SETTLE,
-    }
+    static SOURCES: LazyLock<[String; 4]> = LazyLock::new(|| {
+        Algorithm::ALL.map(|algorithm| {
+            let settle = match algorithm {
+                Algorithm::SlidingLog => sources::SLIDING_LOG_SETTLE,
+                Algorithm::FixedWindow => sources::FIXED_WINDOW_SETTLE,
+                Algorithm::SlidingWindow => sources::SLIDING_WINDOW_SETTLE,
+                Algorithm::TokenBucket => sources::TOKEN_BUCKET_SETTLE,
+            };
+            [settle, source(algorithm)].concat()
+        })
+    });
+    &SOURCES[algorithm as usize]
 }
 
 /// The command that settles what one decision reserved of a key at `actual` units and
