@@ -144,7 +144,9 @@ mod scripts {
 
     use crate::support::RedisServer;
 
-    /// The scripts exactly as the runtime composes them.
+    /// The scripts exactly as the runtime composes them (the settle scripts are run
+    /// through the limiter, in `differential`).
+    #[allow(dead_code)]
     mod sources {
         include!("../ratelimit-runtime/src/scripts/sources.rs");
     }
@@ -984,6 +986,8 @@ mod differential {
         block_us: u64,
         /// Refund an admitted consuming call at once, at the time it was checked.
         refund: bool,
+        /// Settle an admitted consuming call at once at this many units (not refunded).
+        settle: Option<u64>,
     }
 
     #[derive(Clone, Debug)]
@@ -1053,6 +1057,7 @@ mod differential {
                 reversed: false,
                 block_us: 0,
                 refund: false,
+                settle: None,
             }
         })
     }
@@ -1085,6 +1090,67 @@ mod differential {
 
     fn case() -> impl Strategy<Value = Case> {
         cases(call())
+    }
+
+    /// A call settled once admitted: at most its reservation (`excess` false), or
+    /// sometimes more. On a clock that never goes back, as refunds.
+    fn call_settled(excess: bool) -> impl Strategy<Value = Call> {
+        (call(), 0u64..=100, prop::bool::weighted(0.7)).prop_map(move |(call, percent, settled)| {
+            let most = if excess { call.cost * 3 } else { call.cost };
+            Call {
+                back_us: 0,
+                settle: settled.then_some(most * percent / 100),
+                ..call
+            }
+        })
+    }
+
+    /// Cases of settled calls whose rules may count calls.
+    fn cases_settled(excess: bool) -> impl Strategy<Value = Case> {
+        let rules = prop::collection::vec(
+            (rule(), prop::bool::weighted(0.3)).prop_map(|(rule, calls)| match calls {
+                true => rule.calls(),
+                false => rule,
+            }),
+            1..=3,
+        );
+        (
+            rules,
+            1_600_000_000_000_000u64..1_700_000_000_000_000,
+            prop::collection::vec(call_settled(excess), 1..=60),
+        )
+            .prop_map(|(rules, start_us, calls)| Case {
+                rules,
+                start_us,
+                calls,
+            })
+    }
+
+    /// Cases whose rules may count calls (each rule, one time in two), with costs that
+    /// often exceed the calls rules' counts: with clocks that go back, or (never both, see
+    /// [`call_with_blocks_and_refunds`]) with blocks and refunds.
+    fn cases_counting_calls() -> impl Strategy<Value = Case> {
+        let rules = prop::collection::vec(
+            (rule(), any::<bool>()).prop_map(|(rule, calls)| match calls {
+                true => rule.calls(),
+                false => rule,
+            }),
+            1..=3,
+        );
+        let calls = prop_oneof![
+            prop::collection::vec(call(), 1..=60),
+            prop::collection::vec(call_with_blocks_and_refunds(), 1..=60),
+        ];
+        (
+            rules,
+            1_600_000_000_000_000u64..1_700_000_000_000_000,
+            calls,
+        )
+            .prop_map(|(rules, start_us, calls)| Case {
+                rules,
+                start_us,
+                calls,
+            })
     }
 
     fn cases(call: impl Strategy<Value = Call>) -> impl Strategy<Value = Case> {
@@ -1145,10 +1211,31 @@ mod differential {
                 cost,
                 consume
             );
-            let never = rules.iter().any(|r| cost > r.count());
+            let never = rules.iter().any(|r| !r.counts_calls() && cost > r.count());
             prop_assert_eq!(redis.allowed, redis.retry_after.is_none() && !never);
             prop_assert_eq!(redis.rule, rules[redis.rule_index]);
             Ok([redis, memory])
+        }
+
+        /// Settles each backend's decision (of `rules` for `key`) at `actual` units at
+        /// `now_us`; both must answer alike.
+        async fn settle(
+            &self,
+            key: &str,
+            rules: &[Rule],
+            decisions: &[Decision; 2],
+            actual: u64,
+            now_us: u64,
+        ) -> Result<(), TestCaseError> {
+            let now = Duration::from_micros(now_us);
+            let mut answers = Vec::new();
+            for (limiter, decision) in [self.redis, self.memory].into_iter().zip(decisions) {
+                let settled = limiter.settle_at(key, rules, decision, actual, now).await;
+                prop_assert!(settled.is_ok(), "settle: {:?}", settled);
+                answers.push(settled.unwrap());
+            }
+            prop_assert_eq!(answers[0], answers[1], "settle at {} of {}", actual, key);
+            Ok(())
         }
 
         /// Refunds each backend's decision (of `rules` for `key`) at `now_us`.
@@ -1220,6 +1307,8 @@ mod differential {
         admitted: Vec<(u64, u64)>,
         /// Admitted calls refunded at once.
         refunded: usize,
+        /// Admitted calls settled at once.
+        settled: usize,
         /// Consuming calls refused.
         refused: usize,
         /// Consuming calls refused that asked for a block.
@@ -1232,6 +1321,7 @@ mod differential {
         /// Adds `other`'s counts to these (not its admitted calls).
         fn add(&mut self, other: &Ran) {
             self.refunded += other.refunded;
+            self.settled += other.settled;
             self.refused += other.refused;
             self.blocking += other.blocking;
             self.behind += other.behind;
@@ -1266,6 +1356,12 @@ mod differential {
                     if call.refund {
                         backends.refund(key, &rules, &decisions, now).await?;
                         ran.refunded += 1;
+                    } else if let Some(actual) = call.settle {
+                        backends
+                            .settle(key, &rules, &decisions, actual, now)
+                            .await?;
+                        ran.settled += 1;
+                        ran.admitted.push((counted_at, actual));
                     } else {
                         ran.admitted.push((counted_at, call.cost));
                     }
@@ -1285,7 +1381,8 @@ mod differential {
             };
             let retry = retry.as_micros() as u64;
             prop_assert!(retry > 0, "denied with retry_after 0");
-            prop_assert!(d.remaining < call.cost, "denied with enough left");
+            let units = if d.rule.counts_calls() { 1 } else { call.cost };
+            prop_assert!(d.remaining < units, "denied with enough left");
             // The binding rule alone, on the same key: still denied a µs early, admitted on
             // time, from the same clock.
             let binding = [d.rule];
@@ -1317,7 +1414,9 @@ mod differential {
         admitted: &[(u64, u64)],
     ) -> Result<(), String> {
         let (count, w) = (rule.count(), rule.window().as_micros() as u64);
-        let units = |calls: &[(u64, u64)]| calls.iter().map(|c| c.1).sum::<u64>();
+        // A rule counting calls takes one of each.
+        let of = |cost: u64| if rule.counts_calls() { 1 } else { cost };
+        let units = |calls: &[(u64, u64)]| calls.iter().map(|c| of(c.1)).sum::<u64>();
         for (i, &(a, _)) in admitted.iter().enumerate() {
             match algorithm {
                 // At most `count` units in any window [t, t + w).
@@ -1436,6 +1535,40 @@ mod differential {
         let ran = run_cases(drive, case(), &ALGORITHMS, "differential", false);
         // The generated calls must reach denials, or the retry checks prove nothing.
         assert!(ran.refused > 300, "only {} denials", ran.refused);
+    }
+
+    /// Rules counting calls beside rules counting units: both backends take one of every
+    /// calls rule and the cost of every other, all or nothing, exactly alike, and every
+    /// algorithm keeps each rule's bound (in calls, or in units).
+    #[test]
+    fn backends_agree_on_rules_counting_calls() {
+        let (_server, runtime, backends, mut runner) = differential(48);
+        let drive = (&runtime, &backends, &mut runner);
+        let ran = run_cases(drive, cases_counting_calls(), &ALGORITHMS, "calls", false);
+        assert!(ran.refused > 200, "only {} denials", ran.refused);
+        assert!(ran.refunded > 30, "only {} refunds", ran.refunded);
+    }
+
+    /// Settles within the reservation: both backends give back exactly alike, answer the
+    /// settle alike, and every algorithm keeps each rule's bound over the settled costs
+    /// (calls rules keeping their one).
+    #[test]
+    fn backends_agree_on_settles_and_every_algorithm_keeps_its_bound() {
+        let (_server, runtime, backends, mut runner) = differential(48);
+        let drive = (&runtime, &backends, &mut runner);
+        let ran = run_cases(drive, cases_settled(false), &ALGORITHMS, "settled", false);
+        assert!(ran.settled > 300, "only {} settles", ran.settled);
+        assert!(ran.refused > 100, "only {} denials", ran.refused);
+    }
+
+    /// Settles past the reservation (debt): both backends take the excess exactly alike,
+    /// and refuse and answer alike after it (no bound: an excess may pass a count).
+    #[test]
+    fn backends_agree_on_settles_past_the_reservation() {
+        let (_server, runtime, backends, mut runner) = differential(48);
+        let drive = (&runtime, &backends, &mut runner);
+        let ran = run_cases(drive, cases_settled(true), &ALGORITHMS, "debt", true);
+        assert!(ran.settled > 300, "only {} settles", ran.settled);
     }
 
     /// Blocks and refunds: both backends block, refund and forget exactly alike, and every

@@ -40,7 +40,9 @@ pub fn key_state(key: &str, state: &KeyState, rules: &[RuleState], from: &RulesF
                     "rule": r.rule.to_string(),
                     "count": r.rule.count(),
                     "window_secs": r.rule.window().as_secs_f64(),
+                    "counts_calls": r.rule.counts_calls(),
                     "used": r.used,
+                    "debt": r.debt,
                     "remaining": r.remaining,
                     "retry_after_secs": r.retry_after.as_secs_f64(),
                     "reset_after_secs": r.reset_after.as_secs_f64(),
@@ -143,7 +145,10 @@ pub fn key_state(key: &str, state: &KeyState, rules: &[RuleState], from: &RulesF
         .map(|r| {
             vec![
                 r.rule.to_string(),
-                format!("{} / {}", r.used, r.rule.count()),
+                match r.debt {
+                    0 => format!("{} / {}", r.used, r.rule.count()),
+                    debt => format!("{} / {} (in debt by {debt})", r.used, r.rule.count()),
+                },
                 r.remaining.to_string(),
                 match r.retry_after {
                     Duration::ZERO => "now".into(),

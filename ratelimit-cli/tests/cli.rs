@@ -133,6 +133,37 @@ async fn inspect_reads_each_algorithms_key_as_its_checks_left_it() {
     }
 }
 
+/// Rules counting calls and a rule in debt (a cost settled past its reservation), on every
+/// algorithm: `inspect` shows each rule's calls or units, and the debt.
+#[tokio::test]
+async fn inspect_shows_rules_counting_calls_and_debt() {
+    let server = RedisServer::start();
+    let limiter = counting_limiter(&server.url());
+    let rules = [Rule::per_minute(3).calls(), Rule::per_minute(10)];
+    for algorithm in Algorithm::ALL {
+        let key = format!("rate_limit:user:7:app::metered_{}", algorithm.label());
+        let d = limiter
+            .check(&key, &rules)
+            .cost(4)
+            .algorithm(algorithm)
+            .await
+            .unwrap();
+        limiter.settle(&key, &rules, &d, 13).await.unwrap();
+        let mut args = vec!["inspect", key.as_str()];
+        if algorithm == Algorithm::SlidingLog {
+            args.extend(["--rules", "3 calls/minute, 10/minute"]);
+        }
+        let state = json(&server, &[&args[..], &["--json"]].concat());
+        assert_eq!(used(&state), [(1, 3), (13, 10)], "{algorithm}");
+        assert_eq!(state["rules"][0]["counts_calls"], true, "{algorithm}");
+        assert_eq!(state["rules"][1]["debt"], 3, "{algorithm}");
+        assert_eq!(state["rules"][1]["remaining"], 0, "{algorithm}");
+        let table = ok(&server, &args);
+        assert!(table.contains("3 calls per 60s"), "{table}");
+        assert!(table.contains("13 / 10 (in debt by 3)"), "{table}");
+    }
+}
+
 #[tokio::test]
 async fn a_sliding_log_is_counted_under_the_rules_stored_for_its_site() {
     let server = RedisServer::start();

@@ -20,6 +20,7 @@ mod kw {
     syn::custom_keyword!(count);
     syn::custom_keyword!(time);
     syn::custom_keyword!(unit);
+    syn::custom_keyword!(calls);
     syn::custom_keyword!(prevent_duplicate);
     syn::custom_keyword!(prevent_duplicate_rule);
     syn::custom_keyword!(limit_type);
@@ -32,6 +33,7 @@ mod kw {
     syn::custom_keyword!(name);
     syn::custom_keyword!(cost);
     syn::custom_keyword!(charge_if);
+    syn::custom_keyword!(settle);
     syn::custom_keyword!(block_for);
     syn::custom_keyword!(wait);
     syn::custom_keyword!(shadow);
@@ -40,7 +42,7 @@ mod kw {
 const ARGUMENTS: &str =
     "one of rules, prevent_duplicate, prevent_duplicate_rule, limit_type, by, key, \
                          message, algorithm, on_limit, limiter, crate, name, cost, charge_if, \
-                         block_for, wait, shadow";
+                         settle, block_for, wait, shadow";
 
 /// The validated arguments of one `#[rate_limiter(...)]`.
 pub struct Args {
@@ -67,6 +69,8 @@ pub struct Args {
     pub cost: Option<Expr>,
     /// `charge_if = <expr>`: whether the call's units stay used, given its result.
     pub charge_if: Option<Expr>,
+    /// `settle = <expr>`: the call's actual cost, given its result.
+    pub settle: Option<Expr>,
     /// `block_for = "..."`, in milliseconds.
     pub block_for_ms: Option<u64>,
     /// `wait = "..."`, in milliseconds.
@@ -100,6 +104,8 @@ pub enum Limited {
 pub struct Rule {
     pub count: u64,
     pub window_ms: u64,
+    /// Whether the rule counts calls rather than units (`calls = true`, `"N calls/unit"`).
+    pub calls: bool,
 }
 
 impl Rule {
@@ -107,6 +113,7 @@ impl Rule {
     const DEFAULT_DUPLICATE: Rule = Rule {
         count: 1,
         window_ms: 5_000,
+        calls: false,
     };
 }
 
@@ -222,6 +229,7 @@ pub struct RawArgs {
     name: Slot<LitStr>,
     cost: Slot<Expr>,
     charge_if: Slot<Expr>,
+    settle: Slot<Expr>,
     block_for: Slot<u64>,
     wait: Slot<u64>,
     shadow: Slot<bool>,
@@ -246,6 +254,7 @@ impl RawArgs {
             name: Slot::new("name"),
             cost: Slot::new("cost"),
             charge_if: Slot::new("charge_if"),
+            settle: Slot::new("settle"),
             block_for: Slot::new("block_for"),
             wait: Slot::new("wait"),
             shadow: Slot::new("shadow"),
@@ -315,6 +324,8 @@ impl RawArgs {
         } else if lookahead.peek(kw::charge_if) {
             self.charge_if
                 .parse::<kw::charge_if>(input, errors, parsed)?;
+        } else if lookahead.peek(kw::settle) {
+            self.settle.parse::<kw::settle>(input, errors, parsed)?;
         } else if lookahead.peek(kw::block_for) {
             self.block_for
                 .parse::<kw::block_for>(input, errors, duration_literal("block_for"))?;
@@ -413,6 +424,7 @@ impl RawArgs {
             name: self.name.into_inner(),
             cost: self.cost.into_inner(),
             charge_if: self.charge_if.into_inner(),
+            settle: self.settle.into_inner(),
             block_for_ms: self.block_for.into_inner(),
             wait_ms: self.wait.into_inner(),
             shadow: self.shadow.into_inner().unwrap_or(false),
@@ -550,10 +562,13 @@ fn parse_rule_call(input: ParseStream, errors: &mut Errors) -> syn::Result<Optio
             None
         }
     };
+    let calls = fields.calls.into_inner().unwrap_or(false);
     Ok(match rule_errors.into_result() {
-        Ok(()) => count
-            .zip(window_ms)
-            .map(|(count, window_ms)| Rule { count, window_ms }),
+        Ok(()) => count.zip(window_ms).map(|(count, window_ms)| Rule {
+            count,
+            window_ms,
+            calls,
+        }),
         Err(err) => {
             errors.push(err);
             None
@@ -571,6 +586,8 @@ struct RuleFields {
     time: Slot<LitInt>,
     /// The unit in milliseconds, and its name.
     unit: Slot<(u64, Ident)>,
+    /// `calls = true`: the rule counts calls.
+    calls: Slot<bool>,
 }
 
 impl Default for RuleFields {
@@ -579,6 +596,7 @@ impl Default for RuleFields {
             count: Slot::new("count"),
             time: Slot::new("time"),
             unit: Slot::new("unit"),
+            calls: Slot::new("calls"),
         }
     }
 }
@@ -598,12 +616,15 @@ impl RuleFields {
                     let ms = errors.ok(choose(&ident, "unit", &units));
                     Ok(ms.map(|ms| (ms, ident)))
                 })?;
+        } else if lookahead.peek(kw::calls) {
+            self.calls
+                .parse::<kw::calls>(input, errors, bool_literal("calls"))?;
         } else {
             return Err(unknown(
                 input,
                 lookahead,
                 "rule argument",
-                "count, time, unit",
+                "count, time, unit, calls",
             ));
         }
         Ok(())
@@ -739,6 +760,7 @@ fn parse_rule_text(lit: &LitStr) -> syn::Result<Rule> {
         .map(|rule| Rule {
             count: rule.count,
             window_ms: rule.window_ms,
+            calls: rule.calls,
         })
         .map_err(|err| syn::Error::new(lit.span(), err))
 }
@@ -807,6 +829,7 @@ mod tests {
         let two_per_ten_seconds = Rule {
             count: 2,
             window_ms: 10_000,
+            calls: false,
         };
         assert_eq!(custom.duplicate_rule, Some(two_per_ten_seconds));
     }
@@ -1010,6 +1033,30 @@ mod tests {
         assert!(args(quote!(rules("1/s"), cost = n)).is_ok());
         let errors = messages(quote!(rules("1/s"), cost = 2, cost = 3));
         assert_eq!(errors, ["duplicate argument `cost`"]);
+    }
+
+    #[test]
+    fn rules_counting_calls_and_a_settled_cost_are_kept() {
+        let args = args(quote!(
+            rules(
+                rule(count = 60, time = 60, calls = true),
+                "90000/minute",
+                "5 calls/s"
+            ),
+            cost = prompt.max_tokens,
+            settle = |r: &Result<u64, E>| *r.as_ref().unwrap_or(&0),
+        ))
+        .unwrap();
+        let calls: Vec<bool> = listed(&args).iter().map(|r| r.calls).collect();
+        assert_eq!(calls, [true, false, true]);
+        assert_eq!(
+            args.settle,
+            Some(parse_quote!(|r: &Result<u64, E>| *r.as_ref().unwrap_or(&0)))
+        );
+        let errors = messages(quote!(rules(rule(count = 1, time = 1, calls = 1))));
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        let errors = messages(quote!(rules("1/s"), settle = a, settle = b));
+        assert_eq!(errors, ["duplicate argument `settle`"]);
     }
 
     #[test]

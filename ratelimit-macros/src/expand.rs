@@ -17,7 +17,7 @@ pub fn expand(args: &Args, item: &ItemFn) -> TokenStream {
 /// with `charge_if` give the call's units back when it answers `false`.
 fn guard(args: &Args, item: &ItemFn, body: TokenStream) -> TokenStream {
     let permit = check(args);
-    let Some(charge_if) = &args.charge_if else {
+    if args.charge_if.is_none() && args.settle.is_none() {
         // Without `charge_if` the units stay used: the permit is dropped at once. The body
         // keeps a block of its own, so that it reads exactly as written: its items and
         // statements come first in their block, as they did.
@@ -25,13 +25,37 @@ fn guard(args: &Args, item: &ItemFn, body: TokenStream) -> TokenStream {
             let _ = #permit;
             { #body }
         };
-    };
+    }
     let output = item.output();
     let result = quote!(__ratelimit_result);
     // Spanned at the user's expression, so that a `charge_if` that is not an
     // `Fn(&R) -> bool` for the function's return type `R` is reported there.
-    let charged = quote_spanned! {charge_if.span()=>
-        __ratelimit_charged::<#output, _>(#charge_if, &#result)
+    let charged = match &args.charge_if {
+        Some(charge_if) => quote_spanned! {charge_if.span()=>
+            __ratelimit_charged::<#output, _>(#charge_if, &#result)
+        },
+        None => quote!(true),
+    };
+    // Likewise for a `settle` that is not an `Fn(&R) -> u64`.
+    let finish = match &args.settle {
+        Some(settle) => {
+            let actual = quote_spanned! {settle.span()=>
+                __ratelimit_settled::<#output, _>(#settle, &#result)
+            };
+            quote! {
+                fn __ratelimit_settled<R, F: ::core::ops::Fn(&R) -> u64>(
+                    settle: F,
+                    result: &R,
+                ) -> u64 {
+                    settle(result)
+                }
+                let __ratelimit_charged = #charged;
+                __ratelimit_permit
+                    .settle_cost(__ratelimit_charged, #actual)
+                    .await;
+            }
+        }
+        None => quote!(__ratelimit_permit.settle(#charged).await;),
     };
     quote! {
         let __ratelimit_permit = #permit;
@@ -54,13 +78,14 @@ fn guard(args: &Args, item: &ItemFn, body: TokenStream) -> TokenStream {
         }
         .await;
         if let ::core::option::Option::Some(__ratelimit_permit) = __ratelimit_permit {
+            #[allow(dead_code)]
             fn __ratelimit_charged<R, F: ::core::ops::Fn(&R) -> bool>(
                 charge_if: F,
                 result: &R,
             ) -> bool {
                 charge_if(result)
             }
-            __ratelimit_permit.settle(#charged).await;
+            #finish
         }
         #result
     }
@@ -78,14 +103,21 @@ fn check(args: &Args) -> TokenStream {
         Rules::Listed(rules) => (&rules[..], false),
         Rules::PerCall(_) => (&[][..], true),
     };
-    let rules = compiled
-        .iter()
-        .chain(&args.duplicate_rule)
-        .map(|Rule { count, window_ms }| {
-            quote! {
+    let rules = compiled.iter().chain(&args.duplicate_rule).map(
+        |&Rule {
+             count,
+             window_ms,
+             calls,
+         }| {
+            let rule = quote! {
                 #private::Rule::new(#count, ::core::time::Duration::from_millis(#window_ms))
+            };
+            match calls {
+                true => quote!(#rule.calls()),
+                false => rule,
             }
-        });
+        },
+    );
     let duplicate_rule = args.duplicate_rule.is_some();
     let algorithm = args.algorithm;
     let limit_type = args.limit_type;
@@ -107,7 +139,8 @@ fn check(args: &Args) -> TokenStream {
     let shadow = args.shadow;
     let block_for = duration(args.block_for_ms);
     let wait = duration(args.wait_ms);
-    let refunds = args.charge_if.is_some();
+    // Only a site that may give units back or settle them keeps what a call took.
+    let refunds = args.charge_if.is_some() || args.settle.is_some();
 
     let (limited, err) = limited(&args.limited);
     let key = match &args.by {

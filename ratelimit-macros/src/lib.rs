@@ -80,6 +80,7 @@ use crate::item::ItemFn;
 /// |---|---|---|
 /// | `rules(...)` | one or more rules, each `rule(count = N, time = T, unit = U)` or a string: `"10/minute"`, `"10/60s"`, `"20 per 2 minutes"`, `"5/second"`, `"1000/day"` | none |
 /// | `unit` in `rule` | `MILLISECONDS`, `SECONDS`, `MINUTES`, `HOURS`, `DAYS` (any case) | `SECONDS` |
+/// | `calls = bool` in `rule` | the rule counts calls (one per admitted call, whatever its `cost`) rather than units; in a string, the word `calls` after the count: `"60 calls/minute"` | `false` |
 /// | `prevent_duplicate = bool` | add the duplicate-submission rule | `false` |
 /// | `prevent_duplicate_rule = rule(...)` | that rule (only with `prevent_duplicate = true`) | `rule(count = 1, time = 5)` |
 /// | `limit_type = IP / USER_ID / GLOBAL / CUSTOM` | whose budget is counted (any case); see [the request context] | `IP` |
@@ -94,6 +95,7 @@ use crate::item::ItemFn;
 /// | `cost = <expr>` | how many units of every rule a call uses: any `u64` expression in the function's scope, e.g. `cost = batch.len() as u64`, evaluated once before the body; a call that costs 0 is not checked at all (it uses nothing, needs no identity and is never refused); a literal `0` is a compile error | `1` |
 /// | `rules = <expr>` | the rules, chosen per call (see [Policies](#policies)): any expression in the function's scope whose value derefs to `[Rule]`, evaluated once before the body; not with `rules(...)` | none |
 /// | `charge_if = <expr>` | a `Fn(&R) -> bool`, `R` the function's return type: the call's units are given back when it answers `false` for the call's result | every call is charged |
+/// | `settle = <expr>` | a `Fn(&R) -> u64`, `R` the function's return type: the call's actual cost, from its result; the `cost` taken before the body is a reservation, settled to it when the body returns (given back or, past the count, taken as debt; rules counting calls keep their one; with `charge_if`, a call it rejects gives everything back). See `Limiter::settle` | the `cost` stays |
 /// | `block_for = "<duration>"` | once a call is refused, every call of that caller at this site is refused for that long | no block |
 /// | `wait = "<duration>"` | a call that would be refused waits up to that long for room instead | refused at once |
 /// | `shadow = bool` | count and report, never refuse | `false` |

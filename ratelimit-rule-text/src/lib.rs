@@ -159,13 +159,15 @@ pub fn window_ms(time: u64, unit_ms: u64) -> Result<u64, InvalidRule> {
     check_window_us(window_us).map(|us| us / 1_000)
 }
 
-/// A valid rule: `count` calls per `window_ms` milliseconds.
+/// A valid rule: `count` units (or calls) per `window_ms` milliseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ParsedRule {
-    /// Calls admitted per window: 1 to [`MAX_COUNT`].
+    /// Units (or calls) admitted per window: 1 to [`MAX_COUNT`].
     pub count: u64,
     /// The window in milliseconds: 1 to [`MAX_WINDOW_MS`].
     pub window_ms: u64,
+    /// Whether the rule counts calls (`"60 calls/minute"`) rather than units of cost.
+    pub calls: bool,
 }
 
 /// Why a rule string or a duration is not one. Its `Display` is the message the attribute
@@ -194,7 +196,14 @@ impl RuleTextError {
 /// ```
 /// use ratelimit_rule_text::{parse_rule, ParsedRule};
 ///
-/// assert_eq!(parse_rule("20 per 2 minutes"), Ok(ParsedRule { count: 20, window_ms: 120_000 }));
+/// assert_eq!(
+///     parse_rule("20 per 2 minutes"),
+///     Ok(ParsedRule { count: 20, window_ms: 120_000, calls: false })
+/// );
+/// assert_eq!(
+///     parse_rule("60 calls/minute"),
+///     Ok(ParsedRule { count: 60, window_ms: 60_000, calls: true })
+/// );
 /// assert!(parse_rule("0/s").unwrap_err().to_string().contains("count must be at least 1"));
 /// ```
 pub fn parse_rule(text: &str) -> Result<ParsedRule, RuleTextError> {
@@ -202,6 +211,7 @@ pub fn parse_rule(text: &str) -> Result<ParsedRule, RuleTextError> {
         count,
         time,
         unit_ms,
+        calls,
     }) = RuleText::parse(text)
     else {
         return Err(RuleTextError::new(format!(
@@ -213,6 +223,7 @@ pub fn parse_rule(text: &str) -> Result<ParsedRule, RuleTextError> {
             Ok(ParsedRule {
                 count,
                 window_ms: window_ms(time, unit_ms)?,
+                calls,
             })
         })
         .map_err(|invalid| RuleTextError::new(format!("rule \"{text}\" is not valid: {invalid}")))
@@ -314,6 +325,8 @@ pub struct RuleText {
     pub time: u64,
     /// The unit in milliseconds.
     pub unit_ms: u64,
+    /// Whether the word `calls` follows the count (`"60 calls/minute"`).
+    pub calls: bool,
 }
 
 impl RuleText {
@@ -325,7 +338,19 @@ impl RuleText {
             None => {
                 let mut words = text.splitn(2, char::is_whitespace);
                 let count = words.next()?;
-                let rest = words.next()?.trim_start();
+                let mut rest = words.next()?.trim_start();
+                if let Some((word, after)) = rest.split_once(char::is_whitespace) {
+                    if word.eq_ignore_ascii_case("calls") {
+                        rest = after.trim_start();
+                        let (per, period) = rest.split_at(rest.find(char::is_whitespace)?);
+                        if !per.eq_ignore_ascii_case("per") {
+                            return None;
+                        }
+                        let mut rule = RuleText::parse(&format!("{count} per {period}"))?;
+                        rule.calls = true;
+                        return Some(rule);
+                    }
+                }
                 let (per, period) = rest.split_at(rest.find(char::is_whitespace)?);
                 if !per.eq_ignore_ascii_case("per") {
                     return None;
@@ -333,12 +358,18 @@ impl RuleText {
                 (count, period)
             }
         };
-        let count = parse_digits(count.trim())?;
+        // `N calls/unit`: the word `calls` after the count.
+        let (count, calls) = match count.trim().split_once(char::is_whitespace) {
+            Some((count, word)) if word.trim().eq_ignore_ascii_case("calls") => (count, true),
+            _ => (count.trim(), false),
+        };
+        let count = parse_digits(count)?;
         let (time, unit_ms) = amount_of_unit(period.trim())?;
         Some(RuleText {
             count,
             time: time.unwrap_or(1),
             unit_ms,
+            calls,
         })
     }
 }
@@ -372,7 +403,35 @@ mod tests {
             count,
             time,
             unit_ms,
+            calls: false,
         })
+    }
+
+    #[test]
+    fn the_word_calls_after_the_count_makes_a_rule_counting_calls() {
+        let calls = |count, time, unit_ms| {
+            text(count, time, unit_ms).map(|t| RuleText { calls: true, ..t })
+        };
+        assert_eq!(RuleText::parse("60 calls/minute"), calls(60, 1, 60_000));
+        assert_eq!(RuleText::parse("60 calls per minute"), calls(60, 1, 60_000));
+        assert_eq!(RuleText::parse("60 CALLS per 60s"), calls(60, 60, 1_000));
+        assert_eq!(RuleText::parse(" 3  Calls / 7 h "), calls(3, 7, 3_600_000));
+        for bad in [
+            "60 calls",
+            "60 call/minute",
+            "calls/minute",
+            "60 calls calls/minute",
+        ] {
+            assert_eq!(RuleText::parse(bad), None, "{bad:?}");
+        }
+        assert_eq!(
+            parse_rule("60 calls per 2 minutes"),
+            Ok(ParsedRule {
+                count: 60,
+                window_ms: 120_000,
+                calls: true
+            })
+        );
     }
 
     #[test]
@@ -450,13 +509,15 @@ mod tests {
             parse_rule("4503599627370496/s"),
             Ok(ParsedRule {
                 count: MAX_COUNT,
-                window_ms: 1_000
+                window_ms: 1_000,
+                calls: false
             })
         );
         assert_eq!(
             parse_rule(&format!("1/{MAX_WINDOW_MS}ms")),
             Ok(ParsedRule {
                 count: 1,
+                calls: false,
                 window_ms: MAX_WINDOW_MS
             })
         );
@@ -555,11 +616,13 @@ mod tests {
             Ok(vec![
                 ParsedRule {
                     count: 5,
-                    window_ms: 60_000
+                    window_ms: 60_000,
+                    calls: false
                 },
                 ParsedRule {
                     count: 20,
-                    window_ms: 7_200_000
+                    window_ms: 7_200_000,
+                    calls: false
                 },
             ])
         );

@@ -208,9 +208,13 @@ impl Figures {
 /// check) or now (a peek). Otherwise the binding rule is the denying one with the largest
 /// `retry_after` (ties: lowest index; a cost that can never pass is the largest), and
 /// `remaining` what it has left now. Every script makes the same choice in its `bind`.
+///
+/// `rules` are the rules judged: an admitted check's `remaining` is what the binding rule
+/// has left after its own part of the cost (one, for a rule counting calls).
 #[inline]
 pub(crate) fn decide(
     figures: impl IntoIterator<Item = Figures>,
+    rules: &[Rule],
     cost: u64,
     consume: bool,
     lag_us: u64,
@@ -245,7 +249,11 @@ pub(crate) fn decide(
     RawDecision {
         allowed: true,
         rule_index,
-        remaining: if consume { f.left - cost } else { f.left },
+        remaining: if consume {
+            f.left - rules[rule_index].units(cost)
+        } else {
+            f.left
+        },
         reset_after_us: later(f.reset_after_us),
         retry_after_us: 0,
         receipt: Receipt::NONE,
@@ -283,7 +291,7 @@ pub(crate) struct Call<'a> {
     pub rules: &'a [Rule],
     /// The caller's clock, µs since the epoch.
     pub now_us: u64,
-    /// Units of every rule (at least 1).
+    /// Units of every rule counting units (at least 1); a rule counting calls takes one.
     pub cost: u64,
     /// `false` for a peek: answer as a check would, write nothing.
     pub consume: bool,
@@ -327,6 +335,20 @@ pub(crate) trait Counter {
     /// [`Receipt`]); `now_us` is the caller's clock.
     fn refund(&mut self, rules: &[Rule], receipt: &Receipt, now_us: u64);
 
+    /// Replaces the cost `receipt` reserved by `actual` in every rule of `rules` counting
+    /// units (rules counting calls keep their one): gives back the difference as far as
+    /// the state still holds it, or takes it, even past a rule's count, where the state
+    /// still counts the reservation; `now_us` is the caller's clock. See
+    /// [`KeyState::settle`]. Returns the key's new TTL from `now_us` when the settle moved
+    /// its expiry (a debt that outlives it), as [`Outcome::ttl_us`].
+    fn settle(
+        &mut self,
+        rules: &[Rule],
+        receipt: &Receipt,
+        actual: u64,
+        now_us: u64,
+    ) -> Option<u64>;
+
     /// The latest time the state records, before which no check is counted (see
     /// [`Clamp`]); `None` when it records none.
     fn latest_us(&self) -> Option<u64>;
@@ -334,6 +356,10 @@ pub(crate) trait Counter {
     /// `rule`'s view of a call of `cost` units counted at `at_us` (already clamped),
     /// changing nothing; a rule the state keeps no record of stands empty.
     fn figures(&self, rule: &Rule, at_us: u64, cost: u64) -> Figures;
+
+    /// The units (or calls) `rule` holds at `at_us` (already clamped), more than its
+    /// count when a settle left it in debt (for [`crate::inspect`]).
+    fn held(&self, rule: &Rule, at_us: u64) -> u64;
 }
 
 /// A key's lock-out: after a consuming check with `block_for` set is refused by a rule,
@@ -529,6 +555,37 @@ impl KeyState {
     }
 }
 
+impl KeyState {
+    /// Settles the reservation `receipt` made of `rules` at `actual` units, as far as the
+    /// state still counts it; nothing when another algorithm counted it.
+    ///
+    /// Every algorithm treats the settled cost as if the check had been of `actual` units
+    /// at the time it was counted at: the sliding log adds or removes entries at that time;
+    /// the fixed and sliding windows change the count of the window it was counted in,
+    /// while a record still holds it; the token bucket gives back what has not refilled
+    /// (as a refund) or pushes its `tat` on by the excess from now (a bucket in debt
+    /// refills from there). An excess is taken even past a rule's count: later checks are
+    /// refused until the window has room again. Returns the key's new TTL from `now_us`
+    /// when the debt outlives its expiry (the token bucket's), as [`Outcome::ttl_us`].
+    pub fn settle(
+        &mut self,
+        rules: &[Rule],
+        receipt: &Receipt,
+        actual: u64,
+        now_us: u64,
+    ) -> Option<u64> {
+        if receipt.algorithm != self.algorithm() {
+            return None;
+        }
+        match &mut self.counts {
+            Counts::SlidingLog(s) => s.settle(rules, receipt, actual, now_us),
+            Counts::FixedWindow(s) => s.settle(rules, receipt, actual, now_us),
+            Counts::SlidingWindow(s) => s.settle(rules, receipt, actual, now_us),
+            Counts::TokenBucket(s) => s.settle(rules, receipt, actual, now_us),
+        }
+    }
+}
+
 /// How one rule stands in a key's state at some time, as a check would find it (for
 /// [`crate::inspect`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -539,6 +596,8 @@ pub(crate) struct Standing {
     pub retry_after_us: u64,
     /// Until every unit of the rule is free again: 0 when none is used.
     pub reset_after_us: u64,
+    /// Units (or calls) the rule holds now: above its count when in debt.
+    pub held: u64,
 }
 
 /// Reading a key's state without changing it.
@@ -564,6 +623,7 @@ impl KeyState {
             us => us.saturating_add(lag_us),
         };
         Standing {
+            held: counter.held(rule, at_us),
             left: one.left,
             retry_after_us: later(one.retry_after_us),
             reset_after_us: match one.left >= rule.count() {
@@ -635,12 +695,17 @@ impl KeyState {
         Err("a string the limiter did not write".into())
     }
 
-    /// The sliding log held in a sorted set: its entries' times (µs, in any order), and
-    /// the block member's end and rule, if any (see `scripts/sliding_log.lua`).
+    /// The sliding log held in a sorted set: its entries' times (µs, in any order), the
+    /// times of the checks rules counting calls counted, and the block member's end and
+    /// rule, if any (see `scripts/sliding_log.lua`).
     #[cfg(feature = "redis")]
-    pub fn from_redis_log(entries: Vec<u64>, block: Option<(u64, usize)>) -> KeyState {
+    pub fn from_redis_log(
+        entries: Vec<u64>,
+        calls: Vec<u64>,
+        block: Option<(u64, usize)>,
+    ) -> KeyState {
         KeyState {
-            counts: Counts::SlidingLog(sliding_log::State::from_entries(entries)),
+            counts: Counts::SlidingLog(sliding_log::State::from_entries(entries, calls)),
             block: block.map_or(Block::NONE, |(until_us, rule_index)| Block {
                 until_us,
                 rule_index,

@@ -145,7 +145,8 @@ impl KeyState {
         let standing = self.state.standing(&rule, self.now_us);
         RuleState {
             rule,
-            used: rule.count() - standing.left.min(rule.count()),
+            used: standing.held,
+            debt: standing.held.saturating_sub(rule.count()),
             remaining: standing.left,
             retry_after: Duration::from_micros(standing.retry_after_us),
             reset_after: Duration::from_micros(standing.reset_after_us),
@@ -181,9 +182,13 @@ impl KeyState {
 pub struct RuleState {
     /// The rule.
     pub rule: Rule,
-    /// Units of `rule.count()` in use now (the sliding window's weighted estimate, rounded
-    /// up; for the token bucket, units not refilled yet).
+    /// Units (calls, for a rule counting calls) of `rule.count()` in use now (the sliding
+    /// window's weighted estimate, rounded up; for the token bucket, units not refilled
+    /// yet). Above the count when a settle left the rule in debt.
     pub used: u64,
+    /// How far `used` is above the count: the debt of costs settled past their
+    /// reservations ([`Limiter::settle`]), which later calls wait out; 0 when none.
+    pub debt: u64,
     /// Units a call could use now: `count - used`.
     pub remaining: u64,
     /// Until one more unit passes this rule: zero when one passes now.

@@ -718,6 +718,119 @@ impl Limiter {
         }
     }
 
+    /// Settles the cost `decision` reserved at the call's `actual` cost, in every rule of
+    /// `rules` counting units (rules counting calls keep their one), and answers how `key`
+    /// stands after it, as a [`peek`](Self::peek) of cost 1 would: `remaining` under the
+    /// binding rule, `reset_after`, and whether a call of one unit passes now. One round
+    /// trip on Redis.
+    ///
+    /// - `actual` below the reservation gives back the difference, as far as the key still
+    ///   counts it (a window that has moved on has nothing to give back);
+    /// - `actual` above it takes the difference at once, **even past a rule's count**: the
+    ///   work is done, so the rule is in debt, and later calls are refused until the
+    ///   window has room again (their `retry_after` says when);
+    /// - equal changes nothing; a denied decision (which reserved nothing) settles nothing
+    ///   and is answered as it is.
+    ///
+    /// Each algorithm counts the settled cost as if the check had used `actual` units when
+    /// it was counted; the token bucket takes an excess from now. A decision is settled
+    /// (or [refunded](Self::refund)) once: the limiter remembers its last 4096 settles and
+    /// refunds and ignores a repeated one. A settle whose connection broke is not sent
+    /// again blindly (its reservation then stays, the safe side), but for the sliding log's,
+    /// which settles the check's own entries by name and may run twice.
+    ///
+    /// Under any concurrency, when every reservation is at least its call's actual cost,
+    /// no rule ever holds more than its count.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_ratelimit::{Limiter, Rule};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // 60 calls and 90,000 tokens a minute.
+    /// const LLM: [Rule; 2] = [Rule::per_minute(60).calls(), Rule::per_minute(90_000)];
+    /// let limiter = Limiter::memory();
+    /// let reserved = limiter.check("llm:ann", &LLM).cost(4_000).await?; // max_tokens
+    /// assert!(reserved.allowed);
+    /// // The completion used 1,250 tokens: 2,750 go back.
+    /// let after = limiter.settle("llm:ann", &LLM, &reserved, 1_250).await?;
+    /// assert_eq!((after.rule_index, after.remaining), (0, 59)); // the calls rule binds
+    /// let tokens = limiter.peek("llm:ann", &LLM[1..]).await?;
+    /// assert_eq!(tokens.remaining, 90_000 - 1_250);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// When the backend cannot answer; the reservation then stays as it was.
+    pub async fn settle(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        decision: &Decision,
+        actual: u64,
+    ) -> Result<Decision, BackendError> {
+        self.settle_at_us(key, rules, decision, actual, 0).await
+    }
+
+    /// [`settle`](Self::settle) at an explicit time instead of the backend's clock, as
+    /// [`Check::at`] checks. For differential tests only.
+    #[cfg(feature = "test-clock")]
+    #[doc(hidden)]
+    pub async fn settle_at(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        decision: &Decision,
+        actual: u64,
+        now: Duration,
+    ) -> Result<Decision, BackendError> {
+        let now_us = crate::clock::micros(now).max(1);
+        self.settle_at_us(key, rules, decision, actual, now_us)
+            .await
+    }
+
+    /// A settle at `now_us` (0: the backend's clock).
+    async fn settle_at_us(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        decision: &Decision,
+        actual: u64,
+        now_us: u64,
+    ) -> Result<Decision, BackendError> {
+        let receipt = decision.receipt();
+        if receipt.is_empty() || !self.refunds.first_settle(key, receipt) {
+            return Ok(*decision);
+        }
+        let peek = Request {
+            algorithm: receipt.algorithm,
+            now_us,
+            ..Request::new(key, rules, false)
+        };
+        let counted_here = match (&self.store, receipt.counted_by) {
+            (Store::Memory(_), CountedBy::Memory) => true,
+            #[cfg(feature = "redis")]
+            (Store::Redis(_), CountedBy::Redis) => true,
+            _ => false,
+        };
+        if !counted_here {
+            return match &self.fallback {
+                Some(fallback) => {
+                    Box::pin(fallback.settle_at_us(key, rules, decision, actual, now_us)).await
+                }
+                None => Ok(*decision),
+            };
+        }
+        let settled = match &self.store {
+            Store::Memory(memory) => memory.settle(&peek, receipt, actual).transpose()?,
+            #[cfg(feature = "redis")]
+            Store::Redis(redis) => redis.settle(peek, receipt, actual).await?,
+            Store::Misconfigured(err) => return Err(misconfigured(err)),
+        };
+        Ok(settled.map_or(*decision, |raw| raw.into_decision(rules)))
+    }
+
     /// The store this limiter counts in, for reading it (see [`crate::inspect`]).
     pub(crate) fn store(&self) -> Result<crate::inspect::Store<'_>, BackendError> {
         match &self.store {

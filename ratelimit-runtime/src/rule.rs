@@ -1,10 +1,13 @@
 use std::fmt;
 use std::time::Duration;
 
-/// A limit of `count` calls per `window`.
+/// A limit of `count` units per `window`.
 ///
 /// Rules are plain `Copy` data built by a `const fn`, so a call site's rules live in a
 /// `static` and nothing is parsed or allocated per call.
+///
+/// A rule counts the units of each call's cost, unless it is marked with
+/// [`calls`](Self::calls): then it counts calls, one per admitted call whatever its cost.
 ///
 /// ```
 /// use std::time::Duration;
@@ -18,8 +21,13 @@ use std::time::Duration;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Rule {
     count: u64,
+    /// The window in µs (below 2^53), and [`CALLS`] when the rule counts calls: one word,
+    /// so that a rule stays two words, as a decision carries one.
     window_us: u64,
 }
+
+/// The bit of `Rule::window_us` that marks a rule counting calls.
+const CALLS: u64 = 1 << 63;
 
 impl Rule {
     /// The largest count: 2^52, so that every figure stays exact in the Lua scripts' doubles.
@@ -71,31 +79,78 @@ impl Rule {
         Rule::new(count, Duration::from_secs(86_400))
     }
 
-    /// How many calls the rule admits per window.
+    /// The same rule, counting calls instead of units: a check of any cost takes one from
+    /// it. A call site's rules can mix both, e.g. 60 calls and 90,000 tokens a minute,
+    /// checked together, all or nothing.
+    ///
+    /// ```
+    /// use redis_ratelimit::Rule;
+    ///
+    /// const LLM: [Rule; 2] = [Rule::per_minute(60).calls(), Rule::per_minute(90_000)];
+    /// assert!(LLM[0].counts_calls() && !LLM[1].counts_calls());
+    /// assert_eq!(LLM[0].to_string(), "60 calls per 60s");
+    /// assert_eq!("60 calls/minute".parse(), Ok(LLM[0]));
+    /// ```
+    pub const fn calls(self) -> Rule {
+        Rule {
+            count: self.count,
+            window_us: self.window_us | CALLS,
+        }
+    }
+
+    /// Whether the rule counts calls (one per admitted call) rather than units of cost.
+    pub const fn counts_calls(&self) -> bool {
+        self.window_us & CALLS != 0
+    }
+
+    /// How many calls (or units) the rule admits per window.
     pub const fn count(&self) -> u64 {
         self.count
     }
 
     /// The length of the window.
     pub const fn window(&self) -> Duration {
-        Duration::from_micros(self.window_us)
+        Duration::from_micros(self.window_us())
     }
 
     /// The window in microseconds, the unit the backends count in.
+    #[inline(always)]
     pub(crate) const fn window_us(&self) -> u64 {
-        self.window_us
+        self.window_us & !CALLS
+    }
+
+    /// What a call of `cost` units takes from this rule: one when it counts calls.
+    #[inline(always)]
+    pub(crate) const fn units(&self, cost: u64) -> u64 {
+        if self.counts_calls() {
+            1
+        } else {
+            cost
+        }
+    }
+
+    /// The rule's count as the scripts carry it: negative for a rule counting calls, so
+    /// that its record is never another rule's, and a check needs no other number.
+    #[cfg(feature = "redis")]
+    #[inline]
+    pub(crate) fn signed_count(&self) -> f64 {
+        match self.counts_calls() {
+            true => -(self.count as f64),
+            false => self.count as f64,
+        }
     }
 }
 
 impl fmt::Display for Rule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let us = self.window_us;
+        let us = self.window_us();
+        let calls = if self.counts_calls() { " calls" } else { "" };
         if us % 1_000_000 == 0 {
-            write!(f, "{} per {}s", self.count, us / 1_000_000)
+            write!(f, "{}{calls} per {}s", self.count, us / 1_000_000)
         } else if us % 1_000 == 0 {
-            write!(f, "{} per {}ms", self.count, us / 1_000)
+            write!(f, "{}{calls} per {}ms", self.count, us / 1_000)
         } else {
-            write!(f, "{} per {}us", self.count, us)
+            write!(f, "{}{calls} per {}us", self.count, us)
         }
     }
 }
@@ -115,6 +170,22 @@ mod tests {
             Rule::new(1, Duration::from_micros(7)).to_string(),
             "1 per 7us"
         );
+    }
+
+    #[test]
+    fn a_rule_counting_calls_is_another_rule_of_the_same_figures() {
+        let calls = Rule::per_minute(60).calls();
+        assert!(calls.counts_calls() && !Rule::per_minute(60).counts_calls());
+        assert_ne!(calls, Rule::per_minute(60));
+        assert_eq!(
+            (calls.count(), calls.window()),
+            (60, Duration::from_secs(60))
+        );
+        assert_eq!((calls.units(7), Rule::per_minute(60).units(7)), (1, 7));
+        assert_eq!(calls.calls(), calls);
+        assert_eq!(calls.to_string(), "60 calls per 60s");
+        #[cfg(feature = "redis")]
+        assert_eq!(calls.signed_count(), -60.0);
     }
 
     #[test]

@@ -11,7 +11,11 @@ pub use ratelimit_rule_text::RuleTextError as ParseRuleError;
 
 impl Rule {
     fn from_parsed(rule: ratelimit_rule_text::ParsedRule) -> Rule {
-        Rule::new(rule.count, Duration::from_millis(rule.window_ms))
+        let parsed = Rule::new(rule.count, Duration::from_millis(rule.window_ms));
+        match rule.calls {
+            true => parsed.calls(),
+            false => parsed,
+        }
     }
 
     /// Parses rules separated by commas, in the attribute's string grammar (`"N/unit"`,

@@ -447,17 +447,45 @@ impl Permit<'_> {
             .refund(&taken.key, &taken.rules, &taken.decision)
             .await;
         if let Err(err) = refunded {
-            static FAILURES: LogThrottle = LogThrottle::new();
-            if let Some(suppressed) = FAILURES.admit() {
-                tracing::warn!(
-                    target: "redis_ratelimit",
-                    key = &*taken.key,
-                    error = %err,
-                    suppressed,
-                    "could not give a call's units back (charge_if); they stay used",
-                );
-            }
+            report_unsettled(&taken.key, &err);
         }
+    }
+
+    /// Settles the call's reservation at `actual` units (the attribute's `settle`), or,
+    /// when `charged` is false (`charge_if` answered `false`), gives back everything it
+    /// took, rules counting calls too. A settle that cannot reach the backend leaves the
+    /// reservation in place, the safe side, and is logged.
+    pub async fn settle_cost(self, charged: bool, actual: u64) {
+        let Some(taken) = self.taken else {
+            return;
+        };
+        let (limiter, key, rules) = (taken.limiter, &*taken.key, &*taken.rules);
+        let settled = match charged {
+            true => limiter
+                .settle(key, rules, &taken.decision, actual)
+                .await
+                .map(drop),
+            false => limiter.refund(key, rules, &taken.decision).await,
+        };
+        if let Err(err) = settled {
+            report_unsettled(key, &err);
+        }
+    }
+}
+
+/// Logs a refund or settle that could not reach the backend, at most once per
+/// [`LogThrottle::INTERVAL`] in the process.
+fn report_unsettled(key: &str, err: &BackendError) {
+    static FAILURES: LogThrottle = LogThrottle::new();
+    if let Some(suppressed) = FAILURES.admit() {
+        tracing::warn!(
+            target: "redis_ratelimit",
+            key,
+            error = %err,
+            suppressed,
+            "could not give a call's units back or settle its cost (charge_if, settle); \
+             what it reserved stays used",
+        );
     }
 }
 

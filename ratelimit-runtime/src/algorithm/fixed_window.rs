@@ -94,6 +94,27 @@ impl PerRule for FixedWindow {
         }
     }
 
+    fn held(window: Window, rule: &Rule, now_us: u64) -> u64 {
+        let current = window.start_us <= now_us && now_us - window.start_us < rule.window_us();
+        if current {
+            window.calls
+        } else {
+            0
+        }
+    }
+
+    /// Only while the record still counts the window the units were counted in.
+    fn take(window: Window, rule: &Rule, at_us: u64, units: u64, _: u64) -> Window {
+        if window.start_us <= at_us && at_us - window.start_us < rule.window_us() {
+            Window {
+                calls: window.calls + units,
+                ..window
+            }
+        } else {
+            window
+        }
+    }
+
     /// Only while the record still counts the window the units were counted in.
     fn refund(window: Window, rule: &Rule, at_us: u64, cost: u64, _: u64) -> Window {
         if window.start_us <= at_us && at_us - window.start_us < rule.window_us() {

@@ -53,6 +53,23 @@ pub(crate) trait PerRule {
         cost: u64,
     ) -> Verdict<Self::Record>;
 
+    /// The units `record` (of `rule`) holds at `now_us`, uncapped (see
+    /// [`super::Counter::held`]).
+    fn held(record: Self::Record, rule: &Rule, now_us: u64) -> u64;
+
+    /// Until when a settled record matters, when that can outgrow the expiry a check set
+    /// (the token bucket's `tat`, pushed on by a debt); `None` for records whose windows
+    /// the expiry covers whatever they count.
+    fn until_us(_: &Self::Record) -> Option<u64> {
+        None
+    }
+
+    /// `record` (of `rule`) with `units` more counted as if at `at_us` (a settled cost
+    /// above its reservation), even past the rule's count, where the record still counts
+    /// what was counted at `at_us`; `now_us` is the caller's clock.
+    fn take(record: Self::Record, rule: &Rule, at_us: u64, units: u64, now_us: u64)
+        -> Self::Record;
+
     /// `record` (of `rule`) with `cost` units counted at `at_us` given back, as far as it
     /// still holds them at `now_us` (never below zero).
     fn refund(
@@ -161,10 +178,15 @@ impl<A: PerRule> State<A> {
         let records = stored
             .into_iter()
             .map(|record| {
-                let n = numbers(record)?;
+                // A rule counting calls is stored with its count negated (Rule::signed_count).
+                let calls = f64::from_le_bytes(record[..8].try_into().ok()?) < 0.0;
+                let mut record = record.to_vec();
+                record[7] &= 0x7f;
+                let n = numbers(&record)?;
                 let count = ratelimit_rule_text::check_count(n[0]).ok()?;
                 let window_us = ratelimit_rule_text::check_window_us(n[1].into()).ok()?;
                 let rule = Rule::new(count, std::time::Duration::from_micros(window_us));
+                let rule = if calls { rule.calls() } else { rule };
                 Some((rule, A::from_numbers(&n[2..])))
             })
             .collect::<Option<_>>()?;
@@ -201,7 +223,7 @@ impl<A: PerRule> Counter for State<A> {
         let mut kept = [None; KEPT];
         let (mut needed_us, mut reach_us) = (0, 0);
         let figures = rules.iter().enumerate().map(|(i, r)| {
-            let v = A::judge(self.records.get(i, r), r, now, cost);
+            let v = A::judge(self.records.get(i, r), r, now, r.units(cost));
             if let Some(slot) = kept.get_mut(i) {
                 *slot = Some(v);
             }
@@ -209,7 +231,7 @@ impl<A: PerRule> Counter for State<A> {
             reach_us = reach_us.max(v.reach_us);
             v.figures
         });
-        let mut decision = decide(figures, cost, consume, lag_us);
+        let mut decision = decide(figures, rules, cost, consume, lag_us);
         if !decision.allowed {
             // A block keeps what the key holds too, as far as it may matter.
             let ttl_us = block
@@ -227,7 +249,7 @@ impl<A: PerRule> Counter for State<A> {
         self.records
             .write(rules, |i, rule, stored| match kept.get(i) {
                 Some(&Some(v)) => v.counted,
-                _ => A::judge(stored, rule, now, cost).counted,
+                _ => A::judge(stored, rule, now, rule.units(cost)).counted,
             });
         decision.receipt = Receipt::new(cost, now, 0, A::ALGORITHM, CountedBy::Memory);
         // From the caller's `now`, which the key's expiry (the script's PX) is relative to.
@@ -244,9 +266,41 @@ impl<A: PerRule> Counter for State<A> {
         let (at_us, cost) = (receipt.at_us, u64::from(receipt.cost));
         for (i, rule) in rules.iter().enumerate() {
             if let Some(record) = self.records.get_mut(i, rule) {
-                *record = A::refund(*record, rule, at_us, cost, now_us);
+                *record = A::refund(*record, rule, at_us, rule.units(cost), now_us);
             }
         }
+    }
+
+    fn settle(
+        &mut self,
+        rules: &[Rule],
+        receipt: &Receipt,
+        actual: u64,
+        now_us: u64,
+    ) -> Option<u64> {
+        let (at_us, reserved) = (receipt.at_us, u64::from(receipt.cost));
+        let mut ttl_us = None;
+        for (i, rule) in rules.iter().enumerate() {
+            if rule.counts_calls() || actual == reserved {
+                continue;
+            }
+            if let Some(record) = self.records.get_mut(i, rule) {
+                *record = match actual < reserved {
+                    true => A::refund(*record, rule, at_us, reserved - actual, now_us),
+                    false => A::take(*record, rule, at_us, actual - reserved, now_us),
+                };
+                // A debt that outlives the key's expiry moves it, as the script does.
+                if let Some(until_us) = A::until_us(record) {
+                    let needed_us = until_us.saturating_sub(now_us);
+                    if let Some(ttl) =
+                        extend_expiry(&mut self.expires_at_us, now_us, needed_us, needed_us)
+                    {
+                        ttl_us = Some(ttl);
+                    }
+                }
+            }
+        }
+        ttl_us
     }
 
     /// The latest window start a record holds (the token bucket's records hold none).
@@ -256,6 +310,12 @@ impl<A: PerRule> Counter for State<A> {
 
     fn figures(&self, rule: &Rule, at_us: u64, cost: u64) -> Figures {
         A::judge(self.records.get(usize::MAX, rule), rule, at_us, cost).figures
+    }
+
+    fn held(&self, rule: &Rule, at_us: u64) -> u64 {
+        self.records
+            .get(usize::MAX, rule)
+            .map_or(0, |record| A::held(record, rule, at_us))
     }
 }
 

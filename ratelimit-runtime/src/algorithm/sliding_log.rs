@@ -39,6 +39,9 @@ use crate::{Algorithm, Rule};
 #[derive(Clone, Debug, Default)]
 pub(crate) struct State {
     log: VecDeque<u64>,
+    /// The timestamps (µs) of admitted checks of rules counting calls, one per check,
+    /// ascending: what those rules count (empty while no check has such a rule).
+    calls: VecDeque<u64>,
     /// The number of the next admitted check, its receipt's id.
     checks: u64,
     /// The checks refunded, as (time counted at, number), while entries of that time may
@@ -63,13 +66,25 @@ impl State {
         Some((self.log.len(), *self.log.front()?, *self.log.back()?))
     }
 
-    /// A log holding the entries `entries` (µs, in any order), as read from Redis.
+    /// A log holding the entries `entries` and the checks counted by rules counting calls
+    /// `calls` (µs, in any order), as read from Redis.
     #[cfg(feature = "redis")]
-    pub fn from_entries(mut entries: Vec<u64>) -> State {
+    pub fn from_entries(mut entries: Vec<u64>, mut calls: Vec<u64>) -> State {
         entries.sort_unstable();
+        calls.sort_unstable();
         State {
             log: entries.into(),
+            calls: calls.into(),
             ..State::default()
+        }
+    }
+
+    /// The log a rule counts: its entries, or the checks for a rule counting calls.
+    #[inline(always)]
+    fn log_of(&self, rule: &Rule) -> &VecDeque<u64> {
+        match rule.counts_calls() {
+            true => &self.calls,
+            false => &self.log,
         }
     }
 }
@@ -134,20 +149,26 @@ impl Counter for State {
             consume,
             ..
         } = *call;
-        let log = &mut self.log;
-        let clamp = match block.clamp(call, log.back().copied()) {
+        let clamp = match block.clamp(call, self.log.back().copied()) {
             Ok(clamp) => clamp,
             Err(refused) => return refused,
         };
         let Clamp { at_us: now, lag_us } = clamp;
         let longest = longest_window_us(rules);
-        // Stale entries are skipped by every count, as the script's ZCOUNTs do.
+        // Stale entries are skipped by every count, as the script's ZCOUNTs do. Whether a
+        // rule counts calls is noted on the way, not found by a second pass.
+        let mut counts_calls = false;
         let mut decision = decide(
-            rules.iter().map(|rule| figures(log, rule, now, cost)),
+            rules.iter().map(|rule| {
+                counts_calls |= rule.counts_calls();
+                figures(self.log_of(rule), rule, now, rule.units(cost))
+            }),
+            rules,
             cost,
             consume,
             lag_us,
         );
+        let log = &mut self.log;
         if !decision.allowed {
             // Every write sets the expiry, as the script's `PEXPIRE` does: for the block,
             // and the entries as long as they may matter.
@@ -168,6 +189,13 @@ impl Counter for State {
         for _ in 0..cost {
             log.push_back(now);
         }
+        if counts_calls {
+            let calls = &mut self.calls;
+            while calls.front().is_some_and(|&s| !in_window(s, longest, now)) {
+                calls.pop_front();
+            }
+            calls.push_back(now);
+        }
         decision.receipt = Receipt::new(
             cost,
             now,
@@ -182,7 +210,7 @@ impl Counter for State {
         }
     }
 
-    fn refund(&mut self, _: &[Rule], receipt: &Receipt, _: u64) {
+    fn refund(&mut self, rules: &[Rule], receipt: &Receipt, _: u64) {
         let Receipt {
             at_us, id, cost, ..
         } = *receipt;
@@ -200,7 +228,33 @@ impl Counter for State {
         if gone > 0 {
             self.log.drain(first..first + gone);
             self.refunded.push((at_us, id));
+            // The check's one call, where rules counting calls counted it.
+            if rules.iter().any(Rule::counts_calls) {
+                if let Ok(at) = self.calls.binary_search(&at_us) {
+                    self.calls.remove(at);
+                }
+            }
         }
+    }
+
+    /// Entries at the time the check was counted at: removed while there (entries of one
+    /// time are alike), or added beside them while any is there, as the script removes
+    /// or adds the check's own members by name.
+    fn settle(&mut self, _: &[Rule], receipt: &Receipt, actual: u64, _: u64) -> Option<u64> {
+        let (at_us, reserved) = (receipt.at_us, u64::from(receipt.cost));
+        let first = self.log.partition_point(|&s| s < at_us);
+        let alike = self.log.partition_point(|&s| s <= at_us) - first;
+        if actual < reserved {
+            let gone = alike.min((reserved - actual) as usize);
+            self.log.drain(first..first + gone);
+        } else if actual > reserved && alike > 0 {
+            let newer = self.log.split_off(first);
+            self.log
+                .extend(std::iter::repeat(at_us).take((actual - reserved) as usize));
+            self.log.extend(newer);
+        }
+        // Entries at the check's time or before: the expiry already covers them.
+        None
     }
 
     /// The newest entry: entries are added at the newest time or later.
@@ -209,7 +263,12 @@ impl Counter for State {
     }
 
     fn figures(&self, rule: &Rule, at_us: u64, cost: u64) -> Figures {
-        figures(&self.log, rule, at_us, cost)
+        figures(self.log_of(rule), rule, at_us, cost)
+    }
+
+    fn held(&self, rule: &Rule, at_us: u64) -> u64 {
+        let log = self.log_of(rule);
+        (log.len() - outside(log, rule.window_us(), at_us)) as u64
     }
 }
 

@@ -143,6 +143,39 @@ impl PerRule for SlidingWindow {
         }
     }
 
+    fn held(windows: Windows, rule: &Rule, now_us: u64) -> u64 {
+        let w = rule.window_us();
+        let (curr, prev) = if windows.start_us <= now_us && now_us - windows.start_us < w {
+            (windows.curr, windows.prev)
+        } else if windows.start_us + w <= now_us && now_us - (windows.start_us + w) < w {
+            (0, windows.curr)
+        } else {
+            (0, 0)
+        };
+        let e = now_us % w;
+        let weighted = (u128::from(prev) * u128::from(w - e)).div_ceil(u128::from(w)) as u64;
+        curr + weighted
+    }
+
+    /// Into the current window's count while the reservation was counted in it, into the
+    /// previous one's once a window has started since (where it still weighs).
+    fn take(windows: Windows, rule: &Rule, at_us: u64, units: u64, _: u64) -> Windows {
+        let (start_us, w) = (windows.start_us, rule.window_us());
+        if start_us <= at_us && at_us - start_us < w {
+            Windows {
+                curr: windows.curr + units,
+                ..windows
+            }
+        } else if at_us < start_us && start_us - at_us <= w {
+            Windows {
+                prev: windows.prev + units,
+                ..windows
+            }
+        } else {
+            windows
+        }
+    }
+
     /// From the current window's count while the units were counted in it, from the
     /// previous one's once a window has started since (where they still weigh).
     fn refund(windows: Windows, rule: &Rule, at_us: u64, cost: u64, _: u64) -> Windows {

@@ -86,6 +86,23 @@ impl PerRule for TokenBucket {
         }
     }
 
+    fn held(tat: u64, rule: &Rule, now_us: u64) -> u64 {
+        let interval_us = rule.window_us().div_ceil(rule.count());
+        tat.saturating_sub(now_us).div_ceil(interval_us)
+    }
+
+    fn until_us(tat: &u64) -> Option<u64> {
+        Some(*tat)
+    }
+
+    /// The excess taken from now (or from when it was counted, if later): the bucket is
+    /// then `units` emptier than it is, in debt past empty if need be.
+    fn take(tat: u64, rule: &Rule, at_us: u64, units: u64, now_us: u64) -> u64 {
+        let interval_us = rule.window_us().div_ceil(rule.count());
+        tat.max(now_us.max(at_us))
+            .saturating_add(units.saturating_mul(interval_us))
+    }
+
     /// What of the units has not refilled yet, counted as if they were the last to drain
     /// from a bucket that was full before them (so never more than they hold): until
     /// `at + n * T`, less what has passed since. The `tat` never goes below `now`, a full

@@ -136,6 +136,35 @@ impl MemoryBackend {
         }
     }
 
+    /// Settles what `receipt` (of a decision this backend made for `peek.key` and
+    /// `peek.rules`) reserved at `actual` units, as far as the key's state still counts it
+    /// (see `algorithm::KeyState::settle`), then answers `peek`, under one lock. `None`:
+    /// nothing to settle here (a receipt of nothing, or of another backend).
+    pub(crate) fn settle(
+        &self,
+        peek: &Request<'_>,
+        receipt: &Receipt,
+        actual: u64,
+    ) -> Option<Result<RawDecision, BackendError>> {
+        if receipt.is_empty() || receipt.counted_by != CountedBy::Memory {
+            return None;
+        }
+        let hash = self.hash(peek.key);
+        let mut shard = self.shard(hash);
+        let now_us = peek.now_us_or(|| self.clock.now_us());
+        if let Some(id) = shard.find(hash, peek.key) {
+            let slot = shard.slots[id as usize]
+                .as_mut()
+                .expect("the index lists only slots in use");
+            if slot.expires_at_us > now_us {
+                if let Some(ttl) = slot.state.settle(peek.rules, receipt, actual, now_us) {
+                    slot.expires_at_us = now_us.saturating_add(ttl);
+                }
+            }
+        }
+        Some(shard.check(peek, hash, now_us))
+    }
+
     /// A copy of `key`'s state, the clock's time and when the key expires (µs); `None`
     /// when the key is absent or expired. Counts as no use of the key.
     pub(crate) fn inspect(&self, key: &str) -> Option<(KeyState, u64, u64)> {

@@ -34,6 +34,18 @@ impl Refunds {
         if receipt.algorithm == Algorithm::SlidingLog {
             return true;
         }
+        self.record(key, receipt)
+    }
+
+    /// Whether the settle of `receipt` (of a decision on `key`) is its first, recording
+    /// it, whatever the algorithm: a second settle of a decision, even by name, would
+    /// settle from a reservation that is no longer there.
+    pub fn first_settle(&self, key: &str, receipt: &Receipt) -> bool {
+        self.record(key, receipt)
+    }
+
+    /// Records the refund or settle of `receipt`; `false` when it was recorded already.
+    fn record(&self, key: &str, receipt: &Receipt) -> bool {
         let mut hasher = DefaultHasher::new();
         key.hash(&mut hasher);
         let made = (hasher.finish(), *receipt);

@@ -7,6 +7,6 @@
             denied, denied_left, denied_reset, denied_retry = i, left, reset_after, retry
         end
     elseif not least or left < least then
-        binding, binding_count, least, reset = i, count, left, reset_after
+        binding, binding_count, least, reset, binding_units = i, count, left, reset_after, units
     end
 end

@@ -18,9 +18,13 @@
         end
     end
     local left, retry = count - calls, 0
-    if cost > count then
+    -- A settle past the reservation may leave the window in debt (Limiter::settle).
+    if left < 0 then
+        left = 0
+    end
+    if units > count then
         retry = NEVER
-    elseif cost > left then
+    elseif units > left then
         retry = reset_after
     end
     -- Until the last rule's current window ends.
@@ -29,8 +33,8 @@
     end
     if consume then
         if i == 0 then
-            r1, r2, r3, r4 = count, window, start, calls + cost
+            r1, r2, r3, r4 = signed, window, start, calls + units
         else
-            records = records .. struct.pack('<dddd', count, window, start, calls + cost)
+            records = records .. struct.pack('<dddd', signed, window, start, calls + units)
         end
     end

@@ -3,7 +3,7 @@
     if p then
         local start, calls = struct.unpack('<dd', state, p + 16)
         if start <= at and at < start + window and calls > 0 then
-            calls = calls - cost
+            calls = calls - units
             if calls < 0 then
                 calls = 0
             end

@@ -6,6 +6,7 @@
 --   blocked.lua    the refusal of a key under a block;
 --   records.lua    opens the loop over the rules and finds each rule's record (the
 --                  sliding log's loop is sliding_log_rules.lua);
+--   calls.lua      a rule counting calls takes one unit of any call;
 --   <algorithm>    the algorithm's arithmetic for one rule;
 --   bind.lua       the binding rule's choice, and the end of the loop;
 --   sliding_log_rerun.lua  (the sliding log) a re-sent check answers as it did;
@@ -26,7 +27,8 @@
 --               for tests);
 --            3: the call's cost, in units of every rule (at least 1);
 --            4, 5: count, window_us of rule 0 (bytes 25 and 33); 6, 7: of rule 1; ...
---               (rule i's count at byte 16 * i + 25)
+--               (rule i's count at byte 16 * i + 25); a rule counting calls has its
+--               count negated, and takes one of any call (calls.lua)
 --          Binary, because Redis parses text numbers slower than a check's arithmetic;
 --          block_for shares the first number so that a check of one rule stays within
 --          44 bytes, which Redis keeps in one allocation.
@@ -88,5 +90,5 @@ local NEVER = math.huge
 -- block, as the state holds it (blocked.lua, block.lua): until when (nil: none), and the
 -- rule that started it.
 local denied, denied_left, denied_reset, denied_retry = nil, 0, 0, 0
-local binding, binding_count, least, reset, blocked_until, blocked_rule
+local binding, binding_count, binding_units, least, reset, blocked_until, blocked_rule
 

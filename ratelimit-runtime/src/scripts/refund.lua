@@ -1,7 +1,8 @@
 -- Gives back the units of one admitted check of a string-state algorithm, as far as the
 -- key still holds them (algorithm::Counter::refund, which documents the arithmetic; keep
 -- the two in step). scripts/sources.rs composes it: NAME and SIZE (as for state.lua),
--- NOW (whether it reads the time), this fragment, find.lua, the algorithm's
+-- NOW (whether it reads the time), ARGS (which argument holds its numbers: 1; a settle's
+-- are its third, see settle.lua), this fragment, find.lua, the algorithm's
 -- <algorithm>_refund.lua, and the end of the loop.
 --
 -- KEYS[1]  the key
@@ -14,7 +15,7 @@
 -- its block. A key that holds nothing of this algorithm has nothing to give back.
 
 local key = KEYS[1]
-local numbers = ARGV[1]
+local numbers = ARGV[ARGS]
 local at, cost, now = struct.unpack('<ddd', numbers)
 local rules = (#numbers - 24) / 16
 local state = redis.call('GET', key)

@@ -11,7 +11,7 @@ end
 -- What is left after a check; now, for a peek.
 local remaining = least
 if consume then
-    remaining = least - cost
+    remaining = least - binding_units
 end
 reset = reset + lag
 -- An admitted call answers with one integer,

@@ -20,8 +20,15 @@ if ms then
         if block then
             redis.call('ZREM', key, block)
         end
-        if stale then
+        if stale and has_calls then
+            -- The entries, and the calls below them (sliding_log_rules.lua).
+            redis.call('ZREMRANGEBYSCORE', key, '0', string.format('%d', now - reach))
+            redis.call('ZREMRANGEBYSCORE', key, string.format('%d', reach - now), '(0')
+        elseif stale then
             redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - reach))
+        end
+        if has_calls then
+            redis.call('ZADD', key, '-' .. stamp, id .. 'c')
         end
         if cost > 1 then
             -- In batches, as Lua's stack bounds the arguments of one call.
@@ -39,7 +46,7 @@ if ms then
         end
         redis.call('PEXPIRE', key, string.format('%d', ms))
     else
-        least = least + cost
+        least = least + binding_units
         if least > binding_count then
             least = binding_count
         end

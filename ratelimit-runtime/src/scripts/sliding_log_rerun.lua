@@ -5,5 +5,8 @@
 if denied and consume and denied_retry ~= NEVER and redis.call('ZSCORE', key, id) then
     binding, least = denied, denied_left
     binding_count, reset = struct.unpack('<dd', numbers, 16 * denied + 25)
+    if binding_count < 0 then
+        binding_count = -binding_count
+    end
     denied, consume = nil, false
 end

@@ -4,7 +4,12 @@
 -- so counts up to `now` (`stamp`) count every entry of a window, and never a block.
 -- The longest window was counted above; a window no longer than one found empty is
 -- empty too.
-local empty = 0
+--
+-- A rule counting calls (count negated, calls.lua) counts one member per admitted check,
+-- scored minus the check's time (sliding_log_add.lua): below every entry, so that no
+-- count of entries includes it. Its window at `now` holds the scores in
+-- [-now, window - now), newest first.
+local empty, has_calls = 0, false
 if longest == 0 then
     empty = reach
 end
@@ -13,8 +18,11 @@ for i = 0, rules - 1 do
     if i > 0 then
         count, window = struct.unpack('<dd', numbers, 16 * i + 25)
     end
-    local inside = 0
-    if window == reach then
+    local inside, units, calls = 0, cost, nil
+    if count < 0 then
+        count, units, calls, has_calls = -count, 1, true, true
+        inside = redis.call('ZCOUNT', key, '-' .. stamp, string.format('(%d', window - now))
+    elseif window == reach then
         inside = longest
     elseif window > empty then
         inside = redis.call('ZCOUNT', key, string.format('(%d', now - window), stamp)
@@ -28,7 +36,16 @@ for i = 0, rules - 1 do
     end
     -- The call's entries are the last to leave.
     local reset_after, retry = window, 0
-    if cost > left then
+    if units <= left then
+        -- Admitted by this rule: the figures above.
+    elseif calls then
+        -- The newest call leaves last; the count-th newest must leave for one more.
+        local newest_call = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')[2]
+        local must_leave = redis.call('ZRANGE', key, string.format('%d', count - 1),
+            string.format('%d', count - 1), 'WITHSCORES')[2]
+        reset_after = window - now - tonumber(newest_call)
+        retry = window - now - tonumber(must_leave)
+    else
         reset_after = 0
         if inside > 0 then
             if not newest then
@@ -37,11 +54,11 @@ for i = 0, rules - 1 do
             reset_after = newest + window - now
         end
         retry = NEVER
-        if cost <= count then
+        if units <= count then
             -- The window's entries are the newest `inside`; the oldest
             -- `inside - (count - cost)` of them must leave, the last of which is the
             -- (count - cost + 1)-th newest entry.
-            local rank = string.format('%d', cost - count + last)
+            local rank = string.format('%d', units - count + last)
             local must_leave = tonumber(redis.call('ZRANGE', key, rank, rank, 'WITHSCORES')[2])
             retry = must_leave + window - now
         end

@@ -33,16 +33,16 @@
         left = 0
     end
     local reset_after, retry = 2 * w - e, 0
-    if cost > left then
+    if units > left then
         if curr == 0 then
             reset_after = w - e
         end
-        if cost > count then
+        if units > count then
             retry = NEVER
-        elseif curr + cost <= count then
-            retry = w - muldiv(w, count - curr - cost, prev) - e
+        elseif curr + units <= count then
+            retry = w - muldiv(w, count - curr - units, prev) - e
         else
-            retry = (w - e) + w - muldiv(w, count - cost, curr)
+            retry = (w - e) + w - muldiv(w, count - units, curr)
         end
     end
     -- Until the end of the next window, the longest over the rules.
@@ -51,8 +51,8 @@
     end
     if consume then
         if i == 0 then
-            r1, r2, r3, r4, r5 = count, w, start, curr + cost, prev
+            r1, r2, r3, r4, r5 = signed, w, start, curr + units, prev
         else
-            records = records .. struct.pack('<ddddd', count, w, start, curr + cost, prev)
+            records = records .. struct.pack('<ddddd', signed, w, start, curr + units, prev)
         end
     end

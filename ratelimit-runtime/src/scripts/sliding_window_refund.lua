@@ -9,7 +9,7 @@
             n, at_byte = prev, p + 31
         end
         if n > 0 then
-            n = n - cost
+            n = n - units
             if n < 0 then
                 n = 0
             end

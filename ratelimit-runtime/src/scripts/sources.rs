@@ -29,6 +29,7 @@ pub const FIXED_WINDOW: &str = concat!(
     include_str!("blocked.lua"),
     include_str!("records.lua"),
     include_str!("find.lua"),
+    include_str!("calls.lua"),
     include_str!("fixed_window.lua"),
     include_str!("bind.lua"),
     include_str!("block.lua"),
@@ -46,6 +47,7 @@ pub const SLIDING_WINDOW: &str = concat!(
     include_str!("blocked.lua"),
     include_str!("records.lua"),
     include_str!("find.lua"),
+    include_str!("calls.lua"),
     include_str!("sliding_window.lua"),
     include_str!("bind.lua"),
     include_str!("block.lua"),
@@ -62,6 +64,7 @@ pub const TOKEN_BUCKET: &str = concat!(
     include_str!("blocked.lua"),
     include_str!("records.lua"),
     include_str!("find.lua"),
+    include_str!("calls.lua"),
     include_str!("token_interval.lua"),
     include_str!("token_bucket.lua"),
     include_str!("bind.lua"),
@@ -73,28 +76,81 @@ pub const TOKEN_BUCKET: &str = concat!(
 
 /// The fixed window's refund.
 pub const FIXED_WINDOW_REFUND: &str = concat!(
-    "local NAME, SIZE, NOW = 'fixed_window', 32, false\n",
+    "local NAME, SIZE, NOW, ARGS = 'fixed_window', 32, false, 1\n",
     include_str!("refund.lua"),
     include_str!("find.lua"),
+    include_str!("calls.lua"),
     include_str!("fixed_window_refund.lua"),
     "end\nreturn given\n",
 );
 
 /// The sliding window's refund.
 pub const SLIDING_WINDOW_REFUND: &str = concat!(
-    "local NAME, SIZE, NOW = 'sliding_window', 40, false\n",
+    "local NAME, SIZE, NOW, ARGS = 'sliding_window', 40, false, 1\n",
     include_str!("refund.lua"),
     include_str!("find.lua"),
+    include_str!("calls.lua"),
     include_str!("sliding_window_refund.lua"),
     "end\nreturn given\n",
 );
 
 /// The token bucket's refund.
 pub const TOKEN_BUCKET_REFUND: &str = concat!(
-    "local NAME, SIZE, NOW = 'token_bucket', 24, true\n",
+    "local NAME, SIZE, NOW, ARGS = 'token_bucket', 24, true, 1\n",
     include_str!("refund.lua"),
     include_str!("find.lua"),
+    include_str!("calls.lua"),
     include_str!("token_interval.lua"),
     include_str!("token_bucket_refund.lua"),
     "end\nreturn given\n",
+);
+
+// The settles: each settles a reservation, then runs the algorithm's check script above
+// as a peek of cost 1, which answers (backend/redis/script.rs appends it, once per
+// process).
+
+/// The sliding log's settle: the reservation settled by name.
+pub const SLIDING_LOG_SETTLE: &str = include_str!("sliding_log_settle.lua");
+
+/// The fixed window's settle (settle.lua).
+pub const FIXED_WINDOW_SETTLE: &str = concat!(
+    "local NAME, SIZE, NOW, ARGS = 'fixed_window', 32, false, 3\n",
+    include_str!("settle.lua"),
+    include_str!("refund.lua"),
+    include_str!("find.lua"),
+    include_str!("calls.lua"),
+    "if signed < 0 then\nelseif TAKE then\n",
+    include_str!("fixed_window_take.lua"),
+    "else\n",
+    include_str!("fixed_window_refund.lua"),
+    "end\nend\nend\nsettle()\n",
+);
+
+/// The sliding window's settle (settle.lua).
+pub const SLIDING_WINDOW_SETTLE: &str = concat!(
+    "local NAME, SIZE, NOW, ARGS = 'sliding_window', 40, false, 3\n",
+    include_str!("settle.lua"),
+    include_str!("refund.lua"),
+    include_str!("find.lua"),
+    include_str!("calls.lua"),
+    "if signed < 0 then\nelseif TAKE then\n",
+    include_str!("sliding_window_take.lua"),
+    "else\n",
+    include_str!("sliding_window_refund.lua"),
+    "end\nend\nend\nsettle()\n",
+);
+
+/// The token bucket's settle (settle.lua).
+pub const TOKEN_BUCKET_SETTLE: &str = concat!(
+    "local NAME, SIZE, NOW, ARGS = 'token_bucket', 24, true, 3\n",
+    include_str!("settle.lua"),
+    include_str!("refund.lua"),
+    include_str!("find.lua"),
+    include_str!("calls.lua"),
+    include_str!("token_interval.lua"),
+    "if signed < 0 then\nelseif TAKE then\n",
+    include_str!("token_bucket_take.lua"),
+    "else\n",
+    include_str!("token_bucket_refund.lua"),
+    "end\nend\nend\nsettle()\n",
 );

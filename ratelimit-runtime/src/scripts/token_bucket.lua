@@ -26,9 +26,9 @@
         r = r + interval
     end
     left = (left - r) / interval
-    local after = ahead + cost * interval
+    local after = ahead + units * interval
     local reset_after, retry = after, 0
-    if cost > count then
+    if units > count then
         reset_after, retry = ahead, NEVER
     elseif after > burst then
         reset_after, retry = ahead, after - burst
@@ -41,8 +41,8 @@
     end
     if consume then
         if i == 0 then
-            r1, r2, r3 = count, window, now + after
+            r1, r2, r3 = signed, window, now + after
         else
-            records = records .. struct.pack('<ddd', count, window, now + after)
+            records = records .. struct.pack('<ddd', signed, window, now + after)
         end
     end

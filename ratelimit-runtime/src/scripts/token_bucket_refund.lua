@@ -7,7 +7,7 @@
         if at > from then
             from = at
         end
-        local n = cost
+        local n = units
         if n > count then
             n = count
         end

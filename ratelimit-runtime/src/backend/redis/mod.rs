@@ -499,6 +499,37 @@ impl RedisBackend {
             .map_err(|failure| self.error(key, failure))
     }
 
+    /// Settles what `receipt` reserved of `peek.key` at `actual` units and answers as
+    /// `peek` (see [`script::Settle`]), in one round trip; the sliding log's is re-sent
+    /// like its check (it settles members by name), the others never once they may have
+    /// run. `None`: nothing to settle here.
+    pub(crate) async fn settle(
+        &self,
+        peek: Request<'_>,
+        receipt: &Receipt,
+        actual: u64,
+    ) -> Result<Option<RawDecision>, BackendError> {
+        let key = peek.key;
+        let Some(settle) = script::Settle::new(peek, receipt, actual) else {
+            return Ok(None);
+        };
+        let deadline = self.deadline(self.config.timeout);
+        let harmless = settle.rerun_is_harmless();
+        let eval = || Some(settle.command(true));
+        let reply = self
+            .send_script(key, &settle.command(false), eval, harmless, deadline)
+            .await
+            .map_err(|failure| self.error(key, failure))?;
+        settle.decode(&reply).map(Some).ok_or_else(|| {
+            self.error(
+                key,
+                Failure::Unexpected(
+                    format!("the settle script answered out of range: {reply:?}").into(),
+                ),
+            )
+        })
+    }
+
     /// Forgets `key`.
     pub(crate) async fn reset(&self, key: &str) -> Result<(), BackendError> {
         let mut del = redis::cmd("DEL");

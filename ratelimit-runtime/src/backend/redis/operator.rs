@@ -133,11 +133,12 @@ impl RedisBackend {
     }
 }
 
-/// A sliding log's sorted set: every entry's time, and the block member (`B`, then the
-/// block's end and rule as two little-endian doubles, scored `+inf`).
+/// A sliding log's sorted set: every entry's time, the checks counted by rules counting
+/// calls (scored minus their time), and the block member (`B`, then the block's end and
+/// rule as two little-endian doubles, scored `+inf`).
 fn log_state(members: &[Value]) -> Result<KeyState, String> {
     let mut entries = Vec::with_capacity(members.len() / 2);
-    let mut block = None;
+    let (mut calls, mut block) = (Vec::new(), None);
     for pair in members.chunks(2) {
         let [Value::BulkString(member), score] = pair else {
             return Err("is a sorted set that is not a sliding log".into());
@@ -159,6 +160,8 @@ fn log_state(members: &[Value]) -> Result<KeyState, String> {
         }
         match score.parse::<f64>() {
             Ok(us) if us >= 0.0 && us.fract() == 0.0 => entries.push(us as u64),
+            // A check's one call, for rules counting calls: scored minus its time.
+            Ok(us) if us < 0.0 && us.fract() == 0.0 => calls.push(-us as u64),
             _ => {
                 return Err(format!(
                     "is a sorted set with a score `{score}` no check writes"
@@ -166,7 +169,7 @@ fn log_state(members: &[Value]) -> Result<KeyState, String> {
             }
         }
     }
-    Ok(KeyState::from_redis_log(entries, block))
+    Ok(KeyState::from_redis_log(entries, calls, block))
 }
 
 /// A reply part that is text.

@@ -172,22 +172,25 @@ impl ToRedisArgs for Numbers<'_> {
             request.now_us,
             request.cost,
         ];
-        write_doubles(out, head.into_iter().chain(rule_numbers(request.rules)));
+        write_doubles(out, &head, request.rules);
     }
 }
 
-/// Each rule's count and window in µs, in turn.
-fn rule_numbers(rules: &[Rule]) -> impl Iterator<Item = u64> + '_ {
-    rules.iter().flat_map(|r| [r.count(), r.window_us()])
+/// Each rule's count and window in µs, in turn; the count negated for a rule counting
+/// calls ([`Rule::signed_count`]).
+fn rule_numbers(rules: &[Rule]) -> impl Iterator<Item = f64> + '_ {
+    rules
+        .iter()
+        .flat_map(|r| [r.signed_count(), r.window_us() as f64])
 }
 
-/// `numbers` as one argument of little-endian `f64`s, written straight into the command's
-/// buffer, which cannot fail.
-fn write_doubles<W: ?Sized + RedisWrite>(out: &mut W, numbers: impl Iterator<Item = u64>) {
+/// `head` then `rules` as one argument of little-endian `f64`s, written straight into the
+/// command's buffer, which cannot fail.
+fn write_doubles<W: ?Sized + RedisWrite>(out: &mut W, head: &[u64], rules: &[Rule]) {
     let mut arg = out.writer_for_next_arg();
+    let numbers = head.iter().map(|&n| n as f64).chain(rule_numbers(rules));
     for n in numbers {
-        arg.write_all(&(n as f64).to_le_bytes())
-            .expect("writing to memory");
+        arg.write_all(&n.to_le_bytes()).expect("writing to memory");
     }
 }
 
@@ -342,8 +345,8 @@ impl<'r> Refund<'r> {
         Some(eval)
     }
 
-    /// `ZREM key id id..2 ... id..cost`: the check's members, as `sliding_log_add.lua`
-    /// names them.
+    /// `ZREM key id id..2 ... id..cost` (and `id..c`, its call, under rules counting
+    /// calls): the check's members, as `sliding_log_add.lua` names them.
     fn zrem(&self) -> Cmd {
         let id = check_id(self.receipt.id);
         let mut zrem = redis::cmd("ZREM");
@@ -354,7 +357,118 @@ impl<'r> Refund<'r> {
             member.extend_from_slice(k.to_string().as_bytes());
             zrem.arg(&member[..]);
         }
+        // The check's one call, which rules counting calls counted.
+        if self.rules.iter().any(Rule::counts_calls) {
+            member.truncate(id.len());
+            member.push(b'c');
+            zrem.arg(&member[..]);
+        }
         zrem
+    }
+}
+
+/// The settle scripts (`settle.lua`, `sliding_log_settle.lua`), hashed once per process.
+fn settle_script(algorithm: Algorithm) -> &'static Script {
+    static SCRIPTS: LazyLock<[Script; 4]> =
+        LazyLock::new(|| Algorithm::ALL.map(|algorithm| Script::new(settle_source(algorithm))));
+    &SCRIPTS[algorithm as usize]
+}
+
+/// A settle script's body: the settle, then the algorithm's check script, which answers
+/// as a peek. Composed once per process.
+fn settle_source(algorithm: Algorithm) -> &'static str {
+    static SOURCES: LazyLock<[String; 4]> = LazyLock::new(|| {
+        Algorithm::ALL.map(|algorithm| {
+            let settle = match algorithm {
+                Algorithm::SlidingLog => sources::SLIDING_LOG_SETTLE,
+                Algorithm::FixedWindow => sources::FIXED_WINDOW_SETTLE,
+                Algorithm::SlidingWindow => sources::SLIDING_WINDOW_SETTLE,
+                Algorithm::TokenBucket => sources::TOKEN_BUCKET_SETTLE,
+            };
+            [settle, source(algorithm)].concat()
+        })
+    });
+    &SOURCES[algorithm as usize]
+}
+
+/// The command that settles what one decision reserved of a key at `actual` units and
+/// answers, in the same round trip, as a peek of cost 1 of the key's rules (see
+/// `scripts/settle.lua`). The sliding log's settles by name, so a second run changes
+/// nothing; the others' would settle again, and are never re-sent once they may have run.
+pub(crate) struct Settle<'r> {
+    /// The peek that answers.
+    peek: Request<'r>,
+    receipt: Receipt,
+    actual: u64,
+}
+
+impl<'r> Settle<'r> {
+    /// The settle of `receipt` (of a decision Redis made for `peek.key` and `peek.rules`);
+    /// `None` when there is nothing to settle: a decision that took nothing, or that the
+    /// embedded backend counted. `peek` is the peek of cost 1 that answers.
+    pub fn new(peek: Request<'r>, receipt: &Receipt, actual: u64) -> Option<Self> {
+        (!receipt.is_empty() && receipt.counted_by == CountedBy::Redis).then_some(Settle {
+            peek,
+            receipt: *receipt,
+            actual,
+        })
+    }
+
+    /// Whether sending the settle twice settles once: only the sliding log's.
+    pub fn rerun_is_harmless(&self) -> bool {
+        self.receipt.algorithm == Algorithm::SlidingLog
+    }
+
+    /// The `EVALSHA` of the settle script; with `source`, the `EVAL` of its body instead.
+    pub fn command(&self, source: bool) -> Cmd {
+        let algorithm = self.receipt.algorithm;
+        let mut cmd = match source {
+            false => {
+                let mut evalsha = redis::cmd("EVALSHA");
+                evalsha.arg(settle_script(algorithm).get_hash());
+                evalsha
+            }
+            true => {
+                let mut eval = redis::cmd("EVAL");
+                eval.arg(settle_source(algorithm));
+                eval
+            }
+        };
+        cmd.arg(1).arg(self.peek.key).arg(Numbers(&self.peek));
+        let reserved = u64::from(self.receipt.cost);
+        if algorithm == Algorithm::SlidingLog {
+            cmd.arg(&check_id(self.receipt.id)[..]);
+            let numbers: Vec<u8> = [self.receipt.at_us, reserved, self.actual]
+                .iter()
+                .flat_map(|&n| (n as f64).to_le_bytes())
+                .collect();
+            cmd.arg(numbers);
+        } else {
+            let take = self.actual > reserved;
+            cmd.arg(if take { "+" } else { "-" });
+            let head = [
+                self.receipt.at_us,
+                self.actual.abs_diff(reserved),
+                self.peek.now_us,
+            ];
+            let mut numbers: Vec<u8> = head
+                .iter()
+                .flat_map(|&n| (n as f64).to_le_bytes())
+                .collect();
+            // Every rule, so that each finds its record at its place; rules counting calls
+            // keep their one (settle.lua).
+            for rule in self.peek.rules {
+                numbers.extend_from_slice(&rule.signed_count().to_le_bytes());
+                numbers.extend_from_slice(&(rule.window_us() as f64).to_le_bytes());
+            }
+            cmd.arg(numbers);
+        }
+        cmd
+    }
+
+    /// The peek's answer.
+    pub fn decode(&self, reply: &Value) -> Option<RawDecision> {
+        decode(reply, self.peek.rules).map(|(raw, _)| raw)
     }
 }
 
@@ -371,7 +485,7 @@ impl ToRedisArgs for RefundNumbers<'_> {
             u64::from(refund.receipt.cost),
             refund.now_us.unwrap_or(0),
         ];
-        write_doubles(out, head.into_iter().chain(rule_numbers(refund.rules)));
+        write_doubles(out, &head, refund.rules);
     }
 }
 

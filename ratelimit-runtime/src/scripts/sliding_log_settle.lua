@@ -1,0 +1,55 @@
+-- Settles a reservation of the sliding log, then answers as a peek of cost 1
+-- (Limiter::settle): this fragment, then the sliding log's check script, which answers
+-- the peek. scripts/sources.rs composes it.
+--
+-- KEYS[1]  the key
+-- ARGV[1]  the peek's numbers, as preamble.lua reads them (a peek of cost 1 of every rule)
+-- ARGV[2]  the id of the check that made the reservation (its members are id, id .. 2,
+--          ..., id .. cost: sliding_log_add.lua)
+-- ARGV[3]  struct '<ddd': the time it was counted at (unused: its first member's score
+--          says it), the cost it reserved, the actual
+-- Returns  the peek's answer (preamble.lua)
+--
+-- By name: a settle to fewer units removes the members above `actual`; to more, adds
+-- id .. k for k above the reservation at the reservation's time, while the check's first
+-- member is still there (it is still counted), even past a rule's count. So a settle sent
+-- twice changes the key once. Its call, for rules counting calls, stays.
+local function settle()
+    local key, id = KEYS[1], ARGV[2]
+    local at, reserved, actual = struct.unpack('<ddd', ARGV[3])
+    if actual == reserved then
+        return
+    end
+    -- The check's time, from its first member (the reply of a sliding-log check does not
+    -- carry it).
+    local take, stamp = actual > reserved, redis.call('ZSCORE', key, id)
+    if take and not stamp then
+        return
+    end
+    -- In batches, as Lua's stack bounds the arguments of one call.
+    local args, n = {}, 0
+    local from, to = actual + 1, reserved
+    if take then
+        from, to = reserved + 1, actual
+    end
+    for k = from, to do
+        local member = id
+        if k > 1 then
+            member = id .. k
+        end
+        if take then
+            args[n + 1], args[n + 2], n = stamp, member, n + 2
+        else
+            args[n + 1], n = member, n + 1
+        end
+        if n >= 1000 or k == to then
+            if take then
+                redis.call('ZADD', key, 'NX', unpack(args, 1, n))
+            else
+                redis.call('ZREM', key, unpack(args, 1, n))
+            end
+            n = 0
+        end
+    end
+end
+settle()
