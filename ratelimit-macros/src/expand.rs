@@ -17,7 +17,10 @@ pub fn expand(args: &Args, item: &ItemFn) -> TokenStream {
 /// with `charge_if` give the call's units back when it answers `false`.
 fn guard(args: &Args, item: &ItemFn, body: TokenStream) -> TokenStream {
     let permit = check(args);
-    let Some(charge_if) = &args.charge_if else {
+    // A call holding a slot (`concurrency`) keeps its permit until the body ends, and
+    // then releases it; so does one whose units `charge_if` may give back.
+    let keep: Option<syn::Expr> = args.concurrency.map(|_| syn::parse_quote!(|_| true));
+    let Some(charge_if) = args.charge_if.as_ref().or(keep.as_ref()) else {
         // Without `charge_if` the units stay used: the permit is dropped at once. The body
         // keeps a block of its own, so that it reads exactly as written: its items and
         // statements come first in their block, as they did.
@@ -108,6 +111,16 @@ fn check(args: &Args) -> TokenStream {
     let block_for = duration(args.block_for_ms);
     let wait = duration(args.wait_ms);
     let refunds = args.charge_if.is_some();
+    let concurrency = match args.concurrency {
+        Some((max, lease_ms)) => {
+            let lease = match lease_ms {
+                Some(ms) => quote!(::core::time::Duration::from_millis(#ms)),
+                None => quote!(#private::DEFAULT_LEASE),
+            };
+            quote!(::core::option::Option::Some(#private::Concurrency::new(#max, #lease)))
+        }
+        None => quote!(::core::option::Option::None),
+    };
 
     let (limited, err) = limited(&args.limited);
     let key = match &args.by {
@@ -225,6 +238,7 @@ fn check(args: &Args) -> TokenStream {
                     block_for: #block_for,
                     wait: #wait,
                     refunds: #refunds,
+                    concurrency: #concurrency,
                 },
             )
             #named

@@ -185,7 +185,9 @@ impl RawDecision {
     /// step of the pipeline.
     #[inline]
     pub(crate) fn into_decision(self, rules: &[Rule]) -> Decision {
-        let rule = rules[self.rule_index];
+        let Some(&rule) = rules.get(self.rule_index) else {
+            return self.slots_decision();
+        };
         Decision {
             allowed: self.allowed,
             limit: rule.count(),
@@ -195,6 +197,31 @@ impl RawDecision {
             rule,
             rule_index: self.rule_index,
             receipt: self.receipt,
+        }
+    }
+}
+
+impl RawDecision {
+    /// The decision of a check bound by its limit on calls in flight (see `slot.rs`),
+    /// which stands after the rules checked: `rule_index` is their number, `remaining`
+    /// the slots left, `reset_after` the lease, and the limit rides in the receipt's id
+    /// (`SlotAsk::full`). Its `rule` is the limit over the lease.
+    #[cold]
+    fn slots_decision(self) -> Decision {
+        let max = self.receipt.id;
+        let lease = Duration::from_micros(self.reset_after_us);
+        Decision {
+            allowed: self.allowed,
+            limit: max,
+            remaining: self.remaining,
+            reset_after: lease,
+            retry_after: self.retry_after(),
+            rule: Rule::new(max, lease),
+            rule_index: self.rule_index,
+            receipt: Receipt {
+                id: 0,
+                ..self.receipt
+            },
         }
     }
 }

@@ -32,6 +32,7 @@ mod rule_text;
 #[doc(hidden)]
 pub mod site;
 mod site_config;
+mod slot;
 mod sync;
 mod throttle;
 #[cfg(feature = "tonic")]
@@ -57,3 +58,6 @@ pub use limiter::{Check, Limiter};
 pub use mode::{Mode, ParseModeError};
 pub use rule::Rule;
 pub use rule_text::ParseRuleError;
+pub use slot::{Acquire, Slot};
+#[doc(hidden)]
+pub use slot::{Concurrency, DEFAULT_LEASE};

@@ -200,12 +200,29 @@ impl<'a> Plan<'a> {
         }
     }
 
+    /// A programmatic check of `request` that waits up to `wait` for room (a slot taken
+    /// by [`Limiter::acquire`]).
+    #[inline]
+    pub(crate) fn programmatic(
+        limiter: &'a Limiter,
+        request: Request<'a>,
+        wait: Option<Duration>,
+    ) -> Self {
+        Plan {
+            limiter,
+            request,
+            site: PROGRAMMATIC,
+            wait,
+            shadow: false,
+        }
+    }
+
     /// The synchronous step: observes the check and answers it now when the deny cache or
     /// the embedded backend can (and no wait is due).
     #[inline]
     pub(crate) fn begin(&self) -> Begun {
         assert!(
-            !self.request.rules.is_empty(),
+            !self.request.rules.is_empty() || self.request.slot.is_some(),
             "a rate-limit check needs at least one rule"
         );
         let observation = Observation::start(self.site, &self.request, self.shadow);
