@@ -263,6 +263,53 @@ backend_tests! {
         slot.release().await.unwrap();
     }
 
+    async fn a_streamed_axum_answer_holds_its_guard_s_slot_until_its_body_ends() {
+        use redis_ratelimit::{axum::RateLimitLayer, Guard};
+        let limiter = support::limiter();
+        let (chunks, receiver) = tokio::sync::mpsc::channel(4);
+        let receiver = Arc::new(std::sync::Mutex::new(Some(receiver)));
+        let handler = move || {
+            let receiver = receiver.lock().unwrap().take();
+            async move {
+                match receiver {
+                    Some(receiver) => axum::body::Body::new(Streamed(receiver)),
+                    None => axum::body::Body::from("short"),
+                }
+            }
+        };
+        let guard = Guard::new("slots.stream", &STREAM_RULES).concurrency(1).limiter(limiter);
+        let app = axum::Router::new()
+            .route("/complete", axum::routing::get(handler))
+            .layer(RateLimitLayer::new().guard(guard));
+        let served = support::http::serve_axum(app, "127.0.0.1");
+        let client = support::http::client_from("127.0.0.1");
+        let url = format!("{}/complete", served.base);
+        let key = "rate_limit:ip:127.0.0.1:slots.stream";
+
+        let mut streaming = client.get(&url).send().await.unwrap();
+        assert_eq!(streaming.status(), 200);
+        chunks.send(axum::body::Bytes::from("first ")).await.unwrap();
+        assert_eq!(streaming.chunk().await.unwrap().unwrap(), "first ");
+        // The answer is being streamed: its slot is held.
+        assert_eq!(limiter.slots_in_use(key).await.unwrap(), 1);
+        let refused = client.get(&url).send().await.unwrap();
+        assert_eq!(refused.status(), 429);
+        let policy = support::http::header(&refused, "ratelimit-policy").unwrap().to_owned();
+        assert_eq!(policy, r#""p1";q=1000;w=60, "conc";q=1;qu="concurrent-requests""#);
+        assert_eq!(support::http::header(&refused, "ratelimit"), Some(r#""conc";r=0;t=1"#));
+        assert_eq!(support::http::header(&refused, "retry-after"), Some("1"));
+
+        // The body ends: the slot is released.
+        chunks.send(axum::body::Bytes::from("last")).await.unwrap();
+        drop(chunks);
+        assert_eq!(streaming.text().await.unwrap(), "last");
+        until_slots(limiter, key, 0).await;
+        let next = client.get(&url).send().await.unwrap();
+        assert_eq!(next.status(), 200);
+        assert_eq!(next.text().await.unwrap(), "short");
+        until_slots(limiter, key, 0).await;
+    }
+
     async fn reset_frees_every_slot_of_the_key() {
         let limiter = support::limiter();
         let key = "slots:reset";
@@ -280,6 +327,25 @@ backend_tests! {
 const URL_ENV: &str = support::CHILD_URL_ENV;
 const KEY_ENV: &str = "RATELIMIT_CHILD_KEY";
 const LEASE: Duration = Duration::from_secs(1);
+
+/// A response body streamed from a channel: it ends when the sender is dropped.
+struct Streamed(tokio::sync::mpsc::Receiver<axum::body::Bytes>);
+
+impl http_body::Body for Streamed {
+    type Data = axum::body::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|chunk| chunk.map(|chunk| Ok(http_body::Frame::data(chunk))))
+    }
+}
+
+static STREAM_RULES: [Rule; 1] = [Rule::per_minute(1000)];
 
 /// The end of the lease of the one slot of `key` (on a single server), µs.
 fn lease_end(server: &RedisServer, key: &str) -> u64 {

@@ -347,6 +347,7 @@ impl<'a> Step<'a> {
                         rules => intern(rules)?,
                     },
                     duplicate_rule: self.in_force.duplicate_rule,
+                    concurrency: self.config.concurrency.map(|c| c.max),
                 })
             });
             if !decision.allowed {
@@ -480,6 +481,12 @@ impl Permit<'_> {
                 }
             }
         }
+    }
+
+    /// The call's slot, to be held elsewhere (a layer's guard holds it in the response
+    /// body); what else the permit holds is kept.
+    pub fn into_slot(self) -> Option<Slot> {
+        self.slot
     }
 
     /// Whether the permit holds a slot (a site with `concurrency` whose call was admitted).
