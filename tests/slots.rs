@@ -310,6 +310,53 @@ backend_tests! {
         until_slots(limiter, key, 0).await;
     }
 
+    async fn a_streamed_actix_answer_holds_its_guard_s_slot_until_its_body_ends() {
+        use actix_web::{web, App, HttpResponse};
+        use redis_ratelimit::{actix::RateLimit, Guard};
+        let limiter = support::limiter();
+        let (chunks, receiver) = tokio::sync::mpsc::unbounded_channel();
+        let receiver = Arc::new(std::sync::Mutex::new(Some(receiver)));
+        let guard = Guard::new("slots.actix", &STREAM_RULES).concurrency(1).limiter(limiter);
+        let rate_limit = RateLimit::new().guard(guard);
+        let served = support::http::serve_actix("127.0.0.1", 1, move || {
+            let receiver = Arc::clone(&receiver);
+            App::new().wrap(rate_limit.clone()).route(
+                "/complete",
+                web::get().to(move || {
+                    let receiver = receiver.lock().unwrap().take();
+                    async move {
+                        match receiver {
+                            Some(receiver) => HttpResponse::Ok().body(ActixStreamed(receiver)),
+                            None => HttpResponse::Ok().body("short"),
+                        }
+                    }
+                }),
+            )
+        });
+        let client = support::http::client_from("127.0.0.1");
+        let url = format!("{}/complete", served.base);
+        let key = "rate_limit:ip:127.0.0.1:slots.actix";
+
+        let mut streaming = client.get(&url).send().await.unwrap();
+        assert_eq!(streaming.status(), 200);
+        chunks.send(actix_web::web::Bytes::from("first ")).unwrap();
+        assert_eq!(streaming.chunk().await.unwrap().unwrap(), "first ");
+        assert_eq!(limiter.slots_in_use(key).await.unwrap(), 1);
+        let refused = client.get(&url).send().await.unwrap();
+        assert_eq!(refused.status(), 429);
+        assert_eq!(
+            support::http::header(&refused, "ratelimit-policy"),
+            Some(r#""p1";q=1000;w=60, "conc";q=1;qu="concurrent-requests""#)
+        );
+
+        chunks.send(actix_web::web::Bytes::from("last")).unwrap();
+        drop(chunks);
+        assert_eq!(streaming.text().await.unwrap(), "last");
+        until_slots(limiter, key, 0).await;
+        let next = client.get(&url).send().await.unwrap();
+        assert_eq!(next.text().await.unwrap(), "short");
+    }
+
     async fn reset_frees_every_slot_of_the_key() {
         let limiter = support::limiter();
         let key = "slots:reset";
@@ -342,6 +389,24 @@ impl http_body::Body for Streamed {
         self.0
             .poll_recv(cx)
             .map(|chunk| chunk.map(|chunk| Ok(http_body::Frame::data(chunk))))
+    }
+}
+
+/// An actix-web response body streamed from a channel.
+struct ActixStreamed(tokio::sync::mpsc::UnboundedReceiver<actix_web::web::Bytes>);
+
+impl actix_web::body::MessageBody for ActixStreamed {
+    type Error = std::convert::Infallible;
+
+    fn size(&self) -> actix_web::body::BodySize {
+        actix_web::body::BodySize::Stream
+    }
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<actix_web::web::Bytes, Self::Error>>> {
+        self.0.poll_recv(cx).map(|chunk| chunk.map(Ok))
     }
 }
 
