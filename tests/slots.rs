@@ -501,7 +501,7 @@ async fn on_a_cluster_the_slots_live_on_the_node_of_their_key() {
         let call = tokio::spawn(three_at_once(limiter, who, hold.clone()));
         hold.all_entered().await;
         let held: u64 = redis::cmd("ZCARD")
-            .arg(&slots_key_of(&key))
+            .arg(slots_key_of(&key))
             .query(&mut cluster.connection(cluster.master_of(&key)))
             .unwrap();
         assert_eq!(held, 1, "{key}");

@@ -14,16 +14,18 @@ use crate::clock::Clock;
 use crate::slot::{SlotAsk, SlotId};
 use crate::sync;
 
+/// Each key's slots: their ids and the ends of their leases (µs).
+type Sets = HashMap<Box<str>, Vec<(SlotId, u64)>>;
+
 pub(crate) struct MemorySlots {
     clock: Arc<dyn Clock>,
-    /// Each key's slots: their ids and the ends of their leases (µs). A key whose slots
-    /// are all released or lapsed is removed when next looked at.
-    sets: Mutex<HashMap<Box<str>, Vec<(SlotId, u64)>>>,
+    /// A key whose slots are all released or lapsed is removed when next looked at.
+    sets: Mutex<Sets>,
 }
 
 /// The slots of every key, locked for one check that takes a slot.
 pub(crate) struct Taking<'a> {
-    sets: MutexGuard<'a, HashMap<Box<str>, Vec<(SlotId, u64)>>>,
+    sets: MutexGuard<'a, Sets>,
 }
 
 impl MemorySlots {
