@@ -460,8 +460,9 @@ impl Permit<'_> {
     };
 
     /// Gives the call's units back when `charged` is false (the attribute's `charge_if`
-    /// answered `false`). A refund that cannot reach the backend leaves them used, the
-    /// safe side, and is logged.
+    /// answered `false`), then releases its slot (`concurrency`). A refund that cannot
+    /// reach the backend leaves them used, the safe side, and is logged; a release that
+    /// cannot leaves the slot to lapse.
     pub async fn settle(self, charged: bool) {
         let Permit { taken, slot } = self;
         if let Some(taken) = taken.filter(|_| !charged) {

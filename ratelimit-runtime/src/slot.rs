@@ -192,6 +192,12 @@ impl Slot {
     /// The `retry_after` of a call refused because every slot is taken: a short hint, as
     /// nobody knows when a running call ends. A call that [`wait`](Acquire::wait)s checks
     /// again after it (plus a little jitter).
+    ///
+    /// A guarded call refused so gets [`RateLimitError::Limited`](crate::RateLimitError)
+    /// with this `retry_after` and, as its `rule`, the concurrency limit written as a rule:
+    /// its count is the limit, its window the lease. Its decision's `rule_index` is the
+    /// number of the site's rules (the limit stands after them), and an HTTP answer names
+    /// the policy `"conc"`, with `qu="concurrent-requests"`.
     pub const RETRY_HINT: Duration = Duration::from_millis(50);
 
     /// The slot `ask` took for `key` in `home`, renewed from now on.

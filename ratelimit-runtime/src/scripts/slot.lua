@@ -16,7 +16,8 @@ end
 --
 -- A slot whose lease ended is free: its holder stopped renewing it (slot_renew.lua).
 -- A re-sent check whose slot is held already answers as the rules do, taking nothing
--- more: the slot's id is the client's, so running it twice holds one slot.
+-- more: the slot's id is the client's, so running it twice holds one slot (a set with
+-- room takes it again in place; a full one finds it held).
 local slots = KEYS[2]
 local slot = ARGV[#ARGV]
 local most, lease = struct.unpack('<dd', slot)
@@ -29,12 +30,17 @@ if at == 0 then
     local time = redis.call('TIME')
     at = time[1] * 1000000 + time[2]
 end
-redis.call('ZREMRANGEBYSCORE', slots, '-inf', string.format('%d', at))
+-- Lapsed slots are dropped only when they could be in the way: a set with room admits
+-- whatever lapsed, and holds at most `most` slots.
 local in_use = redis.call('ZCARD', slots)
-if redis.call('ZSCORE', slots, slot_id) then
-    in_use = in_use - 1
-elseif in_use >= most then
-    return {-1, in_use}
+if in_use >= most then
+    redis.call('ZREMRANGEBYSCORE', slots, '-inf', string.format('%d', at))
+    in_use = redis.call('ZCARD', slots)
+    if redis.call('ZSCORE', slots, slot_id) then
+        in_use = in_use - 1
+    elseif in_use >= most then
+        return {-1, in_use}
+    end
 end
 local answer
 if check then
