@@ -605,3 +605,32 @@ async fn a_tokio_test_holds_a_slot_on_a_multi_thread_runtime() {
 async fn a_tokio_test_holds_a_slot_on_a_single_worker_runtime() {
     a_test_holds_one_of_three().await;
 }
+
+/// The embedded backend's slots lapse by its clock, as Redis's do by `TIME`.
+#[tokio::test]
+async fn in_memory_a_forgotten_slot_lapses_by_the_backend_s_clock() {
+    use redis_ratelimit::clock::ManualClock;
+    let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
+    let limiter = Limiter::memory_with_clock(clock.clone());
+    let key = "slots:memory-lapse";
+    // A lease long enough that its renewal (every third of it, in real time) never comes.
+    let slot = limiter
+        .acquire(key, 1)
+        .lease(Duration::from_secs(1000))
+        .await
+        .unwrap()
+        .expect("a free slot");
+    // Its holder stops without releasing it.
+    std::mem::forget(slot);
+    clock.advance(Duration::from_secs(999));
+    assert_eq!(limiter.slots_in_use(key).await.unwrap(), 1);
+    assert!(limiter.acquire(key, 1).await.unwrap().is_none());
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(limiter.slots_in_use(key).await.unwrap(), 0);
+    let slot = limiter
+        .acquire(key, 1)
+        .await
+        .unwrap()
+        .expect("the lapsed slot is free");
+    slot.release().await.unwrap();
+}
