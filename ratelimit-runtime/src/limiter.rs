@@ -3,7 +3,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod check;
-pub(crate) use check::{boxed_in_place, decided, Begun, Plan};
+pub(crate) use check::{boxed_in_place, decided, decided_with_slot, Begun, Plan};
 mod deny_cache;
 mod refunds;
 

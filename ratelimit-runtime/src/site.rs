@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::backend::Request;
 use crate::context::{RequestContext, SiteDecision};
 use crate::key::{function_path, KeyTemplate};
-use crate::limiter::{boxed_in_place, decided, Begun, Plan};
+use crate::limiter::{boxed_in_place, decided, decided_with_slot, Begun, Plan};
 use crate::overrides::{intern, SiteRules};
 pub use crate::site_config::SiteConfig;
 use crate::slot::{Slot, SlotAsk};
@@ -229,7 +229,10 @@ pub(crate) fn guard<'a>(
     let ask = config.concurrency.map(SlotAsk::new);
     match step.plan(&key, &rules, ask.as_ref()).begin() {
         Begun::Answered(result) => {
-            let result = decided(result, &rules);
+            let result = match ask {
+                None => decided(result, &rules),
+                Some(_) => decided_with_slot(result, &rules),
+            };
             Guarded::Ready(step.answer(result, key, rules, ask.as_ref()))
         }
         Begun::Waits(waits) => {

@@ -28,7 +28,7 @@ use crate::backend::memory_slots::MemorySlots;
 #[cfg(feature = "redis")]
 use crate::backend::redis::RedisBackend;
 use crate::backend::Request;
-use crate::limiter::{decided, Begun, Plan};
+use crate::limiter::{decided_with_slot, Begun, Plan};
 use crate::throttle::LogThrottle;
 use crate::{clock, random, BackendError, Limiter, Rule};
 
@@ -443,7 +443,7 @@ impl<'a> Acquire<'a> {
         };
         let plan = Plan::programmatic(limiter, request, wait);
         let decision = match plan.begin() {
-            Begun::Answered(result) => decided(result, &[]),
+            Begun::Answered(result) => decided_with_slot(result, &[]),
             Begun::Waits(waits) => plan.resume(waits).await,
         }?;
         Ok(decision

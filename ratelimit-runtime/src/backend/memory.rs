@@ -125,6 +125,7 @@ impl MemoryBackend {
     /// A check that also takes a slot (`slot.lua`'s semantics): refused at once when every
     /// slot is taken, else the rules' check (none: the slot alone), the slot taken when it
     /// admits the call. The slots stay locked throughout, so both are taken or neither.
+    #[cold]
     #[inline(never)]
     fn check_taking_slot(
         &self,
