@@ -74,6 +74,7 @@ pub use ratelimit_runtime::{
     ParseModeError, ParseRuleError, RateLimitError, RequestContext, Rule, RuleState, Setting,
     REDIS_URL_ENV,
 };
+pub use ratelimit_runtime::{Acquire, Slot};
 
 #[cfg(feature = "actix")]
 pub use ratelimit_runtime::actix;
@@ -117,6 +118,7 @@ pub mod __private {
     pub use ratelimit_runtime::site::{charge_if, CallSite, Guarded, Permit, SiteConfig};
     pub use ratelimit_runtime::RequestContext;
     pub use ratelimit_runtime::{global, Algorithm, LimitType, Limiter, RateLimitError, Rule};
+    pub use ratelimit_runtime::{Concurrency, DEFAULT_LEASE};
 }
 
 /// Every `rust` block of the README, compiled and run as a doc test.

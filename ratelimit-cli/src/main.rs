@@ -221,7 +221,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 })
                 .transpose()?;
             let Some(state) = limiter.inspect(&key).await? else {
-                show::no_state(&key, json);
+                show::no_state(&key, limiter.slots_in_use(&key).await?, json);
                 return Ok(());
             };
             let rules = match (state.rules(), given) {

@@ -22,9 +22,12 @@ pub enum RulesFrom {
     Unknown,
 }
 
-pub fn no_state(key: &str, json: bool) {
+pub fn no_state(key: &str, slots_in_use: u64, json: bool) {
     if json {
-        print_json(&json!({ "key": key, "exists": false }));
+        print_json(&json!({ "key": key, "exists": false, "slots_in_use": slots_in_use }));
+    } else if slots_in_use > 0 {
+        println!("no counts: `{key}` holds only its slots");
+        println!("slots in use  {slots_in_use}");
     } else {
         println!("no state: `{key}` holds nothing (never counted, reset, or expired)");
     }
@@ -79,6 +82,7 @@ pub fn key_state(key: &str, state: &KeyState, rules: &[RuleState], from: &RulesF
             "rules": rules,
             "block": block,
             "log": log,
+            "slots_in_use": state.slots_in_use(),
         }));
         return;
     }
@@ -131,6 +135,9 @@ pub fn key_state(key: &str, state: &KeyState, rules: &[RuleState], from: &RulesF
             ));
         }
         None => head.push(("blocked", "no".into())),
+    }
+    if state.slots_in_use() > 0 {
+        head.push(("slots in use", state.slots_in_use().to_string()));
     }
     let width = head.iter().map(|(name, _)| name.len()).max().unwrap_or(0);
     for (name, value) in head {

@@ -492,3 +492,35 @@ fn every_command_has_help() {
         "{help}"
     );
 }
+
+#[tokio::test]
+async fn inspect_shows_the_slots_in_use() {
+    let server = RedisServer::start();
+    let limiter = counting_limiter(&server.url());
+    let key = "rate_limit:user:7:app::complete";
+    let a = limiter.acquire(key, 4).await.unwrap().expect("a free slot");
+    let b = limiter.acquire(key, 4).await.unwrap().expect("a second");
+    // Only slots, no counts yet.
+    let out = ok(&server, &["inspect", key]);
+    assert!(out.contains("slots in use  2"), "{out}");
+    assert_eq!(
+        json(&server, &["inspect", key, "--json"])["slots_in_use"],
+        2
+    );
+    // With counts: the slots beside the rules.
+    limiter
+        .check(key, &RULES)
+        .algorithm(Algorithm::FixedWindow)
+        .await
+        .unwrap();
+    let state = json(&server, &["inspect", key, "--json"]);
+    assert_eq!(
+        (state["exists"].as_bool(), state["slots_in_use"].as_u64()),
+        (Some(true), Some(2))
+    );
+    a.release().await.unwrap();
+    let out = ok(&server, &["inspect", key]);
+    assert!(out.contains("slots in use  1"), "{out}");
+    b.release().await.unwrap();
+    assert!(!ok(&server, &["inspect", key]).contains("slots in use"));
+}

@@ -37,12 +37,14 @@ mod kw {
     syn::custom_keyword!(block_for);
     syn::custom_keyword!(wait);
     syn::custom_keyword!(shadow);
+    syn::custom_keyword!(concurrency);
+    syn::custom_keyword!(lease);
 }
 
 const ARGUMENTS: &str =
     "one of rules, prevent_duplicate, prevent_duplicate_rule, limit_type, by, key, \
                          message, algorithm, on_limit, limiter, crate, name, cost, charge_if, \
-                         settle, block_for, wait, shadow";
+                         settle, block_for, wait, shadow, concurrency, lease";
 
 /// The validated arguments of one `#[rate_limiter(...)]`.
 pub struct Args {
@@ -77,6 +79,9 @@ pub struct Args {
     pub wait_ms: Option<u64>,
     /// `shadow = true`.
     pub shadow: bool,
+    /// `concurrency = N`: at most N calls at once; with `lease = "..."`, in milliseconds
+    /// (`None`: the runtime's default lease).
+    pub concurrency: Option<(u64, Option<u64>)>,
 }
 
 impl Args {
@@ -233,6 +238,8 @@ pub struct RawArgs {
     block_for: Slot<u64>,
     wait: Slot<u64>,
     shadow: Slot<bool>,
+    concurrency: Slot<u64>,
+    lease: Slot<u64>,
 }
 
 impl RawArgs {
@@ -258,6 +265,8 @@ impl RawArgs {
             block_for: Slot::new("block_for"),
             wait: Slot::new("wait"),
             shadow: Slot::new("shadow"),
+            concurrency: Slot::new("concurrency"),
+            lease: Slot::new("lease"),
         }
     }
 
@@ -335,6 +344,12 @@ impl RawArgs {
         } else if lookahead.peek(kw::shadow) {
             self.shadow
                 .parse::<kw::shadow>(input, errors, bool_literal("shadow"))?;
+        } else if lookahead.peek(kw::concurrency) {
+            self.concurrency
+                .parse::<kw::concurrency>(input, errors, concurrency_literal)?;
+        } else if lookahead.peek(kw::lease) {
+            self.lease
+                .parse::<kw::lease>(input, errors, duration_literal("lease"))?;
         } else {
             return Err(unknown(input, lookahead, "argument", ARGUMENTS));
         }
@@ -383,6 +398,13 @@ impl RawArgs {
                  `prevent_duplicate = true`",
             ));
         }
+        if let (Some(lease), None) = (self.lease.span(), self.concurrency.get()) {
+            self.errors.push(syn::Error::new(
+                lease,
+                "`lease` has no effect without `concurrency = N`: it is how long a call's \
+                 slot outlives its holder; add `concurrency`, or remove `lease`",
+            ));
+        }
         let limited = match (self.on_limit.into_inner(), returns) {
             (Some(on_limit), _) => Some(Limited::OnLimit(on_limit)),
             (None, Returns::Result { error_span }) => Some(Limited::Err { error_span }),
@@ -428,6 +450,10 @@ impl RawArgs {
             block_for_ms: self.block_for.into_inner(),
             wait_ms: self.wait.into_inner(),
             shadow: self.shadow.into_inner().unwrap_or(false),
+            concurrency: self
+                .concurrency
+                .into_inner()
+                .map(|max| (max, self.lease.into_inner())),
         })
     }
 }
@@ -728,6 +754,32 @@ fn duration_literal(
             .ok(duration)
             .map(|duration| duration.as_millis() as u64))
     }
+}
+
+/// `concurrency = N`: an integer literal from 1 to `MAX_COUNT`.
+fn concurrency_literal(input: ParseStream, errors: &mut Errors) -> syn::Result<Option<u64>> {
+    if !input.peek(LitInt) {
+        return Err(input.error(
+            "`concurrency` takes an integer literal, the most calls of one caller running at \
+             once, e.g. `concurrency = 4`",
+        ));
+    }
+    let lit = input.parse::<LitInt>()?;
+    let max = lit
+        .base10_parse::<u64>()
+        .ok()
+        .filter(|max| (1..=ratelimit_rule_text::MAX_COUNT).contains(max));
+    let checked = max.ok_or_else(|| {
+        syn::Error::new(
+            lit.span(),
+            format!(
+                "concurrency must be at least 1 and at most {}: it is the most calls of one \
+                 caller running at once",
+                ratelimit_rule_text::MAX_COUNT
+            ),
+        )
+    });
+    Ok(errors.ok(checked))
 }
 
 /// The value named by `ident` (case-insensitively), or an error on it listing the choices

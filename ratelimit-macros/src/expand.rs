@@ -17,7 +17,9 @@ pub fn expand(args: &Args, item: &ItemFn) -> TokenStream {
 /// with `charge_if` give the call's units back when it answers `false`.
 fn guard(args: &Args, item: &ItemFn, body: TokenStream) -> TokenStream {
     let permit = check(args);
-    if args.charge_if.is_none() && args.settle.is_none() {
+    // A call that `charge_if` may give back, that settles its cost, or that holds a slot
+    // (`concurrency`) keeps its permit until the body ends, and then finishes it.
+    if args.charge_if.is_none() && args.settle.is_none() && args.concurrency.is_none() {
         // Without `charge_if` the units stay used: the permit is dropped at once. The body
         // keeps a block of its own, so that it reads exactly as written: its items and
         // statements come first in their block, as they did.
@@ -141,6 +143,16 @@ fn check(args: &Args) -> TokenStream {
     let wait = duration(args.wait_ms);
     // Only a site that may give units back or settle them keeps what a call took.
     let refunds = args.charge_if.is_some() || args.settle.is_some();
+    let concurrency = match args.concurrency {
+        Some((max, lease_ms)) => {
+            let lease = match lease_ms {
+                Some(ms) => quote!(::core::time::Duration::from_millis(#ms)),
+                None => quote!(#private::DEFAULT_LEASE),
+            };
+            quote!(::core::option::Option::Some(#private::Concurrency::new(#max, #lease)))
+        }
+        None => quote!(::core::option::Option::None),
+    };
 
     let (limited, err) = limited(&args.limited);
     let key = match &args.by {
@@ -258,6 +270,7 @@ fn check(args: &Args) -> TokenStream {
                     block_for: #block_for,
                     wait: #wait,
                     refunds: #refunds,
+                    concurrency: #concurrency,
                 },
             )
             #named

@@ -98,6 +98,8 @@ use crate::item::ItemFn;
 /// | `settle = <expr>` | a `Fn(&R) -> u64`, `R` the function's return type: the call's actual cost, from its result; the `cost` taken before the body is a reservation, settled to it when the body returns (given back or, past the count, taken as debt; rules counting calls keep their one; with `charge_if`, a call it rejects gives everything back). See `Limiter::settle` | the `cost` stays |
 /// | `block_for = "<duration>"` | once a call is refused, every call of that caller at this site is refused for that long | no block |
 /// | `wait = "<duration>"` | a call that would be refused waits up to that long for room instead | refused at once |
+/// | `concurrency = N` | at most N calls of this caller at this site run at once: a slot, taken with the rules in the same round trip (all or nothing) and released when the body's future completes or is dropped; the call after the Nth is refused (`retry_after` a short hint, `Slot::RETRY_HINT`) or, with `wait`, waits for a slot | no limit |
+/// | `lease = "<duration>"` | how long a slot outlives its holder's last renewal (a running call renews it every third of it): the time a crashed process's slots stay taken; needs `concurrency` | `"30s"` |
 /// | `shadow = bool` | count and report, never refuse | `false` |
 ///
 /// Rule strings take the forms `N/unit`, `N/<k><unit>`, `N per unit` and `N per k units`,

@@ -112,13 +112,18 @@ use std::future::{ready, Ready};
 use std::rc::Rc;
 use std::sync::Arc;
 
-use actix_web::body::{BoxBody, EitherBody};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use actix_web::body::{BodySize, BoxBody, EitherBody, MessageBody};
 use actix_web::dev::{forward_ready, Service, ServiceRequest, ServiceResponse, Transform};
 use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
 use actix_web::http::StatusCode;
+use actix_web::web::Bytes;
 use actix_web::{HttpResponse, ResponseError};
 
 use crate::web::fields::{self, FieldSink};
+use crate::web::held::HeldSlots;
 use crate::web::middleware::{self, InnerCall, Settings};
 use crate::web::problem::{self, Integration, Problem, PROBLEM_JSON};
 pub use crate::web::{InvalidProxyNet, ProxyHeader, ResponseFuture};
@@ -188,6 +193,8 @@ impl<S> fmt::Debug for RateLimitMiddleware<S> {
 impl<S, B> Service<ServiceRequest> for RateLimitMiddleware<S>
 where
     S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error>,
+    // As `App::wrap` requires of every body; the slots' holding body boxes it.
+    B: MessageBody + 'static,
 {
     type Response = ServiceResponse<EitherBody<B>>;
     type Error = actix_web::Error;
@@ -227,6 +234,7 @@ impl<S> fmt::Debug for PendingCall<S> {
 impl<S, B> InnerCall for PendingCall<S>
 where
     S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error>,
+    B: MessageBody + 'static,
 {
     type Future = S::Future;
     type Served = ServiceResponse<B>;
@@ -245,6 +253,50 @@ where
     fn refuse(self, err: RateLimitError) -> ServiceResponse<EitherBody<B>> {
         let response = err.error_response();
         self.req.into_response(response).map_into_right_body()
+    }
+
+    /// The app's body, boxed with the slots of the guards that admitted it, which it holds
+    /// until it has been sent to its end (a streamed answer) or dropped.
+    fn hold(
+        response: ServiceResponse<EitherBody<B>>,
+        held: HeldSlots,
+    ) -> ServiceResponse<EitherBody<B>> {
+        response.map_body(|_, body| match body {
+            EitherBody::Left { body } => EitherBody::right(BoxBody::new(Holding {
+                body,
+                held: Some(held),
+            })),
+            refusal => refusal,
+        })
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// An app's response body holding its request's slots until it has been sent.
+    struct Holding<B> {
+        #[pin]
+        body: B,
+        held: Option<HeldSlots>,
+    }
+}
+
+impl<B: MessageBody> MessageBody for Holding<B> {
+    type Error = B::Error;
+
+    fn size(&self) -> BodySize {
+        self.body.size()
+    }
+
+    fn poll_next(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Bytes, Self::Error>>> {
+        let this = self.project();
+        let next = std::task::ready!(this.body.poll_next(cx));
+        if next.is_none() {
+            this.held.take();
+        }
+        Poll::Ready(next)
     }
 }
 

@@ -194,6 +194,11 @@ impl RefusalBody for Body {
     fn from_text(text: String) -> Self {
         Body::from(text)
     }
+
+    /// A streamed answer holds the slots to its end.
+    fn holding(self, held: crate::tower::HeldSlots) -> Self {
+        Body::new(crate::web::held::SlotBody::new(self, held))
+    }
 }
 
 #[cfg(test)]

@@ -143,6 +143,9 @@ pub(crate) struct SiteDecision {
     /// The call site's rules, the duplicate-submission rule last when `duplicate_rule`.
     pub rules: &'static [Rule],
     pub duplicate_rule: bool,
+    /// The site's limit on calls in flight, when it has one: a policy of its own, bound
+    /// when the decision's `rule_index` is past the rules.
+    pub concurrency: Option<u64>,
 }
 
 impl SiteDecision {

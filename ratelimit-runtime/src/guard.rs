@@ -8,6 +8,7 @@ use std::time::Duration;
 use ratelimit_rule_text::{check_name, NAME_FORM};
 
 use crate::site_config::SiteConfig;
+use crate::slot::Concurrency;
 use crate::{Algorithm, LimitType, Limiter, Rule};
 
 /// A rate limit checked by a framework layer for every request through it, before the
@@ -166,6 +167,52 @@ impl Guard {
         self
     }
 
+    /// At most `n` requests of one caller through this guard at once (a slot each, held
+    /// until its response has been sent, so a streamed answer holds it to its end), with
+    /// the rules, all or nothing, in the same round trip. The request after the `n`th is
+    /// refused with the guard's 429 (its `Retry-After` a short hint, see
+    /// [`Slot::RETRY_HINT`](crate::Slot::RETRY_HINT)); answers describe the limit as the
+    /// policy `"conc"` with `qu="concurrent-requests"`. Each slot is leased for 30 s (see
+    /// [`lease`](Self::lease)), renewed while the request runs.
+    ///
+    /// ```
+    /// use redis_ratelimit::{Guard, Rule};
+    ///
+    /// static COMPLETIONS: [Rule; 1] = [Rule::per_minute(60)];
+    /// let guard = Guard::new("llm", &COMPLETIONS).concurrency(4);
+    /// # drop(guard);
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// When `n` is 0 or above [`Rule::MAX_COUNT`].
+    pub fn concurrency(mut self, n: u64) -> Guard {
+        let lease = self
+            .config
+            .concurrency
+            .map_or(crate::slot::DEFAULT_LEASE, |c| c.lease);
+        self.config.concurrency = Some(Concurrency::new(n, lease));
+        self
+    }
+
+    /// How long a request's slot outlives its holder's last renewal (default 30 s): the
+    /// time a crashed instance's slots stay taken. Needs [`concurrency`](Self::concurrency).
+    ///
+    /// # Panics
+    ///
+    /// Without `concurrency`, and when `lease` is under 1 ms or above [`Rule::MAX_WINDOW`].
+    pub fn lease(mut self, lease: Duration) -> Guard {
+        let Some(concurrency) = self.config.concurrency else {
+            panic!(
+                "Guard::lease: guard \"{}\" has no concurrency limit; call \
+                 .concurrency(n) first",
+                self.name
+            );
+        };
+        self.config.concurrency = Some(Concurrency::new(concurrency.max, lease));
+        self
+    }
+
     /// The guard's name: its site's path, for overrides and modes.
     pub fn name(&self) -> &'static str {
         self.name
@@ -180,6 +227,7 @@ mod checking {
     use crate::key::KeyTemplate;
     use crate::site;
     use crate::site_config::SiteConfig;
+    use crate::slot::Slot;
     use crate::{registry, Limiter, RateLimitError};
 
     use super::Guard;
@@ -223,18 +271,19 @@ mod checking {
         /// Checks (and counts) the current request: the guarded step of an attribute's
         /// call, with the identity the layer put in the request's context. Nothing is
         /// given back afterwards (a guard has no `charge_if`).
-        pub(crate) async fn check(&self) -> Result<(), RateLimitError> {
+        /// Checks the request; the slot it took, when the guard has a concurrency limit,
+        /// to be held until the response has been sent.
+        pub(crate) async fn check(&self) -> Result<Option<Slot>, RateLimitError> {
             let limiter = self.limiter.unwrap_or_else(crate::global);
             let context_key =
                 site::key_from_context(&self.template, &self.config, self.name, limiter);
             let Some(key) = context_key? else {
-                return Ok(());
+                return Ok(None);
             };
             let guarded = site::guard(&self.config, self.name, limiter, key, 1, None);
             let permit = guarded.answer().await?;
-            // What it took stays taken.
-            drop(permit);
-            Ok(())
+            // What it took stays taken; its slot is held by the response.
+            Ok(permit.into_slot())
         }
     }
 }

@@ -60,12 +60,22 @@ impl Limiter {
     /// When the store cannot answer, and when the key holds something the limiter never
     /// writes (then [`BackendErrorKind::Command`](crate::BackendErrorKind::Command)).
     pub async fn inspect(&self, key: &str) -> Result<Option<KeyState>, BackendError> {
+        let mut state = self.inspect_counts(key).await?;
+        if let Some(state) = &mut state {
+            state.slots_in_use = self.slots_in_use(key).await?;
+        }
+        Ok(state)
+    }
+
+    /// What `key` holds, but for its slots.
+    async fn inspect_counts(&self, key: &str) -> Result<Option<KeyState>, BackendError> {
         match self.store()? {
             #[cfg(feature = "redis")]
             Store::Redis(redis) => Ok(redis.read_key(key).await?.map(|held| KeyState {
                 state: held.state,
                 now_us: held.now_us,
                 ttl: held.ttl,
+                slots_in_use: 0,
             })),
             Store::Memory(memory) => {
                 Ok(memory
@@ -74,6 +84,7 @@ impl Limiter {
                         state,
                         now_us,
                         ttl: Some(Duration::from_micros(expires.saturating_sub(now_us))),
+                        slots_in_use: 0,
                     }))
             }
         }
@@ -95,9 +106,19 @@ pub struct KeyState {
     /// The store's time when the key was read.
     now_us: u64,
     ttl: Option<Duration>,
+    slots_in_use: u64,
 }
 
 impl KeyState {
+    /// How many of the key's slots (calls in flight, see
+    /// [`Limiter::acquire`](crate::Limiter::acquire)) were held when it was read: taken,
+    /// neither released nor lapsed. Read just after the counts, not at the same instant. A
+    /// key whose only state is its slots has no `KeyState`: see
+    /// [`Limiter::slots_in_use`](crate::Limiter::slots_in_use).
+    pub fn slots_in_use(&self) -> u64 {
+        self.slots_in_use
+    }
+
     /// The algorithm whose state the key holds.
     pub fn algorithm(&self) -> Algorithm {
         self.state.algorithm()

@@ -34,6 +34,7 @@ mod rule_text;
 #[doc(hidden)]
 pub mod site;
 mod site_config;
+mod slot;
 mod sync;
 mod throttle;
 #[cfg(feature = "tonic")]
@@ -59,3 +60,6 @@ pub use limiter::{Check, Limiter};
 pub use mode::{Mode, ParseModeError};
 pub use rule::Rule;
 pub use rule_text::ParseRuleError;
+pub use slot::{Acquire, Slot};
+#[doc(hidden)]
+pub use slot::{Concurrency, DEFAULT_LEASE};

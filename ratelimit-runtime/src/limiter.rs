@@ -3,7 +3,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod check;
-pub(crate) use check::{boxed_in_place, decided, Begun, Plan};
+pub(crate) use check::{boxed_in_place, decided, decided_with_slot, Begun, Plan};
 mod deny_cache;
 mod refunds;
 
@@ -19,6 +19,7 @@ use crate::clock::Clock;
 use crate::decision::CountedBy;
 use crate::observe::{Answer, AnsweredBy};
 use crate::overrides::{path_of, InForce, Overrides, SiteRules, DEFAULT_POLL};
+use crate::slot::Home as SlotHome;
 use crate::throttle::LogThrottle;
 use crate::{BackendError, BackendErrorKind, ConfigError, Decision, Mode, Rule};
 
@@ -524,7 +525,55 @@ impl Limiter {
         Check::new(self, Request::new(key, rules, false))
     }
 
-    /// Forgets everything counted for `key`, and any block on it.
+    /// Takes one of `max` slots of `key` for a call in flight: at most `max` holders of
+    /// `key`'s slots at once, in every process sharing the backend. The returned
+    /// [`Acquire`](crate::Acquire) is awaited directly (a 30 s lease, no waiting) or refined
+    /// first with [`lease`](crate::Acquire::lease) and [`wait`](crate::Acquire::wait); it
+    /// answers `None` when every slot is taken (after waiting, when asked to).
+    ///
+    /// The [`Slot`](crate::Slot) is held until it is released or dropped, and renewed
+    /// meanwhile; a holder that stops renewing (its process died) leaves a slot that lapses
+    /// `lease` later. [`reset`](Self::reset) frees every slot of the key. A slot is kept on
+    /// Redis in a second key in the hash slot of `key` (so a Cluster serves both from one
+    /// node): `{key}:slots`, or `key` then `:slots` when `key` has a hash tag of its own.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_ratelimit::Limiter;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = Limiter::memory();
+    /// let slot = limiter.acquire("report:acme", 2).lease(Duration::from_secs(10)).await?;
+    /// let Some(slot) = slot else {
+    ///     return Ok(()); // two reports of acme are running already
+    /// };
+    /// // ... build the report ...
+    /// slot.release().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// When `max` is 0 or above [`Rule::MAX_COUNT`].
+    pub fn acquire<'a>(&'a self, key: &'a str, max: u64) -> crate::slot::Acquire<'a> {
+        crate::slot::Acquire::new(self, key, max)
+    }
+
+    /// Where a slot is kept that a decision with `receipt` took: the backend that counted
+    /// it (this limiter's, or its fallback's).
+    pub(crate) fn slot_home(&self, receipt: &crate::decision::Receipt) -> Option<SlotHome> {
+        match (&self.store, receipt.counted_by) {
+            #[cfg(feature = "redis")]
+            (Store::Redis(redis), CountedBy::Redis) => Some(SlotHome::Redis(Arc::clone(redis))),
+            (Store::Memory(memory), CountedBy::Memory) => {
+                Some(SlotHome::Memory(Arc::clone(memory.slots())))
+            }
+            _ => self.fallback.as_ref()?.slot_home(receipt),
+        }
+    }
+
+    /// Forgets everything counted for `key`, and any block on it, and frees its slots
+    /// ([`acquire`](Self::acquire)).
     ///
     /// With a [`fallback`](Self::fallback), the key is forgotten there too.
     pub async fn reset(&self, key: &str) -> Result<(), BackendError> {
@@ -886,7 +935,10 @@ impl Limiter {
         raw: Result<crate::decision::RawDecision, BackendError>,
     ) -> Answer {
         if let (Some(cache), Ok(raw)) = (&self.deny_cache, &raw) {
-            cache.remember(request, raw);
+            // A refusal for want of a slot says nothing of when one frees: not cached.
+            if raw.rule_index < request.rules.len() {
+                cache.remember(request, raw);
+            }
         }
         Answer {
             result: raw,

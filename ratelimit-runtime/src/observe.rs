@@ -197,7 +197,8 @@ impl Observation {
                     tracing::debug!(
                         target: "redis_ratelimit",
                         parent: span,
-                        limit = rules[decision.rule_index].count(),
+                        // Past the rules: refused by the limit on calls in flight.
+                        limit = rules.get(decision.rule_index).map_or(0, Rule::count),
                         retry_after_ms,
                         "rate limited"
                     );

@@ -13,9 +13,10 @@ use std::time::Duration;
 use crate::backend::Request;
 use crate::context::{RequestContext, SiteDecision};
 use crate::key::{function_path, KeyTemplate};
-use crate::limiter::{boxed_in_place, decided, Begun, Plan};
+use crate::limiter::{boxed_in_place, decided, decided_with_slot, Begun, Plan};
 use crate::overrides::{intern, SiteRules};
 pub use crate::site_config::SiteConfig;
+use crate::slot::{Slot, SlotAsk};
 use crate::throttle::LogThrottle;
 use crate::{registry, BackendError, Decision, LimitType, Limiter, Mode, RateLimitError, Rule};
 
@@ -224,17 +225,22 @@ pub(crate) fn guard<'a>(
         shadow: mode == Mode::Shadow,
         cost,
     };
-    match step.plan(&key, &rules).begin() {
+    // A slot to take with the rules, when the site limits calls in flight.
+    let ask = config.concurrency.map(SlotAsk::new);
+    match step.plan(&key, &rules, ask.as_ref()).begin() {
         Begun::Answered(result) => {
-            let result = decided(result, &rules);
-            Guarded::Ready(step.answer(result, key, rules))
+            let result = match ask {
+                None => decided(result, &rules),
+                Some(_) => decided_with_slot(result, &rules),
+            };
+            Guarded::Ready(step.answer(result, key, rules, ask.as_ref()))
         }
         Begun::Waits(waits) => {
             let rules = step.owned(rules);
             Guarded::Waiting(boxed_in_place(|| async move {
                 // The plan again, over the key and rules this future owns now.
-                let result = step.plan(&key, &rules).resume(waits).await;
-                step.answer(result, key, rules)
+                let result = step.plan(&key, &rules, ask.as_ref()).resume(waits).await;
+                step.answer(result, key, rules, ask.as_ref())
             }))
         }
     }
@@ -289,7 +295,7 @@ struct Step<'a> {
 impl<'a> Step<'a> {
     /// The check of `key` against `rules`.
     #[inline]
-    fn plan<'p>(&self, key: &'p str, rules: &'p [Rule]) -> Plan<'p>
+    fn plan<'p>(&self, key: &'p str, rules: &'p [Rule], slot: Option<&'p SlotAsk>) -> Plan<'p>
     where
         'a: 'p,
     {
@@ -304,6 +310,7 @@ impl<'a> Step<'a> {
             block_for_us: config.block_for.map_or(0, crate::clock::micros),
             // Only a site with `charge_if` gives units back.
             refundable: config.refunds,
+            slot,
         };
         // A shadow site never waits: it refuses nothing.
         let wait = config.wait.filter(|_| !self.shadow);
@@ -317,6 +324,7 @@ impl<'a> Step<'a> {
         result: Result<Decision, BackendError>,
         key: Cow<'static, str>,
         rules: Cow<'_, [Rule]>,
+        slot: Option<&SlotAsk>,
     ) -> Result<Permit<'a>, RateLimitError> {
         // Read in place: a decision is large, and copied only where it is kept.
         let decision = match result {
@@ -342,6 +350,7 @@ impl<'a> Step<'a> {
                         rules => intern(rules)?,
                     },
                     duplicate_rule: self.in_force.duplicate_rule,
+                    concurrency: self.config.concurrency.map(|c| c.max),
                 })
             });
             if !decision.allowed {
@@ -353,9 +362,20 @@ impl<'a> Step<'a> {
                 });
             }
         }
+        // The slot taken with the units, held by the permit until the call ends.
+        let slot = slot.filter(|_| decision.allowed).and_then(|ask| {
+            Some(Slot::held(
+                self.limiter.slot_home(decision.receipt())?,
+                &key,
+                ask,
+            ))
+        });
         // Only a site that may give its units back (`charge_if`) keeps what it took.
         if !self.config.refunds {
-            return Ok(Permit::NOTHING);
+            return Ok(Permit {
+                slot,
+                ..Permit::NOTHING
+            });
         }
         Ok(Permit {
             taken: Some(Box::new(Taken {
@@ -364,6 +384,7 @@ impl<'a> Step<'a> {
                 rules: self.owned(rules),
                 decision: *decision,
             })),
+            slot,
         })
     }
 
@@ -422,6 +443,9 @@ pub struct Permit<'a> {
     /// without `charge_if`.
     // Boxed: only `charge_if` sites take one, and every guarded call moves its permit.
     taken: Option<Box<Taken<'a>>>,
+    /// The call's slot (a site with `concurrency`), released when the permit is settled
+    /// or dropped.
+    slot: Option<Slot>,
 }
 
 #[derive(Debug)]
@@ -433,15 +457,51 @@ struct Taken<'a> {
 }
 
 impl Permit<'_> {
-    const NOTHING: Permit<'static> = Permit { taken: None };
+    const NOTHING: Permit<'static> = Permit {
+        taken: None,
+        slot: None,
+    };
 
     /// Gives the call's units back when `charged` is false (the attribute's `charge_if`
-    /// answered `false`). A refund that cannot reach the backend leaves them used, the
-    /// safe side, and is logged.
+    /// answered `false`), then releases its slot (`concurrency`). A refund that cannot
+    /// reach the backend leaves them used, the safe side, and is logged; a release that
+    /// cannot leaves the slot to lapse.
     pub async fn settle(self, charged: bool) {
-        let Some(taken) = self.taken.filter(|_| !charged) else {
-            return;
-        };
+        let Permit { taken, slot } = self;
+        if let Some(taken) = taken.filter(|_| !charged) {
+            taken.refund().await;
+        }
+        release(slot).await;
+    }
+
+    /// Settles the call's reservation at `actual` units (the attribute's `settle`), or,
+    /// when `charged` is false (`charge_if` answered `false`), gives back everything it
+    /// took, rules counting calls too; then releases its slot. A settle that cannot reach
+    /// the backend leaves the reservation in place, the safe side, and is logged.
+    pub async fn settle_cost(self, charged: bool, actual: u64) {
+        let Permit { taken, slot } = self;
+        if let Some(taken) = taken {
+            taken.settle(charged, actual).await;
+        }
+        release(slot).await;
+    }
+
+    /// The call's slot, to be held elsewhere (a layer's guard holds it in the response
+    /// body); what else the permit holds is kept.
+    pub fn into_slot(self) -> Option<Slot> {
+        self.slot
+    }
+
+    /// Whether the permit holds a slot (a site with `concurrency` whose call was admitted).
+    pub fn holds_slot(&self) -> bool {
+        self.slot.is_some()
+    }
+}
+
+impl Taken<'_> {
+    /// Gives the call's units back (`charge_if` answered `false`).
+    async fn refund(self: Box<Self>) {
+        let taken = self;
         let refunded = taken
             .limiter
             .refund(&taken.key, &taken.rules, &taken.decision)
@@ -451,24 +511,38 @@ impl Permit<'_> {
         }
     }
 
-    /// Settles the call's reservation at `actual` units (the attribute's `settle`), or,
-    /// when `charged` is false (`charge_if` answered `false`), gives back everything it
-    /// took, rules counting calls too. A settle that cannot reach the backend leaves the
-    /// reservation in place, the safe side, and is logged.
-    pub async fn settle_cost(self, charged: bool, actual: u64) {
-        let Some(taken) = self.taken else {
-            return;
-        };
-        let (limiter, key, rules) = (taken.limiter, &*taken.key, &*taken.rules);
+    /// Settles the call's reservation at `actual` units, or gives back everything it took
+    /// when `charged` is false.
+    async fn settle(self: Box<Self>, charged: bool, actual: u64) {
+        let (limiter, key, rules) = (self.limiter, &*self.key, &*self.rules);
         let settled = match charged {
             true => limiter
-                .settle(key, rules, &taken.decision, actual)
+                .settle(key, rules, &self.decision, actual)
                 .await
                 .map(drop),
-            false => limiter.refund(key, rules, &taken.decision).await,
+            false => limiter.refund(key, rules, &self.decision).await,
         };
         if let Err(err) = settled {
             report_unsettled(key, &err);
+        }
+    }
+}
+
+/// Releases a call's slot, if it holds one. A release that cannot reach the backend
+/// leaves the slot to lapse when its lease ends, and is logged.
+async fn release(slot: Option<Slot>) {
+    let Some(slot) = slot else {
+        return;
+    };
+    if let Err(err) = slot.release().await {
+        static FAILURES: LogThrottle = LogThrottle::new();
+        if let Some(suppressed) = FAILURES.admit() {
+            tracing::warn!(
+                target: "redis_ratelimit",
+                error = %err,
+                suppressed,
+                "could not release a call's slot; it lapses when its lease ends",
+            );
         }
     }
 }

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::overrides::SiteRules;
+use crate::slot::Concurrency;
 use crate::{Algorithm, LimitType, Rule};
 
 /// One guarded site's static configuration. Not public API: built by `#[rate_limiter]`'s
@@ -33,6 +34,9 @@ pub struct SiteConfig {
     /// Whether a call's units may be given back (the attribute's `charge_if`): only then
     /// does a check ask Redis for what a refund needs, which costs it a little per check.
     pub refunds: bool,
+    /// At most this many calls of one key at once (the attribute's `concurrency` and
+    /// `lease`); `None`: no limit on calls in flight.
+    pub concurrency: Option<Concurrency>,
 }
 
 impl SiteConfig {
@@ -57,6 +61,7 @@ impl SiteConfig {
             block_for: None,
             wait: None,
             refunds: false,
+            concurrency: None,
         }
     }
 

@@ -154,6 +154,11 @@ impl RefusalBody for Body {
     fn grpc_refusal(err: RateLimitError) -> Result<http::Response<Self>, RateLimitError> {
         Ok(Status::from(err).into_http::<()>().map(|()| Body::empty()))
     }
+
+    /// A streaming method's answer holds the slots to its end.
+    fn holding(self, held: crate::tower::HeldSlots) -> Self {
+        Body::new(crate::web::held::SlotBody::new(self, held))
+    }
 }
 
 impl FieldSink for MetadataMap {

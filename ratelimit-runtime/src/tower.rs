@@ -111,6 +111,8 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::web::fields::{self, FieldSink};
+pub use crate::web::held::HeldSlots;
+use crate::web::held::SlotBody;
 use crate::web::middleware::{self, InnerCall, Settings};
 pub use crate::web::peer::{PeerAddr, PeerSource};
 use crate::web::problem::{Integration, Problem, PROBLEM_JSON};
@@ -314,6 +316,10 @@ where
         response
     }
 
+    fn hold(response: Response<ResBody>, held: HeldSlots) -> Response<ResBody> {
+        response.map(|body| body.holding(held))
+    }
+
     /// A gRPC status for a gRPC request whose body speaks gRPC (tonic's), else the HTTP
     /// answer of a guarded handler's refusal.
     fn refuse(self, err: RateLimitError) -> Response<ResBody> {
@@ -376,6 +382,16 @@ pub trait RefusalBody: Sized {
     fn grpc_refusal(err: RateLimitError) -> Result<Response<Self>, RateLimitError> {
         Err(err)
     }
+
+    /// This body holding `held`, the slots of the guards with a concurrency limit
+    /// ([`Guard::concurrency`](crate::Guard::concurrency)), until it has been sent to its
+    /// end or dropped. The bodies that box another (axum's, tonic's, `BoxBody`,
+    /// `UnsyncBoxBody`) do so; the default, for a body held whole in memory, releases them
+    /// as the response is handed over.
+    fn holding(self, held: HeldSlots) -> Self {
+        drop(held);
+        self
+    }
 }
 
 impl RefusalBody for String {
@@ -396,6 +412,10 @@ impl<E: 'static> RefusalBody for BoxBody<Bytes, E> {
             .map_err(|never: Infallible| match never {})
             .boxed()
     }
+
+    fn holding(self, held: HeldSlots) -> Self {
+        SlotBody::new(self, held).boxed()
+    }
 }
 
 impl<E: 'static> RefusalBody for UnsyncBoxBody<Bytes, E> {
@@ -403,6 +423,10 @@ impl<E: 'static> RefusalBody for UnsyncBoxBody<Bytes, E> {
         Full::new(Bytes::from(text))
             .map_err(|never: Infallible| match never {})
             .boxed_unsync()
+    }
+
+    fn holding(self, held: HeldSlots) -> Self {
+        SlotBody::new(self, held).boxed_unsync()
     }
 }
 
@@ -638,6 +662,7 @@ pub(crate) mod tests {
                             decision,
                             rules: &RULES,
                             duplicate_rule: true,
+                            concurrency: None,
                         })
                     });
                 }
@@ -703,6 +728,7 @@ pub(crate) mod tests {
                 decision: decision(false, 0, 0),
                 rules: &RULES,
                 duplicate_rule: false,
+                concurrency: None,
             })
         });
         let response = respond_after(vec![], StatusCode::OK).await;
@@ -917,6 +943,7 @@ pub(crate) mod tests {
                         decision: decision(allowed, 0, if allowed { 9 } else { 0 }),
                         rules: &RULES,
                         duplicate_rule: true,
+                        concurrency: None,
                     })
                 });
                 let mut response = Response::new(String::new());

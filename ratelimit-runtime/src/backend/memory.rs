@@ -23,6 +23,7 @@ use foldhash::SharedSeed;
 // hash. 0.15 is the newest line within the workspace's rust-version.
 use hashbrown::HashTable;
 
+use super::memory_slots::MemorySlots;
 use super::Request;
 use crate::algorithm::{Call, KeyState};
 use crate::clock::{Clock, SystemClock};
@@ -53,6 +54,8 @@ pub(crate) struct MemoryBackend {
     clock: Arc<dyn Clock>,
     hasher: SeedableRandomState,
     shards: Box<[Mutex<Shard>]>,
+    /// Calls in flight: shared with the slots held, which release themselves there.
+    slots: Arc<MemorySlots>,
 }
 
 impl MemoryBackend {
@@ -74,6 +77,7 @@ impl MemoryBackend {
         let shards = (max_keys / MIN_KEYS_PER_SHARD).clamp(1, MAX_SHARDS);
         let (share, extra) = (max_keys / shards, max_keys % shards);
         MemoryBackend {
+            slots: Arc::new(MemorySlots::new(Arc::clone(&clock))),
             clock,
             hasher: SeedableRandomState::with_seed(random::u64(), shared_seed()),
             shards: (0..shards)
@@ -107,12 +111,49 @@ impl MemoryBackend {
 
     #[inline]
     pub(crate) fn check_now(&self, request: &Request<'_>) -> Result<RawDecision, BackendError> {
+        if let Some(ask) = request.slot {
+            return self.check_taking_slot(request, ask);
+        }
         let hash = self.hash(request.key);
         let mut shard = self.shard(hash);
         // Read under the lock: a time read before it could be older than the state a
         // check that took the lock first has written.
         let now_us = request.now_us_or(|| self.clock.now_us());
         shard.check(request, hash, now_us)
+    }
+
+    /// A check that also takes a slot (`slot.lua`'s semantics): refused at once when every
+    /// slot is taken, else the rules' check (none: the slot alone), the slot taken when it
+    /// admits the call. The slots stay locked throughout, so both are taken or neither.
+    #[cold]
+    #[inline(never)]
+    fn check_taking_slot(
+        &self,
+        request: &Request<'_>,
+        ask: &crate::slot::SlotAsk,
+    ) -> Result<RawDecision, BackendError> {
+        let mut slots = self.slots.lock();
+        let now_us = request.now_us_or(|| self.slots.now_us());
+        let Ok(free) = slots.free(request.key, ask, now_us) else {
+            return Ok(ask.full(request.rules));
+        };
+        let raw = if request.rules.is_empty() {
+            ask.taken(free - 1)
+        } else {
+            let hash = self.hash(request.key);
+            let mut shard = self.shard(hash);
+            let now_us = request.now_us_or(|| self.clock.now_us());
+            shard.check(request, hash, now_us)?
+        };
+        if raw.allowed {
+            slots.take(request.key, ask, now_us);
+        }
+        Ok(raw)
+    }
+
+    /// The slots of this backend's keys.
+    pub(crate) fn slots(&self) -> &Arc<MemorySlots> {
+        &self.slots
     }
 
     /// Gives back what `receipt` (of a decision this backend made for `key` and `rules`)
@@ -230,6 +271,8 @@ impl MemoryBackend {
         if let Some(slot) = shard.find(hash, key) {
             shard.remove(slot);
         }
+        drop(shard);
+        self.slots.reset(key);
     }
 }
 
@@ -554,6 +597,7 @@ mod tests {
             now_us: 0,
             block_for_us: 0,
             refundable: false,
+            slot: None,
         }
     }
 

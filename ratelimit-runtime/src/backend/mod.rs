@@ -5,9 +5,11 @@
 //! check pipeline takes the synchronous path whenever it can and awaits Redis otherwise.
 
 pub(crate) mod memory;
+pub(crate) mod memory_slots;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
 
+use crate::slot::SlotAsk;
 use crate::{Algorithm, Rule};
 
 /// One check of one key.
@@ -37,6 +39,9 @@ pub(crate) struct Request<'a> {
     // Only Redis reads it: the embedded backend always keeps what a refund needs.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub refundable: bool,
+    /// A slot to take with the check, all or nothing (calls in flight, `slot.rs`);
+    /// `None` for a check that takes none, which costs nothing more.
+    pub slot: Option<&'a SlotAsk>,
 }
 
 impl<'a> Request<'a> {
@@ -53,6 +58,17 @@ impl<'a> Request<'a> {
             // A programmatic check's decision can be refunded (`Limiter::refund`); a guarded
             // site's only when it has `charge_if` (see `site.rs`).
             refundable: consume,
+            slot: None,
+        }
+    }
+
+    /// A check of `rules` for `key` (none: the slot alone) that also takes the slot `ask`
+    /// asks for.
+    pub fn with_slot(key: &'a str, rules: &'a [Rule], ask: &'a SlotAsk) -> Self {
+        Request {
+            refundable: false,
+            slot: Some(ask),
+            ..Request::new(key, rules, true)
         }
     }
 

@@ -143,6 +143,7 @@ mod tests {
             now_us: 0,
             block_for_us: 0,
             refundable: false,
+            slot: None,
         }
     }
 

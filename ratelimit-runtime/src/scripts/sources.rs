@@ -154,3 +154,21 @@ pub const TOKEN_BUCKET_SETTLE: &str = concat!(
     include_str!("token_bucket_refund.lua"),
     "end\nend\nend\nsettle()\n",
 );
+
+// Calls in flight (slot.rs): a check's script that also takes a slot is
+// `local function check()`, then the check's script above, then `SLOT`, which closes the
+// function and calls it only when a slot is free; a slot taken without rules is
+// `local check` then `SLOT`. Composed once per process (backend/redis/script.rs), so that
+// every check script above is used as it is.
+
+/// The slot's part of a check that takes one (see slot.lua).
+#[allow(dead_code)] // the tests that EVAL the check scripts do not use it
+pub const SLOT: &str = include_str!("slot.lua");
+
+/// A slot's renewal.
+#[allow(dead_code)] // the tests that EVAL the check scripts do not use it
+pub const SLOT_RENEW: &str = include_str!("slot_renew.lua");
+
+/// How many slots of a key are held.
+#[allow(dead_code)] // the tests that EVAL the check scripts do not use it
+pub const SLOTS_IN_USE: &str = include_str!("slots_in_use.lua");

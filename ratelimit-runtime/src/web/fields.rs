@@ -30,6 +30,10 @@ pub(crate) const RETRY_AFTER: &str = "retry-after";
 /// rules).
 pub(crate) const LONE_POLICY: &str = "limit";
 
+/// The name of a site's limit on calls in flight, a policy in the quota unit
+/// `concurrent-requests`.
+pub(crate) const CONCURRENCY_POLICY: &str = "conc";
+
 /// Where the fields go: a framework's header map, or gRPC metadata. Public only in name:
 /// it bounds the middleware's response future.
 pub trait FieldSink {
@@ -57,11 +61,15 @@ enum PolicyName {
     Duplicate,
     /// A rule known alone: a refusal answered from its error.
     Lone,
+    /// The limit on calls in flight (`Guard::concurrency`, the attribute's `concurrency`).
+    Concurrency,
 }
 
 impl PolicyName {
     fn of(index: usize, rules: &[Rule], duplicate_rule: bool) -> PolicyName {
-        if duplicate_rule && index + 1 == rules.len() {
+        if index >= rules.len() {
+            PolicyName::Concurrency
+        } else if duplicate_rule && index + 1 == rules.len() {
             PolicyName::Duplicate
         } else {
             PolicyName::Numbered(index + 1)
@@ -75,6 +83,7 @@ impl fmt::Display for PolicyName {
             PolicyName::Numbered(n) => write!(f, "p{n}"),
             PolicyName::Duplicate => f.write_str("dup"),
             PolicyName::Lone => f.write_str(LONE_POLICY),
+            PolicyName::Concurrency => f.write_str(CONCURRENCY_POLICY),
         }
     }
 }
@@ -133,10 +142,16 @@ pub(crate) fn describe_refusal(rule: &Rule, retry_after: Duration, sink: &mut im
 /// its units one by one, the first of them possibly sooner.
 pub(crate) fn describe(outcome: &SiteDecision, refused: bool, sink: &mut impl FieldSink) {
     let decision = &outcome.decision;
-    sink.set(
-        RATELIMIT_POLICY,
-        policy_list(outcome.rules, outcome.duplicate_rule),
-    );
+    let mut policies = policy_list(outcome.rules, outcome.duplicate_rule);
+    if let Some(max) = outcome.concurrency {
+        // No window: a slot is held for as long as its call runs.
+        let _ = write!(
+            policies,
+            ", \"{}\";q={max};qu=\"concurrent-requests\"",
+            PolicyName::Concurrency
+        );
+    }
+    sink.set(RATELIMIT_POLICY, policies);
     let reset = decision.retry_after.unwrap_or(decision.reset_after);
     let mut limit = String::with_capacity(24);
     push_limit(
@@ -191,6 +206,7 @@ pub(crate) mod tests {
             decision,
             rules: &RULES,
             duplicate_rule,
+            concurrency: None,
         }
     }
 

@@ -22,6 +22,7 @@ use crate::context::{self, DecisionSlot, RequestContext};
 use crate::guard::GuardSite;
 use crate::web::client_ip::ClientIpConfig;
 use crate::web::fields::{self, FieldSink};
+use crate::web::held::HeldSlots;
 use crate::web::{InvalidProxyNet, ProxyHeader};
 use crate::{Guard, RateLimitError};
 
@@ -72,6 +73,14 @@ pub trait InnerCall {
     /// service's: the one a guarded handler's refusal gets. Built inside the request's
     /// context, so that a missing identity's answer can say what the layer lacked.
     fn refuse(self, err: RateLimitError) -> Self::Response;
+
+    /// The response holding `held`, the slots the request's guards took, until it has
+    /// been sent (see [`Guard::concurrency`](crate::Guard::concurrency)); by default they
+    /// are released as the response is handed over.
+    fn hold(response: Self::Response, held: HeldSlots) -> Self::Response {
+        drop(held);
+        response
+    }
 }
 
 type UserIdFn<R> = dyn Fn(&R) -> Option<Arc<str>> + Send + Sync;
@@ -244,7 +253,9 @@ pub(crate) struct Admission {
 }
 
 /// The checks of a request against a layer's guards, in order, up to the first refusal.
-type GuardChecks = Pin<Box<dyn Future<Output = Result<(), RateLimitError>> + Send>>;
+/// What they give: the slots the guards with a concurrency limit took, held until the
+/// response has been sent.
+type GuardChecks = Pin<Box<dyn Future<Output = Result<HeldSlots, RateLimitError>> + Send>>;
 
 impl Admission {
     /// Whether guards are to check the request before the inner service is called: then
@@ -262,7 +273,10 @@ impl Admission {
             self.guards.is_none(),
             "a guarded request runs with run_guarded"
         );
-        self.serve(Stage::Serving { future: inner })
+        self.serve(Stage::Serving {
+            future: inner,
+            held: None,
+        })
     }
 
     /// Checks the request against the layer's guards, then makes `call` if they all admit
@@ -271,13 +285,17 @@ impl Admission {
         let stage = match self.guards.take() {
             None => Stage::Serving {
                 future: call.call(),
+                held: None,
             },
             Some(guards) => Stage::Guarding {
                 checks: Box::pin(async move {
+                    let mut held = HeldSlots::default();
                     for guard in guards.iter() {
-                        guard.check().await?;
+                        if let Some(slot) = guard.check().await? {
+                            held.hold(slot);
+                        }
                     }
-                    Ok(())
+                    Ok(held)
                 }),
                 call: Some(call),
             },
@@ -310,6 +328,8 @@ pin_project_lite::pin_project! {
         Serving {
             #[pin]
             future: C::Future,
+            // The slots of the guards that admitted the request.
+            held: Option<HeldSlots>,
         },
     }
 }
@@ -320,8 +340,12 @@ impl<C: InnerCall> Future for Stage<C> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         loop {
             match self.as_mut().project() {
-                StageProjection::Serving { future } => {
-                    return future.poll(cx).map_ok(C::served);
+                StageProjection::Serving { future, held } => {
+                    let response = ready!(future.poll(cx)).map(C::served);
+                    return Poll::Ready(response.map(|response| match held.take() {
+                        Some(held) if !held.is_empty() => C::hold(response, held),
+                        _ => response,
+                    }));
                 }
                 StageProjection::Guarding { checks, call } => {
                     let checked = ready!(checks.as_mut().poll(cx));
@@ -329,8 +353,9 @@ impl<C: InnerCall> Future for Stage<C> {
                         .take()
                         .expect("a response future polled after it ended");
                     match checked {
-                        Ok(()) => self.set(Stage::Serving {
+                        Ok(held) => self.set(Stage::Serving {
                             future: call.call(),
+                            held: Some(held),
                         }),
                         Err(refusal) => return Poll::Ready(Ok(call.refuse(refusal))),
                     }

@@ -6,6 +6,7 @@
 
 pub(crate) mod client_ip;
 pub(crate) mod fields;
+pub(crate) mod held;
 pub(crate) mod middleware;
 #[cfg(feature = "tower")]
 pub(crate) mod peer;

@@ -226,7 +226,7 @@ impl Cluster {
 
 /// The hash slot of `key`: of its hash tag (the text between the first `{` and the next
 /// `}`, when not empty) or else of the whole key.
-fn slot(key: &[u8]) -> u16 {
+pub(super) fn slot(key: &[u8]) -> u16 {
     let tag = key
         .iter()
         .position(|&b| b == b'{')

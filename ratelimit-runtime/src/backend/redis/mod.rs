@@ -533,12 +533,79 @@ impl RedisBackend {
     /// Forgets `key`.
     pub(crate) async fn reset(&self, key: &str) -> Result<(), BackendError> {
         let mut del = redis::cmd("DEL");
-        del.arg(key);
+        // The key's slots too: in its hash slot, so one command on a Cluster as well.
+        del.arg(key).arg(script::slots_key(key));
         let deadline = self.deadline(self.config.timeout);
         // Deleting twice forgets the key once.
         self.send(key, &del, true, deadline)
             .await
             .map(drop)
             .map_err(|failure| self.error(key, failure))
+    }
+}
+
+// Calls in flight (`slot.rs`): a slot is taken by the check's own script; these renew and
+// release it.
+impl RedisBackend {
+    /// Renews the lease of the slot `id` of `key` for `lease_us` more; `false` when it is
+    /// no longer held. Sends this process's clock where the server refuses `TIME`.
+    pub(crate) async fn renew_slot(
+        &self,
+        key: &str,
+        id: crate::slot::SlotId,
+        lease_us: u64,
+    ) -> Result<bool, BackendError> {
+        let slots = script::slots_key(key);
+        let now_us = match self.client_clock.load(Ordering::Relaxed) {
+            true => SystemClock.now_us(),
+            false => 0,
+        };
+        let [evalsha, eval] = script::renew_slot(&slots, id, lease_us, now_us);
+        let deadline = self.deadline(self.config.timeout);
+        // A renewal run twice renews once.
+        let reply = self
+            .send_script(&slots, &evalsha, || Some(eval), true, deadline)
+            .await
+            .map_err(|failure| self.error(key, failure))?;
+        Ok(reply == Value::Int(1))
+    }
+
+    /// Frees the slot `id` of `key`.
+    pub(crate) async fn release_slot(
+        &self,
+        key: &str,
+        id: crate::slot::SlotId,
+    ) -> Result<(), BackendError> {
+        let slots = script::slots_key(key);
+        let mut zrem = redis::cmd("ZREM");
+        zrem.arg(&slots).arg(&id.0[..]);
+        let deadline = self.deadline(self.config.timeout);
+        // Removing twice frees once.
+        self.send(&slots, &zrem, true, deadline)
+            .await
+            .map(drop)
+            .map_err(|failure| self.error(key, failure))
+    }
+
+    /// How many slots of `key` are held now. A read: sending it twice changes nothing.
+    pub(crate) async fn slots_in_use(&self, key: &str) -> Result<u64, BackendError> {
+        let slots = script::slots_key(key);
+        let now_us = match self.client_clock.load(Ordering::Relaxed) {
+            true => SystemClock.now_us(),
+            false => 0,
+        };
+        let [evalsha, eval] = script::slots_in_use(&slots, now_us);
+        let deadline = self.deadline(self.config.timeout);
+        let reply = self
+            .send_script(&slots, &evalsha, || Some(eval), true, deadline)
+            .await
+            .map_err(|failure| self.error(key, failure))?;
+        match reply {
+            Value::Int(n) if n >= 0 => Ok(n as u64),
+            other => Err(self.error(
+                key,
+                Failure::Unexpected(format!("counting slots answered {other:?}").into()),
+            )),
+        }
     }
 }

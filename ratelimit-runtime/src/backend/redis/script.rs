@@ -9,6 +9,7 @@ use redis::{Cmd, RedisWrite, Script, ToRedisArgs, Value};
 
 use crate::backend::Request;
 use crate::decision::{CountedBy, RawDecision, Receipt};
+use crate::slot::{SlotAsk, SlotId};
 use crate::{random, Algorithm, Rule};
 
 /// The scripts' sources, composed from shared fragments.
@@ -65,6 +66,9 @@ impl<'r> Invocation<'r> {
     /// them all into a command, and a growing buffer would be reallocated several times.
     pub fn evalsha(&self) -> Cmd {
         let request = self.request;
+        if let Some(ask) = request.slot {
+            return self.taking_slot(ask, true);
+        }
         let hash = script(request.algorithm).get_hash();
         let id = self.id.map(check_id);
         let size = "EVALSHA".len()
@@ -90,6 +94,9 @@ impl<'r> Invocation<'r> {
     /// know the script (first use, `SCRIPT FLUSH`, a restart, a failover).
     pub fn eval(&self) -> Cmd {
         let request = self.request;
+        if let Some(ask) = request.slot {
+            return self.taking_slot(ask, false);
+        }
         let mut eval = redis::cmd("EVAL");
         eval.arg(source(request.algorithm))
             .arg(1)
@@ -107,6 +114,9 @@ impl<'r> Invocation<'r> {
     /// [`decode`]).
     pub fn decode(&self, reply: &Value) -> Option<RawDecision> {
         let request = self.request;
+        if let Some(ask) = request.slot {
+            return self.decode_taking_slot(ask, reply);
+        }
         let (mut raw, at_us) = decode(reply, request.rules)?;
         let refundable = self.id.is_some() || at_us.is_some();
         if raw.allowed && request.consume && refundable {
@@ -120,6 +130,159 @@ impl<'r> Invocation<'r> {
         }
         Some(raw)
     }
+}
+
+// Calls in flight (`slot.rs`, `scripts/slot.lua`): a check that takes a slot runs its
+// algorithm's script wrapped by the slot's part, with the key's slots as a second key and
+// the slot as the last argument.
+impl Invocation<'_> {
+    /// The EVALSHA (`by_hash`) or EVAL of a check that takes the slot `ask` asks for.
+    #[cold]
+    fn taking_slot(&self, ask: &SlotAsk, by_hash: bool) -> Cmd {
+        let request = self.request;
+        let (source, script) = slot_script(request);
+        let mut cmd = match by_hash {
+            true => {
+                let mut cmd = redis::cmd("EVALSHA");
+                cmd.arg(script.get_hash());
+                cmd
+            }
+            false => {
+                let mut cmd = redis::cmd("EVAL");
+                cmd.arg(source);
+                cmd
+            }
+        };
+        cmd.arg(2)
+            .arg(request.key)
+            .arg(slots_key(request.key))
+            .arg(Numbers(request));
+        if let Some(id) = self.id {
+            cmd.arg(&check_id(id)[..]);
+        }
+        let mut slot = Vec::with_capacity(32);
+        slot.extend_from_slice(&(ask.max as f64).to_le_bytes());
+        slot.extend_from_slice(&(ask.lease_us as f64).to_le_bytes());
+        slot.extend_from_slice(&ask.id.0);
+        cmd.arg(slot);
+        cmd
+    }
+
+    /// The answer of a check that takes a slot: every slot taken (`{-1, in_use}`), a slot
+    /// taken without rules (`{-2, free}`), or the rules' answer. Its receipt names Redis,
+    /// where the slot is kept.
+    #[cold]
+    fn decode_taking_slot(&self, ask: &SlotAsk, reply: &Value) -> Option<RawDecision> {
+        let request = self.request;
+        let mut raw = match reply {
+            Value::Array(items) => match items.as_slice() {
+                [Value::Int(-1), Value::Int(_)] => return Some(ask.full(request.rules)),
+                [Value::Int(-2), Value::Int(free)] if request.rules.is_empty() => {
+                    ask.taken(u64::try_from(*free).ok()?)
+                }
+                _ => self.decode_rules(reply)?,
+            },
+            _ => self.decode_rules(reply)?,
+        };
+        raw.receipt.counted_by = CountedBy::Redis;
+        Some(raw)
+    }
+
+    /// [`decode`](Self::decode) of the rules' answer alone.
+    fn decode_rules(&self, reply: &Value) -> Option<RawDecision> {
+        (!self.request.rules.is_empty())
+            .then(|| {
+                Invocation {
+                    request: &Request {
+                        slot: None,
+                        ..*self.request
+                    },
+                    id: self.id,
+                }
+                .decode(reply)
+            })
+            .flatten()
+    }
+}
+
+/// The source and script of a check that takes a slot: the algorithm's script as the
+/// function `check`, then `slot.lua`; without rules, `slot.lua` alone. Composed and
+/// hashed once per process.
+fn slot_script(request: &Request<'_>) -> &'static (String, Script) {
+    static SCRIPTS: LazyLock<[(String, Script); 5]> = LazyLock::new(|| {
+        let wrapped = |algorithm: Algorithm| {
+            format!(
+                "local function check()\n{}{}",
+                source(algorithm),
+                sources::SLOT
+            )
+        };
+        let [a, b, c, d] = Algorithm::ALL.map(wrapped);
+        [a, b, c, d, format!("local check\ndo\n{}", sources::SLOT)].map(|source| {
+            let script = Script::new(&source);
+            (source, script)
+        })
+    });
+    match request.rules.is_empty() {
+        true => &SCRIPTS[4],
+        false => &SCRIPTS[request.algorithm as usize],
+    }
+}
+
+/// The key holding the slots of `key`, in the same hash slot (so a Cluster node serves
+/// both in one script): `key` then `:slots` when `key` has a hash tag (a first `{`, then a
+/// `}` after it with text between), whose slot it keeps; else `{key}:slots`, whose tag is
+/// the whole of `key`, when `key` holds no `}`. A key with a `}` but no hash tag (a rare
+/// shape: keys built by the attribute have none) gets `key:slots:N`, the first `N` that
+/// hashes to the slot of `key`.
+pub(crate) fn slots_key(key: &str) -> String {
+    let bytes = key.as_bytes();
+    let tagged = bytes.iter().position(|&b| b == b'{').is_some_and(|open| {
+        let rest = &bytes[open + 1..];
+        rest.iter()
+            .position(|&b| b == b'}')
+            .is_some_and(|close| close > 0)
+    });
+    if tagged {
+        return format!("{key}:slots");
+    }
+    if !key.contains('}') {
+        return format!("{{{key}}}:slots");
+    }
+    let slot = super::cluster::slot(bytes);
+    (0u64..)
+        .map(|n| format!("{key}:slots:{n}"))
+        .find(|candidate| super::cluster::slot(candidate.as_bytes()) == slot)
+        .expect("some suffix hashes to every slot")
+}
+
+/// A slot's renewal (`scripts/slot_renew.lua`) and NOSCRIPT's EVAL of it.
+pub(crate) fn renew_slot(slots_key: &str, id: SlotId, lease_us: u64, now_us: u64) -> [Cmd; 2] {
+    static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(sources::SLOT_RENEW));
+    let mut numbers = Vec::with_capacity(16);
+    numbers.extend_from_slice(&(now_us as f64).to_le_bytes());
+    numbers.extend_from_slice(&(lease_us as f64).to_le_bytes());
+    let mut evalsha = redis::cmd("EVALSHA");
+    evalsha.arg(SCRIPT.get_hash());
+    let mut eval = redis::cmd("EVAL");
+    eval.arg(sources::SLOT_RENEW);
+    for cmd in [&mut evalsha, &mut eval] {
+        cmd.arg(1).arg(slots_key).arg(&numbers[..]).arg(&id.0[..]);
+    }
+    [evalsha, eval]
+}
+
+/// The count of the slots held (`scripts/slots_in_use.lua`) and NOSCRIPT's EVAL of it.
+pub(crate) fn slots_in_use(slots_key: &str, now_us: u64) -> [Cmd; 2] {
+    static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(sources::SLOTS_IN_USE));
+    let mut evalsha = redis::cmd("EVALSHA");
+    evalsha.arg(SCRIPT.get_hash());
+    let mut eval = redis::cmd("EVAL");
+    eval.arg(sources::SLOTS_IN_USE);
+    for cmd in [&mut evalsha, &mut eval] {
+        cmd.arg(1).arg(slots_key).arg(now_us);
+    }
+    [evalsha, eval]
 }
 
 /// The numbering of this process's consuming sliding-log checks.
@@ -512,6 +675,7 @@ mod tests {
             now_us: 0,
             block_for_us: 0,
             refundable: false,
+            slot: None,
         }
     }
 

@@ -1,0 +1,60 @@
+end
+-- Calls in flight (slot.rs): a check that also takes a slot of the key's set, all or
+-- nothing. Composed after the body of a check's script, which it closes as the function
+-- `check` (backend::redis::script opens it: `local function check()`), or alone, after
+-- `local check`, for a slot taken without rules (Limiter::acquire). The rules' fragments
+-- are not changed by it: what they read and answer stays theirs.
+--
+-- KEYS[2]      the key's slots: a ZSET of slot ids, each scored by the end of its lease
+--              (µs), in the same hash slot as KEYS[1] (slot::slots_key)
+-- ARGV[1]      the check's numbers (preamble.lua); only `now` (the second) is read here
+-- ARGV[#ARGV]  the slot, always the last argument: struct '<dd' (the most slots held at
+--              once, the lease in µs), then the slot's id (16 bytes, made by the client)
+-- Returns      {-1, in_use} when every slot is taken, having checked no rule and written
+--              nothing; else the check's own answer, the slot taken when it admits the
+--              call; without rules, {-2, free}: the slot taken, `free` slots left.
+--
+-- A slot whose lease ended is free: its holder stopped renewing it (slot_renew.lua).
+-- A re-sent check whose slot is held already answers as the rules do, taking nothing
+-- more: the slot's id is the client's, so running it twice holds one slot (a set with
+-- room takes it again in place; a full one finds it held).
+local slots = KEYS[2]
+local slot = ARGV[#ARGV]
+local most, lease = struct.unpack('<dd', slot)
+local slot_id = string.sub(slot, 17)
+local at = struct.unpack('<d', ARGV[1], 9)
+if at == 0 then
+    if not redis.REDIS_VERSION_NUM then
+        redis.replicate_commands()
+    end
+    local time = redis.call('TIME')
+    at = time[1] * 1000000 + time[2]
+end
+-- Lapsed slots are dropped only when they could be in the way: a set with room admits
+-- whatever lapsed, and holds at most `most` slots.
+local in_use = redis.call('ZCARD', slots)
+if in_use >= most then
+    redis.call('ZREMRANGEBYSCORE', slots, '-inf', string.format('%d', at))
+    in_use = redis.call('ZCARD', slots)
+    if redis.call('ZSCORE', slots, slot_id) then
+        in_use = in_use - 1
+    elseif in_use >= most then
+        return {-1, in_use}
+    end
+end
+local answer
+if check then
+    answer = check()
+else
+    answer = {-2, most - in_use - 1}
+end
+local t = type(answer)
+if t == 'number' or t == 'string' or answer[1] ~= 0 then
+    redis.call('ZADD', slots, string.format('%d', at + lease), slot_id)
+    -- The set outlives its longest lease by a second, and no holder shortens it.
+    local ms = math.floor(lease / 1000) + 1000
+    if redis.call('PTTL', slots) < ms then
+        redis.call('PEXPIRE', slots, ms)
+    end
+end
+return answer
