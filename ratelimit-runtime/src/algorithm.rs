@@ -491,7 +491,7 @@ impl KeyState {
 }
 
 /// How one rule stands in a key's state at some time, as a check would find it (for
-/// [`crate::inspect`]).
+/// [`Limiter::inspect`](crate::Limiter::inspect)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Standing {
     /// Units the rule admits now.

@@ -5,9 +5,15 @@ use std::time::Duration;
 mod check;
 pub(crate) use check::{boxed_in_place, decided, Begun, Plan};
 mod deny_cache;
+mod inspect;
 mod refunds;
+#[cfg(feature = "redis")]
+mod stored_overrides;
 
 pub use check::Check;
+pub use inspect::{BlockState, KeyState, LogState, RuleState};
+#[cfg(feature = "redis")]
+pub use stored_overrides::{OverrideError, StoredOverride, StoredOverrides};
 
 use self::deny_cache::DenyCache;
 use self::refunds::Refunds;
@@ -624,16 +630,6 @@ impl Limiter {
             }
             #[cfg(feature = "redis")]
             Store::Redis(redis) => redis.refund(key, rules, receipt, now_us).await,
-            Store::Misconfigured(err) => Err(misconfigured(err)),
-        }
-    }
-
-    /// The store this limiter counts in, for reading it (see [`crate::inspect`]).
-    pub(crate) fn store(&self) -> Result<crate::inspect::Store<'_>, BackendError> {
-        match &self.store {
-            #[cfg(feature = "redis")]
-            Store::Redis(redis) => Ok(crate::inspect::Store::Redis(redis)),
-            Store::Memory(memory) => Ok(crate::inspect::Store::Memory(memory)),
             Store::Misconfigured(err) => Err(misconfigured(err)),
         }
     }
