@@ -219,10 +219,10 @@ pub(crate) fn decide(
     let mut tightest: Option<(usize, Figures)> = None;
     for (i, f) in figures.into_iter().enumerate() {
         if f.retry_after_us > 0 {
-            if denied.map_or(true, |(_, d)| f.retry_after_us > d.retry_after_us) {
+            if denied.is_none_or(|(_, d)| f.retry_after_us > d.retry_after_us) {
                 denied = Some((i, f));
             }
-        } else if tightest.map_or(true, |(_, t)| f.left < t.left) {
+        } else if tightest.is_none_or(|(_, t)| f.left < t.left) {
             tightest = Some((i, f));
         }
     }

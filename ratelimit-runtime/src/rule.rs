@@ -90,9 +90,9 @@ impl Rule {
 impl fmt::Display for Rule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let us = self.window_us;
-        if us % 1_000_000 == 0 {
+        if us.is_multiple_of(1_000_000) {
             write!(f, "{} per {}s", self.count, us / 1_000_000)
-        } else if us % 1_000 == 0 {
+        } else if us.is_multiple_of(1_000) {
             write!(f, "{} per {}ms", self.count, us / 1_000)
         } else {
             write!(f, "{} per {}us", self.count, us)

@@ -22,7 +22,8 @@ pub(crate) struct Request<'a> {
     pub consume: bool,
     /// An explicit time in µs since the epoch, for differential tests; 0 means the
     /// backend's own clock (Redis `TIME`), as in the scripts' arguments. (Not an `Option`:
-    /// a programmatic check holds its request, and stays within 128 bytes with it.)
+    /// a programmatic check holds its request, and stays within 128 bytes with it: see the
+    /// assertion next to `Check`.)
     pub now_us: u64,
     /// When a consuming check is refused by a rule, the key then refuses every check (and
     /// peek) for this many µs, consuming nothing (see `algorithm::Block`); 0: no block.
