@@ -75,11 +75,6 @@ pub struct Args {
     pub shadow: bool,
 }
 
-impl Args {
-    pub const DEFAULT_PREFIX: &'static str = "rate_limit:";
-    pub const DEFAULT_MESSAGE: &'static str = "too many requests";
-}
-
 /// Where the rules come from.
 pub enum Rules {
     /// `rules(...)`, in the order written (none with only `prevent_duplicate`).

@@ -177,6 +177,8 @@ pub(crate) use checking::GuardSite;
 
 #[cfg(any(feature = "tower", feature = "actix"))]
 mod checking {
+    use std::num::NonZeroU64;
+
     use crate::key::KeyTemplate;
     use crate::site;
     use crate::site_config::SiteConfig;
@@ -230,7 +232,7 @@ mod checking {
             let Some(key) = context_key? else {
                 return Ok(());
             };
-            let guarded = site::guard(&self.config, self.name, limiter, key, 1, None);
+            let guarded = site::guard(&self.config, self.name, limiter, key, NonZeroU64::MIN, None);
             let permit = guarded.answer().await?;
             // What it took stays taken.
             drop(permit);

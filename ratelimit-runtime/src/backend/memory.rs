@@ -232,22 +232,8 @@ impl Shard {
         hash: u64,
         now_us: u64,
     ) -> Result<RawDecision, BackendError> {
-        let Request {
-            key,
-            rules,
-            algorithm,
-            cost,
-            consume,
-            block_for_us,
-            ..
-        } = *request;
-        let call = Call {
-            rules,
-            now_us,
-            cost,
-            consume,
-            block_for_us,
-        };
+        let (key, algorithm) = (request.key, request.algorithm);
+        let call = request.call(now_us);
         if let Some(id) = self.find(hash, key) {
             let slot = self.slots[id as usize]
                 .as_mut()
@@ -455,6 +441,7 @@ fn shared_seed() -> &'static SharedSeed {
 
 #[cfg(test)]
 mod tests {
+    use std::num::NonZeroU64;
     use std::time::Duration;
 
     use super::*;
@@ -482,10 +469,10 @@ mod tests {
             key,
             rules: &RULES,
             algorithm,
-            cost: 1,
+            cost: NonZeroU64::MIN,
             consume,
             now_us: 0,
-            block_for_us: 0,
+            block_for_us: None,
             refundable: false,
         }
     }
@@ -674,7 +661,7 @@ mod tests {
         block_for: Duration,
     ) -> RawDecision {
         let request = Request {
-            block_for_us: block_for.as_micros() as u64,
+            block_for_us: NonZeroU64::new(block_for.as_micros() as u64),
             ..request("k", algorithm, true)
         };
         backend.check_now(&request).unwrap()

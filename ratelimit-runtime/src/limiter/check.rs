@@ -10,6 +10,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::num::NonZeroU64;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -102,8 +103,7 @@ impl<'a> Check<'a> {
     /// When `cost` is 0.
     #[inline]
     pub fn cost(mut self, cost: u64) -> Self {
-        assert!(cost > 0, "a check's cost must be at least 1");
-        self.plan.request.cost = cost;
+        self.plan.request.cost = NonZeroU64::new(cost).expect("a check's cost must be at least 1");
         self
     }
 
@@ -163,7 +163,7 @@ impl<'a> Check<'a> {
     /// ```
     #[inline]
     pub fn block_for(mut self, duration: Duration) -> Self {
-        self.plan.request.block_for_us = clock::micros(duration);
+        self.plan.request.block_for_us = NonZeroU64::new(clock::micros(duration));
         self
     }
 
