@@ -105,7 +105,7 @@ impl Limiter {
     /// ```
     #[cfg(feature = "redis")]
     pub fn redis(url: &str) -> Result<Limiter, ConfigError> {
-        let config = RedisConfig::new(url)?;
+        let config = RedisConfig::new(url, Limiter::DEFAULT_TIMEOUT)?;
         Ok(Limiter::with_store(Store::Redis(Arc::new(
             RedisBackend::new(&config),
         ))))
