@@ -1,26 +1,68 @@
-//! Distributed rate limiting by attribute.
+//! Distributed rate limiting for async Rust, by attribute.
+//!
+//! Put [`#[rate_limiter]`](rate_limiter) on an `async fn`: before the body runs, every rule
+//! of that call site is checked for the caller (client IP, user id, a value of yours, or
+//! everyone) **atomically, in one Redis round trip**, with time taken from the Redis
+//! server's clock. When a rule is exceeded the body does not run and the function returns
+//! the error. Without Redis it runs on an embedded in-process backend with exactly the same
+//! semantics, so the same code works in development, in tests and on one box.
 //!
 //! ```
 //! use redis_ratelimit::{rate_limiter, RateLimitError};
 //!
-//! #[rate_limiter(rules("3/minute"), limit_type = CUSTOM, by = phone)]
+//! #[rate_limiter(
+//!     rules(rule(count = 10, time = 60), rule(count = 20, time = 120)),
+//!     prevent_duplicate = true,   // and at most 1 call per 5 s
+//!     limit_type = CUSTOM,
+//!     by = phone,
+//! )]
 //! async fn send_code(phone: &str) -> Result<String, RateLimitError> {
 //!     Ok(format!("code sent to {phone}"))
 //! }
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
-//! for _ in 0..3 {
-//!     assert!(send_code("+1 555 0100").await.is_ok());
-//! }
+//! assert!(send_code("+1 555 0100").await.is_ok());
+//! // The same phone again within 5 s: refused, and the body does not run.
 //! assert!(matches!(send_code("+1 555 0100").await, Err(RateLimitError::Limited { .. })));
 //! assert!(send_code("+1 555 0199").await.is_ok()); // another caller, another budget
 //! # }
 //! ```
 //!
-//! Before the body runs, every rule of the call site is checked for this caller atomically,
-//! in one round trip to Redis (or in the embedded memory backend when no Redis is
-//! configured). See the README for the attribute reference, the key layout and the failure
-//! behaviour.
+//! # Contents
+//!
+//! - [`#[rate_limiter]`](rate_limiter): the attribute, with the table of every argument,
+//!   its grammar and defaults, and the compile errors.
+//! - [`Limiter`]: Redis or the embedded backend, checks in code ([`Limiter::check`],
+//!   [`Decision`]), and the global limiter ([`init`], [`global`]).
+//! - [`Guard`]: routes limited from the router, without an annotation on each handler.
+//! - Framework integrations (each behind its feature): [`axum`], [`tonic`], [`tower`]
+//!   (hyper and any tower stack), [`actix`] (actix-web).
+//! - The guide:
+//!   - [Keys](guide::keys): who is counted, the request context, the keys a check touches.
+//!   - [Algorithms](guide::algorithms): checks in code, cost and peek, the four algorithms.
+//!   - [Policies](guide::policies): `charge_if`, `block_for`, rules per caller, `wait`,
+//!     `shadow`.
+//!   - [Production Redis](guide::production): the limiter, TLS, Cluster, Sentinel, and
+//!     what happens when Redis fails.
+//!   - [Operating it](guide::operating): the `ratelimit` command, metrics and tracing,
+//!     rules stored in Redis, modes, exemptions.
+//! - [Benchmarks](https://github.com/redis-ratelimit/redis-ratelimit/blob/main/BENCHMARKS.md)
+//!   and the [changelog](https://github.com/redis-ratelimit/redis-ratelimit/blob/main/CHANGELOG.md).
+//!
+//! # Cargo features
+//!
+//! | feature | what it brings | pulls in |
+//! |---|---|---|
+//! | `redis` (default) | [`Limiter::redis`], every plain URL form (`redis://`, `redis+cluster://`, `redis+sentinel://`, `unix://`), rule overrides read from Redis | redis, tokio `net`, socket2 |
+//! | `tls` | `rediss://`, `rediss+cluster://`, `rediss+sentinel://`, [`Limiter::with_tls_ca`] | rustls (ring), tokio-rustls, native roots |
+//! | `metrics` | counters and a histogram on the `metrics` facade ([operating it](guide::operating#metrics-and-tracing)) | metrics |
+//! | `tower`, `axum`, `tonic`, `actix` | the framework integrations | their crates |
+//!
+//! With `default-features = false` the attribute, [`Limiter::memory`], the request context
+//! and every policy still work, and neither redis nor any TLS crate is compiled. A URL that
+//! needs a feature that is off is a [`ConfigError`] naming it ("rediss:// needs the `tls`
+//! feature of redis-ratelimit"). Nothing is process-wide: no crypto provider installed, no
+//! global state beyond the global limiter.
 
 #![warn(missing_docs)]
 
@@ -39,10 +81,35 @@ pub use ratelimit_runtime::actix;
 pub use ratelimit_runtime::axum;
 #[cfg(feature = "tonic")]
 pub use ratelimit_runtime::tonic;
+#[cfg(feature = "reqwest")]
+pub mod reqwest {
+    #![doc = include_str!("../docs/outbound.md")]
+    pub use ratelimit_runtime::reqwest::*;
+}
 #[cfg(feature = "tower")]
 pub use ratelimit_runtime::tower;
 #[cfg(feature = "redis")]
 pub use ratelimit_runtime::{Breaker, OverrideError, StoredOverride, StoredOverrides};
+
+pub mod guide {
+    //! The guide: how rate limiting works here, chapter by chapter. The reference of each
+    //! item is on the item itself; the attribute's is on [`#[rate_limiter]`](crate::rate_limiter).
+
+    #[doc = include_str!("../docs/keys.md")]
+    pub mod keys {}
+
+    #[doc = include_str!("../docs/algorithms.md")]
+    pub mod algorithms {}
+
+    #[doc = include_str!("../docs/policies.md")]
+    pub mod policies {}
+
+    #[doc = include_str!("../docs/production.md")]
+    pub mod production {}
+
+    #[doc = include_str!("../docs/operating.md")]
+    pub mod operating {}
+}
 
 /// What `#[rate_limiter]` expands to refers to. Not public API.
 #[doc(hidden)]

@@ -33,7 +33,8 @@ Exit status: 0 done, 2 usage error (nothing written), 1 Redis failed.
 Examples:
   ratelimit inspect 'rate_limit:ip:203.0.113.9:my_app::send_code'
   ratelimit rules set my_app::send_code '5/minute, 20/hour'
-  ratelimit mode my_app::send_code off";
+  ratelimit mode my_app::send_code off
+  ratelimit block 'rate_limit:out:payments-api' '15 minutes'";
 
 /// Operate redis-ratelimit: read and reset keys, and set the rule overrides and modes that
 /// every instance reads from Redis.
@@ -88,6 +89,22 @@ enum Command {
     Reset {
         /// The key.
         key: String,
+    },
+    /// Block a key for a while: every check of it is refused until then, by every
+    /// instance, with the time left as `retry_after`.
+    ///
+    /// The block a refusal with `block_for` starts (or an API's `Retry-After` through the
+    /// outbound middleware), kept with the key's state, whatever its algorithm; a key with
+    /// no state yet is blocked too. A longer block already in place stays. `ratelimit reset
+    /// KEY` lifts it.
+    ///
+    /// Example: ratelimit block 'rate_limit:out:payments-api' '15 minutes'
+    Block {
+        /// The key, e.g. `rate_limit:ip:203.0.113.9:my_app::send_code`.
+        key: String,
+        /// How long, in the rules' units: "15 minutes", "900s", "1 hour", "500ms".
+        #[arg(value_parser = parse_duration)]
+        duration: Duration,
     },
     /// The rule overrides stored in `{prefix}rules`, read by every instance.
     #[command(subcommand)]
@@ -147,6 +164,10 @@ struct ListArgs {
     /// Print one JSON document instead of a table.
     #[arg(long)]
     json: bool,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, ratelimit_rule_text::RuleTextError> {
+    ratelimit_rule_text::parse_duration(text)
 }
 
 fn parse_mode(text: &str) -> Result<Mode, redis_ratelimit::ParseModeError> {
@@ -224,6 +245,14 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Reset { key } => {
             limiter.reset(&key).await?;
             println!("reset `{key}`: its counts and any block are gone");
+        }
+        Command::Block { key, duration } => {
+            limiter.block(&key, duration).await?;
+            println!(
+                "blocked `{key}` for {}: every check is refused until then (a longer block \
+                 stays); `ratelimit reset` lifts it",
+                show::duration(duration)
+            );
         }
         Command::Rules(RulesCommand::List(ListArgs { json })) => {
             show::overrides(stored.hash(), &stored.list().await?, json);

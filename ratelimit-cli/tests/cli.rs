@@ -285,6 +285,81 @@ async fn overrides_round_trip_and_a_running_limiter_applies_them() {
     assert!(ok(&server, &["rules", "get", "cli.site"]).starts_with("no override"));
 }
 
+#[tokio::test]
+async fn block_refuses_every_check_of_a_key_until_reset_lifts_it() {
+    let server = RedisServer::start();
+    let limiter = counting_limiter(&server.url());
+    for algorithm in Algorithm::ALL {
+        let key = format!("rate_limit:out:cli.block_{}", algorithm.label());
+        // A key with state, and one without: both are blocked.
+        for counted in [true, false] {
+            let key = format!("{key}:{counted}");
+            if counted {
+                let d = limiter
+                    .check(&key, &RULES)
+                    .algorithm(algorithm)
+                    .await
+                    .unwrap();
+                assert!(d.allowed);
+            }
+            let said = ok(&server, &["block", &key, "15 minutes"]);
+            assert!(
+                said.contains("blocked") && said.contains("15m00s"),
+                "{said}"
+            );
+            let refused = limiter
+                .check(&key, &RULES)
+                .algorithm(algorithm)
+                .await
+                .unwrap();
+            assert!(!refused.allowed, "{algorithm}, counted: {counted}");
+            let left = refused.retry_after.expect("the block's end");
+            assert!(
+                left > Duration::from_secs(14 * 60) && left <= Duration::from_secs(15 * 60),
+                "{algorithm}: {left:?}"
+            );
+            let state = json(&server, &["inspect", &key, "--json", "--rules", "5/minute"]);
+            let ends_in = state["block"]["ends_in_secs"].as_f64().expect("a block");
+            assert!(ends_in > 14.0 * 60.0 && ends_in <= 15.0 * 60.0, "{ends_in}");
+            // A shorter block leaves the longer one in place.
+            ok(&server, &["block", &key, "1s"]);
+            let still = limiter
+                .check(&key, &RULES)
+                .algorithm(algorithm)
+                .await
+                .unwrap();
+            assert!(
+                still.retry_after > Some(Duration::from_secs(14 * 60)),
+                "{still:?}"
+            );
+
+            ok(&server, &["reset", &key]);
+            let d = limiter
+                .check(&key, &RULES)
+                .algorithm(algorithm)
+                .await
+                .unwrap();
+            assert!(d.allowed, "{algorithm}: reset lifts the block");
+        }
+    }
+}
+
+#[test]
+fn a_malformed_block_duration_is_a_usage_error_and_blocks_nothing() {
+    let server = RedisServer::start();
+    for duration in ["soon", "0s", "15 fortnights"] {
+        let out = run(&server, &["block", "rate_limit:out:cli.bad", duration]);
+        assert_eq!(out.status.code(), Some(2), "{duration}: {}", describe(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(duration), "{stderr}");
+    }
+    let exists: u64 = redis::cmd("EXISTS")
+        .arg("rate_limit:out:cli.bad")
+        .query(&mut server.connection())
+        .unwrap();
+    assert_eq!(exists, 0, "nothing written");
+}
+
 #[test]
 fn bad_rule_text_or_mode_is_a_usage_error_and_writes_nothing() {
     let server = RedisServer::start();
@@ -325,6 +400,7 @@ fn a_dead_redis_fails_with_status_1_and_says_what_to_do() {
         &["rules", "list"][..],
         &["inspect", "k"],
         &["reset", "k"],
+        &["block", "k", "1 minute"],
         &["mode", "p", "off"],
     ] {
         let out = run(&server, args);
@@ -370,6 +446,7 @@ fn every_command_has_help() {
         &["rules", "set"],
         &["rules", "clear"],
         &["mode"],
+        &["block"],
     ] {
         let mut all = args.to_vec();
         all.push("--help");
@@ -377,4 +454,10 @@ fn every_command_has_help() {
         assert!(out.status.success(), "{all:?}: {}", describe(&out));
         assert!(String::from_utf8_lossy(&out.stdout).contains("Usage: ratelimit"));
     }
+    let out = ratelimit(&["block", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        help.contains("Example: ratelimit block 'rate_limit:out:payments-api' '15 minutes'"),
+        "{help}"
+    );
 }

@@ -82,11 +82,11 @@ use crate::item::ItemFn;
 /// | `unit` in `rule` | `MILLISECONDS`, `SECONDS`, `MINUTES`, `HOURS`, `DAYS` (any case) | `SECONDS` |
 /// | `prevent_duplicate = bool` | add the duplicate-submission rule | `false` |
 /// | `prevent_duplicate_rule = rule(...)` | that rule (only with `prevent_duplicate = true`) | `rule(count = 1, time = 5)` |
-/// | `limit_type = IP / USER_ID / GLOBAL / CUSTOM` | whose budget is counted (any case) | `IP` |
+/// | `limit_type = IP / USER_ID / GLOBAL / CUSTOM` | whose budget is counted (any case); see [the request context] | `IP` |
 /// | `by = <expr>` | the identity: any expression in the function's scope whose value is `Display`, e.g. `by = phone`, `by = self.tenant`, `by = addr.ip()`. Required for `CUSTOM`; for `IP` and `USER_ID` it overrides the request context; not allowed with `GLOBAL` | the request context |
 /// | `key = "prefix:"` | key prefix | `"rate_limit:"` |
 /// | `message = "..."` | text carried by [`RateLimitError::Limited`] | `"too many requests"` |
-/// | `algorithm = SLIDING_LOG / FIXED_WINDOW / SLIDING_WINDOW / TOKEN_BUCKET` | how rules are counted (any case) | `SLIDING_LOG` |
+/// | `algorithm = SLIDING_LOG / FIXED_WINDOW / SLIDING_WINDOW / TOKEN_BUCKET` | how rules are counted (any case); see [algorithms] | `SLIDING_LOG` |
 /// | `on_limit = path` | a `fn(RateLimitError) -> R`, `R` the function's return type, called for a refused call; required when the return type is not a `Result` | none |
 /// | `limiter = <expr>` | the limiter to use instead of the global one: an expression giving a `&Limiter` (or anything that derefs to a `Limiter`, such as an `Arc<Limiter>` or a `LazyLock<Limiter>`) | the global limiter |
 /// | `crate = path` | path to `redis-ratelimit`, when it is re-exported under another name | `::redis_ratelimit` |
@@ -99,9 +99,10 @@ use crate::item::ItemFn;
 /// | `shadow = bool` | count and report, never refuse | `false` |
 ///
 /// Rule strings take the forms `N/unit`, `N/<k><unit>`, `N per unit` and `N per k units`,
-/// with units `ms`/`millisecond(s)`, `s`/`sec(s)`/`second(s)`, `m`/`min(s)`/`minute(s)`,
-/// `h`/`hour(s)`, `d`/`day(s)` in any case. Rules are turned into constant data at compile
-/// time: nothing is parsed per call.
+/// with units `ms`/`msec(s)`/`millisecond(s)`, `s`/`sec(s)`/`second(s)`,
+/// `m`/`min(s)`/`minute(s)`, `h`/`hr(s)`/`hour(s)`, `d`/`day(s)` in any case; the same
+/// grammar reads the rules operators store in Redis. Rules are turned into constant data
+/// at compile time: nothing is parsed per call.
 ///
 /// A call of `cost = n` uses `n` units of every rule at once, or none: a refused call
 /// consumes nothing. A cost above a rule's count can never pass; it is refused with
@@ -109,130 +110,28 @@ use crate::item::ItemFn;
 ///
 /// # Policies
 ///
-/// `rules = <expr>` chooses the rules per call, e.g. by the caller's plan. The expression
-/// is evaluated once, before the body, and may give anything that derefs to `[Rule]`: a
-/// `&'static [Rule]`, a `&Vec<Rule>`, a `Vec<Rule>`, an `Arc<[Rule]>`. An empty list runs
-/// the call unchecked. `prevent_duplicate = true` still adds its rule, and an operator's
-/// override of the site's rules wins over the expression.
-///
-/// ```
-/// use redis_ratelimit::{rate_limiter, RateLimitError, Rule};
-///
-/// static FREE: [Rule; 1] = [Rule::per_minute(2)];
-/// static PRO: [Rule; 1] = [Rule::per_minute(100)];
-///
-/// struct User {
-///     id: u64,
-///     pro: bool,
-/// }
-///
-/// fn plan_rules(user: &User) -> &'static [Rule] {
-///     if user.pro { &PRO } else { &FREE }
-/// }
-///
-/// #[rate_limiter(rules = plan_rules(user), limit_type = USER_ID, by = user.id)]
-/// async fn search(user: &User) -> Result<(), RateLimitError> {
-///     Ok(())
-/// }
-/// # #[tokio::main(flavor = "current_thread")] async fn main() {
-/// let (free, pro) = (User { id: 1, pro: false }, User { id: 2, pro: true });
-/// for _ in 0..2 {
-///     search(&free).await.unwrap();
-///     search(&pro).await.unwrap();
-/// }
-/// assert!(search(&free).await.is_err());
-/// assert!(search(&pro).await.is_ok());
-/// # }
-/// ```
-///
-/// `charge_if = <expr>` counts only the calls it says to count: a function or closure
-/// `Fn(&R) -> bool`, `R` being the function's return type (`Result::is_err`,
-/// `|r: &Result<Session, LoginError>| matches!(r, Err(LoginError::BadPassword))`). The
-/// call's units are taken before the body runs, so that concurrent calls never exceed a
-/// rule; when the body returns (by its end, a `return` or a `?`) and `charge_if` answers
-/// `false`, exactly those units are given back. A refund that cannot reach the backend
-/// leaves them used, and a call whose future is dropped before the body returns keeps them.
-/// The expression is evaluated after the body, which has taken the function's arguments:
-/// it sees the call only through the result it is given.
+/// `rules = <expr>`, `charge_if`, `block_for`, `wait` and `shadow` are explained, with
+/// examples, in the [policies chapter] of the guide. In short: `rules = <expr>` is
+/// evaluated once before the body and an empty list runs the call unchecked
+/// (`prevent_duplicate = true` still adds its rule, and an operator's override of the site
+/// wins over the expression); `charge_if` takes the units before the body and gives them
+/// back when it answers `false` for the call's result (it runs after the body, which has
+/// taken the function's arguments, so it sees the call only through its result);
+/// `block_for` refuses the caller at this site for that long once one of its calls is
+/// refused; `wait` sleeps for room when the refusal's `retry_after` fits in what is left
+/// of its budget; `shadow = true` counts but never refuses. Durations take the rules'
+/// units: `"15 minutes"`, `"900s"`, `"1 hour"`, `"500ms"`. Operators can switch a site
+/// between enforcing, shadow and off at run time ([modes]); their choice wins over
+/// `shadow`.
 ///
 /// ```
 /// use redis_ratelimit::{rate_limiter, RateLimitError};
-///
-/// #[derive(Debug)]
-/// enum LoginError {
-///     BadPassword,
-///     Limited(RateLimitError),
-/// }
-///
-/// impl From<RateLimitError> for LoginError {
-///     fn from(err: RateLimitError) -> Self {
-///         LoginError::Limited(err)
-///     }
-/// }
-///
-/// /// Three failed logins a minute per user; successful ones are not counted.
-/// #[rate_limiter(
-///     rules("3/minute"),
-///     limit_type = CUSTOM,
-///     by = user,
-///     charge_if = |r: &Result<(), LoginError>| matches!(r, Err(LoginError::BadPassword)),
-/// )]
-/// async fn login(user: &str, password: &str) -> Result<(), LoginError> {
-///     if password != "secret" {
-///         return Err(LoginError::BadPassword);
-///     }
-///     Ok(())
-/// }
-/// # #[tokio::main(flavor = "current_thread")] async fn main() {
-/// for _ in 0..5 {
-///     login("ann", "secret").await.unwrap();
-/// }
-/// for _ in 0..3 {
-///     assert!(matches!(login("ann", "guess").await, Err(LoginError::BadPassword)));
-/// }
-/// assert!(matches!(login("ann", "secret").await, Err(LoginError::Limited(_))));
-/// # }
-/// ```
-///
-/// `block_for = "<duration>"` locks a caller out of the site once one of its calls is
-/// refused: every call of that caller is then refused until the refusal's time plus the
-/// duration, with `retry_after` the block's remaining time; blocked calls consume nothing,
-/// and `Limiter::reset` of the key lifts the block. `wait = "<duration>"` makes a call that
-/// would be refused wait for room, when the refusal's `retry_after` fits in what is left of
-/// that time (plus a little jitter), and check again; it is refused once the time is spent,
-/// and at once when it could never pass. Durations take the rules' units: `"15 minutes"`,
-/// `"900s"`, `"1 hour"`, `"500ms"`; a duration of 0 or a malformed one is a compile error.
-///
-/// `shadow = true` counts the calls exactly as enforcing would, but never refuses one: a
-/// would-be refusal is reported (metrics outcome `shadow_limited` and a throttled `info`
-/// event) and the body runs. It is the way to roll a limit out; operators can switch a
-/// site between enforcing, shadow and off at run time, and their choice wins over the
-/// attribute's.
-///
-/// ```
-/// use redis_ratelimit::{rate_limiter, RateLimitError};
-///
-/// #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, shadow = true)]
-/// async fn export() -> Result<(), RateLimitError> {
-///     Ok(())
-/// }
-///
-/// #[rate_limiter(rules("2/second"), limit_type = GLOBAL, wait = "2s")]
-/// async fn call_partner_api() -> Result<(), RateLimitError> {
-///     Ok(())
-/// }
 ///
 /// #[rate_limiter(rules("5/minute"), limit_type = CUSTOM, by = user, block_for = "15 minutes")]
 /// async fn reset_password(user: &str) -> Result<(), RateLimitError> {
 ///     Ok(())
 /// }
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-/// for _ in 0..3 {
-///     export().await.unwrap(); // over the limit from the second call on, never refused
-/// }
-/// for _ in 0..3 {
-///     call_partner_api().await.unwrap(); // the third waits for room
-/// }
 /// for _ in 0..5 {
 ///     reset_password("ann").await.unwrap();
 /// }
@@ -273,30 +172,19 @@ use crate::item::ItemFn;
 /// # Keys
 ///
 /// Each call is counted under `{prefix}{type}:{identity}:{path}` (`{prefix}global:{path}` for
-/// `GLOBAL`), where `path` is the function's full path, so that two functions never share a
-/// budget by accident:
-///
-/// | function | `path` |
-/// |---|---|
-/// | `async fn send_code` in module `my_app::handlers` | `my_app::handlers::send_code` |
-/// | a method of `impl Svc` (or `impl models::Svc` in any other module) | `my_app::models::Svc::send` |
-/// | a method of `impl<T> Gen<T>`, for every `T` | `my_app::models::Gen::get` |
-/// | a method of `impl A for Svc` | `<my_app::models::Svc as my_app::A>::go` |
-/// | a method of `impl A for Gen<u8>` | `<my_app::models::Gen<u8> as my_app::A>::go` |
-/// | a method of the blanket `impl<T: Marked> Audit for T`, for every `T` | `<_ as my_app::Audit>::audit` |
-///
-/// A method names its impl's self type wherever the impl block stands, and a trait method
-/// its trait too: `<Svc as A>::go`, `<Svc as B>::go` and `Svc::go` count apart. The
-/// impl's own generic parameters are dropped, so every instantiation of a generic function
-/// shares one budget; type arguments the impl writes out (`Gen<u8>`) are kept. For example
-/// `rate_limit:ip:203.0.113.9:my_app::handlers::send_code`.
+/// `GLOBAL`), e.g. `rate_limit:ip:203.0.113.9:my_app::handlers::send_code`, where `path` is
+/// the function's full path: a method names its impl's self type wherever the impl block
+/// stands, and a trait method its trait too, so two functions never share a budget by
+/// accident. The [keys chapter] of the guide gives the path of every kind of function and
+/// how identities are escaped.
 ///
 /// The path is read from the compiler's type names, whose text Rust does not promise to
 /// keep across compiler versions. `name = "..."` replaces it with a path of your own:
 /// stable across refactors and toolchains, and the way to share a budget between functions
 /// on purpose. A name is one or more segments of ASCII letters, digits, `_`, `.` and `-`,
 /// separated by `::` or `/` (`"billing::send_invoice"`, `"api/v2/orders"`): no whitespace,
-/// no braces (which would make a Redis Cluster hash tag), no lone `:`.
+/// no braces (which would make a Redis Cluster hash tag), no lone `:`. It is also the
+/// site's name for operators: its metrics label and the field of its overrides.
 ///
 /// ```
 /// use redis_ratelimit::{rate_limiter, RateLimitError};
@@ -331,21 +219,42 @@ use crate::item::ItemFn;
 /// # Errors at compile time
 ///
 /// Misuse is a compile error on the offending token, saying what is allowed, and all errors
-/// of one attribute are reported together: a function that is not `async` (or is `const` or
-/// `extern`), an unknown or repeated argument, a count or time of 0, a window too long to
-/// count, an unknown unit, limit type or algorithm, an unparsable rule string, `by` with
-/// `GLOBAL`, `CUSTOM` without `by`, `prevent_duplicate_rule` without
-/// `prevent_duplicate = true`, no rule at all, a non-`Result` return type without
-/// `on_limit`, an empty or malformed `name`, `cost = 0`, `rules = <expr>` together with
-/// `rules(...)`, `shadow` or `prevent_duplicate` given anything but `true` or `false`, and a
-/// `block_for` or `wait` duration that is 0, too long or malformed. An error type without
-/// `From<RateLimitError>` is reported at that type, a `cost` that is not a `u64`, a
-/// `rules = <expr>` that does not deref to `[Rule]` and a `charge_if` that is not a
-/// `Fn(&R) -> bool` for the function's return type at their expressions.
+/// of one attribute are reported together:
+///
+/// ```text
+/// error: unknown limit_type `PER_IP`; expected one of IP, USER_ID, GLOBAL, CUSTOM
+///  --> src/handlers.rs:3:44
+///   |
+/// 3 | #[rate_limiter(rules("10/minute"), limit_type = PER_IP)]
+///   |                                                 ^^^^^^
+/// ```
+///
+/// - the item: a function that is not `async`, is `const` or `extern`, or has no body;
+/// - the arguments: an unknown or repeated argument; no rule at all (neither `rules` nor
+///   `prevent_duplicate = true`) or an empty `rules()`; `rules = <expr>` together with
+///   `rules(...)`; `prevent_duplicate_rule` without `prevent_duplicate = true`; `shadow` or
+///   `prevent_duplicate` given anything but the literal `true` or `false`;
+/// - the rules: a count or time of 0, a count too large or a window too long to count, a
+///   missing `count` or `time`, an unknown unit or `rule` argument, an unparsable rule
+///   string;
+/// - the identity: an unknown limit type, `by` with `GLOBAL`, `CUSTOM` without `by`;
+/// - the rest: an unknown algorithm, an empty or malformed `name`, a literal `cost = 0`, a
+///   `block_for` or `wait` that is not a duration string, or is 0, too long or malformed;
+///   a return type that is not a `Result` without `on_limit`.
+///
+/// Type errors are reported at the user's tokens: an error type without
+/// `From<RateLimitError>` at that type; a `cost` that is not a `u64`, a `rules = <expr>`
+/// that does not deref to `[Rule]`, a `charge_if` that is not a `Fn(&R) -> bool` for the
+/// function's return type, and a `limiter` that is not a `Limiter` at their expressions.
 ///
 /// [`RateLimitError::Limited`]: https://docs.rs/redis-ratelimit/*/redis_ratelimit/enum.RateLimitError.html#variant.Limited
 /// [`RateLimitError::MissingIdentity`]: https://docs.rs/redis-ratelimit/*/redis_ratelimit/enum.RateLimitError.html#variant.MissingIdentity
 /// [`RateLimitError::Backend`]: https://docs.rs/redis-ratelimit/*/redis_ratelimit/enum.RateLimitError.html#variant.Backend
+/// [policies chapter]: https://docs.rs/redis-ratelimit/*/redis_ratelimit/guide/policies/index.html
+/// [keys chapter]: https://docs.rs/redis-ratelimit/*/redis_ratelimit/guide/keys/index.html
+/// [modes]: https://docs.rs/redis-ratelimit/*/redis_ratelimit/guide/operating/index.html#modes
+/// [algorithms]: https://docs.rs/redis-ratelimit/*/redis_ratelimit/guide/algorithms/index.html
+/// [the request context]: https://docs.rs/redis-ratelimit/*/redis_ratelimit/guide/keys/index.html#the-request-context
 #[proc_macro_attribute]
 pub fn rate_limiter(args: TokenStream, item: TokenStream) -> TokenStream {
     let item = proc_macro2::TokenStream::from(item);

@@ -74,7 +74,38 @@
 //!
 //! actix-web runs one single-threaded Tokio runtime per worker; a [`Limiter`](crate::Limiter)
 //! works from all of them at once, so one `static` (or leaked) limiter serves every worker
-//! and counts exactly.
+//! and counts exactly (the end-to-end tests check exact counts with several workers on one
+//! Redis). A handler can take it from the app's data with the attribute's `limiter`:
+//!
+//! ```no_run
+//! # mod redis_ratelimit { pub use ::redis_ratelimit::*; pub use ratelimit_runtime::actix; }
+//! # use actix_web::{dev::ServiceRequest, web, App, HttpServer};
+//! # fn user_of(req: &ServiceRequest) -> Option<String> { None }
+//! use redis_ratelimit::{actix::RateLimit, rate_limiter, Limiter, RateLimitError};
+//!
+//! #[rate_limiter(rules("5/minute"), prevent_duplicate = true, limit_type = IP,
+//!                limiter = *limiter.get_ref())]
+//! async fn send_code(limiter: web::Data<&'static Limiter>, phone: String) -> Result<String, RateLimitError> {
+//!     Ok(format!("code sent to {phone}"))
+//! }
+//!
+//! # async fn serve() -> std::io::Result<()> {
+//! let limiter: &'static Limiter = redis_ratelimit::global();   // one limiter for every worker
+//! HttpServer::new(move || {
+//!     App::new()
+//!         .app_data(web::Data::new(limiter))
+//!         .route("/sms/code", web::post().to(send_code))
+//!         .wrap(RateLimit::new().trust_proxies(["10.0.0.0/8"]).user_id(|req| user_of(req)))
+//! })
+//! .workers(4)
+//! .bind("0.0.0.0:3000")?
+//! .run()
+//! .await
+//! # }
+//! ```
+//!
+//! `examples/actix_server.rs` is the `axum_server` API of the [axum](crate::axum) docs on
+//! actix-web, answering byte for byte the same (`cargo run --example actix_server`).
 
 use std::fmt;
 use std::future::{ready, Ready};

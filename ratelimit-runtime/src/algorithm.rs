@@ -395,16 +395,26 @@ impl Block {
             Some(block_for_us) if call.consume => block_for_us.get(),
             _ => return None,
         };
-        *self = Block {
-            until_us: clamp.at_us.saturating_add(block_for_us),
-            rule_index: refusal.rule_index,
-        };
+        self.extend(clamp.at_us.saturating_add(block_for_us), refusal.rule_index);
         let block_us = block_for_us.saturating_add(clamp.lag_us);
         if refusal.retry_after_us != RawDecision::NEVER {
             refusal.retry_after_us = refusal.retry_after_us.max(block_us);
         }
         refusal.reset_after_us = refusal.reset_after_us.max(block_us);
         Some(block_us)
+    }
+
+    /// Blocks the key until `until_us` (µs since the epoch), answered by rule
+    /// `rule_index`, unless a block already runs at least as long: a block never shortens
+    /// another. Both ways a block starts come here: a refusal with `block_for`
+    /// ([`start`](Self::start)) and [`KeyState::block_until`] (`Limiter::block`).
+    fn extend(&mut self, until_us: u64, rule_index: usize) {
+        if until_us > self.until_us {
+            *self = Block {
+                until_us,
+                rule_index,
+            };
+        }
     }
 
     /// An admitted write ends a block that has passed, as a script's write drops it.
@@ -475,6 +485,32 @@ impl KeyState {
             Counts::FixedWindow(s) => s.check(block, call),
             Counts::SlidingWindow(s) => s.check(block, call),
             Counts::TokenBucket(s) => s.check(block, call),
+        }
+    }
+
+    /// Blocks the key until `until_us` (µs since the epoch) unless it is blocked longer
+    /// already (`Limiter::block`): the block a refusal with `block_for` starts, answered by
+    /// rule 0. Returns the block's end.
+    pub fn block_until(&mut self, until_us: u64) -> u64 {
+        self.block.extend(until_us, 0);
+        self.block.until_us
+    }
+
+    /// A key that held nothing when it was blocked is kept as the sliding log keeps a block
+    /// (as on Redis: a sorted set holding only the block's member). Whichever algorithm
+    /// checks it first takes it over, keeping the block; `None` when the state holds
+    /// counts, or is already `algorithm`'s.
+    pub fn taken_over_by(&self, algorithm: Algorithm) -> Option<KeyState> {
+        match &self.counts {
+            Counts::SlidingLog(s)
+                if algorithm != Algorithm::SlidingLog && s.latest_us().is_none() =>
+            {
+                Some(KeyState {
+                    block: self.block,
+                    ..KeyState::new(algorithm)
+                })
+            }
+            _ => None,
         }
     }
 

@@ -1,6 +1,10 @@
 //! axum integration (feature `axum`): a layer that tells guarded handlers who is calling,
 //! and HTTP responses for [`RateLimitError`].
 //!
+//! ```toml
+//! redis-ratelimit = { version = "0.3", features = ["axum"] }
+//! ```
+//!
 //! The layer is the [tower layer](crate::tower) for axum's body type, reading the peer
 //! address from `ConnectInfo<SocketAddr>`.
 //!
@@ -45,7 +49,15 @@
 //!   health checker; see [`RequestContext::with_exempt`](crate::RequestContext::with_exempt)).
 //!
 //! Without the layer, or without what a guard needs from it, the guard refuses the call with
-//! `MissingIdentity`, which answers `500` with a body saying what is missing.
+//! `MissingIdentity`, which answers `500` with a body saying what is missing: a `USER_ID`
+//! route reached without a user id is a configuration error, not a shared bucket.
+//!
+//! Exempting is your application's decision: anyone who can make a request look exempt
+//! bypasses every limit, so decide from what a client cannot forge (the peer address of
+//! your monitoring network, an authenticated role), never from a header or a path alone.
+//!
+//! The client-IP rules are written once, framework-free, and shared by every integration
+//! ([tower](crate::tower), [tonic](crate::tonic), [actix](crate::actix)).
 //!
 //! # Guards on the router
 //!
@@ -103,6 +115,32 @@
 //!
 //! The same fields, computed by the same code, are sent by the [tonic](crate::tonic) (as
 //! metadata) and [actix](crate::actix) integrations.
+//!
+//! # The example server
+//!
+//! `examples/axum_server.rs` is a small API on the embedded backend (or Redis with
+//! `RATELIMIT_REDIS_URL`), every API request also counted by a guard (60 a minute per
+//! client IP), `GET /health` outside it:
+//!
+//! ```text
+//! $ cargo run --example axum_server
+//! $ curl -i -X POST localhost:3000/sms/code -d '+1 555 0100'
+//! HTTP/1.1 200 OK
+//! ratelimit-policy: "p1";q=5;w=60, "p2";q=10;w=3600, "dup";q=1;w=5
+//! ratelimit: "dup";r=0;t=5
+//!
+//! code sent to +1 555 0100
+//! $ curl -i -X POST localhost:3000/sms/code -d '+1 555 0100'
+//! HTTP/1.1 429 Too Many Requests
+//! content-type: application/problem+json
+//! retry-after: 5
+//! ratelimit-policy: "p1";q=5;w=60, "p2";q=10;w=3600, "dup";q=1;w=5
+//! ratelimit: "dup";r=0;t=5
+//!
+//! {"type":"about:blank","title":"Too Many Requests","status":429,"detail":"too many verification codes; wait before asking for another"}
+//! $ curl -i 'localhost:3000/search?q=rust' -H 'x-user-id: 42'     # 3 per 10 s per user
+//! $ curl -i localhost:3000/health                                 # never limited, no headers
+//! ```
 
 use std::net::{IpAddr, SocketAddr};
 

@@ -190,6 +190,17 @@ pub(crate) fn record_with(make: impl FnOnce() -> Option<SiteDecision>) {
     });
 }
 
+/// Runs `fut` so that its guarded checks leave no decision for the request being served,
+/// if any: an outbound call's budget (feature `reqwest`) is not the client's.
+#[cfg(feature = "reqwest")]
+pub(crate) async fn unrecorded<F: Future>(fut: F) -> F::Output {
+    if DECISIONS.try_with(|_| ()).is_ok() {
+        DECISIONS.scope(Arc::default(), fut).await
+    } else {
+        fut.await
+    }
+}
+
 /// Runs `fut` so that the decisions of its guarded calls land in `slot`.
 #[cfg(any(feature = "tower", feature = "actix"))]
 pub(crate) fn recording<F: Future>(

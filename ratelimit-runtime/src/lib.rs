@@ -26,6 +26,8 @@ mod observe;
 mod overrides;
 mod random;
 mod registry;
+#[cfg(feature = "reqwest")]
+pub mod reqwest;
 mod rule;
 mod rule_text;
 #[doc(hidden)]

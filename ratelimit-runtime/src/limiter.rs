@@ -92,7 +92,9 @@ impl Limiter {
     /// Only validates the URL; connections are made on first use and re-made automatically
     /// whenever they break. In the sentinel form the credentials and database are the
     /// master's; the sentinels are asked without credentials, and with the same ones when
-    /// they require them. See the README's "Production" section.
+    /// they require them. See the guide's
+    /// [production Redis](https://docs.rs/redis-ratelimit/*/redis_ratelimit/guide/production/index.html)
+    /// chapter.
     ///
     /// ```
     /// use redis_ratelimit::Limiter;
@@ -543,6 +545,94 @@ impl Limiter {
             Store::Redis(redis) => redis.reset(key).await,
             Store::Memory(memory) => {
                 memory.reset_now(key);
+                Ok(())
+            }
+            Store::Misconfigured(err) => Err(misconfigured(err)),
+        }
+    }
+
+    /// Refuses every check of `key` for `duration` from now, whatever its rules and
+    /// algorithm: each is denied with `retry_after` = what is left of the block, consuming
+    /// nothing, in every process sharing the backend. The block a refusal with
+    /// [`block_for`](Check::block_for) starts, written the same way: kept with the key's
+    /// state (which it keeps), answered by the key's first rule, lifted by
+    /// [`reset`](Self::reset). It never shortens a block that lasts longer already. A key
+    /// that holds nothing yet is blocked too: the first algorithm to check it after the
+    /// block takes it over. The end is counted from the backend's clock (Redis `TIME`).
+    ///
+    /// What to do when a third party answers `429 Too Many Requests` with `Retry-After`:
+    /// the outbound middleware (feature `reqwest`) does it for you.
+    ///
+    /// With a [`fallback`](Self::fallback), the key is blocked there too.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_ratelimit::{Limiter, Rule};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// const API: [Rule; 1] = [Rule::per_second(50)];
+    /// let limiter = Limiter::memory();
+    /// limiter.block("out:maps-api", Duration::from_secs(30)).await?;
+    ///
+    /// let refused = limiter.check("out:maps-api", &API).await?;
+    /// assert!(!refused.allowed);
+    /// assert!(refused.retry_after > Some(Duration::from_secs(29)));
+    ///
+    /// limiter.reset("out:maps-api").await?; // lifts it
+    /// assert!(limiter.check("out:maps-api", &API).await?.allowed);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// When the backend cannot be reached, or `key` holds something the limiter never
+    /// writes ([`BackendErrorKind::Command`]).
+    ///
+    /// # Panics
+    ///
+    /// When `duration` is over [`Rule::MAX_WINDOW`].
+    pub async fn block(&self, key: &str, duration: Duration) -> Result<(), BackendError> {
+        self.block_at_us(key, duration, None).await
+    }
+
+    /// [`block`](Self::block) at an explicit time instead of the backend's clock, as
+    /// [`Check::at`] checks. For differential tests only.
+    #[cfg(feature = "test-clock")]
+    #[doc(hidden)]
+    pub async fn block_at(
+        &self,
+        key: &str,
+        duration: Duration,
+        now: Duration,
+    ) -> Result<(), BackendError> {
+        self.block_at_us(key, duration, Some(crate::clock::micros(now)))
+            .await
+    }
+
+    /// A block at `now_us` (`None`: the backend's clock).
+    async fn block_at_us(
+        &self,
+        key: &str,
+        duration: Duration,
+        now_us: Option<u64>,
+    ) -> Result<(), BackendError> {
+        assert!(
+            duration <= Rule::MAX_WINDOW,
+            "Limiter::block: cannot block `{key}` for {duration:?}; a block lasts at most 2^52 \
+             microseconds (about 142 years)"
+        );
+        let block_for_us = crate::clock::micros(duration);
+        if block_for_us == 0 {
+            return Ok(());
+        }
+        if let Some(fallback) = &self.fallback {
+            Box::pin(fallback.block_at_us(key, duration, now_us)).await?;
+        }
+        match &self.store {
+            #[cfg(feature = "redis")]
+            Store::Redis(redis) => redis.block(key, block_for_us, now_us).await,
+            Store::Memory(memory) => {
+                memory.block(key, block_for_us, now_us);
                 Ok(())
             }
             Store::Misconfigured(err) => Err(misconfigured(err)),

@@ -1,6 +1,8 @@
 //! What each check tells an operator: a `tracing` span `ratelimit.check`, a `debug` event
 //! when it is limited, and with feature `metrics` the counter `ratelimit_checks_total` and
-//! the histogram `ratelimit_check_duration_seconds` (see the README, "Operating it").
+//! the histogram `ratelimit_check_duration_seconds` (see the guide's
+//! [operating](https://docs.rs/redis-ratelimit/*/redis_ratelimit/guide/operating/index.html#metrics-and-tracing)
+//! chapter).
 //!
 //! Cheap when nobody listens: when no subscriber enables `DEBUG`, a check makes no span
 //! (one atomic load) and formats nothing; otherwise a span or event whose target no

@@ -31,6 +31,46 @@
 //! (see [`crate::axum`]): behind the layer, `ratelimit-policy` lists every rule of the call
 //! site, and allowed calls carry `ratelimit-policy` and `ratelimit` in their response
 //! metadata too.
+//!
+//! # A guarded method
+//!
+//! Service traits are `#[async_trait]` traits: write `#[rate_limiter]` below it, on the
+//! method.
+//!
+//! ```
+//! # mod redis_ratelimit { pub use ::redis_ratelimit::*; pub use ratelimit_runtime::tonic; }
+//! # use tonic::{Request, Response, Status};
+//! # pub struct CodeRequest; pub struct CodeReply { message: String } struct SmsService;
+//! # #[tonic::async_trait] trait Sms: Send + Sync + 'static {
+//! #     async fn send_code(&self, request: Request<CodeRequest>) -> Result<Response<CodeReply>, Status>;
+//! # }
+//! use redis_ratelimit::rate_limiter;
+//!
+//! #[tonic::async_trait]
+//! impl Sms for SmsService {
+//!     #[rate_limiter(rules("5/minute"), prevent_duplicate = true, limit_type = IP)]
+//!     async fn send_code(&self, request: Request<CodeRequest>) -> Result<Response<CodeReply>, Status> {
+//!         Ok(Response::new(CodeReply { message: "code sent".into() }))
+//!     }
+//! }
+//! ```
+//!
+//! `examples/grpc_server.rs` writes its messages with `prost` derives, so it builds without
+//! `protoc`; `proto/sms.proto` describes it for other clients:
+//!
+//! ```text
+//! $ cargo run --example grpc_server &
+//! $ cargo run --example grpc_server -- call '+1 555 0100'
+//! OK: code sent to +1 555 0100
+//!   ratelimit-policy: "p1";q=5;w=60, "dup";q=1;w=5
+//!   ratelimit: "dup";r=0;t=5
+//! RESOURCE_EXHAUSTED: too many verification codes; wait before asking for another
+//!   retry-after: 5
+//!   ratelimit-policy: "p1";q=5;w=60, "dup";q=1;w=5
+//!   ratelimit: "dup";r=0;t=5
+//! $ grpcurl -plaintext -import-path proto -proto sms.proto \
+//!     -d '{"phone": "+1 555 0100"}' 127.0.0.1:50051 sms.Sms/SendCode
+//! ```
 
 use std::net::IpAddr;
 

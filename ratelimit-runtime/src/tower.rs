@@ -78,10 +78,23 @@
 //! # }
 //! ```
 //!
+//! Several guards on one layer are checked in the order added; the first refusal answers
+//! and the guards after it count nothing. Guards and attributes compose: a request may
+//! pass the layer's guards and then a handler's `#[rate_limiter]`, and its response's
+//! RateLimit fields describe whichever decision binds hardest (a refusal over an allowance,
+//! then the longer wait, then the fewest units left). A layer without guards does no more
+//! per request than fill the request context; a guarded request makes one check per guard,
+//! each one backend round trip.
+//!
 //! A refusal is written in the inner service's response body type ([`RefusalBody`]):
 //! axum's and tonic's bodies, `String`, and http-body-util's `Full<Bytes>`,
-//! `BoxBody<Bytes, E>` and `UnsyncBoxBody<Bytes, E>`. A gRPC request (`content-type:
-//! application/grpc...`) is refused with a gRPC status when the `tonic` feature is on.
+//! `BoxBody<Bytes, E>` and `UnsyncBoxBody<Bytes, E>`; implement [`RefusalBody`] for a body
+//! of your own. The inner service is `Clone`, as tower services usually are. A gRPC
+//! request (`content-type: application/grpc...`) is refused with a gRPC status when the
+//! `tonic` feature is on.
+//!
+//! Everything else (the client IP behind trusted proxies, the user id, exemptions, the
+//! response fields) is as for [axum](crate::axum), by the same code.
 
 use std::convert::Infallible;
 use std::fmt;

@@ -35,7 +35,7 @@ use super::Request;
 use crate::algorithm::{Call, KeyState};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::{CountedBy, RawDecision, Receipt};
-use crate::{random, sync, BackendError, BackendErrorKind, Rule};
+use crate::{random, sync, Algorithm, BackendError, BackendErrorKind, Rule};
 
 /// How many keys a backend holds unless told otherwise.
 pub(crate) const DEFAULT_MAX_KEYS: usize = 1_000_000;
@@ -169,6 +169,39 @@ impl MemoryBackend {
 }
 
 impl MemoryBackend {
+    /// Blocks `key` for `block_for_us` from `now_us` (`None`: the clock's time), whatever
+    /// algorithm keeps its state, unless it is blocked longer already (see
+    /// `Limiter::block`); a key that holds nothing is blocked as the sliding log's, which
+    /// the first algorithm to check it takes over. The key lives at least as long as the
+    /// block.
+    pub(crate) fn block(&self, key: &str, block_for_us: u64, now_us: Option<u64>) {
+        let hash = self.hash(key);
+        let mut shard = self.shard(hash);
+        let now_us = now_us.unwrap_or_else(|| self.clock.now_us());
+        let until_us = now_us.saturating_add(block_for_us);
+        if let Some(id) = shard.find(hash, key) {
+            let slot = shard.slots[id as usize]
+                .as_mut()
+                .expect("the index lists only slots in use");
+            if slot.expires_at_us <= now_us {
+                slot.state = KeyState::new(Algorithm::SlidingLog);
+            }
+            let until_us = slot.state.block_until(until_us);
+            slot.expires_at_us = slot.expires_at_us.max(until_us);
+            shard.touch(id);
+            return;
+        }
+        let mut state = KeyState::new(Algorithm::SlidingLog);
+        state.block_until(until_us);
+        let slot = Slot {
+            key: Box::from(key),
+            hash,
+            state,
+            expires_at_us: until_us,
+        };
+        shard.insert(slot, now_us);
+    }
+
     /// Forgets `key`.
     pub(crate) fn reset_now(&self, key: &str) {
         let hash = self.hash(key);
@@ -249,13 +282,18 @@ impl Shard {
             if slot.expires_at_us > now_us {
                 let held = slot.state.algorithm();
                 if held != algorithm {
-                    return Err(BackendError::new(
-                        BackendErrorKind::Command,
-                        format!(
-                            "key `{key}` holds {held} state; it cannot be checked with \
+                    // A key blocked while it held nothing (`Limiter::block`) is anyone's.
+                    if let Some(taken) = slot.state.taken_over_by(algorithm) {
+                        slot.state = taken;
+                    } else {
+                        return Err(BackendError::new(
+                            BackendErrorKind::Command,
+                            format!(
+                                "key `{key}` holds {held} state; it cannot be checked with \
                              {algorithm} (use one algorithm per key)"
-                        ),
-                    ));
+                            ),
+                        ));
+                    }
                 }
             } else {
                 // Expired: start over as if the key were absent. A check that writes

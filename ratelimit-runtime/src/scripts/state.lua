@@ -15,7 +15,10 @@
 -- spends nothing on blocks: its name says so. Each check makes three calls: TIME, GET,
 -- and one write (save.lua): a SET of the state with its expiry, or a SETRANGE in place.
 
-local state = redis.call('GET', key)
+-- GET of a key that is no string answers an error, as a table (pcall): a sorted set is
+-- refused with it, unless it holds only a block (a key blocked while it held nothing,
+-- block_key.lua), which any algorithm reads.
+local state = redis.pcall('GET', key)
 local expires = 0
 -- Where the records start; the first record's numbers (count, window, then the
 -- algorithm's own: x0, y0, z0 as it has them), read with the header.
@@ -27,7 +30,15 @@ if state then
         alg, expires, c0, w0, x0, y0, z0 = struct.unpack(HEAD, state)
     end
     if alg ~= NAME then
-        if alg == string.upper(NAME) then
+        if type(state) == 'table' then
+            -- A key blocked while it held nothing (block_key.lua): its block, and no state.
+            local top = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
+            if top[2] ~= 'inf' or redis.call('ZCARD', key) ~= 1 then
+                return state
+            end
+            blocked_until, blocked_rule = struct.unpack('<dd', top[1], 2)
+            state = nil
+        elseif alg == string.upper(NAME) then
             blocked_until, blocked_rule = struct.unpack('<dd', state, #state - SIZE + 9)
         else
             local held = 'a value the limiter did not write'
@@ -43,7 +54,7 @@ if state then
     end
     -- Never count before the latest such time of any record (algorithm::Clamp). The
     -- third number of a record is that time where there is one (LATEST).
-    if LATEST then
+    if LATEST and state then
         if x0 > now then
             now = x0
         end

@@ -55,6 +55,7 @@ use std::time::Duration;
 use redis::{Cmd, Value};
 use tokio::time::{timeout_at, Instant};
 
+mod block;
 mod breaker;
 mod cluster;
 mod config;

@@ -1,0 +1,55 @@
+//! `Limiter::block` on Redis: `scripts/block_key.lua`, sent like a check, to the key's
+//! server, under the check timeout.
+
+use std::sync::atomic::Ordering;
+use std::sync::LazyLock;
+
+use redis::Script;
+
+use super::RedisBackend;
+use crate::clock::{Clock, SystemClock};
+use crate::BackendError;
+
+/// `scripts/block_key.lua`, hashed once per process.
+static BLOCK: LazyLock<Script> = LazyLock::new(|| Script::new(SOURCE));
+const SOURCE: &str = include_str!("../../scripts/block_key.lua");
+
+impl RedisBackend {
+    /// Blocks `key` for `block_for_us` from `now_us` (`None`: the server's time, or this
+    /// process's on a server that refuses `TIME` in scripts), unless it is blocked longer
+    /// already. Sending it twice blocks until the later end of the two, a few ms apart: it
+    /// is sent again when its connection broke.
+    pub(crate) async fn block(
+        &self,
+        key: &str,
+        block_for_us: u64,
+        now_us: Option<u64>,
+    ) -> Result<(), BackendError> {
+        let now_us = match now_us {
+            Some(now_us) => now_us,
+            None if self.client_clock.load(Ordering::Relaxed) => SystemClock.now_us(),
+            None => 0,
+        };
+        let mut evalsha = redis::cmd("EVALSHA");
+        evalsha
+            .arg(BLOCK.get_hash())
+            .arg(1)
+            .arg(key)
+            .arg(block_for_us)
+            .arg(now_us);
+        let eval = || {
+            let mut eval = redis::cmd("EVAL");
+            eval.arg(SOURCE)
+                .arg(1)
+                .arg(key)
+                .arg(block_for_us)
+                .arg(now_us);
+            Some(eval)
+        };
+        let deadline = self.deadline(self.config.timeout);
+        self.send_script(key, &evalsha, eval, true, deadline)
+            .await
+            .map(drop)
+            .map_err(|failure| self.error(key, failure))
+    }
+}
