@@ -5,6 +5,7 @@
 mod support;
 
 use std::borrow::Cow;
+use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -45,7 +46,7 @@ fn limiter(server: &RedisServer, fail_open: bool) -> Limiter {
 async fn guarded(limiter: &Limiter, key: &'static str) -> (Result<(), RateLimitError>, Duration) {
     let start = Instant::now();
     let result = SITE
-        .check(limiter, Cow::Borrowed(key), 1, None)
+        .check(limiter, Cow::Borrowed(key), NonZeroU64::MIN, None)
         .answer()
         .await
         .map(drop);

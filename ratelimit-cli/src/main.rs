@@ -51,7 +51,7 @@ struct Cli {
         global = true,
         env = "RATELIMIT_PREFIX",
         hide_env_values = true,
-        default_value = "rate_limit:",
+        default_value = redis_ratelimit::key::DEFAULT_PREFIX,
         value_name = "PREFIX"
     )]
     prefix: String,

@@ -84,11 +84,6 @@ pub struct Args {
     pub concurrency: Option<(u64, Option<u64>)>,
 }
 
-impl Args {
-    pub const DEFAULT_PREFIX: &'static str = "rate_limit:";
-    pub const DEFAULT_MESSAGE: &'static str = "too many requests";
-}
-
 /// Where the rules come from.
 pub enum Rules {
     /// `rules(...)`, in the order written (none with only `prevent_duplicate`).
@@ -580,6 +575,12 @@ fn parse_rule_call(input: ParseStream, errors: &mut Errors) -> syn::Result<Optio
             ratelimit_rule_text::window_ms(time, unit_ms).map_err(|invalid| match invalid {
                 // Too long is the time in its unit, so both are underlined.
                 InvalidRule::WindowTooLong => invalid_rule(quote!(#lit #unit_ident), invalid),
+                // Only `time = 0` makes an empty window: say which argument that is.
+                InvalidRule::EmptyWindow => syn::Error::new_spanned(
+                    &lit,
+                    "`time` must be at least 1: a rule's window lasts `time` units (`unit`, \
+                     SECONDS by default), and 0 is no window",
+                ),
                 _ => invalid_rule(&lit, invalid),
             })
         })),
@@ -954,7 +955,7 @@ mod tests {
         assert_eq!(errors.len(), 8, "{errors:#?}");
         let expected = [
             "a rule's count must be at least 1",
-            "a rule's window must last at least 1 microsecond",
+            "`time` must be at least 1",
             "cannot parse rule \"often\"",
             "unknown limit_type `PER_IP`; expected one of IP, USER_ID, GLOBAL, CUSTOM",
             "unknown algorithm `LEAKY`",

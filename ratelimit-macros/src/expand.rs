@@ -126,14 +126,14 @@ fn check(args: &Args) -> TokenStream {
     let prefix = match &args.prefix {
         Some(prefix) => quote!(#prefix),
         None => {
-            let prefix = Args::DEFAULT_PREFIX;
+            let prefix = ratelimit_rule_text::DEFAULT_PREFIX;
             quote!(#prefix)
         }
     };
     let message = match &args.message {
         Some(message) => quote!(#message),
         None => {
-            let message = Args::DEFAULT_MESSAGE;
+            let message = ratelimit_rule_text::DEFAULT_MESSAGE;
             quote!(#message)
         }
     };
@@ -207,7 +207,7 @@ fn check(args: &Args) -> TokenStream {
     let named = args.name.as_ref().map(|name| quote!(.named(#name)));
     let cost = match &args.cost {
         Some(_) => quote!(__ratelimit_cost),
-        None => quote!(1),
+        None => quote!(::core::num::NonZeroU64::MIN),
     };
     let check = quote! {
         // `by` is borrowed only to build the (owned) key, so it is not held across the
@@ -242,14 +242,16 @@ fn check(args: &Args) -> TokenStream {
         }
     };
     // A cost is evaluated once, before the body, into a plain `u64`: it holds no borrow
-    // across the `.await`. A call that costs 0 uses nothing and is not checked.
+    // across the `.await`. A call that costs 0 uses nothing and is not checked; the runtime
+    // takes any other as a `NonZeroU64`.
     let check = match &args.cost {
         Some(cost) => quote! {
             let __ratelimit_cost: u64 = #cost;
-            if __ratelimit_cost == 0 {
-                ::core::option::Option::None
-            } else {
-                #check
+            match ::core::num::NonZeroU64::new(__ratelimit_cost) {
+                ::core::option::Option::None => ::core::option::Option::None,
+                ::core::option::Option::Some(__ratelimit_cost) => {
+                    #check
+                }
             }
         },
         None => check,
@@ -510,7 +512,8 @@ mod tests {
         assert!(
             out.contains(
                 "let __ratelimit_cost : u64 = batch . len () as u64 ; \
-                 if __ratelimit_cost == 0 { :: core :: option :: Option :: None }"
+                 match :: core :: num :: NonZeroU64 :: new (__ratelimit_cost) { \
+                 :: core :: option :: Option :: None => :: core :: option :: Option :: None ,"
             ),
             "{out}"
         );
@@ -524,8 +527,8 @@ mod tests {
         let default = expand_simple(quote!(rules("1/s"), limit_type = GLOBAL));
         assert!(
             default.contains(
-                "check (__ratelimit_limiter , __ratelimit_key , 1 , \
-                 :: core :: option :: Option :: None)"
+                "check (__ratelimit_limiter , __ratelimit_key , \
+                 :: core :: num :: NonZeroU64 :: MIN , :: core :: option :: Option :: None)"
             ),
             "{default}"
         );
@@ -598,7 +601,8 @@ mod tests {
         assert!(rules < key, "{out}");
         assert!(
             out.contains(
-                "check (__ratelimit_limiter , __ratelimit_key , 1 , \
+                "check (__ratelimit_limiter , __ratelimit_key , \
+                 :: core :: num :: NonZeroU64 :: MIN , \
                  :: core :: option :: Option :: Some (& * __ratelimit_rules))"
             ),
             "{out}"

@@ -26,6 +26,14 @@ pub const MAX_WINDOW_US: u64 = 1 << 52;
 /// The longest window in whole milliseconds, the finest unit rule text can name.
 pub const MAX_WINDOW_MS: u64 = MAX_WINDOW_US / 1_000;
 
+/// The key prefix of a site that names none (the attribute's `key`), also the prefix of
+/// the `{prefix}rules` hash of its overrides. Here so that the attribute and the runtime
+/// (and through it the `ratelimit` command) share one definition.
+pub const DEFAULT_PREFIX: &str = "rate_limit:";
+
+/// The text a refusal carries when its site names none (the attribute's `message`).
+pub const DEFAULT_MESSAGE: &str = "too many requests";
+
 /// The accepted forms of a rule, for error messages.
 pub const RULE_FORMS: &str =
     "expected \"N/unit\", \"N/<k><unit>\", \"N per unit\" or \"N per k units\" \

@@ -20,6 +20,7 @@ mod token_bucket;
 mod worked;
 
 use std::fmt;
+use std::num::NonZeroU64;
 use std::str::FromStr;
 
 use crate::decision::{RawDecision, Receipt};
@@ -223,10 +224,10 @@ pub(crate) fn decide(
     let mut tightest: Option<(usize, Figures)> = None;
     for (i, f) in figures.into_iter().enumerate() {
         if f.retry_after_us > 0 {
-            if denied.map_or(true, |(_, d)| f.retry_after_us > d.retry_after_us) {
+            if denied.is_none_or(|(_, d)| f.retry_after_us > d.retry_after_us) {
                 denied = Some((i, f));
             }
-        } else if tightest.map_or(true, |(_, t)| f.left < t.left) {
+        } else if tightest.is_none_or(|(_, t)| f.left < t.left) {
             tightest = Some((i, f));
         }
     }
@@ -285,19 +286,21 @@ pub(crate) fn longest_window_us(rules: &[Rule]) -> u64 {
     rules.iter().map(Rule::window_us).max().unwrap_or(0)
 }
 
-/// One check of one key, as an algorithm counts it.
+/// One check of one key, as an algorithm counts it: made from the backend's request, in
+/// one place (`Request::call`).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Call<'a> {
     pub rules: &'a [Rule],
     /// The caller's clock, µs since the epoch.
     pub now_us: u64,
-    /// Units of every rule counting units (at least 1); a rule counting calls takes one.
+    /// Units of every rule counting units: the request's, at least 1; a rule counting
+    /// calls takes one.
     pub cost: u64,
     /// `false` for a peek: answer as a check would, write nothing.
     pub consume: bool,
     /// When a consuming check is refused by a rule, the key refuses every check for this
-    /// long after (see [`Block`]); 0: no block.
-    pub block_for_us: u64,
+    /// long after (see [`Block`]); `None`: no block.
+    pub block_for_us: Option<NonZeroU64>,
 }
 
 /// What one check did to a key's state.
@@ -415,14 +418,12 @@ impl Block {
     /// then says that no call passes before the block ends. Returns how long the key must
     /// live from the caller's clock for the block, `None` when there is none.
     fn start(&mut self, refusal: &mut RawDecision, call: &Call<'_>, clamp: Clamp) -> Option<u64> {
-        if !call.consume || call.block_for_us == 0 {
-            return None;
-        }
-        self.extend(
-            clamp.at_us.saturating_add(call.block_for_us),
-            refusal.rule_index,
-        );
-        let block_us = call.block_for_us.saturating_add(clamp.lag_us);
+        let block_for_us = match call.block_for_us {
+            Some(block_for_us) if call.consume => block_for_us.get(),
+            _ => return None,
+        };
+        self.extend(clamp.at_us.saturating_add(block_for_us), refusal.rule_index);
+        let block_us = block_for_us.saturating_add(clamp.lag_us);
         if refusal.retry_after_us != RawDecision::NEVER {
             refusal.retry_after_us = refusal.retry_after_us.max(block_us);
         }
@@ -587,7 +588,7 @@ impl KeyState {
 }
 
 /// How one rule stands in a key's state at some time, as a check would find it (for
-/// [`crate::inspect`]).
+/// [`Limiter::inspect`](crate::Limiter::inspect)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Standing {
     /// Units the rule admits now.
@@ -741,7 +742,7 @@ pub(crate) mod testing {
             now_us,
             cost,
             consume,
-            block_for_us: 0,
+            block_for_us: None,
         }
     }
 
@@ -764,6 +765,8 @@ pub(crate) mod testing {
 
 #[cfg(test)]
 mod tests {
+    use std::num::NonZeroU64;
+
     use super::testing::{call, rule};
     use super::{Algorithm, Call, KeyState, ParseAlgorithmError};
     use crate::decision::{RawDecision, Receipt};
@@ -802,7 +805,7 @@ mod tests {
                 now_us: check.now_us,
                 cost: check.cost,
                 consume: check.consume,
-                block_for_us: check.block_for_us,
+                block_for_us: NonZeroU64::new(check.block_for_us),
             };
             let state = self.0.get_or_insert_with(|| KeyState::new(algorithm));
             let d = state.check(&call).decision;

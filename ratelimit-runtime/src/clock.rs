@@ -11,7 +11,7 @@ pub(crate) fn micros(duration: Duration) -> u64 {
 
 /// `duration` in whole µs, rounded up (saturating).
 pub(crate) fn micros_rounded_up(duration: Duration) -> u64 {
-    micros(duration).saturating_add(u64::from(duration.subsec_nanos() % 1000 != 0))
+    micros(duration).saturating_add(u64::from(!duration.subsec_nanos().is_multiple_of(1000)))
 }
 
 /// A source of wall-clock time (since the UNIX epoch, in microseconds), so that tests can

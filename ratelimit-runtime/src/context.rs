@@ -171,7 +171,7 @@ impl DecisionSlot {
     fn offer(&self, decision: SiteDecision) {
         // Held only for this comparison, never across an await.
         let mut kept = lock(&self.0);
-        if kept.map_or(true, |kept| decision.binds_harder_than(&kept)) {
+        if kept.is_none_or(|kept| decision.binds_harder_than(&kept)) {
             *kept = Some(decision);
         }
     }

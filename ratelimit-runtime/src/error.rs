@@ -7,7 +7,24 @@ use std::time::Duration;
 use crate::{LimitType, Rule};
 
 /// Why a guarded call did not run.
+///
+/// New kinds of refusal may be added in a minor release, so a `match` on it ends with a
+/// wildcard arm:
+///
+/// ```
+/// use redis_ratelimit::RateLimitError;
+///
+/// fn status(err: &RateLimitError) -> u16 {
+///     match err {
+///         RateLimitError::Limited { .. } => 429,
+///         RateLimitError::Backend(_) => 503,
+///         _ => 500,
+///     }
+/// }
+/// # let _ = status;
+/// ```
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum RateLimitError {
     /// A rule is exceeded for this caller.
     Limited {
@@ -84,7 +101,8 @@ impl From<BackendError> for RateLimitError {
     }
 }
 
-/// What kind of failure a [`BackendError`] is.
+/// What kind of failure a [`BackendError`] is. New kinds may be added in a minor release:
+/// a `match` on it ends with a wildcard arm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum BackendErrorKind {

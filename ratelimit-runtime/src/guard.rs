@@ -224,6 +224,8 @@ pub(crate) use checking::GuardSite;
 
 #[cfg(any(feature = "tower", feature = "actix"))]
 mod checking {
+    use std::num::NonZeroU64;
+
     use crate::key::KeyTemplate;
     use crate::site;
     use crate::site_config::SiteConfig;
@@ -280,7 +282,7 @@ mod checking {
             let Some(key) = context_key? else {
                 return Ok(None);
             };
-            let guarded = site::guard(&self.config, self.name, limiter, key, 1, None);
+            let guarded = site::guard(&self.config, self.name, limiter, key, NonZeroU64::MIN, None);
             let permit = guarded.answer().await?;
             // What it took stays taken; its slot is held by the response.
             Ok(permit.into_slot())

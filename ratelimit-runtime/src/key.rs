@@ -8,6 +8,10 @@ use std::fmt::{self, Write as _};
 
 use crate::LimitType;
 
+/// The key prefix of a site that names none: the attribute's `key`, a layer guard's, the
+/// `ratelimit` command's `--prefix`.
+pub const DEFAULT_PREFIX: &str = ratelimit_rule_text::DEFAULT_PREFIX;
+
 /// Escaped identities longer than this are replaced by a hash, so keys stay short.
 pub const MAX_IDENTITY_LEN: usize = 128;
 

@@ -18,7 +18,6 @@ mod decision;
 mod error;
 mod global;
 mod guard;
-mod inspect;
 pub mod key;
 mod limit_type;
 mod limiter;
@@ -52,12 +51,12 @@ pub use decision::Decision;
 pub use error::{BackendError, BackendErrorKind, ConfigError, InitError, RateLimitError};
 pub use global::{global, init, REDIS_URL_ENV};
 pub use guard::Guard;
-pub use inspect::{BlockState, KeyState, LogState, RuleState, Setting};
-#[cfg(feature = "redis")]
-pub use inspect::{OverrideError, StoredOverride, StoredOverrides};
 pub use limit_type::LimitType;
-pub use limiter::{Check, Limiter};
+pub use limiter::{BlockState, Check, KeyState, Limiter, LogState, RuleState};
+#[cfg(feature = "redis")]
+pub use limiter::{OverrideError, StoredOverride, StoredOverrides};
 pub use mode::{Mode, ParseModeError};
+pub use overrides::Setting;
 pub use rule::Rule;
 pub use rule_text::ParseRuleError;
 pub use slot::{Acquire, Slot};

@@ -5,9 +5,15 @@ use std::time::Duration;
 mod check;
 pub(crate) use check::{boxed_in_place, decided, decided_with_slot, Begun, Plan};
 mod deny_cache;
+mod inspect;
 mod refunds;
+#[cfg(feature = "redis")]
+mod stored_overrides;
 
 pub use check::Check;
+pub use inspect::{BlockState, KeyState, LogState, RuleState};
+#[cfg(feature = "redis")]
+pub use stored_overrides::{OverrideError, StoredOverride, StoredOverrides};
 
 use self::deny_cache::DenyCache;
 use self::refunds::Refunds;
@@ -102,7 +108,7 @@ impl Limiter {
     /// ```
     #[cfg(feature = "redis")]
     pub fn redis(url: &str) -> Result<Limiter, ConfigError> {
-        let config = RedisConfig::new(url)?;
+        let config = RedisConfig::new(url, Limiter::DEFAULT_TIMEOUT)?;
         Ok(Limiter::with_store(Store::Redis(Arc::new(
             RedisBackend::new(&config),
         ))))
@@ -878,16 +884,6 @@ impl Limiter {
             Store::Misconfigured(err) => return Err(misconfigured(err)),
         };
         Ok(settled.map_or(*decision, |raw| raw.into_decision(rules)))
-    }
-
-    /// The store this limiter counts in, for reading it (see [`crate::inspect`]).
-    pub(crate) fn store(&self) -> Result<crate::inspect::Store<'_>, BackendError> {
-        match &self.store {
-            #[cfg(feature = "redis")]
-            Store::Redis(redis) => Ok(crate::inspect::Store::Redis(redis)),
-            Store::Memory(memory) => Ok(crate::inspect::Store::Memory(memory)),
-            Store::Misconfigured(err) => Err(misconfigured(err)),
-        }
     }
 
     /// The answer to `request` when it needs no waiting: a cached denial, or a check of the

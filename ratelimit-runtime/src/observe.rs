@@ -128,7 +128,7 @@ impl Observation {
                 site,
                 key = request.key,
                 algorithm = request.algorithm.label(),
-                cost = request.cost,
+                cost = request.cost.get(),
                 peek = !request.consume,
                 outcome = Empty,
                 remaining = Empty,

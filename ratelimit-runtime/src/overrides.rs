@@ -39,6 +39,18 @@ pub(crate) const MODE_SUFFIX: &str = "#mode";
 /// are ignored with a warning (each list costs a few dozen bytes, kept until exit).
 const MAX_INTERNED: usize = 4_096;
 
+/// What a field of the `{prefix}rules` hash sets, as every instance reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Setting {
+    /// Field `{path}`: the site's ordinary rules.
+    Rules(Vec<Rule>),
+    /// Field `{path}#duplicate`: the duplicate-submission rule, or none.
+    DuplicateRule(Option<Rule>),
+    /// Field `{path}#mode`: the site's [`Mode`].
+    Mode(Mode),
+}
+
 /// The rules a guarded call is checked against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct SiteRules {

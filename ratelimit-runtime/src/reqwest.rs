@@ -23,6 +23,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::num::NonZeroU64;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
@@ -345,7 +346,7 @@ impl RateLimitMiddleware {
         limiter: &Limiter,
         path: &'static str,
         key: Cow<'static, str>,
-        cost: u64,
+        cost: NonZeroU64,
     ) -> Result<(), RateLimitError> {
         context::unrecorded(async {
             let permit = site::guard(&self.config, path, limiter, key, cost, None)
@@ -414,7 +415,7 @@ impl Middleware for RateLimitMiddleware {
         let built = self.built();
         let key = self.key(built, &request);
         let cost = self.cost.map_or(1, |cost| cost(&request));
-        if cost > 0 {
+        if let Some(cost) = NonZeroU64::new(cost) {
             self.admit(limiter, built.path, key.clone(), cost)
                 .await
                 .map_err(reqwest_middleware::Error::middleware)?;

@@ -145,9 +145,9 @@ impl fmt::Display for Rule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let us = self.window_us();
         let calls = if self.counts_calls() { " calls" } else { "" };
-        if us % 1_000_000 == 0 {
+        if us.is_multiple_of(1_000_000) {
             write!(f, "{}{calls} per {}s", self.count, us / 1_000_000)
-        } else if us % 1_000 == 0 {
+        } else if us.is_multiple_of(1_000) {
             write!(f, "{}{calls} per {}ms", self.count, us / 1_000)
         } else {
             write!(f, "{}{calls} per {}us", self.count, us)

@@ -6,6 +6,7 @@
 use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
+use std::num::NonZeroU64;
 use std::pin::Pin;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -106,8 +107,8 @@ impl CallSite {
         key_from_context(template, &self.config, path, limiter)
     }
 
-    /// Checks (and counts) one call using `cost` units (at least 1: the expansion skips the
-    /// check of a call whose cost is 0) against `rules` (the attribute's `rules = <expr>`;
+    /// Checks (and counts) one call using `cost` units (the expansion skips the check of a
+    /// call whose cost is 0) against `rules` (the attribute's `rules = <expr>`;
     /// `None`: the compiled rules); `Err` when it must not run.
     ///
     /// A cost above a rule's count can never pass: the backend denies it without a time to
@@ -120,7 +121,7 @@ impl CallSite {
         &'static self,
         limiter: &'a Limiter,
         key: Cow<'static, str>,
-        cost: u64,
+        cost: NonZeroU64,
         rules: Option<&[Rule]>,
     ) -> Guarded<'a> {
         let path = self.built.get().map_or("", |built| built.path);
@@ -197,10 +198,9 @@ pub(crate) fn guard<'a>(
     path: &'static str,
     limiter: &'a Limiter,
     key: Cow<'static, str>,
-    cost: u64,
+    cost: NonZeroU64,
     rules: Option<&[Rule]>,
 ) -> Guarded<'a> {
-    debug_assert!(cost > 0, "a guarded call's cost is at least 1");
     let (in_force, mode) =
         limiter.site_policy(config.prefix, path, config.compiled_rules(), config.shadow);
     if mode == Mode::Off {
@@ -289,7 +289,7 @@ struct Step<'a> {
     limiter: &'a Limiter,
     in_force: SiteRules,
     shadow: bool,
-    cost: u64,
+    cost: NonZeroU64,
 }
 
 impl<'a> Step<'a> {
@@ -307,7 +307,9 @@ impl<'a> Step<'a> {
             cost: self.cost,
             consume: true,
             now_us: 0,
-            block_for_us: config.block_for.map_or(0, crate::clock::micros),
+            block_for_us: config
+                .block_for
+                .and_then(|block_for| NonZeroU64::new(crate::clock::micros(block_for))),
             // Only a site with `charge_if` gives units back.
             refundable: config.refunds,
             slot,

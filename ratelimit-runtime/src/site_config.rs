@@ -41,9 +41,9 @@ pub struct SiteConfig {
 
 impl SiteConfig {
     /// The text a refusal carries unless the site says otherwise (the attribute's `message`).
-    pub const DEFAULT_MESSAGE: &'static str = "too many requests";
+    pub const DEFAULT_MESSAGE: &'static str = ratelimit_rule_text::DEFAULT_MESSAGE;
     /// The key prefix unless the site says otherwise (the attribute's `key`).
-    pub const DEFAULT_PREFIX: &'static str = "rate_limit:";
+    pub const DEFAULT_PREFIX: &'static str = crate::key::DEFAULT_PREFIX;
 
     /// A site checking `rules` per client IP with the sliding log, under the default prefix
     /// and message, with no policy: what a layer's guard starts from, and what a site that

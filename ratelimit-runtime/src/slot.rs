@@ -350,34 +350,6 @@ impl fmt::Debug for Slot {
     }
 }
 
-impl Limiter {
-    /// How many slots of `key` are held now (see [`acquire`](Self::acquire)): taken and
-    /// neither released nor lapsed. Reads this limiter's own store (not its
-    /// [`fallback`](Self::fallback)), at the store's time.
-    ///
-    /// ```
-    /// use redis_ratelimit::Limiter;
-    ///
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let limiter = Limiter::memory();
-    /// let slot = limiter.acquire("export:acme", 4).await?;
-    /// assert_eq!(limiter.slots_in_use("export:acme").await?, 1);
-    /// drop(slot);
-    /// assert_eq!(limiter.slots_in_use("export:acme").await?, 0);
-    /// # Ok(()) }
-    /// ```
-    pub async fn slots_in_use(&self, key: &str) -> Result<u64, BackendError> {
-        match self.store()? {
-            #[cfg(feature = "redis")]
-            crate::inspect::Store::Redis(redis) => redis.slots_in_use(key).await,
-            crate::inspect::Store::Memory(memory) => {
-                let slots = memory.slots();
-                Ok(slots.in_use(key, slots.now_us()))
-            }
-        }
-    }
-}
-
 /// A request for one of `max` slots of a key: returned by [`Limiter::acquire`], refined
 /// with [`lease`](Acquire::lease) and [`wait`](Acquire::wait), run when awaited.
 #[must_use = "an acquire does nothing until it is awaited"]

@@ -154,7 +154,7 @@ impl<A: PerRule> State<A> {
     /// when `body` is not such a value.
     pub fn decode(body: &[u8], blocked: bool) -> Option<(Self, Block)> {
         let size = 8 * (2 + A::NUMBERS);
-        if body.len() < 8 || (body.len() - 8) % size != 0 {
+        if body.len() < 8 || !(body.len() - 8).is_multiple_of(size) {
             return None;
         }
         let numbers = |bytes: &[u8]| -> Option<Vec<u64>> {

@@ -250,7 +250,7 @@ impl Counter for State {
         } else if actual > reserved && alike > 0 {
             let newer = self.log.split_off(first);
             self.log
-                .extend(std::iter::repeat(at_us).take((actual - reserved) as usize));
+                .extend(std::iter::repeat_n(at_us, (actual - reserved) as usize));
             self.log.extend(newer);
         }
         // Entries at the check's time or before: the expiry already covers them.

@@ -9,6 +9,9 @@ pub(crate) mod memory_slots;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
 
+use std::num::NonZeroU64;
+
+use crate::algorithm::Call;
 use crate::slot::SlotAsk;
 use crate::{Algorithm, Rule};
 
@@ -18,18 +21,19 @@ pub(crate) struct Request<'a> {
     pub key: &'a str,
     pub rules: &'a [Rule],
     pub algorithm: Algorithm,
-    /// How many units of every rule the call uses (at least 1).
-    pub cost: u64,
+    /// How many units of every rule the call uses.
+    pub cost: NonZeroU64,
     /// `false` for a peek: answer as a check would, record nothing.
     pub consume: bool,
     /// An explicit time in µs since the epoch, for differential tests; 0 means the
     /// backend's own clock (Redis `TIME`), as in the scripts' arguments. (Not an `Option`:
-    /// a programmatic check holds its request, and stays within 128 bytes with it.)
+    /// a programmatic check holds its request, and stays within 128 bytes with it: see the
+    /// assertion next to `Check`.)
     pub now_us: u64,
     /// When a consuming check is refused by a rule, the key then refuses every check (and
-    /// peek) for this many µs, consuming nothing (see `algorithm::Block`); 0: no block.
-    /// Below 2^51 (71 years): the scripts read it with the call, as one exact double.
-    pub block_for_us: u64,
+    /// peek) for this many µs, consuming nothing (see `algorithm::Block`); `None`: no
+    /// block. Below 2^51 (71 years): the scripts read it with the call, as one exact double.
+    pub block_for_us: Option<NonZeroU64>,
     /// Whether the caller may refund the decision (`Receipt`). The memory backend and the
     /// sliding log can always refund; a string-state script (fixed window, sliding window,
     /// token bucket) then also answers the time the check was counted at, which a refund
@@ -51,9 +55,9 @@ impl<'a> Request<'a> {
             key,
             rules,
             algorithm: Algorithm::SlidingLog,
-            cost: 1,
+            cost: NonZeroU64::MIN,
             consume,
-            block_for_us: 0,
+            block_for_us: None,
             now_us: 0,
             // A programmatic check's decision can be refunded (`Limiter::refund`); a guarded
             // site's only when it has `charge_if` (see `site.rs`).
@@ -69,6 +73,18 @@ impl<'a> Request<'a> {
             refundable: false,
             slot: Some(ask),
             ..Request::new(key, rules, true)
+        }
+    }
+
+    /// The check as the algorithms count it, at `now_us` (see [`now_us_or`](Self::now_us_or)).
+    #[inline]
+    pub fn call(&self, now_us: u64) -> Call<'a> {
+        Call {
+            rules: self.rules,
+            now_us,
+            cost: self.cost.get(),
+            consume: self.consume,
+            block_for_us: self.block_for_us,
         }
     }
 

@@ -10,7 +10,7 @@
 
 use std::fmt;
 use std::future::Future;
-use std::mem::MaybeUninit;
+use std::num::NonZeroU64;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -37,18 +37,16 @@ pub struct Check<'a> {
     running: Option<BoxFuture<'a, Result<Decision, BackendError>>>,
 }
 
+const _: () = assert!(std::mem::size_of::<Check<'static>>() <= 128);
+
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// The future `make` builds, on the heap, written straight into its allocation:
 /// `Box::pin(future)` builds it on the stack first and copies it there, and a check that
-/// waits for Redis is a future of several KB. (`Box::write` does this from Rust 1.87.)
+/// waits for Redis is a future of several KB.
 #[inline(always)]
 pub(crate) fn boxed_in_place<F: Future>(make: impl FnOnce() -> F) -> Pin<Box<F>> {
-    let mut slot = Box::new(MaybeUninit::<F>::uninit());
-    slot.write(make());
-    // SAFETY: the slot was initialized just above, and `MaybeUninit<F>` has the layout of
-    // `F`.
-    Box::into_pin(unsafe { Box::from_raw(Box::into_raw(slot).cast::<F>()) })
+    Box::into_pin(Box::write(Box::new_uninit(), make()))
 }
 
 /// What a check is to do, and how: everything but its progress. A guarded call runs its
@@ -107,8 +105,7 @@ impl<'a> Check<'a> {
     /// When `cost` is 0.
     #[inline]
     pub fn cost(mut self, cost: u64) -> Self {
-        assert!(cost > 0, "a check's cost must be at least 1");
-        self.plan.request.cost = cost;
+        self.plan.request.cost = NonZeroU64::new(cost).expect("a check's cost must be at least 1");
         self
     }
 
@@ -168,7 +165,7 @@ impl<'a> Check<'a> {
     /// ```
     #[inline]
     pub fn block_for(mut self, duration: Duration) -> Self {
-        self.plan.request.block_for_us = clock::micros(duration);
+        self.plan.request.block_for_us = NonZeroU64::new(clock::micros(duration));
         self
     }
 

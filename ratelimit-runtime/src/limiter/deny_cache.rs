@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
+use std::num::NonZeroU64;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -37,7 +38,7 @@ struct Denial {
     rules: Box<[Rule]>,
     algorithm: Algorithm,
     /// The cost that was denied: a smaller one might pass.
-    cost: u64,
+    cost: NonZeroU64,
     decision: RawDecision,
     /// When the denial was answered, locally.
     at: Instant,
@@ -138,10 +139,10 @@ mod tests {
             key,
             rules: &RULES,
             algorithm: Algorithm::SlidingLog,
-            cost,
+            cost: NonZeroU64::new(cost).unwrap(),
             consume: true,
             now_us: 0,
-            block_for_us: 0,
+            block_for_us: None,
             refundable: false,
             slot: None,
         }

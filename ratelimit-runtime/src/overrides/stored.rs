@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use super::{path_of, Entry, Overrides, Value, DUPLICATE_SUFFIX, MODE_SUFFIX};
+use super::{path_of, Entry, Overrides, Setting, Value, DUPLICATE_SUFFIX, MODE_SUFFIX};
 use crate::backend::redis::RedisBackend;
 use crate::sync::lock;
 use crate::{random, Rule};
@@ -139,11 +139,10 @@ impl Value<Vec<Rule>> {
     }
 }
 
-/// A stored field's value as every instance reads it (for [`crate::inspect`]): the same
+/// A stored field's value as every instance reads it (for [`Limiter::stored_overrides`](crate::Limiter::stored_overrides)): the same
 /// parser the poller uses, so what an operator writes after this accepts it is what the
 /// instances apply. An error says why they would ignore it.
-pub(crate) fn read_field(field: &str, text: &str) -> Result<crate::inspect::Setting, String> {
-    use crate::inspect::Setting;
+pub(crate) fn read_field(field: &str, text: &str) -> Result<Setting, String> {
     Ok(match Value::parse(field, text)? {
         Value::Rules(rules) => Setting::Rules(rules),
         Value::Duplicate(rule) => Setting::DuplicateRule(rule),

@@ -8,7 +8,7 @@ use super::breaker::Breaker;
 use super::target::{self, Target};
 #[cfg(feature = "tls")]
 use super::tls::Tls;
-use crate::{ConfigError, Limiter};
+use crate::ConfigError;
 
 /// Where Redis runs and how to talk to it. The limiter's builder methods change a copy and
 /// build the (not yet connected) backend again from it.
@@ -24,9 +24,9 @@ pub(crate) struct RedisConfig {
 }
 
 impl RedisConfig {
-    /// The configuration of the Redis at `url` (every form [`target`] reads), with the
-    /// default timeout and breaker; TLS URLs trust the system's roots.
-    pub fn new(url: &str) -> Result<RedisConfig, ConfigError> {
+    /// The configuration of the Redis at `url` (every form [`target`] reads), with
+    /// `timeout` and the default breaker; TLS URLs trust the system's roots.
+    pub fn new(url: &str, timeout: Duration) -> Result<RedisConfig, ConfigError> {
         let target = target::parse(url)?;
         #[cfg(not(feature = "tls"))]
         debug_assert!(
@@ -37,7 +37,7 @@ impl RedisConfig {
             #[cfg(feature = "tls")]
             tls: target.tls.then(Tls::default),
             target,
-            timeout: Limiter::DEFAULT_TIMEOUT,
+            timeout,
             breaker: Breaker::DEFAULT,
         })
     }

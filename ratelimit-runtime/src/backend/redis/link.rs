@@ -8,7 +8,6 @@ use redis::aio::MultiplexedConnection;
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, Value};
 
 use super::dial::Dialled;
-use super::pool::Slot;
 
 /// After this many calls in a row on one connection got no answer in time, it is made anew:
 /// a half-open socket (a peer that vanished without closing, a black-holed route) otherwise
@@ -29,14 +28,12 @@ pub(super) struct Link {
     waiting: Arc<AtomicUsize>,
     /// How many calls in a row gave up waiting (timed out) before their reply came.
     unanswered: Arc<AtomicU32>,
-    /// The pool's slot that holds this connection.
-    pub(super) slot: Arc<Slot>,
 }
 
 impl Link {
-    /// A link to the connection just `dialled` for `slot`; its driver is spawned on the
-    /// current runtime.
-    pub(super) fn new(dialled: Dialled, slot: Arc<Slot>) -> Link {
+    /// A link to the connection just `dialled`; its driver is spawned on the current
+    /// runtime.
+    pub(super) fn new(dialled: Dialled) -> Link {
         let Dialled {
             connection,
             driver,
@@ -57,7 +54,6 @@ impl Link {
             writes,
             waiting: Arc::default(),
             unanswered: Arc::default(),
-            slot,
         }
     }
 
@@ -103,6 +99,11 @@ impl Link {
 
     pub(super) fn is_open(&self) -> bool {
         self.open.load(Ordering::Acquire)
+    }
+
+    /// Whether `other` is a handle to this same connection.
+    pub(super) fn is(&self, other: &Link) -> bool {
+        Arc::ptr_eq(&self.open, &other.open)
     }
 
     /// Whether a call waits for a reply on this connection (whose driver then reads its

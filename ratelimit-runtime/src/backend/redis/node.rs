@@ -25,7 +25,7 @@ use super::breaker::{BreakerState, Pass};
 use super::dial::Endpoint;
 use super::failure::Failure;
 use super::link::Link;
-use super::pool::{self, Pool};
+use super::pool::Pool;
 
 /// One Redis server: its breaker, and its connections by runtime.
 pub(super) struct Node {
@@ -70,7 +70,7 @@ impl Node {
     /// A working connection in place of `broken`, on which a call just failed: a new one
     /// unless another call has replaced it already.
     pub(super) async fn replace(&self, broken: &Link) -> Result<Link, Failure> {
-        pool::replace(&self.endpoint, broken).await
+        self.pool()?.replace(&self.endpoint, broken).await
     }
 
     /// The current runtime's connections.

@@ -1,4 +1,4 @@
-//! What an operator's reads and writes send (see [`crate::inspect`]): a key's state read at
+//! What an operator's reads and writes send (see [`Limiter::inspect`](crate::Limiter::inspect)): a key's state read at
 //! one instant by `scripts/inspect.lua`, the server's time, and the fields of the
 //! `{prefix}rules` hash. Sent like a check, to the key's server, under the timeout.
 

@@ -27,10 +27,10 @@ pub(super) struct Pool {
     turn: AtomicUsize,
 }
 
-pub(super) type Slot = Mutex<State>;
+type Slot = Mutex<State>;
 
 #[derive(Default)]
-pub(super) enum State {
+enum State {
     /// Never connected, or the last connect failed: the next call starts one.
     #[default]
     Idle,
@@ -47,17 +47,24 @@ impl Pool {
         get(endpoint, &self.slots[slot]).await
     }
 
+    /// A working connection in place of `broken`, on which a call just failed: a new one
+    /// in its slot unless another call has replaced it already (then the next in turn).
+    pub async fn replace(&self, endpoint: &Endpoint, broken: &Link) -> Result<Link, Failure> {
+        broken.close();
+        let held = self.slots.iter().find(|slot| match &*lock(slot) {
+            State::Connected(link) => link.is(broken),
+            _ => false,
+        });
+        match held {
+            Some(slot) => get(endpoint, slot).await,
+            None => self.next(endpoint).await,
+        }
+    }
+
     /// Whether any slot holds a connection that works, or a connect under way.
     pub fn is_in_use(&self) -> bool {
         self.slots.iter().any(|slot| lock(slot).is_in_use())
     }
-}
-
-/// A working connection in place of `broken`, on which a call just failed: a new one
-/// unless another call has replaced it already.
-pub(super) async fn replace(endpoint: &Endpoint, broken: &Link) -> Result<Link, Failure> {
-    broken.close();
-    get(endpoint, &broken.slot).await
 }
 
 async fn get(endpoint: &Endpoint, slot: &Arc<Slot>) -> Result<Link, Failure> {
@@ -113,10 +120,7 @@ fn connect(
     let (done, connecting) = watch::channel(None);
     let (endpoint, slot) = (endpoint.clone(), slot.clone());
     tokio::spawn(async move {
-        let result = endpoint
-            .connect()
-            .await
-            .map(|dialled| Link::new(dialled, slot.clone()));
+        let result = endpoint.connect().await.map(Link::new);
         *lock(&slot) = match &result {
             Ok(link) => State::Connected(link.clone()),
             Err(_) => State::Idle,

@@ -2,6 +2,7 @@
 //! EVALSHA, and how the reply is decoded. Nothing here touches a connection.
 
 use std::io::Write;
+use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::LazyLock;
 
@@ -121,7 +122,7 @@ impl<'r> Invocation<'r> {
         let refundable = self.id.is_some() || at_us.is_some();
         if raw.allowed && request.consume && refundable {
             raw.receipt = Receipt::new(
-                request.cost,
+                request.cost.get(),
                 at_us.unwrap_or(0),
                 self.id.unwrap_or(0),
                 request.algorithm,
@@ -331,9 +332,10 @@ impl ToRedisArgs for Numbers<'_> {
             (true, true) => 2,
         };
         let head = [
-            call + 4 * request.block_for_us,
+            // 0: no block, as the scripts read it.
+            call + 4 * request.block_for_us.map_or(0, NonZeroU64::get),
             request.now_us,
-            request.cost,
+            request.cost.get(),
         ];
         write_doubles(out, &head, request.rules);
     }
@@ -670,10 +672,10 @@ mod tests {
             key: "k",
             rules,
             algorithm,
-            cost: 2,
+            cost: NonZeroU64::new(2).unwrap(),
             consume,
             now_us: 0,
-            block_for_us: 0,
+            block_for_us: None,
             refundable: false,
             slot: None,
         }
