@@ -37,11 +37,16 @@
 //! - [`Guard`]: routes limited from the router, without an annotation on each handler.
 //! - Framework integrations (each behind its feature): [`axum`], [`tonic`], [`tower`]
 //!   (hyper and any tower stack), [`actix`] (actix-web).
+//! - Calling rate-limited APIs: [`reqwest`], a middleware through which a fleet of
+//!   processes shares a third-party API's quota, waits for room and honours `Retry-After`
+//!   together.
 //! - The guide:
 //!   - [Keys](guide::keys): who is counted, the request context, the keys a check touches.
 //!   - [Algorithms](guide::algorithms): checks in code, cost and peek, the four algorithms.
 //!   - [Policies](guide::policies): `charge_if`, `block_for`, rules per caller, `wait`,
 //!     `shadow`.
+//!   - [Metered usage](guide::metered): calls and units in one check, costs settled after
+//!     the call, calls in flight, calendar quotas, blocking a key: an LLM gateway.
 //!   - [Production Redis](guide::production): the limiter, TLS, Cluster, Sentinel, and
 //!     what happens when Redis fails.
 //!   - [Operating it](guide::operating): the `ratelimit` command, metrics and tracing,
@@ -57,6 +62,7 @@
 //! | `tls` | `rediss://`, `rediss+cluster://`, `rediss+sentinel://`, [`Limiter::with_tls_ca`] | rustls (ring), tokio-rustls, native roots |
 //! | `metrics` | counters and a histogram on the `metrics` facade ([operating it](guide::operating#metrics-and-tracing)) | metrics |
 //! | `tower`, `axum`, `tonic`, `actix` | the framework integrations | their crates |
+//! | `reqwest` | [`reqwest::RateLimitMiddleware`], the outbound client | reqwest, reqwest-middleware |
 //!
 //! With `default-features = false` the attribute, [`Limiter::memory`], the request context
 //! and every policy still work, and neither redis nor any TLS crate is compiled. A URL that
@@ -104,6 +110,14 @@ pub mod guide {
 
     #[doc = include_str!("../docs/policies.md")]
     pub mod policies {}
+
+    // The chapter ends with the LLM gateway example's code, compiled as one of its doc
+    // tests: the example and the chapter cannot drift apart.
+    #[doc = include_str!("../docs/metered.md")]
+    #[doc = "```rust,no_run"]
+    #[doc = include_str!("../examples/llm_gateway.rs")]
+    #[doc = "```"]
+    pub mod metered {}
 
     #[doc = include_str!("../docs/production.md")]
     pub mod production {}
