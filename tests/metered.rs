@@ -455,25 +455,7 @@ async fn settles_killed_mid_call(algorithm: Algorithm) {
             })
         })
         .collect();
-    let url = server.url();
-    let killed = tokio::task::spawn_blocking(move || {
-        let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
-        let mut killed = 0;
-        for _ in 0..KILLS {
-            std::thread::sleep(std::time::Duration::from_millis(10));
-            // Every client but this one: the limiter's connections.
-            let n: u64 = redis::cmd("CLIENT")
-                .arg("KILL")
-                .arg("TYPE")
-                .arg("normal")
-                .query(&mut conn)
-                .unwrap();
-            killed += n;
-        }
-        killed
-    })
-    .await
-    .unwrap();
+    let killed = tokio::task::block_in_place(|| server.kill_clients_repeatedly(KILLS));
     killing.store(false, Ordering::SeqCst);
     let mut outcomes = Vec::new();
     for worker in workers {

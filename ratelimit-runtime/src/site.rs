@@ -17,7 +17,7 @@ use crate::key::{function_path, KeyTemplate};
 use crate::limiter::{boxed_in_place, decided, decided_with_slot, Begun, Plan};
 use crate::overrides::{intern, SiteRules};
 pub use crate::site_config::SiteConfig;
-use crate::slot::{Slot, SlotAsk};
+use crate::slot::{warn_release_failed, Slot, SlotAsk};
 use crate::throttle::LogThrottle;
 use crate::{registry, BackendError, Decision, LimitType, Limiter, Mode, RateLimitError, Rule};
 
@@ -537,15 +537,7 @@ async fn release(slot: Option<Slot>) {
         return;
     };
     if let Err(err) = slot.release().await {
-        static FAILURES: LogThrottle = LogThrottle::new();
-        if let Some(suppressed) = FAILURES.admit() {
-            tracing::warn!(
-                target: "redis_ratelimit",
-                error = %err,
-                suppressed,
-                "could not release a call's slot; it lapses when its lease ends",
-            );
-        }
+        warn_release_failed(&err);
     }
 }
 

@@ -281,8 +281,9 @@ impl Drop for Slot {
     }
 }
 
-#[cfg(feature = "redis")]
-fn warn_release_failed(err: &BackendError) {
+/// Logs a release that could not reach the backend, at most once per
+/// [`LogThrottle::INTERVAL`] in the process: the slot lapses when its lease ends.
+pub(crate) fn warn_release_failed(err: &BackendError) {
     static FAILURES: LogThrottle = LogThrottle::new();
     if let Some(suppressed) = FAILURES.admit() {
         tracing::warn!(

@@ -165,6 +165,24 @@ impl RedisServer {
         self.running().signal(libc::SIGCONT);
     }
 
+    /// Breaks every connection but its own `times` times, 10 ms apart, as a flaky network
+    /// would: the limiter's connections, mid-call. Blocks; returns how many it closed.
+    pub fn kill_clients_repeatedly(&self, times: usize) -> u64 {
+        let mut conn = self.connection();
+        let mut killed = 0;
+        for _ in 0..times {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            let n: u64 = redis::cmd("CLIENT")
+                .arg("KILL")
+                .arg("TYPE")
+                .arg("normal")
+                .query(&mut conn)
+                .unwrap();
+            killed += n;
+        }
+        killed
+    }
+
     fn running(&self) -> &RedisProcess {
         self.process.as_ref().expect("the server is not running")
     }
