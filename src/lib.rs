@@ -25,6 +25,7 @@
 #![warn(missing_docs)]
 
 pub use ratelimit_macros::rate_limiter;
+pub use ratelimit_runtime::Calendar;
 pub use ratelimit_runtime::Guard;
 pub use ratelimit_runtime::{
     clock, context, global, init, key, Algorithm, BackendError, BackendErrorKind, BlockState,
@@ -48,6 +49,7 @@ pub use ratelimit_runtime::{Breaker, OverrideError, StoredOverride, StoredOverri
 #[doc(hidden)]
 pub mod __private {
     pub use ratelimit_runtime::site::{charge_if, CallSite, Guarded, Permit, SiteConfig};
+    pub use ratelimit_runtime::Calendar;
     pub use ratelimit_runtime::RequestContext;
     pub use ratelimit_runtime::{global, Algorithm, LimitType, Limiter, RateLimitError, Rule};
 }

@@ -11,6 +11,7 @@
 //! one record per rule and share all but their arithmetic ([`records`]); the sliding log
 //! keeps its entries.
 
+mod calendar;
 mod fixed_window;
 mod records;
 mod sliding_log;
@@ -279,11 +280,6 @@ pub(crate) fn ttl_us(needed_us: u64) -> u64 {
 /// clock is behind the key's (see [`Clamp`]) by less than this never finds the key
 /// expired while its state still matters to it.
 pub(crate) const MARGIN_US: u64 = 1_000_000;
-
-/// The longest window among `rules`, in µs: how long a check's writes stay meaningful.
-pub(crate) fn longest_window_us(rules: &[Rule]) -> u64 {
-    rules.iter().map(Rule::window_us).max().unwrap_or(0)
-}
 
 /// One check of one key, as an algorithm counts it.
 #[derive(Clone, Copy, Debug)]
