@@ -8,7 +8,7 @@ mod support;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use redis_ratelimit::{rate_limiter, Algorithm, Limiter, Mode, RateLimitError, Rule};
+use redis_ratelimit::{rate_limiter, Algorithm, Calendar, Limiter, Mode, RateLimitError, Rule};
 use serde_json::Value;
 use support::{counting_limiter, leak, RedisServer};
 
@@ -161,6 +161,37 @@ async fn inspect_shows_rules_counting_calls_and_debt() {
         let table = ok(&server, &args);
         assert!(table.contains("3 calls per 60s"), "{table}");
         assert!(table.contains("13 / 10 (in debt by 3)"), "{table}");
+    }
+}
+
+/// Rules counting in calendar periods, on every algorithm: `inspect` shows each with its
+/// units this month or day (the sliding log's without `--rules`: its counters name them).
+#[tokio::test]
+async fn inspect_shows_calendar_rules() {
+    let server = RedisServer::start();
+    let limiter = counting_limiter(&server.url());
+    let rules = [
+        Rule::per_calendar(2_000_000, Calendar::Month),
+        Rule::per_calendar(5, Calendar::Day).calls(),
+    ];
+    for algorithm in Algorithm::ALL {
+        let key = format!("rate_limit:user:7:app::calendar_{}", algorithm.label());
+        let d = limiter
+            .check(&key, &rules)
+            .cost(1_500)
+            .algorithm(algorithm)
+            .await
+            .unwrap();
+        assert!(d.allowed, "{algorithm}");
+        let args = ["inspect", key.as_str()];
+        let state = json(&server, &[&args[..], &["--json"]].concat());
+        assert_eq!(used(&state), [(1_500, 2_000_000), (1, 5)], "{algorithm}");
+        assert_eq!(state["rules"][0]["calendar"], "month", "{algorithm}");
+        assert_eq!(state["rules"][1]["calendar"], "day", "{algorithm}");
+        assert_eq!(state["rules"][1]["counts_calls"], true, "{algorithm}");
+        let table = ok(&server, &args);
+        assert!(table.contains("2000000 per calendar month"), "{table}");
+        assert!(table.contains("5 calls per calendar day"), "{table}");
     }
 }
 

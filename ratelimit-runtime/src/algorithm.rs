@@ -594,7 +594,7 @@ impl KeyState {
     /// them; none for the sliding log, whose entries name no rule.
     pub fn stored_rules(&self) -> Vec<Rule> {
         match &self.counts {
-            Counts::SlidingLog(_) => Vec::new(),
+            Counts::SlidingLog(s) => s.period_rules().collect(),
             Counts::FixedWindow(s) => s.rules().collect(),
             Counts::SlidingWindow(s) => s.rules().collect(),
             Counts::TokenBucket(s) => s.rules().collect(),
@@ -653,16 +653,19 @@ impl KeyState {
     }
 
     /// The sliding log held in a sorted set: its entries' times (µs, in any order), the
-    /// times of the checks rules counting calls counted, and the block member's end and
-    /// rule, if any (see `scripts/sliding_log.lua`).
+    /// times of the checks rules counting calls counted, the counters of rules counting in
+    /// calendar periods (the rule, its period's start and units), and the block member's
+    /// end and rule, if any (see `scripts/sliding_log.lua`).
     #[cfg(feature = "redis")]
     pub fn from_redis_log(
         entries: Vec<u64>,
         calls: Vec<u64>,
+        periods: Vec<(Rule, u64, u64)>,
         block: Option<(u64, usize)>,
     ) -> KeyState {
+        let log = sliding_log::State::from_entries(entries, calls, periods);
         KeyState {
-            counts: Counts::SlidingLog(sliding_log::State::from_entries(entries, calls)),
+            counts: Counts::SlidingLog(log),
             block: block.map_or(Block::NONE, |(until_us, rule_index)| Block {
                 until_us,
                 rule_index,

@@ -77,15 +77,31 @@ impl State {
 
     /// A log holding the entries `entries` and the checks counted by rules counting calls
     /// `calls` (µs, in any order), as read from Redis.
+    /// With `periods`, the counters of its rules counting in calendar periods, each the
+    /// rule, its period's start and units.
     #[cfg(feature = "redis")]
-    pub fn from_entries(mut entries: Vec<u64>, mut calls: Vec<u64>) -> State {
+    pub fn from_entries(
+        mut entries: Vec<u64>,
+        mut calls: Vec<u64>,
+        periods: Vec<(Rule, u64, u64)>,
+    ) -> State {
         entries.sort_unstable();
         calls.sort_unstable();
         State {
             log: entries.into(),
             calls: calls.into(),
+            periods: periods
+                .into_iter()
+                .map(|(rule, start_us, units)| (rule, Period { start_us, units }))
+                .collect(),
             ..State::default()
         }
+    }
+
+    /// The rules counting in calendar periods whose counters the state keeps: the only
+    /// rules a sliding log names.
+    pub fn period_rules(&self) -> impl Iterator<Item = Rule> + '_ {
+        self.periods.iter().map(|&(rule, _)| rule)
     }
 
     /// The counter of a rule counting in calendar periods, if stored.
@@ -220,9 +236,11 @@ impl Counter for State {
             consume,
             lag_us,
         );
-        // The longest window of the rules counted in the log, and how long the state
-        // matters: as long, or until the last calendar period ends.
-        let longest = logged;
+        // The longest window of the rules counted in the log (at least 1 µs: the
+        // script keeps a check's own entries, which it adds before it trims, when every
+        // rule is a calendar rule), and how long the state matters: as long, or until
+        // the last calendar period ends.
+        let longest = logged.max(1);
         let kept = match in_calendar {
             true => longest.max(period_end),
             false => longest,

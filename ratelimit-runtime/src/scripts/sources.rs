@@ -18,9 +18,10 @@ pub const SLIDING_LOG: &str = concat!(
     include_str!("sliding_log_calendar.lua"),
     include_str!("bind.lua"),
     include_str!("sliding_log_rerun.lua"),
-    // The log is trimmed to its rules' longest window; the key lives as long as the
-    // calendar rules' periods too.
-    "local trim = reach\nif period_reach > reach then\n    reach = period_reach\nend\n",
+    // The log is trimmed to its rules' longest window (at least 1 µs, so that a check's
+    // own entries, added before the trim, stay when every rule is a calendar rule); the
+    // key lives as long as the calendar rules' periods too.
+    "local trim = reach\nif period_reach > reach then\n    reach = period_reach\n    if trim < 1 then\n        trim = 1\n    end\nend\n",
     include_str!("block.lua"),
     include_str!("expiry.lua"),
     include_str!("sliding_log_add.lua"),
