@@ -98,7 +98,51 @@ async fn metered(who: &str, tokens: u64) -> Result<(), RateLimitError> {
     Ok(())
 }
 
+/// The shape users write: one `static` limiter with a calendar quota, shared by tests
+/// running in parallel (each on its own key, at the backend's own clock).
+static SHARED: std::sync::LazyLock<Limiter> = std::sync::LazyLock::new(Limiter::memory);
+static DAILY: [Rule; 2] = [Rule::per_calendar(3, Calendar::Day), Rule::per_second(100)];
+
+async fn spend_the_day(key: &str) {
+    for _ in 0..3 {
+        assert!(SHARED.check(key, &DAILY).await.unwrap().allowed);
+    }
+    let refused = SHARED.check(key, &DAILY).await.unwrap();
+    assert_eq!((refused.allowed, refused.rule_index), (false, 0));
+    // Until midnight UTC: at most a day.
+    let retry = refused.retry_after.expect("tomorrow");
+    assert!(retry > Duration::ZERO && retry <= secs(DAY), "{retry:?}");
+}
+
+#[tokio::test]
+async fn a_shared_limiter_counts_a_daily_quota_per_key_for_parallel_tests_a() {
+    spend_the_day("calendar:shared:a").await;
+}
+
+#[tokio::test]
+async fn a_shared_limiter_counts_a_daily_quota_per_key_for_parallel_tests_b() {
+    spend_the_day("calendar:shared:b").await;
+}
+
 backend_tests! {
+    async fn a_key_lives_until_its_calendar_period_ends() {
+        let limiter = support::limiter();
+        let rules = [Rule::per_calendar(10, Calendar::Month), Rule::per_second(50)];
+        for algorithm in Algorithm::ALL {
+            let key = format!("calendar:expiry:{algorithm}");
+            // At the backend's own clock, which the key's expiry counts from.
+            let d = limiter.check(&key, &rules).algorithm(algorithm).await.unwrap();
+            assert_eq!((d.allowed, d.rule_index), (true, 0), "{algorithm}");
+            let state = limiter.inspect(&key).await.unwrap().expect("written");
+            let expires_in = state.expires_in().expect("an expiry");
+            // The month's end, less what the round trip took; never a second's window.
+            assert!(expires_in + secs(1) >= d.reset_after, "{algorithm}: {expires_in:?} < {:?}", d.reset_after);
+            assert!(expires_in <= d.reset_after + secs(2), "{algorithm}: {expires_in:?}");
+            assert_eq!(state.rule(rules[0]).used, 1, "{algorithm}");
+        }
+    }
+
+
     async fn a_month_is_empty_again_on_the_first_and_its_reset_runs_to_midnight() {
         let limiter = support::limiter();
         for algorithm in Algorithm::ALL {

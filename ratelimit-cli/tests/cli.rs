@@ -279,6 +279,47 @@ fn an_absent_key_has_no_state() {
     assert_eq!(state["exists"], false);
 }
 
+#[rate_limiter(rules("100/minute"), limit_type = CUSTOM, by = who, limiter = limiter, name = "cli.calendar")]
+async fn guarded_calendar(limiter: &'static Limiter, who: &str) -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+/// Calendar rules in an override: `rules set` stores them as written, and a running
+/// limiter applies them.
+#[tokio::test]
+async fn overrides_take_calendar_rules() {
+    let server = RedisServer::start();
+    let limiter = leak(counting_limiter(&server.url()).rules_poll(Some(Duration::from_millis(50))));
+    guarded_calendar(limiter, "ann").await.unwrap();
+    let text = "2 per calendar day, 100 calls per calendar month";
+    ok(&server, &["rules", "set", "cli.calendar", text]);
+    assert_eq!(
+        ok(&server, &["rules", "get", "cli.calendar"]),
+        format!("cli.calendar = {text}\n")
+    );
+    let overridden = [
+        Rule::per_calendar(2, Calendar::Day),
+        Rule::per_calendar(100, Calendar::Month).calls(),
+    ];
+    support::eventually(
+        "the override to reach the limiter",
+        GIVE_UP_AFTER,
+        || async {
+            match limiter.rules_in_force("cli.calendar") {
+                rules if rules == overridden => Ok(()),
+                rules => Err(format!("{rules:?}")),
+            }
+        },
+    )
+    .await;
+    guarded_calendar(limiter, "bob").await.unwrap();
+    guarded_calendar(limiter, "bob").await.unwrap();
+    assert!(matches!(
+        guarded_calendar(limiter, "bob").await,
+        Err(RateLimitError::Limited { .. })
+    ));
+}
+
 #[rate_limiter(rules("100/minute"), limit_type = CUSTOM, by = who, limiter = limiter, name = "cli.site")]
 async fn guarded(limiter: &'static Limiter, who: &str) -> Result<(), RateLimitError> {
     Ok(())
