@@ -832,6 +832,31 @@ mod scripts {
         assert_eq!(entries(&mut conn, "k").len(), 3);
     }
 
+    /// A calendar rule (its window -1, a UTC day, as `Rule::script_window` sends it): a
+    /// re-sent check whose first run took the day's last units answers as it did, its
+    /// reset at midnight.
+    #[test]
+    fn a_re_sent_sliding_log_check_of_a_calendar_rule_answers_as_it_did() {
+        let server = RedisServer::start();
+        let mut conn = server.connection();
+        let day_us = 86_400_000_000;
+        let midnight = NOW / day_us * day_us + day_us;
+        let run = |conn: &mut redis::Connection, id: &[u8]| {
+            let numbers: Vec<u8> = [1.0, NOW as f64, 2.0, 2.0, -1.0]
+                .iter()
+                .flat_map(|n: &f64| n.to_le_bytes())
+                .collect();
+            let mut cmd = redis::cmd("EVAL");
+            cmd.arg(SLIDING_LOG).arg(1).arg("k").arg(numbers).arg(id);
+            spelled_out(cmd.query(conn).unwrap(), &[(2, day_us)]).unwrap()
+        };
+        let first = run(&mut conn, b"id-0000000000001");
+        assert_eq!(first, [1, 0, 0, midnight - NOW, 0]);
+        assert_eq!(run(&mut conn, b"id-0000000000001"), first);
+        let fresh = run(&mut conn, b"id-0000000000002");
+        assert_eq!(fresh, [0, 0, 0, midnight - NOW, midnight - NOW]);
+    }
+
     #[test]
     fn a_cost_above_a_count_answers_never_and_writes_nothing() {
         let server = RedisServer::start();

@@ -112,17 +112,21 @@ impl State {
             .map(|&(_, period)| period)
     }
 
-    /// The counters of the calendar rules of a call of `rules`, each changed by `change`
-    /// (the rule, its counter or `None`): the others' are kept.
+    /// The counters of the calendar rules of a call of `rules`, each changed once by
+    /// `change` (the rule, its counter or `None`): the others' are kept.
     fn update_periods(
         &mut self,
         rules: &[Rule],
         mut change: impl FnMut(&Rule, crate::Calendar, Option<Period>) -> Option<Period>,
     ) {
-        for rule in rules {
+        for (i, rule) in rules.iter().enumerate() {
             let Some(in_calendar) = rule.calendar() else {
                 continue;
             };
+            // A rule listed twice has one counter, changed once.
+            if rules[..i].contains(rule) {
+                continue;
+            }
             let at = self.periods.iter().position(|(r, _)| r == rule);
             let new = change(rule, in_calendar, at.map(|at| self.periods[at].1));
             match (at, new) {

@@ -1,3 +1,10 @@
+        -- A rule listed twice has one counter, changed once.
+        for j = 0, i - 1 do
+            local c, w = struct.unpack('<dd', period_numbers, 16 * j + 25)
+            if period_start and c == count and w == -((-window) % 4) then
+                period_start = nil
+            end
+        end
         if period_start then
             local change = delta
             if count < 0 then
