@@ -73,6 +73,7 @@
 #![warn(missing_docs)]
 
 pub use ratelimit_macros::rate_limiter;
+pub use ratelimit_runtime::Calendar;
 pub use ratelimit_runtime::Guard;
 pub use ratelimit_runtime::{
     clock, context, global, init, key, Algorithm, BackendError, BackendErrorKind, BlockState,
@@ -130,6 +131,7 @@ pub mod guide {
 #[doc(hidden)]
 pub mod __private {
     pub use ratelimit_runtime::site::{charge_if, CallSite, Guarded, Permit, SiteConfig};
+    pub use ratelimit_runtime::Calendar;
     pub use ratelimit_runtime::RequestContext;
     pub use ratelimit_runtime::{global, Algorithm, LimitType, Limiter, RateLimitError, Rule};
     pub use ratelimit_runtime::{Concurrency, DEFAULT_LEASE};

@@ -832,6 +832,31 @@ mod scripts {
         assert_eq!(entries(&mut conn, "k").len(), 3);
     }
 
+    /// A calendar rule (its window -1, a UTC day, as `Rule::script_window` sends it): a
+    /// re-sent check whose first run took the day's last units answers as it did, its
+    /// reset at midnight.
+    #[test]
+    fn a_re_sent_sliding_log_check_of_a_calendar_rule_answers_as_it_did() {
+        let server = RedisServer::start();
+        let mut conn = server.connection();
+        let day_us = 86_400_000_000;
+        let midnight = NOW / day_us * day_us + day_us;
+        let run = |conn: &mut redis::Connection, id: &[u8]| {
+            let numbers: Vec<u8> = [1.0, NOW as f64, 2.0, 2.0, -1.0]
+                .iter()
+                .flat_map(|n: &f64| n.to_le_bytes())
+                .collect();
+            let mut cmd = redis::cmd("EVAL");
+            cmd.arg(SLIDING_LOG).arg(1).arg("k").arg(numbers).arg(id);
+            spelled_out(cmd.query(conn).unwrap(), &[(2, day_us)]).unwrap()
+        };
+        let first = run(&mut conn, b"id-0000000000001");
+        assert_eq!(first, [1, 0, 0, midnight - NOW, 0]);
+        assert_eq!(run(&mut conn, b"id-0000000000001"), first);
+        let fresh = run(&mut conn, b"id-0000000000002");
+        assert_eq!(fresh, [0, 0, 0, midnight - NOW, midnight - NOW]);
+    }
+
     #[test]
     fn a_cost_above_a_count_answers_never_and_writes_nothing() {
         let server = RedisServer::start();
@@ -962,7 +987,7 @@ mod differential {
 
     use proptest::prelude::*;
     use proptest::test_runner::{Config, TestRunner};
-    use redis_ratelimit::{Algorithm, Decision, Limiter, Rule};
+    use redis_ratelimit::{Algorithm, Calendar, Decision, Limiter, Rule};
 
     use crate::support::RedisServer;
 
@@ -1164,6 +1189,90 @@ mod differential {
                 start_us,
                 calls,
             })
+    }
+
+    /// Midnight UTC on the first of each month from December 2026 to October 2028, in
+    /// seconds: the months of the calendar cases (written out, so that the bounds do not
+    /// use the arithmetic they check).
+    const MONTHS: [u64; 23] = [
+        1_796_083_200,
+        1_798_761_600,
+        1_801_440_000,
+        1_803_859_200,
+        1_806_537_600,
+        1_809_129_600,
+        1_811_808_000,
+        1_814_400_000,
+        1_817_078_400,
+        1_819_756_800,
+        1_822_348_800,
+        1_825_027_200,
+        1_827_619_200,
+        1_830_297_600,
+        1_832_976_000,
+        1_835_481_600,
+        1_838_160_000,
+        1_840_752_000,
+        1_843_430_400,
+        1_846_022_400,
+        1_848_700_800,
+        1_851_379_200,
+        1_853_971_200,
+    ];
+
+    /// The calendar period of `rule` holding `t_us`: its number among days or months.
+    fn period_of(calendar: Calendar, t_us: u64) -> u64 {
+        let secs = t_us / 1_000_000;
+        match calendar {
+            Calendar::Day => secs / 86_400,
+            Calendar::Month => {
+                assert!(
+                    (MONTHS[0]..MONTHS[22]).contains(&secs),
+                    "{secs} beyond the months"
+                );
+                MONTHS.iter().take_while(|&&start| start <= secs).count() as u64
+            }
+        }
+    }
+
+    /// Cases with rules counting in calendar days or months (one rule in two, counting
+    /// calls one time in three), starting up to a minute before a month's end, a leap day,
+    /// a February without one, or a year's end, with clocks that go back, or blocks and
+    /// refunds, or settles.
+    fn cases_in_calendar_periods() -> impl Strategy<Value = Case> {
+        let calendar = (
+            1u64..=8,
+            prop_oneof![Just(Calendar::Day), Just(Calendar::Month)],
+            prop::bool::weighted(0.3),
+        )
+            .prop_map(|(count, calendar, calls)| {
+                let rule = Rule::per_calendar(count, calendar);
+                if calls {
+                    rule.calls()
+                } else {
+                    rule
+                }
+            });
+        let rules = prop::collection::vec(prop_oneof![rule(), calendar], 1..=3);
+        let boundaries = prop::sample::select(vec![
+            1_801_440_000u64, // 2027-02-01
+            1_803_859_200,    // 2027-03-01
+            1_835_395_200,    // 2028-02-29
+            1_835_481_600,    // 2028-03-01
+            1_830_297_600,    // 2028-01-01
+        ]);
+        let calls = prop_oneof![
+            prop::collection::vec(call(), 1..=60),
+            prop::collection::vec(call_with_blocks_and_refunds(), 1..=60),
+            prop::collection::vec(call_settled(false), 1..=60),
+        ];
+        (rules, boundaries, 0u64..60_000_000, calls).prop_map(
+            |(rules, boundary, before_us, calls)| Case {
+                rules,
+                start_us: boundary * 1_000_000 - before_us,
+                calls,
+            },
+        )
     }
 
     struct Backends {
@@ -1417,6 +1526,21 @@ mod differential {
         // A rule counting calls takes one of each.
         let of = |cost: u64| if rule.counts_calls() { 1 } else { cost };
         let units = |calls: &[(u64, u64)]| calls.iter().map(|c| of(c.1)).sum::<u64>();
+        if let Some(calendar) = rule.calendar() {
+            // At most `count` units per calendar period, on every algorithm.
+            for (i, &(a, _)) in admitted.iter().enumerate() {
+                let period = period_of(calendar, a);
+                let same = admitted[i..]
+                    .iter()
+                    .take_while(|c| period_of(calendar, c.0) == period)
+                    .count();
+                let used = units(&admitted[i..i + same]);
+                if used > count {
+                    return Err(format!("{used} units in the calendar period of {a}"));
+                }
+            }
+            return Ok(());
+        }
         for (i, &(a, _)) in admitted.iter().enumerate() {
             match algorithm {
                 // At most `count` units in any window [t, t + w).
@@ -1569,6 +1693,21 @@ mod differential {
         let drive = (&runtime, &backends, &mut runner);
         let ran = run_cases(drive, cases_settled(true), &ALGORITHMS, "debt", true);
         assert!(ran.settled > 300, "only {} settles", ran.settled);
+    }
+
+    /// Rules counting in calendar days and months, beside the others, across a month's end,
+    /// a leap day and a year's end: both backends count, refund, settle and forget exactly
+    /// alike (the Lua's calendar is the Rust's), `retry_after` is exact, and no calendar
+    /// period holds more than its count, on every algorithm.
+    #[test]
+    fn backends_agree_on_calendar_rules_across_their_boundaries() {
+        let (_server, runtime, backends, mut runner) = differential(48);
+        let drive = (&runtime, &backends, &mut runner);
+        let cases = cases_in_calendar_periods();
+        let ran = run_cases(drive, cases, &ALGORITHMS, "calendar", false);
+        assert!(ran.refused > 200, "only {} denials", ran.refused);
+        assert!(ran.refunded > 20, "only {} refunds", ran.refunded);
+        assert!(ran.settled > 20, "only {} settles", ran.settled);
     }
 
     /// Blocks and refunds: both backends block, refund and forget exactly alike, and every

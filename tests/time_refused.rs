@@ -5,7 +5,9 @@
 
 mod support;
 
-use redis_ratelimit::{Algorithm, BackendErrorKind, Limiter, Rule};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use redis_ratelimit::{Algorithm, BackendErrorKind, Calendar, Limiter, Rule};
 use support::cluster::RedisCluster;
 use support::{RedisServer, Topology as _};
 
@@ -46,6 +48,42 @@ async fn every_algorithm_counts_exactly_with_the_client_clock_and_warns_once() {
     }
     let text = logs.text();
     assert_eq!(text.matches("refuses TIME in scripts").count(), 1, "{text}");
+}
+
+/// A calendar quota on a server refusing `TIME`: counted in this process's day, its
+/// refusal waiting until this process's midnight UTC.
+#[tokio::test(flavor = "current_thread")]
+async fn a_calendar_quota_counts_in_the_client_clock_s_day() {
+    let server = RedisServer::start_with(&["--rename-command", "TIME", ""]);
+    let limiter = support::counting_limiter(&server.url());
+    let rules = [Rule::per_calendar(2, Calendar::Day)];
+    for algorithm in Algorithm::ALL {
+        let key = format!("time-refused:calendar:{algorithm:?}");
+        for _ in 0..2 {
+            let check = limiter.check(&key, &rules).algorithm(algorithm);
+            assert!(check.await.unwrap().allowed, "{algorithm:?}");
+        }
+        let before = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+        let refused = limiter
+            .check(&key, &rules)
+            .algorithm(algorithm)
+            .await
+            .unwrap();
+        let after = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+        let retry = refused.retry_after.expect("tomorrow");
+        // Until midnight from the time the check read this process's clock, between the
+        // two readings (to the µs it counts in).
+        let midnight = |t: Duration| Duration::from_secs((t.as_secs() / 86_400 + 1) * 86_400);
+        assert!(!refused.allowed, "{algorithm:?}");
+        if midnight(before) == midnight(after) {
+            let earliest = midnight(after) - after;
+            let latest = midnight(before) - before + Duration::from_micros(1);
+            assert!(
+                (earliest..=latest).contains(&retry),
+                "{algorithm:?}: {retry:?}"
+            );
+        }
+    }
 }
 
 #[tokio::test(flavor = "current_thread")]

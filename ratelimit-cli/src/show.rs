@@ -44,6 +44,7 @@ pub fn key_state(key: &str, state: &KeyState, rules: &[RuleState], from: &RulesF
                     "count": r.rule.count(),
                     "window_secs": r.rule.window().as_secs_f64(),
                     "counts_calls": r.rule.counts_calls(),
+                    "calendar": r.rule.calendar().map(|calendar| calendar.name()),
                     "used": r.used,
                     "debt": r.debt,
                     "remaining": r.remaining,

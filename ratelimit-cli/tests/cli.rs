@@ -8,7 +8,7 @@ mod support;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use redis_ratelimit::{rate_limiter, Algorithm, Limiter, Mode, RateLimitError, Rule};
+use redis_ratelimit::{rate_limiter, Algorithm, Calendar, Limiter, Mode, RateLimitError, Rule};
 use serde_json::Value;
 use support::{counting_limiter, leak, RedisServer};
 
@@ -164,6 +164,37 @@ async fn inspect_shows_rules_counting_calls_and_debt() {
     }
 }
 
+/// Rules counting in calendar periods, on every algorithm: `inspect` shows each with its
+/// units this month or day (the sliding log's without `--rules`: its counters name them).
+#[tokio::test]
+async fn inspect_shows_calendar_rules() {
+    let server = RedisServer::start();
+    let limiter = counting_limiter(&server.url());
+    let rules = [
+        Rule::per_calendar(2_000_000, Calendar::Month),
+        Rule::per_calendar(5, Calendar::Day).calls(),
+    ];
+    for algorithm in Algorithm::ALL {
+        let key = format!("rate_limit:user:7:app::calendar_{}", algorithm.label());
+        let d = limiter
+            .check(&key, &rules)
+            .cost(1_500)
+            .algorithm(algorithm)
+            .await
+            .unwrap();
+        assert!(d.allowed, "{algorithm}");
+        let args = ["inspect", key.as_str()];
+        let state = json(&server, &[&args[..], &["--json"]].concat());
+        assert_eq!(used(&state), [(1_500, 2_000_000), (1, 5)], "{algorithm}");
+        assert_eq!(state["rules"][0]["calendar"], "month", "{algorithm}");
+        assert_eq!(state["rules"][1]["calendar"], "day", "{algorithm}");
+        assert_eq!(state["rules"][1]["counts_calls"], true, "{algorithm}");
+        let table = ok(&server, &args);
+        assert!(table.contains("2000000 per calendar month"), "{table}");
+        assert!(table.contains("5 calls per calendar day"), "{table}");
+    }
+}
+
 #[tokio::test]
 async fn a_sliding_log_is_counted_under_the_rules_stored_for_its_site() {
     let server = RedisServer::start();
@@ -246,6 +277,47 @@ fn an_absent_key_has_no_state() {
         &["inspect", "rate_limit:ip:198.51.100.1:app::never", "--json"],
     );
     assert_eq!(state["exists"], false);
+}
+
+#[rate_limiter(rules("100/minute"), limit_type = CUSTOM, by = who, limiter = limiter, name = "cli.calendar")]
+async fn guarded_calendar(limiter: &'static Limiter, who: &str) -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+/// Calendar rules in an override: `rules set` stores them as written, and a running
+/// limiter applies them.
+#[tokio::test]
+async fn overrides_take_calendar_rules() {
+    let server = RedisServer::start();
+    let limiter = leak(counting_limiter(&server.url()).rules_poll(Some(Duration::from_millis(50))));
+    guarded_calendar(limiter, "ann").await.unwrap();
+    let text = "2 per calendar day, 100 calls per calendar month";
+    ok(&server, &["rules", "set", "cli.calendar", text]);
+    assert_eq!(
+        ok(&server, &["rules", "get", "cli.calendar"]),
+        format!("cli.calendar = {text}\n")
+    );
+    let overridden = [
+        Rule::per_calendar(2, Calendar::Day),
+        Rule::per_calendar(100, Calendar::Month).calls(),
+    ];
+    support::eventually(
+        "the override to reach the limiter",
+        GIVE_UP_AFTER,
+        || async {
+            match limiter.rules_in_force("cli.calendar") {
+                rules if rules == overridden => Ok(()),
+                rules => Err(format!("{rules:?}")),
+            }
+        },
+    )
+    .await;
+    guarded_calendar(limiter, "bob").await.unwrap();
+    guarded_calendar(limiter, "bob").await.unwrap();
+    assert!(matches!(
+        guarded_calendar(limiter, "bob").await,
+        Err(RateLimitError::Limited { .. })
+    ));
 }
 
 #[rate_limiter(rules("100/minute"), limit_type = CUSTOM, by = who, limiter = limiter, name = "cli.site")]

@@ -9,7 +9,7 @@ use syn::parse::{Lookahead1, Parse, ParseStream};
 use syn::spanned::Spanned as _;
 use syn::{parenthesized, Expr, ExprPath, Ident, LitInt, LitStr, Path, Token};
 
-use ratelimit_rule_text::{InvalidRule, NAME_FORM, UNITS};
+use ratelimit_rule_text::{Calendar, InvalidRule, NAME_FORM, UNITS};
 
 use crate::errors::Errors;
 use crate::item::Returns;
@@ -21,6 +21,7 @@ mod kw {
     syn::custom_keyword!(time);
     syn::custom_keyword!(unit);
     syn::custom_keyword!(calls);
+    syn::custom_keyword!(calendar);
     syn::custom_keyword!(prevent_duplicate);
     syn::custom_keyword!(prevent_duplicate_rule);
     syn::custom_keyword!(limit_type);
@@ -106,6 +107,9 @@ pub struct Rule {
     pub window_ms: u64,
     /// Whether the rule counts calls rather than units (`calls = true`, `"N calls/unit"`).
     pub calls: bool,
+    /// The calendar period the rule counts in (`calendar = MONTH`, `"N per calendar
+    /// month"`); `window_ms` is then the period's longest length.
+    pub calendar: Option<Calendar>,
 }
 
 impl Rule {
@@ -114,6 +118,7 @@ impl Rule {
         count: 1,
         window_ms: 5_000,
         calls: false,
+        calendar: None,
     };
 }
 
@@ -566,28 +571,53 @@ fn parse_rule_call(input: ParseStream, errors: &mut Errors) -> syn::Result<Optio
             None
         }
     };
+    let calendar = fields.calendar.get().copied();
+    if calendar.is_some() {
+        // A calendar period is the rule's window: a time or unit beside it says another.
+        let beside = |span: Option<Span>, what: &str| {
+            span.map(|span| {
+                syn::Error::new(
+                    span,
+                    format!(
+                        "`{what}` cannot be given with `calendar`: a calendar rule counts in \
+                         the UTC day or month `calendar` names; remove `{what}`"
+                    ),
+                )
+            })
+        };
+        let errors = [
+            beside(fields.time.span(), "time"),
+            beside(fields.unit.span(), "unit"),
+        ];
+        for err in errors.into_iter().flatten() {
+            rule_errors.push(err);
+        }
+    }
     let (unit_ms, unit_ident) = match fields.unit.into_inner() {
         Some((ms, ident)) => (ms, Some(ident)),
         None => (1_000, None),
     };
-    let window_ms = match fields.time.into_inner() {
-        Some(lit) => rule_errors.ok(lit.base10_parse().and_then(|time| {
-            ratelimit_rule_text::window_ms(time, unit_ms).map_err(|invalid| match invalid {
-                // Too long is the time in its unit, so both are underlined.
-                InvalidRule::WindowTooLong => invalid_rule(quote!(#lit #unit_ident), invalid),
-                // Only `time = 0` makes an empty window: say which argument that is.
-                InvalidRule::EmptyWindow => syn::Error::new_spanned(
-                    &lit,
-                    "`time` must be at least 1: a rule's window lasts `time` units (`unit`, \
-                     SECONDS by default), and 0 is no window",
-                ),
-                _ => invalid_rule(&lit, invalid),
-            })
-        })),
-        None => {
-            complain(&mut rule_errors, "time");
-            None
-        }
+    let window_ms = match (calendar, fields.time.into_inner()) {
+        (Some(calendar), _) => Some(calendar.longest_ms()),
+        (None, time) => match time {
+            Some(lit) => rule_errors.ok(lit.base10_parse().and_then(|time| {
+                ratelimit_rule_text::window_ms(time, unit_ms).map_err(|invalid| match invalid {
+                    // Too long is the time in its unit, so both are underlined.
+                    InvalidRule::WindowTooLong => invalid_rule(quote!(#lit #unit_ident), invalid),
+                    // Only `time = 0` makes an empty window: say which argument that is.
+                    InvalidRule::EmptyWindow => syn::Error::new_spanned(
+                        &lit,
+                        "`time` must be at least 1: a rule's window lasts `time` units (`unit`, \
+                         SECONDS by default), and 0 is no window",
+                    ),
+                    _ => invalid_rule(&lit, invalid),
+                })
+            })),
+            None => {
+                complain(&mut rule_errors, "time");
+                None
+            }
+        },
     };
     let calls = fields.calls.into_inner().unwrap_or(false);
     Ok(match rule_errors.into_result() {
@@ -595,6 +625,7 @@ fn parse_rule_call(input: ParseStream, errors: &mut Errors) -> syn::Result<Optio
             count,
             window_ms,
             calls,
+            calendar,
         }),
         Err(err) => {
             errors.push(err);
@@ -615,6 +646,8 @@ struct RuleFields {
     unit: Slot<(u64, Ident)>,
     /// `calls = true`: the rule counts calls.
     calls: Slot<bool>,
+    /// `calendar = DAY | MONTH`: the rule counts in calendar periods.
+    calendar: Slot<Calendar>,
 }
 
 impl Default for RuleFields {
@@ -624,6 +657,7 @@ impl Default for RuleFields {
             time: Slot::new("time"),
             unit: Slot::new("unit"),
             calls: Slot::new("calls"),
+            calendar: Slot::new("calendar"),
         }
     }
 }
@@ -646,12 +680,22 @@ impl RuleFields {
         } else if lookahead.peek(kw::calls) {
             self.calls
                 .parse::<kw::calls>(input, errors, bool_literal("calls"))?;
+        } else if lookahead.peek(kw::calendar) {
+            self.calendar
+                .parse::<kw::calendar>(input, errors, |input, errors| {
+                    let ident = input.parse::<Ident>()?;
+                    let calendars: Vec<_> = Calendar::ALL
+                        .iter()
+                        .map(|calendar| (calendar.name(), *calendar))
+                        .collect();
+                    Ok(errors.ok(choose(&ident, "calendar", &calendars)))
+                })?;
         } else {
             return Err(unknown(
                 input,
                 lookahead,
                 "rule argument",
-                "count, time, unit, calls",
+                "count, time, unit, calls, calendar",
             ));
         }
         Ok(())
@@ -814,6 +858,7 @@ fn parse_rule_text(lit: &LitStr) -> syn::Result<Rule> {
             count: rule.count,
             window_ms: rule.window_ms,
             calls: rule.calls,
+            calendar: rule.calendar,
         })
         .map_err(|err| syn::Error::new(lit.span(), err))
 }
@@ -883,6 +928,7 @@ mod tests {
             count: 2,
             window_ms: 10_000,
             calls: false,
+            calendar: None,
         };
         assert_eq!(custom.duplicate_rule, Some(two_per_ten_seconds));
     }
@@ -1086,6 +1132,45 @@ mod tests {
         assert!(args(quote!(rules("1/s"), cost = n)).is_ok());
         let errors = messages(quote!(rules("1/s"), cost = 2, cost = 3));
         assert_eq!(errors, ["duplicate argument `cost`"]);
+    }
+
+    #[test]
+    fn calendar_rules_count_in_days_or_months_alone() {
+        let args = args(quote!(rules(
+            rule(count = 2000000, calendar = MONTH),
+            rule(calendar = day, count = 100, calls = true),
+            "5000 per calendar day"
+        )))
+        .unwrap();
+        let rules: Vec<_> = listed(&args)
+            .iter()
+            .map(|r| (r.count, r.calendar, r.calls))
+            .collect();
+        assert_eq!(
+            rules,
+            [
+                (2_000_000, Some(Calendar::Month), false),
+                (100, Some(Calendar::Day), true),
+                (5_000, Some(Calendar::Day), false),
+            ]
+        );
+        let errors = messages(quote!(rules(rule(
+            count = 1,
+            calendar = MONTH,
+            time = 60,
+            unit = SECONDS
+        ))));
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(errors[0].starts_with("`time` cannot be given with `calendar`"));
+        assert!(errors[1].starts_with("`unit` cannot be given with `calendar`"));
+        let errors = messages(quote!(rules(rule(count = 1, calendar = WEEK))));
+        assert_eq!(
+            errors,
+            ["unknown calendar `WEEK`; expected one of DAY, MONTH"]
+        );
+        let errors = messages(quote!(rules(rule(calendar = DAY))));
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(errors[0].contains("`count = ...`"), "{errors:?}");
     }
 
     #[test]

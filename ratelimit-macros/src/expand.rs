@@ -6,6 +6,7 @@ use syn::spanned::Spanned as _;
 
 use crate::args::{Args, Limited, Rule, Rules};
 use crate::item::ItemFn;
+use ratelimit_rule_text::Calendar;
 
 /// The function with the check before its body (for a method `#[async_trait]` has
 /// rewritten, in the async block its body returns).
@@ -110,9 +111,18 @@ fn check(args: &Args) -> TokenStream {
              count,
              window_ms,
              calls,
+             calendar,
          }| {
-            let rule = quote! {
-                #private::Rule::new(#count, ::core::time::Duration::from_millis(#window_ms))
+            let rule = match calendar {
+                Some(Calendar::Day) => {
+                    quote!(#private::Rule::per_calendar(#count, #private::Calendar::Day))
+                }
+                Some(Calendar::Month) => {
+                    quote!(#private::Rule::per_calendar(#count, #private::Calendar::Month))
+                }
+                None => quote! {
+                    #private::Rule::new(#count, ::core::time::Duration::from_millis(#window_ms))
+                },
             };
             match calls {
                 true => quote!(#rule.calls()),

@@ -38,7 +38,8 @@ pub const DEFAULT_MESSAGE: &str = "too many requests";
 pub const RULE_FORMS: &str =
     "expected \"N/unit\", \"N/<k><unit>\", \"N per unit\" or \"N per k units\" \
      (e.g. \"10/minute\", \"10/60s\", \"20 per 2 minutes\"), with units ms, s, m, h, d or \
-     millisecond(s), sec(s), second(s), min(s), minute(s), hour(s), day(s)";
+     millisecond(s), sec(s), second(s), min(s), minute(s), hour(s), day(s); or \
+     \"N per calendar day\" or \"N per calendar month\" (UTC)";
 
 /// The accepted forms of a duration, for error messages.
 pub const DURATION_FORMS: &str =
@@ -89,6 +90,56 @@ impl Unit {
                 .iter()
                 .any(|known| known.eq_ignore_ascii_case(spelling))
         })
+    }
+}
+
+/// A calendar period a rule can count in (`"2000000 per calendar month"`,
+/// `rule(count = 2000000, calendar = MONTH)`): every unit since the start of the current
+/// UTC day or month, empty again at the next one.
+///
+/// ```
+/// use ratelimit_rule_text::Calendar;
+///
+/// assert_eq!(Calendar::parse("month"), Some(Calendar::Month));
+/// assert_eq!(Calendar::parse("DAY"), Some(Calendar::Day));
+/// assert_eq!(Calendar::Month.name(), "month");
+/// assert_eq!(Calendar::Month.longest_ms(), 31 * 86_400_000);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Calendar {
+    /// The UTC day, from midnight to midnight.
+    Day,
+    /// The UTC month, from midnight on its first day to midnight on the next month's.
+    Month,
+}
+
+impl Calendar {
+    /// Every calendar period, shortest first.
+    pub const ALL: [Calendar; 2] = [Calendar::Day, Calendar::Month];
+
+    /// Its name in rule text (`"per calendar month"`); the attribute takes it in any case
+    /// (`calendar = MONTH`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Calendar::Day => "day",
+            Calendar::Month => "month",
+        }
+    }
+
+    /// The period of a [`name`](Self::name), in any case.
+    pub fn parse(name: &str) -> Option<Calendar> {
+        Calendar::ALL
+            .into_iter()
+            .find(|calendar| calendar.name().eq_ignore_ascii_case(name))
+    }
+
+    /// Its longest length in milliseconds (a day; a month of 31 days): what a rule
+    /// counting in it gives as its window.
+    pub const fn longest_ms(self) -> u64 {
+        match self {
+            Calendar::Day => 86_400_000,
+            Calendar::Month => 31 * 86_400_000,
+        }
     }
 }
 
@@ -176,6 +227,9 @@ pub struct ParsedRule {
     pub window_ms: u64,
     /// Whether the rule counts calls (`"60 calls/minute"`) rather than units of cost.
     pub calls: bool,
+    /// The calendar period the rule counts in (`"5000 per calendar day"`), if any; its
+    /// `window_ms` is then the period's longest length.
+    pub calendar: Option<Calendar>,
 }
 
 /// Why a rule string or a duration is not one. Its `Display` is the message the attribute
@@ -206,15 +260,27 @@ impl RuleTextError {
 ///
 /// assert_eq!(
 ///     parse_rule("20 per 2 minutes"),
-///     Ok(ParsedRule { count: 20, window_ms: 120_000, calls: false })
+///     Ok(ParsedRule { count: 20, window_ms: 120_000, calls: false, calendar: None })
 /// );
 /// assert_eq!(
 ///     parse_rule("60 calls/minute"),
-///     Ok(ParsedRule { count: 60, window_ms: 60_000, calls: true })
+///     Ok(ParsedRule { count: 60, window_ms: 60_000, calls: true, calendar: None })
 /// );
 /// assert!(parse_rule("0/s").unwrap_err().to_string().contains("count must be at least 1"));
 /// ```
 pub fn parse_rule(text: &str) -> Result<ParsedRule, RuleTextError> {
+    if let Some((count, calls, calendar)) = calendar_rule(text) {
+        return check_count(count)
+            .map(|count| ParsedRule {
+                count,
+                window_ms: calendar.longest_ms(),
+                calls,
+                calendar: Some(calendar),
+            })
+            .map_err(|invalid| {
+                RuleTextError::new(format!("rule \"{text}\" is not valid: {invalid}"))
+            });
+    }
     let Some(RuleText {
         count,
         time,
@@ -232,6 +298,7 @@ pub fn parse_rule(text: &str) -> Result<ParsedRule, RuleTextError> {
                 count,
                 window_ms: window_ms(time, unit_ms)?,
                 calls,
+                calendar: None,
             })
         })
         .map_err(|invalid| RuleTextError::new(format!("rule \"{text}\" is not valid: {invalid}")))
@@ -382,6 +449,25 @@ impl RuleText {
     }
 }
 
+/// `N [calls] per calendar <day|month>` (in any case): the count, whether it counts
+/// calls, and the period; `None` for every other form.
+fn calendar_rule(text: &str) -> Option<(u64, bool, Calendar)> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let (count, calls, rest) = match words.as_slice() {
+        [count, calls, rest @ ..] if calls.eq_ignore_ascii_case("calls") => (count, true, rest),
+        [count, rest @ ..] => (count, false, rest),
+        [] => return None,
+    };
+    match rest {
+        [per, calendar, period]
+            if per.eq_ignore_ascii_case("per") && calendar.eq_ignore_ascii_case("calendar") =>
+        {
+            Some((parse_digits(count)?, calls, Calendar::parse(period)?))
+        }
+        _ => None,
+    }
+}
+
 /// `[N][ ]unit` (`"2 minutes"`, `"60s"`, `"hour"`): the number, if written, and the unit
 /// in milliseconds. Rule periods and durations share it.
 fn amount_of_unit(text: &str) -> Option<(Option<u64>, u64)> {
@@ -437,9 +523,48 @@ mod tests {
             Ok(ParsedRule {
                 count: 60,
                 window_ms: 120_000,
-                calls: true
+                calls: true,
+                calendar: None,
             })
         );
+    }
+
+    #[test]
+    fn per_calendar_day_or_month_makes_a_calendar_rule() {
+        let calendar = |count, calls, calendar: Calendar| {
+            Ok(ParsedRule {
+                count,
+                window_ms: calendar.longest_ms(),
+                calls,
+                calendar: Some(calendar),
+            })
+        };
+        assert_eq!(
+            parse_rule("2000000 per calendar month"),
+            calendar(2_000_000, false, Calendar::Month)
+        );
+        assert_eq!(
+            parse_rule(" 5000  PER Calendar DAY "),
+            calendar(5_000, false, Calendar::Day)
+        );
+        assert_eq!(
+            parse_rule("100 calls per calendar day"),
+            calendar(100, true, Calendar::Day)
+        );
+        for bad in [
+            "5 per calendar",
+            "5 per calendar week",
+            "5 per calendar 2 months",
+            "5/calendar month",
+            "calls per calendar day",
+        ] {
+            let err = parse_rule(bad).unwrap_err().to_string();
+            assert!(err.contains("per calendar month"), "{bad:?}: {err}");
+        }
+        assert!(parse_rule("0 per calendar day")
+            .unwrap_err()
+            .to_string()
+            .contains("count must be at least 1"));
     }
 
     #[test]
@@ -518,7 +643,8 @@ mod tests {
             Ok(ParsedRule {
                 count: MAX_COUNT,
                 window_ms: 1_000,
-                calls: false
+                calls: false,
+                calendar: None,
             })
         );
         assert_eq!(
@@ -526,7 +652,8 @@ mod tests {
             Ok(ParsedRule {
                 count: 1,
                 calls: false,
-                window_ms: MAX_WINDOW_MS
+                window_ms: MAX_WINDOW_MS,
+                calendar: None,
             })
         );
         assert!(parse_rule(&format!("1/{}ms", MAX_WINDOW_MS + 1)).is_err());
@@ -625,12 +752,14 @@ mod tests {
                 ParsedRule {
                     count: 5,
                     window_ms: 60_000,
-                    calls: false
+                    calls: false,
+                    calendar: None,
                 },
                 ParsedRule {
                     count: 20,
                     window_ms: 7_200_000,
-                    calls: false
+                    calls: false,
+                    calendar: None,
                 },
             ])
         );

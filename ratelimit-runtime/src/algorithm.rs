@@ -11,6 +11,7 @@
 //! one record per rule and share all but their arithmetic ([`records`]); the sliding log
 //! keeps its entries.
 
+mod calendar;
 mod fixed_window;
 mod records;
 mod sliding_log;
@@ -280,11 +281,6 @@ pub(crate) fn ttl_us(needed_us: u64) -> u64 {
 /// clock is behind the key's (see [`Clamp`]) by less than this never finds the key
 /// expired while its state still matters to it.
 pub(crate) const MARGIN_US: u64 = 1_000_000;
-
-/// The longest window among `rules`, in µs: how long a check's writes stay meaningful.
-pub(crate) fn longest_window_us(rules: &[Rule]) -> u64 {
-    rules.iter().map(Rule::window_us).max().unwrap_or(0)
-}
 
 /// One check of one key, as an algorithm counts it: made from the backend's request, in
 /// one place (`Request::call`).
@@ -638,7 +634,7 @@ impl KeyState {
     /// them; none for the sliding log, whose entries name no rule.
     pub fn stored_rules(&self) -> Vec<Rule> {
         match &self.counts {
-            Counts::SlidingLog(_) => Vec::new(),
+            Counts::SlidingLog(s) => s.period_rules().collect(),
             Counts::FixedWindow(s) => s.rules().collect(),
             Counts::SlidingWindow(s) => s.rules().collect(),
             Counts::TokenBucket(s) => s.rules().collect(),
@@ -697,16 +693,19 @@ impl KeyState {
     }
 
     /// The sliding log held in a sorted set: its entries' times (µs, in any order), the
-    /// times of the checks rules counting calls counted, and the block member's end and
-    /// rule, if any (see `scripts/sliding_log.lua`).
+    /// times of the checks rules counting calls counted, the counters of rules counting in
+    /// calendar periods (the rule, its period's start and units), and the block member's
+    /// end and rule, if any (see `scripts/sliding_log.lua`).
     #[cfg(feature = "redis")]
     pub fn from_redis_log(
         entries: Vec<u64>,
         calls: Vec<u64>,
+        periods: Vec<(Rule, u64, u64)>,
         block: Option<(u64, usize)>,
     ) -> KeyState {
+        let log = sliding_log::State::from_entries(entries, calls, periods);
         KeyState {
-            counts: Counts::SlidingLog(sliding_log::State::from_entries(entries, calls)),
+            counts: Counts::SlidingLog(log),
             block: block.map_or(Block::NONE, |(until_us, rule_index)| Block {
                 until_us,
                 rule_index,

@@ -12,6 +12,7 @@ mod algorithm;
 #[cfg(feature = "axum")]
 pub mod axum;
 mod backend;
+mod calendar;
 pub mod clock;
 pub mod context;
 mod decision;
@@ -46,6 +47,7 @@ mod web;
 pub use algorithm::{Algorithm, ParseAlgorithmError};
 #[cfg(feature = "redis")]
 pub use backend::redis::Breaker;
+pub use calendar::Calendar;
 pub use context::RequestContext;
 pub use decision::Decision;
 pub use error::{BackendError, BackendErrorKind, ConfigError, InitError, RateLimitError};

@@ -1,6 +1,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::calendar::Calendar;
+
 /// A limit of `count` units per `window`.
 ///
 /// Rules are plain `Copy` data built by a `const fn`, so a call site's rules live in a
@@ -8,6 +10,8 @@ use std::time::Duration;
 ///
 /// A rule counts the units of each call's cost, unless it is marked with
 /// [`calls`](Self::calls): then it counts calls, one per admitted call whatever its cost.
+/// A rule built by [`per_calendar`](Self::per_calendar) counts in the UTC calendar's days
+/// or months rather than in a window of fixed length.
 ///
 /// ```
 /// use std::time::Duration;
@@ -21,13 +25,21 @@ use std::time::Duration;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Rule {
     count: u64,
-    /// The window in µs (below 2^53), and [`CALLS`] when the rule counts calls: one word,
-    /// so that a rule stays two words, as a decision carries one.
+    /// The window in µs (below 2^53), and [`CALLS`] when the rule counts calls, and
+    /// [`CALENDAR`] when it counts in calendar periods (the window is then the period's
+    /// longest length, which says which period): one word, so that a rule stays two
+    /// words, as a decision carries one.
     window_us: u64,
 }
 
 /// The bit of `Rule::window_us` that marks a rule counting calls.
 const CALLS: u64 = 1 << 63;
+
+/// The bit of `Rule::window_us` that marks a rule counting in calendar periods.
+const CALENDAR: u64 = 1 << 62;
+
+/// A calendar day, in µs: the window of a rule counting calendar days.
+const DAY_US: u64 = Calendar::Day.longest_ms() * 1_000;
 
 impl Rule {
     /// The largest count: 2^52, so that every figure stays exact in the Lua scripts' doubles.
@@ -79,6 +91,53 @@ impl Rule {
         Rule::new(count, Duration::from_secs(86_400))
     }
 
+    /// A rule admitting `count` units (or calls, with [`calls`](Self::calls)) in each UTC
+    /// calendar day or month: everything since the start of the current one counts, and
+    /// the next one starts empty, whatever the call site's algorithm (for this rule, a
+    /// fixed window from one calendar boundary to the next, with the months' lengths and
+    /// the leap years of the calendar). A decision bound by it has `reset_after` and
+    /// `retry_after` running to that boundary. Its [`window`](Self::window) is the
+    /// period's longest length: a day, or 31 days.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_ratelimit::{Calendar, Rule};
+    ///
+    /// const TOKENS: [Rule; 2] = [
+    ///     Rule::per_minute(90_000),
+    ///     Rule::per_calendar(2_000_000, Calendar::Month),
+    /// ];
+    /// assert_eq!(TOKENS[1].calendar(), Some(Calendar::Month));
+    /// assert_eq!(TOKENS[1].window(), Duration::from_secs(31 * 86_400));
+    /// assert_eq!(TOKENS[1].to_string(), "2000000 per calendar month");
+    /// assert_eq!("2000000 per calendar month".parse(), Ok(TOKENS[1]));
+    /// assert_eq!(TOKENS[0].calendar(), None);
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// When `count` is 0 or above [`MAX_COUNT`](Self::MAX_COUNT), as [`new`](Self::new).
+    pub const fn per_calendar(count: u64, calendar: Calendar) -> Rule {
+        let rule = Rule::new(count, Duration::from_millis(calendar.longest_ms()));
+        Rule {
+            count: rule.count,
+            window_us: rule.window_us | CALENDAR,
+        }
+    }
+
+    /// The calendar period the rule counts in, for a rule built by
+    /// [`per_calendar`](Self::per_calendar).
+    #[inline(always)]
+    pub const fn calendar(&self) -> Option<Calendar> {
+        if self.window_us & CALENDAR == 0 {
+            None
+        } else if self.window_us() == DAY_US {
+            Some(Calendar::Day)
+        } else {
+            Some(Calendar::Month)
+        }
+    }
+
     /// The same rule, counting calls instead of units: a check of any cost takes one from
     /// it. A call site's rules can mix both, e.g. 60 calls and 90,000 tokens a minute,
     /// checked together, all or nothing.
@@ -116,7 +175,7 @@ impl Rule {
     /// The window in microseconds, the unit the backends count in.
     #[inline(always)]
     pub(crate) const fn window_us(&self) -> u64 {
-        self.window_us & !CALLS
+        self.window_us & !(CALLS | CALENDAR)
     }
 
     /// What a call of `cost` units takes from this rule: one when it counts calls.
@@ -139,13 +198,27 @@ impl Rule {
             false => self.count as f64,
         }
     }
+
+    /// The rule's window as the scripts carry it: in µs, or -1 for a rule counting
+    /// calendar days and -2 for calendar months (`scripts/calendar.lua`).
+    #[cfg(feature = "redis")]
+    #[inline]
+    pub(crate) fn script_window(&self) -> f64 {
+        match self.calendar() {
+            None => self.window_us() as f64,
+            Some(Calendar::Day) => -1.0,
+            Some(Calendar::Month) => -2.0,
+        }
+    }
 }
 
 impl fmt::Display for Rule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let us = self.window_us();
         let calls = if self.counts_calls() { " calls" } else { "" };
-        if us.is_multiple_of(1_000_000) {
+        if let Some(calendar) = self.calendar() {
+            write!(f, "{}{calls} per calendar {}", self.count, calendar.name())
+        } else if us.is_multiple_of(1_000_000) {
             write!(f, "{}{calls} per {}s", self.count, us / 1_000_000)
         } else if us.is_multiple_of(1_000) {
             write!(f, "{}{calls} per {}ms", self.count, us / 1_000)
@@ -186,6 +259,27 @@ mod tests {
         assert_eq!(calls.to_string(), "60 calls per 60s");
         #[cfg(feature = "redis")]
         assert_eq!(calls.signed_count(), -60.0);
+    }
+
+    #[test]
+    fn a_calendar_rule_says_its_period_and_keeps_its_figures() {
+        let month = Rule::per_calendar(2_000_000, Calendar::Month);
+        let day = Rule::per_calendar(5_000, Calendar::Day).calls();
+        assert_eq!(std::mem::size_of::<Rule>(), 16);
+        assert_eq!(
+            (month.calendar(), day.calendar()),
+            (Some(Calendar::Month), Some(Calendar::Day))
+        );
+        assert_eq!(Rule::per_day(5_000).calendar(), None);
+        assert_ne!(
+            Rule::per_day(5_000),
+            Rule::per_calendar(5_000, Calendar::Day)
+        );
+        assert_eq!(month.window(), Duration::from_secs(31 * 86_400));
+        assert_eq!(day.window(), Duration::from_secs(86_400));
+        assert!(day.counts_calls() && !month.counts_calls());
+        assert_eq!(month.to_string(), "2000000 per calendar month");
+        assert_eq!(day.to_string(), "5000 calls per calendar day");
     }
 
     #[test]

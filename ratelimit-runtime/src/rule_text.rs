@@ -11,7 +11,10 @@ pub use ratelimit_rule_text::RuleTextError as ParseRuleError;
 
 impl Rule {
     fn from_parsed(rule: ratelimit_rule_text::ParsedRule) -> Rule {
-        let parsed = Rule::new(rule.count, Duration::from_millis(rule.window_ms));
+        let parsed = match rule.calendar {
+            Some(calendar) => Rule::per_calendar(rule.count, calendar),
+            None => Rule::new(rule.count, Duration::from_millis(rule.window_ms)),
+        };
         match rule.calls {
             true => parsed.calls(),
             false => parsed,

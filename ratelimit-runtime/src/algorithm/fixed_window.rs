@@ -25,6 +25,7 @@
 //!
 //! [`RawDecision::NEVER`]: crate::decision::RawDecision::NEVER
 
+use super::calendar::Period;
 use super::records::{PerRule, Verdict};
 use super::Figures;
 use crate::{Algorithm, Rule};
@@ -56,6 +57,20 @@ impl PerRule for FixedWindow {
         Window {
             start_us: numbers[0],
             calls: numbers[1],
+        }
+    }
+
+    fn from_period(period: Period) -> Window {
+        Window {
+            start_us: period.start_us,
+            calls: period.units,
+        }
+    }
+
+    fn period(window: &Window) -> Period {
+        Period {
+            start_us: window.start_us,
+            units: window.calls,
         }
     }
 

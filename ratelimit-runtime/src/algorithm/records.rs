@@ -16,6 +16,7 @@ use std::fmt;
 
 use smallvec::SmallVec;
 
+use super::calendar::{self, Period};
 use super::{decide, ttl_us, Block, Call, Clamp, Counter, Figures, Outcome, MARGIN_US};
 use crate::decision::{CountedBy, Receipt};
 use crate::{Algorithm, Rule};
@@ -57,6 +58,12 @@ pub(crate) trait PerRule {
     /// [`super::Counter::held`]).
     fn held(record: Self::Record, rule: &Rule, now_us: u64) -> u64;
 
+    /// The record of a rule counting in calendar periods (see [`super::calendar`]).
+    fn from_period(period: Period) -> Self::Record;
+
+    /// The period a record [`from_period`](Self::from_period) holds.
+    fn period(record: &Self::Record) -> Period;
+
     /// Until when a settled record matters, when that can outgrow the expiry a check set
     /// (the token bucket's `tat`, pushed on by a debt); `None` for records whose windows
     /// the expiry covers whatever they count.
@@ -79,6 +86,56 @@ pub(crate) trait PerRule {
         cost: u64,
         now_us: u64,
     ) -> Self::Record;
+}
+
+/// `rule`'s view of a call of `cost` units counted at `now_us`: the algorithm's
+/// ([`PerRule::judge`]), or a calendar period's for a rule counting in one.
+#[inline(always)]
+fn judge<A: PerRule>(
+    stored: Option<A::Record>,
+    rule: &Rule,
+    now_us: u64,
+    cost: u64,
+) -> Verdict<A::Record> {
+    let Some(in_calendar) = rule.calendar() else {
+        return A::judge(stored, rule, now_us, cost);
+    };
+    let v = calendar::judge(
+        stored.map(|r| A::period(&r)),
+        rule,
+        in_calendar,
+        now_us,
+        cost,
+    );
+    Verdict {
+        figures: v.figures,
+        counted: A::from_period(v.counted),
+        needed_us: v.until_end_us,
+        reach_us: v.until_end_us,
+    }
+}
+
+/// `record` (of `rule`) with `units` counted at `at_us` given back, or taken (`take`):
+/// [`PerRule::refund`] and [`PerRule::take`], or a calendar period's.
+fn adjust<A: PerRule>(
+    record: A::Record,
+    rule: &Rule,
+    at_us: u64,
+    units: u64,
+    now_us: u64,
+    take: bool,
+) -> A::Record {
+    match (rule.calendar(), take) {
+        (Some(in_calendar), _) => A::from_period(calendar::adjust(
+            A::period(&record),
+            in_calendar,
+            at_us,
+            units,
+            take,
+        )),
+        (None, true) => A::take(record, rule, at_us, units, now_us),
+        (None, false) => A::refund(record, rule, at_us, units, now_us),
+    }
 }
 
 /// How many rules' verdicts a check keeps for its write (the rules after them are judged
@@ -180,14 +237,34 @@ impl<A: PerRule> State<A> {
             .map(|record| {
                 // A rule counting calls is stored with its count negated (Rule::signed_count).
                 let calls = f64::from_le_bytes(record[..8].try_into().ok()?) < 0.0;
+                // A calendar rule's window is negative (scripts/calendar.lua).
+                let in_calendar = f64::from_le_bytes(record[8..16].try_into().ok()?) < 0.0;
                 let mut record = record.to_vec();
                 record[7] &= 0x7f;
+                record[15] &= 0x7f;
                 let n = numbers(&record)?;
                 let count = ratelimit_rule_text::check_count(n[0]).ok()?;
-                let window_us = ratelimit_rule_text::check_window_us(n[1].into()).ok()?;
-                let rule = Rule::new(count, std::time::Duration::from_micros(window_us));
+                let (rule, own) = match in_calendar {
+                    // -(4 * the period's first day + 1 for a day, 2 for a month).
+                    true => {
+                        let calendar = match n[1] % 4 {
+                            1 => crate::Calendar::Day,
+                            2 => crate::Calendar::Month,
+                            _ => return None,
+                        };
+                        let units = A::period(&A::from_numbers(&n[2..])).units;
+                        let start_us = (n[1] / 4).checked_mul(86_400_000_000)?;
+                        let own = A::from_period(Period { start_us, units });
+                        (Rule::per_calendar(count, calendar), own)
+                    }
+                    false => {
+                        let window_us = ratelimit_rule_text::check_window_us(n[1].into()).ok()?;
+                        let window = std::time::Duration::from_micros(window_us);
+                        (Rule::new(count, window), A::from_numbers(&n[2..]))
+                    }
+                };
                 let rule = if calls { rule.calls() } else { rule };
-                Some((rule, A::from_numbers(&n[2..])))
+                Some((rule, own))
             })
             .collect::<Option<_>>()?;
         let state = State {
@@ -223,7 +300,7 @@ impl<A: PerRule> Counter for State<A> {
         let mut kept = [None; KEPT];
         let (mut needed_us, mut reach_us) = (0, 0);
         let figures = rules.iter().enumerate().map(|(i, r)| {
-            let v = A::judge(self.records.get(i, r), r, now, r.units(cost));
+            let v = judge::<A>(self.records.get(i, r), r, now, r.units(cost));
             if let Some(slot) = kept.get_mut(i) {
                 *slot = Some(v);
             }
@@ -249,7 +326,7 @@ impl<A: PerRule> Counter for State<A> {
         self.records
             .write(rules, |i, rule, stored| match kept.get(i) {
                 Some(&Some(v)) => v.counted,
-                _ => A::judge(stored, rule, now, rule.units(cost)).counted,
+                _ => judge::<A>(stored, rule, now, rule.units(cost)).counted,
             });
         decision.receipt = Receipt::new(cost, now, 0, A::ALGORITHM, CountedBy::Memory);
         // From the caller's `now`, which the key's expiry (the script's PX) is relative to.
@@ -266,7 +343,7 @@ impl<A: PerRule> Counter for State<A> {
         let (at_us, cost) = (receipt.at_us, u64::from(receipt.cost));
         for (i, rule) in rules.iter().enumerate() {
             if let Some(record) = self.records.get_mut(i, rule) {
-                *record = A::refund(*record, rule, at_us, rule.units(cost), now_us);
+                *record = adjust::<A>(*record, rule, at_us, rule.units(cost), now_us, false);
             }
         }
     }
@@ -286,11 +363,17 @@ impl<A: PerRule> Counter for State<A> {
             }
             if let Some(record) = self.records.get_mut(i, rule) {
                 *record = match actual < reserved {
-                    true => A::refund(*record, rule, at_us, reserved - actual, now_us),
-                    false => A::take(*record, rule, at_us, actual - reserved, now_us),
+                    true => adjust::<A>(*record, rule, at_us, reserved - actual, now_us, false),
+                    false => adjust::<A>(*record, rule, at_us, actual - reserved, now_us, true),
                 };
-                // A debt that outlives the key's expiry moves it, as the script does.
-                if let Some(until_us) = A::until_us(record) {
+                // A debt that outlives the key's expiry moves it, as the script does (a
+                // calendar period's record matters until the period ends, which the
+                // expiry covers).
+                let until_us = match rule.calendar() {
+                    None => A::until_us(record),
+                    Some(_) => None,
+                };
+                if let Some(until_us) = until_us {
                     let needed_us = until_us.saturating_sub(now_us);
                     if let Some(ttl) =
                         extend_expiry(&mut self.expires_at_us, now_us, needed_us, needed_us)
@@ -309,13 +392,16 @@ impl<A: PerRule> Counter for State<A> {
     }
 
     fn figures(&self, rule: &Rule, at_us: u64, cost: u64) -> Figures {
-        A::judge(self.records.get(usize::MAX, rule), rule, at_us, cost).figures
+        judge::<A>(self.records.get(usize::MAX, rule), rule, at_us, cost).figures
     }
 
     fn held(&self, rule: &Rule, at_us: u64) -> u64 {
         self.records
             .get(usize::MAX, rule)
-            .map_or(0, |record| A::held(record, rule, at_us))
+            .map_or(0, |record| match rule.calendar() {
+                Some(in_calendar) => calendar::held(A::period(&record), in_calendar, at_us),
+                None => A::held(record, rule, at_us),
+            })
     }
 }
 

@@ -28,10 +28,16 @@
 //! time it was counted at (entries of one time are alike, so which of them go does not
 //! matter), remembering the check's number so that a second refund of it removes nothing;
 //! on Redis its own members, by name. Entries that have left the log have nothing to give.
+//!
+//! A rule counting in calendar periods is not counted in the log: a month of tokens would
+//! be millions of entries. It keeps one counter, its period's start and units (see
+//! [`super::calendar`]), beside the log; the log is trimmed to the longest window of the
+//! other rules.
 
 use std::collections::VecDeque;
 
-use super::{decide, longest_window_us, ttl_us, Block, Call, Clamp, Counter, Figures, Outcome};
+use super::calendar::{self, Period};
+use super::{decide, ttl_us, Block, Call, Clamp, Counter, Figures, Outcome};
 use crate::decision::{CountedBy, Receipt};
 use crate::{Algorithm, Rule};
 
@@ -42,6 +48,9 @@ pub(crate) struct State {
     /// The timestamps (µs) of admitted checks of rules counting calls, one per check,
     /// ascending: what those rules count (empty while no check has such a rule).
     calls: VecDeque<u64>,
+    /// The counter of each rule counting in calendar periods (empty while no check has
+    /// such a rule).
+    periods: Vec<(Rule, Period)>,
     /// The number of the next admitted check, its receipt's id.
     checks: u64,
     /// The checks refunded, as (time counted at, number), while entries of that time may
@@ -68,14 +77,63 @@ impl State {
 
     /// A log holding the entries `entries` and the checks counted by rules counting calls
     /// `calls` (µs, in any order), as read from Redis.
+    /// With `periods`, the counters of its rules counting in calendar periods, each the
+    /// rule, its period's start and units.
     #[cfg(feature = "redis")]
-    pub fn from_entries(mut entries: Vec<u64>, mut calls: Vec<u64>) -> State {
+    pub fn from_entries(
+        mut entries: Vec<u64>,
+        mut calls: Vec<u64>,
+        periods: Vec<(Rule, u64, u64)>,
+    ) -> State {
         entries.sort_unstable();
         calls.sort_unstable();
         State {
             log: entries.into(),
             calls: calls.into(),
+            periods: periods
+                .into_iter()
+                .map(|(rule, start_us, units)| (rule, Period { start_us, units }))
+                .collect(),
             ..State::default()
+        }
+    }
+
+    /// The rules counting in calendar periods whose counters the state keeps: the only
+    /// rules a sliding log names.
+    pub fn period_rules(&self) -> impl Iterator<Item = Rule> + '_ {
+        self.periods.iter().map(|&(rule, _)| rule)
+    }
+
+    /// The counter of a rule counting in calendar periods, if stored.
+    fn period_of(&self, rule: &Rule) -> Option<Period> {
+        self.periods
+            .iter()
+            .find(|(r, _)| r == rule)
+            .map(|&(_, period)| period)
+    }
+
+    /// The counters of the calendar rules of a call of `rules`, each changed once by
+    /// `change` (the rule, its counter or `None`): the others' are kept.
+    fn update_periods(
+        &mut self,
+        rules: &[Rule],
+        mut change: impl FnMut(&Rule, crate::Calendar, Option<Period>) -> Option<Period>,
+    ) {
+        for (i, rule) in rules.iter().enumerate() {
+            let Some(in_calendar) = rule.calendar() else {
+                continue;
+            };
+            // A rule listed twice has one counter, changed once.
+            if rules[..i].contains(rule) {
+                continue;
+            }
+            let at = self.periods.iter().position(|(r, _)| r == rule);
+            let new = change(rule, in_calendar, at.map(|at| self.periods[at].1));
+            match (at, new) {
+                (Some(at), Some(period)) => self.periods[at].1 = period,
+                (None, Some(period)) => self.periods.push((*rule, period)),
+                (_, None) => {}
+            }
         }
     }
 
@@ -154,33 +212,64 @@ impl Counter for State {
             Err(refused) => return refused,
         };
         let Clamp { at_us: now, lag_us } = clamp;
-        let longest = longest_window_us(rules);
         // Stale entries are skipped by every count, as the script's ZCOUNTs do. Whether a
-        // rule counts calls is noted on the way, not found by a second pass.
-        let mut counts_calls = false;
+        // rule counts calls or in calendar periods is noted on the way, not found by a
+        // second pass; a calendar rule's counter needs the log no longer than the others.
+        let (mut counts_calls, mut in_calendar, mut logged, mut period_end) = (false, false, 0, 0);
+        let this = &*self;
         let mut decision = decide(
             rules.iter().map(|rule| {
                 counts_calls |= rule.counts_calls();
-                figures(self.log_of(rule), rule, now, rule.units(cost))
+                if let Some(calendar) = rule.calendar() {
+                    in_calendar = true;
+                    let v = calendar::judge(
+                        this.period_of(rule),
+                        rule,
+                        calendar,
+                        now,
+                        rule.units(cost),
+                    );
+                    period_end = period_end.max(v.until_end_us);
+                    return v.figures;
+                }
+                logged = logged.max(rule.window_us());
+                figures(this.log_of(rule), rule, now, rule.units(cost))
             }),
             rules,
             cost,
             consume,
             lag_us,
         );
-        let log = &mut self.log;
+        // The longest window of the rules counted in the log (at least 1 µs: the
+        // script keeps a check's own entries, which it adds before it trims, when every
+        // rule is a calendar rule), and how long the state matters: as long, or until
+        // the last calendar period ends.
+        let longest = logged.max(1);
+        let kept = match in_calendar {
+            true => longest.max(period_end),
+            false => longest,
+        };
         if !decision.allowed {
             // Every write sets the expiry, as the script's `PEXPIRE` does: for the block,
             // and the entries as long as they may matter.
             let ttl_us = block
                 .start(&mut decision, call, clamp)
-                .map(|block_us| ttl_us(block_us.max(longest + lag_us)));
+                .map(|block_us| ttl_us(block_us.max(kept + lag_us)));
             return Outcome { decision, ttl_us };
         }
         if !consume {
             return Outcome::unwritten(decision);
         }
         block.end();
+        if in_calendar {
+            // The counters of this check's calendar rules replace every other, as the
+            // script's do.
+            self.periods.retain(|(rule, _)| rules.contains(rule));
+            self.update_periods(rules, |rule, calendar, stored| {
+                Some(calendar::judge(stored, rule, calendar, now, rule.units(cost)).counted)
+            });
+        }
+        let log = &mut self.log;
         while log.front().is_some_and(|&s| !in_window(s, longest, now)) {
             log.pop_front();
         }
@@ -206,7 +295,7 @@ impl Counter for State {
         self.checks = self.checks.wrapping_add(1);
         Outcome {
             decision,
-            ttl_us: Some(ttl_us(longest + lag_us)),
+            ttl_us: Some(ttl_us(kept + lag_us)),
         }
     }
 
@@ -226,6 +315,11 @@ impl Counter for State {
         let alike = self.log.partition_point(|&s| s <= at_us) - first;
         let gone = alike.min(cost as usize);
         if gone > 0 {
+            // The check's units (or call) in each calendar counter, while its period lasts.
+            self.update_periods(rules, |rule, calendar, stored| {
+                let units = rule.units(u64::from(cost));
+                stored.map(|p| calendar::adjust(p, calendar, at_us, units, false))
+            });
             self.log.drain(first..first + gone);
             self.refunded.push((at_us, id));
             // The check's one call, where rules counting calls counted it.
@@ -240,18 +334,32 @@ impl Counter for State {
     /// Entries at the time the check was counted at: removed while there (entries of one
     /// time are alike), or added beside them while any is there, as the script removes
     /// or adds the check's own members by name.
-    fn settle(&mut self, _: &[Rule], receipt: &Receipt, actual: u64, _: u64) -> Option<u64> {
+    fn settle(&mut self, rules: &[Rule], receipt: &Receipt, actual: u64, _: u64) -> Option<u64> {
         let (at_us, reserved) = (receipt.at_us, u64::from(receipt.cost));
         let first = self.log.partition_point(|&s| s < at_us);
         let alike = self.log.partition_point(|&s| s <= at_us) - first;
-        if actual < reserved {
+        // The entries removed, or added.
+        let (changed, take) = if actual < reserved {
             let gone = alike.min((reserved - actual) as usize);
             self.log.drain(first..first + gone);
+            (gone as u64, false)
         } else if actual > reserved && alike > 0 {
             let newer = self.log.split_off(first);
             self.log
                 .extend(std::iter::repeat_n(at_us, (actual - reserved) as usize));
             self.log.extend(newer);
+            (actual - reserved, true)
+        } else {
+            (0, false)
+        };
+        // Each calendar counter of units, of the reservation's period, by as many as the
+        // entries changed, as the script's (which settles entries by name, so that a
+        // settle sent twice moves them once).
+        if changed > 0 {
+            self.update_periods(rules, |rule, calendar, stored| match rule.counts_calls() {
+                true => None,
+                false => stored.map(|p| calendar::adjust(p, calendar, at_us, changed, take)),
+            });
         }
         // Entries at the check's time or before: the expiry already covers them.
         None
@@ -263,10 +371,18 @@ impl Counter for State {
     }
 
     fn figures(&self, rule: &Rule, at_us: u64, cost: u64) -> Figures {
+        if let Some(in_calendar) = rule.calendar() {
+            return calendar::judge(self.period_of(rule), rule, in_calendar, at_us, cost).figures;
+        }
         figures(self.log_of(rule), rule, at_us, cost)
     }
 
     fn held(&self, rule: &Rule, at_us: u64) -> u64 {
+        if let Some(in_calendar) = rule.calendar() {
+            return self
+                .period_of(rule)
+                .map_or(0, |p| calendar::held(p, in_calendar, at_us));
+        }
         let log = self.log_of(rule);
         (log.len() - outside(log, rule.window_us(), at_us)) as u64
     }

@@ -37,6 +37,7 @@
 //!
 //! [`RawDecision::NEVER`]: crate::decision::RawDecision::NEVER
 
+use super::calendar::Period;
 use super::records::{PerRule, Verdict};
 use super::Figures;
 use crate::{Algorithm, Rule};
@@ -81,6 +82,22 @@ impl PerRule for SlidingWindow {
             start_us: numbers[0],
             curr: numbers[1],
             prev: numbers[2],
+        }
+    }
+
+    /// The period as the current window, with no previous one.
+    fn from_period(period: Period) -> Windows {
+        Windows {
+            start_us: period.start_us,
+            curr: period.units,
+            prev: 0,
+        }
+    }
+
+    fn period(windows: &Windows) -> Period {
+        Period {
+            start_us: windows.start_us,
+            units: windows.curr,
         }
     }
 

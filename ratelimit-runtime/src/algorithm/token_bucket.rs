@@ -32,6 +32,7 @@
 //!
 //! [`RawDecision::NEVER`]: crate::decision::RawDecision::NEVER
 
+use super::calendar::Period;
 use super::records::{PerRule, Verdict};
 use super::Figures;
 use crate::{Algorithm, Rule};
@@ -39,14 +40,15 @@ use crate::{Algorithm, Rule};
 /// The theoretical arrival time of each rule of one key's last write.
 pub(crate) type State = super::records::State<TokenBucket>;
 
-/// The token bucket's arithmetic; a rule's record is its `tat` (µs).
+/// The token bucket's arithmetic; a rule's record is its `tat` (µs), then 0; a calendar
+/// rule's (see [`super::calendar`]) its units, then its period's start.
 #[derive(Debug)]
 pub(crate) enum TokenBucket {}
 
 impl PerRule for TokenBucket {
     const ALGORITHM: Algorithm = Algorithm::TokenBucket;
 
-    type Record = u64;
+    type Record = (u64, u64);
 
     /// None: a tat ahead of `now` is counted in full, with no clamp.
     #[cfg(feature = "redis")]
@@ -54,19 +56,32 @@ impl PerRule for TokenBucket {
 
     #[cfg(feature = "redis")]
     fn from_numbers(numbers: &[u64]) -> Self::Record {
-        numbers[0]
+        (numbers[0], 0)
     }
 
-    fn latest_us(_: &u64) -> Option<u64> {
+    fn from_period(period: Period) -> (u64, u64) {
+        (period.units, period.start_us)
+    }
+
+    fn period(&(units, start_us): &(u64, u64)) -> Period {
+        Period { start_us, units }
+    }
+
+    fn latest_us(_: &(u64, u64)) -> Option<u64> {
         None
     }
 
     #[inline(always)]
-    fn judge(stored: Option<u64>, rule: &Rule, now_us: u64, cost: u64) -> Verdict<u64> {
+    fn judge(
+        stored: Option<(u64, u64)>,
+        rule: &Rule,
+        now_us: u64,
+        cost: u64,
+    ) -> Verdict<(u64, u64)> {
         let count = rule.count();
         let interval_us = rule.window_us().div_ceil(count);
         let burst_us = count * interval_us;
-        let ahead_us = stored.map_or(0, |tat| tat.saturating_sub(now_us));
+        let ahead_us = stored.map_or(0, |(tat, _)| tat.saturating_sub(now_us));
         // `n <= left` exactly when `d <= count * T`.
         let left = burst_us.saturating_sub(ahead_us) / interval_us;
         // `n * T` only when it cannot pass the burst span: `n <= count`.
@@ -80,38 +95,40 @@ impl PerRule for TokenBucket {
                 || ahead_us,
                 || after_us - burst_us,
             ),
-            counted: now_us + after_us,
+            counted: (now_us + after_us, 0),
             needed_us: after_us,
             reach_us: burst_us,
         }
     }
 
-    fn held(tat: u64, rule: &Rule, now_us: u64) -> u64 {
+    fn held((tat, _): (u64, u64), rule: &Rule, now_us: u64) -> u64 {
         let interval_us = rule.window_us().div_ceil(rule.count());
         tat.saturating_sub(now_us).div_ceil(interval_us)
     }
 
-    fn until_us(tat: &u64) -> Option<u64> {
-        Some(*tat)
+    fn until_us(&(tat, _): &(u64, u64)) -> Option<u64> {
+        Some(tat)
     }
 
     /// The excess taken from now (or from when it was counted, if later): the bucket is
     /// then `units` emptier than it is, in debt past empty if need be.
-    fn take(tat: u64, rule: &Rule, at_us: u64, units: u64, now_us: u64) -> u64 {
+    fn take((tat, _): (u64, u64), rule: &Rule, at_us: u64, units: u64, now_us: u64) -> (u64, u64) {
         let interval_us = rule.window_us().div_ceil(rule.count());
-        tat.max(now_us.max(at_us))
-            .saturating_add(units.saturating_mul(interval_us))
+        let tat = tat
+            .max(now_us.max(at_us))
+            .saturating_add(units.saturating_mul(interval_us));
+        (tat, 0)
     }
 
     /// What of the units has not refilled yet, counted as if they were the last to drain
     /// from a bucket that was full before them (so never more than they hold): until
     /// `at + n * T`, less what has passed since. The `tat` never goes below `now`, a full
     /// bucket.
-    fn refund(tat: u64, rule: &Rule, at_us: u64, cost: u64, now_us: u64) -> u64 {
+    fn refund((tat, _): (u64, u64), rule: &Rule, at_us: u64, cost: u64, now_us: u64) -> (u64, u64) {
         let count = rule.count();
         let interval_us = rule.window_us().div_ceil(count);
         let now_us = now_us.max(at_us);
         let held_us = (at_us + cost.min(count) * interval_us).saturating_sub(now_us);
-        tat - held_us.min(tat.saturating_sub(now_us))
+        (tat - held_us.min(tat.saturating_sub(now_us)), 0)
     }
 }

@@ -124,8 +124,9 @@ impl KeyState {
     }
 
     /// Each rule the state keeps a record of (the rules of its last admitted check, in that
-    /// check's order), as it stands now; empty for the sliding log, whose entries name no
-    /// rule (see [`rule`](Self::rule)).
+    /// check's order), as it stands now; for the sliding log, whose entries name no rule
+    /// (see [`rule`](Self::rule)), only its rules counting in calendar periods, which
+    /// keep a counter each.
     pub fn rules(&self) -> Vec<RuleState> {
         self.state
             .stored_rules()

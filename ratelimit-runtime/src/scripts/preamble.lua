@@ -6,7 +6,11 @@
 --   blocked.lua    the refusal of a key under a block;
 --   records.lua    opens the loop over the rules and finds each rule's record (the
 --                  sliding log's loop is sliding_log_rules.lua);
+--   calendar.lua   a rule counting in calendar periods: its period, and the window its
+--                  record is stored under (before find.lua);
 --   calls.lua      a rule counting calls takes one unit of any call;
+--   calendar_check.lua  a calendar rule's arithmetic, in place of the algorithm's
+--                  (sliding_log_calendar.lua for the sliding log);
 --   <algorithm>    the algorithm's arithmetic for one rule;
 --   bind.lua       the binding rule's choice, and the end of the loop;
 --   sliding_log_rerun.lua  (the sliding log) a re-sent check answers as it did;
@@ -28,7 +32,8 @@
 --            3: the call's cost, in units of every rule (at least 1);
 --            4, 5: count, window_us of rule 0 (bytes 25 and 33); 6, 7: of rule 1; ...
 --               (rule i's count at byte 16 * i + 25); a rule counting calls has its
---               count negated, and takes one of any call (calls.lua)
+--               count negated, and takes one of any call (calls.lua); a rule counting
+--               in calendar periods has window -1 (a UTC day) or -2 (a UTC month)
 --          Binary, because Redis parses text numbers slower than a check's arithmetic;
 --          block_for shares the first number so that a check of one rule stays within
 --          44 bytes, which Redis keeps in one allocation.

@@ -19,6 +19,10 @@
 -- The longest window: how long the key's entries matter after a write; a write always
 -- moves the expiry (expiry.lua).
 local expires, needed, reach = 0, 0, window0
+-- A calendar rule's window is negative (calendar.lua), and counts nothing in the log.
+if reach < 0 then
+    reach = 0
+end
 for i = 1, rules - 1 do
     local window = struct.unpack('<d', numbers, 16 * i + 33)
     if window > reach then

@@ -22,10 +22,17 @@ if ms then
         end
         if stale and has_calls then
             -- The entries, and the calls below them (sliding_log_rules.lua).
-            redis.call('ZREMRANGEBYSCORE', key, '0', string.format('%d', now - reach))
-            redis.call('ZREMRANGEBYSCORE', key, string.format('%d', reach - now), '(0')
+            redis.call('ZREMRANGEBYSCORE', key, '0', string.format('%d', now - trim))
+            redis.call('ZREMRANGEBYSCORE', key, string.format('%d', trim - now), '(0')
         elseif stale then
-            redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - reach))
+            -- Above the calendar rules' counters (sliding_log_calendar.lua).
+            redis.call('ZREMRANGEBYSCORE', key, '(-4503599627370496',
+                string.format('%d', now - trim))
+        end
+        if periods then
+            -- The counters of this check's calendar rules replace every other.
+            redis.call('ZREMRANGEBYSCORE', key, '-inf', '(-4503599627370496')
+            redis.call('ZADD', key, unpack(periods))
         end
         if has_calls then
             redis.call('ZADD', key, '-' .. stamp, id .. 'c')

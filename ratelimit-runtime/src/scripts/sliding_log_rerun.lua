@@ -8,5 +8,9 @@ if denied and consume and denied_retry ~= NEVER and redis.call('ZSCORE', key, id
     if binding_count < 0 then
         binding_count = -binding_count
     end
+    -- A calendar rule's (calendar.lua) admitted a call until its period's end.
+    if reset < 0 then
+        reset = denied_reset
+    end
     denied, consume = nil, false
 end

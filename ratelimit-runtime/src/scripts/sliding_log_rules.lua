@@ -19,7 +19,7 @@ for i = 0, rules - 1 do
         count, window = struct.unpack('<dd', numbers, 16 * i + 25)
     end
     local inside, units, calls = 0, cost, nil
-    if count < 0 then
+    if count < 0 and window > 0 then
         count, units, calls, has_calls = -count, 1, true, true
         inside = redis.call('ZCOUNT', key, '-' .. stamp, string.format('(%d', window - now))
     elseif window == reach then
@@ -39,10 +39,13 @@ for i = 0, rules - 1 do
     if units <= left then
         -- Admitted by this rule: the figures above.
     elseif calls then
-        -- The newest call leaves last; the count-th newest must leave for one more.
-        local newest_call = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')[2]
-        local must_leave = redis.call('ZRANGE', key, string.format('%d', count - 1),
-            string.format('%d', count - 1), 'WITHSCORES')[2]
+        -- The newest call leaves last; the count-th newest must leave for one more. The
+        -- counters of calendar rules are below the calls (sliding_log_calendar.lua).
+        local below = redis.call('ZCOUNT', key, '-inf', '(-4503599627370496')
+        local newest_call = redis.call('ZRANGE', key, string.format('%d', below),
+            string.format('%d', below), 'WITHSCORES')[2]
+        local must_leave = redis.call('ZRANGE', key, string.format('%d', count - 1 + below),
+            string.format('%d', count - 1 + below), 'WITHSCORES')[2]
         reset_after = window - now - tonumber(newest_call)
         retry = window - now - tonumber(must_leave)
     else

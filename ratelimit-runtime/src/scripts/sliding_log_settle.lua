@@ -13,21 +13,24 @@
 -- By name: a settle to fewer units removes the members above `actual`; to more, adds
 -- id .. k for k above the reservation at the reservation's time, while the check's first
 -- member is still there (it is still counted), even past a rule's count. So a settle sent
--- twice changes the key once. Its call, for rules counting calls, stays.
+-- twice changes the key once. Its call, for rules counting calls, stays. Returns how
+-- many entries it added (negative: removed), by which sliding_log_periods.lua changes the
+-- calendar rules' counters, and the check's time.
 local function settle()
     local key, id = KEYS[1], ARGV[2]
     local at, reserved, actual = struct.unpack('<ddd', ARGV[3])
     if actual == reserved then
-        return
+        return 0, 0
     end
     -- The check's time, from its first member (the reply of a sliding-log check does not
     -- carry it).
     local take, stamp = actual > reserved, redis.call('ZSCORE', key, id)
-    if take and not stamp then
-        return
+    if not stamp then
+        -- Its entries are gone: nothing is counted any more, nothing to give back.
+        return 0, 0
     end
     -- In batches, as Lua's stack bounds the arguments of one call.
-    local args, n = {}, 0
+    local args, n, changed = {}, 0, 0
     local from, to = actual + 1, reserved
     if take then
         from, to = reserved + 1, actual
@@ -44,12 +47,14 @@ local function settle()
         end
         if n >= 1000 or k == to then
             if take then
-                redis.call('ZADD', key, 'NX', unpack(args, 1, n))
+                changed = changed + redis.call('ZADD', key, 'NX', unpack(args, 1, n))
             else
-                redis.call('ZREM', key, unpack(args, 1, n))
+                changed = changed - redis.call('ZREM', key, unpack(args, 1, n))
             end
             n = 0
         end
     end
+    return changed, tonumber(stamp)
 end
-settle()
+local delta, moment = settle()
+local period_numbers, delta_calls = ARGV[1], 0

@@ -12,9 +12,16 @@ pub const SLIDING_LOG: &str = concat!(
     include_str!("preamble.lua"),
     include_str!("sliding_log.lua"),
     include_str!("blocked.lua"),
+    "local moment, periods, period_reach = now, nil, 0\n",
     include_str!("sliding_log_rules.lua"),
+    include_str!("calendar.lua"),
+    include_str!("sliding_log_calendar.lua"),
     include_str!("bind.lua"),
     include_str!("sliding_log_rerun.lua"),
+    // The log is trimmed to its rules' longest window (at least 1 µs, so that a check's
+    // own entries, added before the trim, stay when every rule is a calendar rule); the
+    // key lives as long as the calendar rules' periods too.
+    "local trim = reach\nif period_reach > reach then\n    reach = period_reach\n    if trim < 1 then\n        trim = 1\n    end\nend\n",
     include_str!("block.lua"),
     include_str!("expiry.lua"),
     include_str!("sliding_log_add.lua"),
@@ -25,13 +32,20 @@ pub const SLIDING_LOG: &str = concat!(
 pub const FIXED_WINDOW: &str = concat!(
     include_str!("preamble.lua"),
     "local NAME, SIZE, LATEST, HEAD, OWN = 'fixed_window', 32, true, '<c12ddddd', '<dd'\n",
+    "local CAL = 8\n",
     include_str!("state.lua"),
     include_str!("blocked.lua"),
+    "local moment = now\n",
     include_str!("records.lua"),
+    include_str!("calendar.lua"),
     include_str!("find.lua"),
     include_str!("calls.lua"),
+    include_str!("calendar_check.lua"),
+    include_str!("bind.lua"),
+    "if not period_start then\n",
     include_str!("fixed_window.lua"),
     include_str!("bind.lua"),
+    "end\n",
     include_str!("block.lua"),
     include_str!("expiry.lua"),
     include_str!("save.lua"),
@@ -42,14 +56,21 @@ pub const FIXED_WINDOW: &str = concat!(
 pub const SLIDING_WINDOW: &str = concat!(
     include_str!("preamble.lua"),
     "local NAME, SIZE, LATEST, HEAD, OWN = 'sliding_window', 40, true, '<c14dddddd', '<ddd'\n",
+    "local CAL = 8\n",
     include_str!("muldiv.lua"),
     include_str!("state.lua"),
     include_str!("blocked.lua"),
+    "local moment = now\n",
     include_str!("records.lua"),
+    include_str!("calendar.lua"),
     include_str!("find.lua"),
     include_str!("calls.lua"),
+    include_str!("calendar_check.lua"),
+    include_str!("bind.lua"),
+    "if not period_start then\n",
     include_str!("sliding_window.lua"),
     include_str!("bind.lua"),
+    "end\n",
     include_str!("block.lua"),
     include_str!("expiry.lua"),
     include_str!("save.lua"),
@@ -60,14 +81,21 @@ pub const SLIDING_WINDOW: &str = concat!(
 pub const TOKEN_BUCKET: &str = concat!(
     include_str!("preamble.lua"),
     "local NAME, SIZE, LATEST, HEAD, OWN = 'token_bucket', 24, false, '<c12dddd', '<d'\n",
+    "local CAL = 0\n",
     include_str!("state.lua"),
     include_str!("blocked.lua"),
+    "local moment = now\n",
     include_str!("records.lua"),
+    include_str!("calendar.lua"),
     include_str!("find.lua"),
     include_str!("calls.lua"),
+    include_str!("calendar_check.lua"),
+    include_str!("bind.lua"),
+    "if not period_start then\n",
     include_str!("token_interval.lua"),
     include_str!("token_bucket.lua"),
     include_str!("bind.lua"),
+    "end\n",
     include_str!("block.lua"),
     include_str!("expiry.lua"),
     include_str!("save.lua"),
@@ -77,49 +105,86 @@ pub const TOKEN_BUCKET: &str = concat!(
 /// The fixed window's refund.
 pub const FIXED_WINDOW_REFUND: &str = concat!(
     "local NAME, SIZE, NOW, ARGS = 'fixed_window', 32, false, 1\n",
+    "local TAKE, CAL = false, 8\n",
     include_str!("refund.lua"),
+    "local moment = at\n",
+    include_str!("calendar.lua"),
     include_str!("find.lua"),
     include_str!("calls.lua"),
+    "if period_start then\n",
+    include_str!("calendar_settle.lua"),
+    "else\n",
     include_str!("fixed_window_refund.lua"),
-    "end\nreturn given\n",
+    "end\nend\nreturn given\n",
 );
 
 /// The sliding window's refund.
 pub const SLIDING_WINDOW_REFUND: &str = concat!(
     "local NAME, SIZE, NOW, ARGS = 'sliding_window', 40, false, 1\n",
+    "local TAKE, CAL = false, 8\n",
     include_str!("refund.lua"),
+    "local moment = at\n",
+    include_str!("calendar.lua"),
     include_str!("find.lua"),
     include_str!("calls.lua"),
+    "if period_start then\n",
+    include_str!("calendar_settle.lua"),
+    "else\n",
     include_str!("sliding_window_refund.lua"),
-    "end\nreturn given\n",
+    "end\nend\nreturn given\n",
 );
 
 /// The token bucket's refund.
 pub const TOKEN_BUCKET_REFUND: &str = concat!(
     "local NAME, SIZE, NOW, ARGS = 'token_bucket', 24, true, 1\n",
+    "local TAKE, CAL = false, 0\n",
     include_str!("refund.lua"),
+    "local moment = at\n",
+    include_str!("calendar.lua"),
     include_str!("find.lua"),
     include_str!("calls.lua"),
     include_str!("token_interval.lua"),
+    "if period_start then\n",
+    include_str!("calendar_settle.lua"),
+    "else\n",
     include_str!("token_bucket_refund.lua"),
-    "end\nreturn given\n",
+    "end\nend\nreturn given\n",
 );
 
 // The settles: each settles a reservation, then runs the algorithm's check script above
 // as a peek of cost 1, which answers (backend/redis/script.rs appends it, once per
 // process).
 
-/// The sliding log's settle: the reservation settled by name.
-pub const SLIDING_LOG_SETTLE: &str = include_str!("sliding_log_settle.lua");
+/// The sliding log's settle: the reservation settled by name, then its calendar counters.
+pub const SLIDING_LOG_SETTLE: &str = concat!(
+    include_str!("sliding_log_settle.lua"),
+    include_str!("sliding_log_periods.lua"),
+    include_str!("calendar.lua"),
+    include_str!("sliding_log_period.lua"),
+);
+
+/// The sliding log's refund of a check with calendar rules (others are a ZREM).
+pub const SLIDING_LOG_REFUND: &str = concat!(
+    include_str!("sliding_log_refund.lua"),
+    include_str!("sliding_log_periods.lua"),
+    include_str!("calendar.lua"),
+    include_str!("sliding_log_period.lua"),
+    "return removed\n",
+);
 
 /// The fixed window's settle (settle.lua).
 pub const FIXED_WINDOW_SETTLE: &str = concat!(
     "local NAME, SIZE, NOW, ARGS = 'fixed_window', 32, false, 3\n",
+    "local CAL = 8\n",
     include_str!("settle.lua"),
     include_str!("refund.lua"),
+    "local moment = at\n",
+    include_str!("calendar.lua"),
     include_str!("find.lua"),
     include_str!("calls.lua"),
-    "if signed < 0 then\nelseif TAKE then\n",
+    "if signed < 0 then\nelseif period_start then\n",
+    include_str!("calendar_settle.lua"),
+    "elseif TAKE then\n",
     include_str!("fixed_window_take.lua"),
     "else\n",
     include_str!("fixed_window_refund.lua"),
@@ -129,11 +194,16 @@ pub const FIXED_WINDOW_SETTLE: &str = concat!(
 /// The sliding window's settle (settle.lua).
 pub const SLIDING_WINDOW_SETTLE: &str = concat!(
     "local NAME, SIZE, NOW, ARGS = 'sliding_window', 40, false, 3\n",
+    "local CAL = 8\n",
     include_str!("settle.lua"),
     include_str!("refund.lua"),
+    "local moment = at\n",
+    include_str!("calendar.lua"),
     include_str!("find.lua"),
     include_str!("calls.lua"),
-    "if signed < 0 then\nelseif TAKE then\n",
+    "if signed < 0 then\nelseif period_start then\n",
+    include_str!("calendar_settle.lua"),
+    "elseif TAKE then\n",
     include_str!("sliding_window_take.lua"),
     "else\n",
     include_str!("sliding_window_refund.lua"),
@@ -143,12 +213,17 @@ pub const SLIDING_WINDOW_SETTLE: &str = concat!(
 /// The token bucket's settle (settle.lua).
 pub const TOKEN_BUCKET_SETTLE: &str = concat!(
     "local NAME, SIZE, NOW, ARGS = 'token_bucket', 24, true, 3\n",
+    "local CAL = 0\n",
     include_str!("settle.lua"),
     include_str!("refund.lua"),
+    "local moment = at\n",
+    include_str!("calendar.lua"),
     include_str!("find.lua"),
     include_str!("calls.lua"),
     include_str!("token_interval.lua"),
-    "if signed < 0 then\nelseif TAKE then\n",
+    "if signed < 0 then\nelseif period_start then\n",
+    include_str!("calendar_settle.lua"),
+    "elseif TAKE then\n",
     include_str!("token_bucket_take.lua"),
     "else\n",
     include_str!("token_bucket_refund.lua"),

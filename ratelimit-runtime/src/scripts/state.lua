@@ -8,7 +8,10 @@
 -- The value is NAME, the key's expiry in µs (the script's clock), then per rule of the
 -- last write a record of SIZE bytes: count, window_us, then the algorithm's own numbers;
 -- every number a little-endian double (struct '<d'), exact for the integers below 2^53 it
--- holds. Binary, because turning numbers into text and back costs more than the rest of
+-- holds (a calendar rule's record: its window -(4 * its period's first day since the epoch
+-- + 1 for a day, 2 for a month), its units after the period's start where the
+-- algorithm's numbers start with a time, alone in the token bucket's: calendar.lua).
+-- Binary, because turning numbers into text and back costs more than the rest of
 -- the arithmetic. A key under a block (block.lua) is named in capitals (as the attribute
 -- spells the algorithm), and has one more, last record: 0 (a count no rule has, so no rule finds it), blocked_until_us, the index
 -- of the rule that started the block, zeros to SIZE. So a check of a key without a block

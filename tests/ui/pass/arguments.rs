@@ -16,6 +16,8 @@ fn assert_send<T: Send>(_: T) {}
     rule(unit = hours, time = 1, count = 1000),
     rule(count = 5000, time = 1, unit = Days),
     rule(count = 1, time = 1, unit = SECONDS),
+    rule(count = 2000000, calendar = MONTH),
+    rule(calendar = day, count = 100, calls = true),
 ))]
 async fn rule_calls() -> Result<(), RateLimitError> {
     Ok(())
@@ -30,6 +32,8 @@ async fn rule_calls() -> Result<(), RateLimitError> {
     "3 / 500 ms",
     "7 PER 3 HOURS",
     "1/d",
+    "2000000 per calendar month",
+    "100 calls per calendar day",
 ))]
 async fn rule_strings() -> Result<(), RateLimitError> {
     Ok(())

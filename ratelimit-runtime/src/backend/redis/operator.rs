@@ -10,7 +10,7 @@ use redis::{Cmd, Script, Value};
 use super::{Failure, RedisBackend};
 use crate::algorithm::KeyState;
 use crate::clock::{Clock, SystemClock};
-use crate::BackendError;
+use crate::{BackendError, Calendar, Rule};
 
 /// `scripts/inspect.lua`, hashed once per process.
 static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(SOURCE));
@@ -138,7 +138,7 @@ impl RedisBackend {
 /// rule as two little-endian doubles, scored `+inf`).
 fn log_state(members: &[Value]) -> Result<KeyState, String> {
     let mut entries = Vec::with_capacity(members.len() / 2);
-    let (mut calls, mut block) = (Vec::new(), None);
+    let (mut calls, mut periods, mut block) = (Vec::new(), Vec::new(), None);
     for pair in members.chunks(2) {
         let [Value::BulkString(member), score] = pair else {
             return Err("is a sorted set that is not a sliding log".into());
@@ -159,6 +159,16 @@ fn log_state(members: &[Value]) -> Result<KeyState, String> {
             continue;
         }
         match score.parse::<f64>() {
+            // A calendar rule's counter (scripts/sliding_log_calendar.lua): 'P', its count
+            // and its record's window, scored -(2^52 + units).
+            Ok(x) if x <= -TWO_52 && x.fract() == 0.0 => {
+                let period = match member.as_slice() {
+                    [b'P', numbers @ ..] if numbers.len() == 16 => calendar_counter(numbers, x),
+                    _ => None,
+                };
+                periods
+                    .push(period.ok_or("is a sorted set with a calendar counter no check writes")?);
+            }
             Ok(us) if us >= 0.0 && us.fract() == 0.0 => entries.push(us as u64),
             // A check's one call, for rules counting calls: scored minus its time.
             Ok(us) if us < 0.0 && us.fract() == 0.0 => calls.push(-us as u64),
@@ -169,7 +179,31 @@ fn log_state(members: &[Value]) -> Result<KeyState, String> {
             }
         }
     }
-    Ok(KeyState::from_redis_log(entries, calls, block))
+    Ok(KeyState::from_redis_log(entries, calls, periods, block))
+}
+
+/// 2^52: a calendar counter's score is below minus this.
+const TWO_52: f64 = 4_503_599_627_370_496.0;
+
+/// A calendar counter's rule, period start and units, from its member's numbers (its
+/// count, negative counting calls, and its record's window, `-(4 * first day + 1 or 2)`)
+/// and its score.
+fn calendar_counter(numbers: &[u8], score: f64) -> Option<(Rule, u64, u64)> {
+    let double = |b: &[u8]| f64::from_le_bytes(b.try_into().expect("8 bytes"));
+    let (signed, window) = (double(&numbers[..8]), -double(&numbers[8..]));
+    let count = ratelimit_rule_text::check_count(signed.abs() as u64).ok()?;
+    if window.fract() != 0.0 || !(1.0..TWO_52).contains(&window) {
+        return None;
+    }
+    let calendar = match window as u64 % 4 {
+        1 => Calendar::Day,
+        2 => Calendar::Month,
+        _ => return None,
+    };
+    let rule = Rule::per_calendar(count, calendar);
+    let rule = if signed < 0.0 { rule.calls() } else { rule };
+    let start_us = (window as u64 / 4).checked_mul(86_400_000_000)?;
+    Some((rule, start_us, (-score - TWO_52) as u64))
 }
 
 /// A reply part that is text.

@@ -346,7 +346,7 @@ impl ToRedisArgs for Numbers<'_> {
 fn rule_numbers(rules: &[Rule]) -> impl Iterator<Item = f64> + '_ {
     rules
         .iter()
-        .flat_map(|r| [r.signed_count(), r.window_us() as f64])
+        .flat_map(|r| [r.signed_count(), r.script_window()])
 }
 
 /// `head` then `rules` as one argument of little-endian `f64`s, written straight into the
@@ -479,8 +479,27 @@ impl<'r> Refund<'r> {
         self.receipt.algorithm == Algorithm::SlidingLog
     }
 
+    /// The sliding log's refund script, for rules counting in calendar periods, whose
+    /// counters a `ZREM` does not reach.
+    fn sliding_log_script(&self) -> Option<&'static Script> {
+        static SCRIPT: LazyLock<Script> =
+            LazyLock::new(|| Script::new(sources::SLIDING_LOG_REFUND));
+        let calendar = self.rules.iter().any(|rule| rule.calendar().is_some());
+        (self.receipt.algorithm == Algorithm::SlidingLog && calendar).then(|| &*SCRIPT)
+    }
+
     /// The command to send first: the `ZREM`, or the `EVALSHA` of the refund script.
     pub fn command(&self) -> Cmd {
+        if let Some(script) = self.sliding_log_script() {
+            let mut evalsha = redis::cmd("EVALSHA");
+            evalsha
+                .arg(script.get_hash())
+                .arg(1)
+                .arg(self.key)
+                .arg(RefundNumbers(self))
+                .arg(&check_id(self.receipt.id)[..]);
+            return evalsha;
+        }
         let Some(script) = refund_script(self.receipt.algorithm) else {
             return self.zrem();
         };
@@ -496,6 +515,15 @@ impl<'r> Refund<'r> {
     /// The refund as an `EVAL` carrying the script's body, for a server that answered the
     /// `EVALSHA` with NOSCRIPT (the sliding log's `ZREM` needs no script).
     pub fn eval(&self) -> Option<Cmd> {
+        if self.sliding_log_script().is_some() {
+            let mut eval = redis::cmd("EVAL");
+            eval.arg(sources::SLIDING_LOG_REFUND)
+                .arg(1)
+                .arg(self.key)
+                .arg(RefundNumbers(self))
+                .arg(&check_id(self.receipt.id)[..]);
+            return Some(eval);
+        }
         let source = match self.receipt.algorithm {
             Algorithm::SlidingLog => return None,
             Algorithm::FixedWindow => sources::FIXED_WINDOW_REFUND,
@@ -624,7 +652,7 @@ impl<'r> Settle<'r> {
             // keep their one (settle.lua).
             for rule in self.peek.rules {
                 numbers.extend_from_slice(&rule.signed_count().to_le_bytes());
-                numbers.extend_from_slice(&(rule.window_us() as f64).to_le_bytes());
+                numbers.extend_from_slice(&rule.script_window().to_le_bytes());
             }
             cmd.arg(numbers);
         }

@@ -1,0 +1,50 @@
+    -- A calendar rule (calendar.lua): a fixed window from period_start to period_end,
+    -- judged here in place of the algorithm's arithmetic; sources.rs composes
+    -- `if period_start then <this> <bind.lua> if not period_start then <the algorithm>
+    -- <bind.lua> end`, bind.lua's `end` closing each `if`, and the last `end` the loop. Its
+    -- record holds the units counted in the period, the CAL-th byte after the record's
+    -- window (sources.rs): after the period's start where the algorithm's record starts
+    -- with a time (LATEST), alone in the token bucket's.
+    if period_start then
+        local held = 0
+        if p then
+            if p == first then
+                held = y0
+                if CAL == 0 then
+                    held = x0
+                end
+            else
+                held = struct.unpack('<d', state, p + 16 + CAL)
+            end
+        end
+        local left, reset_after, retry = count - held, period_end - now, 0
+        -- A settle past the reservation may leave the period in debt (Limiter::settle).
+        if left < 0 then
+            left = 0
+        end
+        if units > count then
+            retry = NEVER
+        elseif units > left then
+            retry = reset_after
+        end
+        if reset_after > needed then
+            needed = reset_after
+        end
+        if reset_after > reach then
+            reach = reset_after
+        end
+        if consume then
+            if i == 0 then
+                r1, r2 = signed, window
+                if CAL == 0 then
+                    r3 = held + units
+                else
+                    r3, r4, r5 = period_start, held + units, 0
+                end
+            elseif CAL == 0 then
+                records = records .. struct.pack('<ddd', signed, window, held + units)
+            else
+                records = records .. struct.pack('<dd', signed, window)
+                    .. struct.pack(OWN, period_start, held + units, 0)
+            end
+        end
