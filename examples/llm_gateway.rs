@@ -84,7 +84,7 @@ pub fn tokens_used(answer: &Result<Json<Completion>, GatewayError>) -> u64 {
 /// `POST /v1/completions`, per user: 60 requests and 90,000 tokens a minute, 2,000,000
 /// tokens a calendar month, 4 in flight.
 #[rate_limiter(
-    rules("60 calls/minute", "90000/minute"),
+    rules("60 calls/minute", "90000/minute", "2000000 per calendar month"),
     limit_type = USER_ID,
     cost = prompt.max_tokens.max(1),
     settle = tokens_used,
