@@ -20,111 +20,10 @@ mod token_bucket;
 #[cfg(test)]
 mod worked;
 
-use std::fmt;
 use std::num::NonZeroU64;
-use std::str::FromStr;
 
 use crate::decision::{RawDecision, Receipt};
-use crate::Rule;
-
-/// How a set of rules is counted.
-///
-/// Every algorithm keeps all rules of a key in that one key, checks all rules before
-/// updating any (so a denial consumes nothing), and takes time from the backend's clock.
-///
-/// Its names: [`name`](Self::name) is the attribute's spelling (`algorithm = TOKEN_BUCKET`),
-/// [`label`](Self::label) the metrics' (`algorithm="token_bucket"`); [`FromStr`] reads
-/// either, in any case.
-///
-/// ```
-/// use redis_ratelimit::Algorithm;
-///
-/// assert_eq!("token_bucket".parse(), Ok(Algorithm::TokenBucket));
-/// assert_eq!("SLIDING_LOG".parse(), Ok(Algorithm::SlidingLog));
-/// assert_eq!(Algorithm::FixedWindow.name(), "FIXED_WINDOW");
-/// assert_eq!(Algorithm::FixedWindow.label(), "fixed_window");
-/// assert_eq!(Algorithm::ALL.len(), 4);
-/// ```
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Algorithm {
-    /// Exact: one log entry per admitted unit; never more than `count` in any window.
-    #[default]
-    SlidingLog,
-    /// One counter per rule per aligned window.
-    FixedWindow,
-    /// The previous aligned window's count weighted by its overlap, plus the current count.
-    SlidingWindow,
-    /// GCRA: bursts of up to `count`, refilled at one every `window / count`.
-    TokenBucket,
-}
-
-impl Algorithm {
-    /// Every algorithm, the default first.
-    pub const ALL: [Algorithm; 4] = [
-        Algorithm::SlidingLog,
-        Algorithm::FixedWindow,
-        Algorithm::SlidingWindow,
-        Algorithm::TokenBucket,
-    ];
-
-    /// The attribute's spelling: `SLIDING_LOG`, `FIXED_WINDOW`, `SLIDING_WINDOW`,
-    /// `TOKEN_BUCKET`. Also what [`Display`](fmt::Display) writes.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Algorithm::SlidingLog => "SLIDING_LOG",
-            Algorithm::FixedWindow => "FIXED_WINDOW",
-            Algorithm::SlidingWindow => "SLIDING_WINDOW",
-            Algorithm::TokenBucket => "TOKEN_BUCKET",
-        }
-    }
-
-    /// The metrics' spelling, the [`name`](Self::name) in lower case: `sliding_log`,
-    /// `fixed_window`, `sliding_window`, `token_bucket` (the `algorithm` label of
-    /// `ratelimit_checks_total`).
-    pub const fn label(self) -> &'static str {
-        match self {
-            Algorithm::SlidingLog => "sliding_log",
-            Algorithm::FixedWindow => "fixed_window",
-            Algorithm::SlidingWindow => "sliding_window",
-            Algorithm::TokenBucket => "token_bucket",
-        }
-    }
-}
-
-impl fmt::Display for Algorithm {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Algorithm {
-    type Err = ParseAlgorithmError;
-
-    /// Reads a [`name`](Algorithm::name) in any case, so also a [`label`](Algorithm::label).
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        Algorithm::ALL
-            .into_iter()
-            .find(|a| a.name().eq_ignore_ascii_case(text))
-            .ok_or_else(|| ParseAlgorithmError(text.into()))
-    }
-}
-
-/// A text that names no [`Algorithm`]; says which names do.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ParseAlgorithmError(Box<str>);
-
-impl fmt::Display for ParseAlgorithmError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "unknown algorithm `{}`: expected one of ", self.0)?;
-        for (i, algorithm) in Algorithm::ALL.into_iter().enumerate() {
-            let sep = if i == 0 { "" } else { ", " };
-            write!(f, "{sep}{algorithm}")?;
-        }
-        f.write_str(" (in any case)")
-    }
-}
-
-impl std::error::Error for ParseAlgorithmError {}
+use crate::{Algorithm, Rule};
 
 /// The time a check is counted at: never earlier than the key's stored state.
 ///
@@ -767,28 +666,12 @@ mod tests {
     use std::num::NonZeroU64;
 
     use super::testing::{call, rule};
-    use super::{Algorithm, Call, KeyState, ParseAlgorithmError};
+    use super::{Call, KeyState};
     use crate::decision::{RawDecision, Receipt};
+    use crate::Algorithm;
     use crate::Rule;
 
     const ALL: [Algorithm; 4] = Algorithm::ALL;
-
-    #[test]
-    fn names_are_read_back_in_either_spelling_and_any_case() {
-        for algorithm in ALL {
-            assert_eq!(algorithm.name().parse(), Ok(algorithm));
-            assert_eq!(algorithm.label().parse(), Ok(algorithm));
-            assert_eq!(algorithm.label(), algorithm.name().to_ascii_lowercase());
-            assert_eq!(algorithm.to_string(), algorithm.name());
-        }
-        assert_eq!("Token_Bucket".parse(), Ok(Algorithm::TokenBucket));
-        let err: ParseAlgorithmError = "leaky_bucket".parse::<Algorithm>().unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "unknown algorithm `leaky_bucket`: expected one of SLIDING_LOG, FIXED_WINDOW, \
-             SLIDING_WINDOW, TOKEN_BUCKET (in any case)"
-        );
-    }
 
     /// The arithmetic of one key, for the hand-worked sequences.
     struct Key(Option<KeyState>);

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use ratelimit_rule_text::{check_name, NAME_FORM};
 
+use crate::concurrency::Concurrency;
 use crate::site_config::SiteConfig;
-use crate::slot::Concurrency;
 use crate::{Algorithm, LimitType, Limiter, Rule};
 
 /// A rate limit checked by a framework layer for every request through it, before the
@@ -190,7 +190,7 @@ impl Guard {
         let lease = self
             .config
             .concurrency
-            .map_or(crate::slot::DEFAULT_LEASE, |c| c.lease);
+            .map_or(crate::concurrency::DEFAULT_LEASE, |c| c.lease);
         self.config.concurrency = Some(Concurrency::new(n, lease));
         self
     }

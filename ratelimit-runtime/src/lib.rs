@@ -9,11 +9,13 @@
 #[cfg(feature = "actix")]
 pub mod actix;
 mod algorithm;
+mod algorithm_kind;
 #[cfg(feature = "axum")]
 pub mod axum;
 mod backend;
 mod calendar;
 pub mod clock;
+mod concurrency;
 pub mod context;
 mod decision;
 mod error;
@@ -44,16 +46,19 @@ pub mod tower;
 #[cfg(any(feature = "tower", feature = "actix"))]
 mod web;
 
-pub use algorithm::{Algorithm, ParseAlgorithmError};
+pub use algorithm_kind::{Algorithm, ParseAlgorithmError};
 #[cfg(feature = "redis")]
 pub use backend::redis::Breaker;
 pub use calendar::Calendar;
+#[doc(hidden)]
+pub use concurrency::{Concurrency, DEFAULT_LEASE};
 pub use context::RequestContext;
 pub use decision::Decision;
 pub use error::{BackendError, BackendErrorKind, ConfigError, InitError, RateLimitError};
 pub use global::{global, init, REDIS_URL_ENV};
 pub use guard::Guard;
 pub use limit_type::LimitType;
+pub use limiter::Acquire;
 pub use limiter::{BlockState, Check, KeyState, Limiter, LogState, RuleState};
 #[cfg(feature = "redis")]
 pub use limiter::{OverrideError, StoredOverride, StoredOverrides};
@@ -61,6 +66,4 @@ pub use mode::{Mode, ParseModeError};
 pub use overrides::Setting;
 pub use rule::Rule;
 pub use rule_text::ParseRuleError;
-pub use slot::{Acquire, Slot};
-#[doc(hidden)]
-pub use slot::{Concurrency, DEFAULT_LEASE};
+pub use slot::Slot;

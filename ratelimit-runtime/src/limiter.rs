@@ -2,6 +2,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod acquire;
 mod check;
 pub(crate) use check::{boxed_in_place, decided, decided_with_slot, Begun, Plan};
 mod deny_cache;
@@ -10,6 +11,7 @@ mod refunds;
 #[cfg(feature = "redis")]
 mod stored_overrides;
 
+pub use acquire::Acquire;
 pub use check::Check;
 pub use inspect::{BlockState, KeyState, LogState, RuleState};
 #[cfg(feature = "redis")]
@@ -561,8 +563,8 @@ impl Limiter {
     /// # Panics
     ///
     /// When `max` is 0 or above [`Rule::MAX_COUNT`].
-    pub fn acquire<'a>(&'a self, key: &'a str, max: u64) -> crate::slot::Acquire<'a> {
-        crate::slot::Acquire::new(self, key, max)
+    pub fn acquire<'a>(&'a self, key: &'a str, max: u64) -> Acquire<'a> {
+        Acquire::new(self, key, max)
     }
 
     /// Where a slot is kept that a decision with `receipt` took: the backend that counted

@@ -12,12 +12,13 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::backend::Request;
+use crate::concurrency::SlotAsk;
 use crate::context::{RequestContext, SiteDecision};
 use crate::key::{function_path, KeyTemplate};
 use crate::limiter::{boxed_in_place, decided, decided_with_slot, Begun, Plan};
 use crate::overrides::{intern, SiteRules};
 pub use crate::site_config::SiteConfig;
-use crate::slot::{warn_release_failed, Slot, SlotAsk};
+use crate::slot::{warn_release_failed, Slot};
 use crate::throttle::LogThrottle;
 use crate::{registry, BackendError, Decision, LimitType, Limiter, Mode, RateLimitError, Rule};
 

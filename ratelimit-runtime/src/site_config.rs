@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
+use crate::concurrency::Concurrency;
 use crate::overrides::SiteRules;
-use crate::slot::Concurrency;
 use crate::{Algorithm, LimitType, Rule};
 
 /// One guarded site's static configuration. Not public API: built by `#[rate_limiter]`'s

@@ -16,135 +16,19 @@
 //! timer, and a renewal is one command either way.
 
 use std::fmt;
-use std::future::{Future, IntoFuture};
-use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 #[cfg(feature = "redis")]
 use std::sync::Arc;
-use std::sync::LazyLock;
 use std::time::Duration;
 
 use crate::backend::memory_slots::MemorySlots;
 #[cfg(feature = "redis")]
 use crate::backend::redis::RedisBackend;
-use crate::backend::Request;
-use crate::limiter::{decided_with_slot, Begun, Plan};
+use crate::concurrency::{SlotAsk, SlotId, SLOT_RETRY_HINT};
 use crate::throttle::LogThrottle;
-use crate::{clock, random, BackendError, Limiter, Rule};
-
-/// The lease of a slot unless told otherwise. Not public API: see [`Acquire::lease`].
-pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
-
-/// A site's limit on calls in flight (the attribute's `concurrency` and `lease`, or
-/// [`Guard::concurrency`](crate::Guard::concurrency)). Not public API.
-#[doc(hidden)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Concurrency {
-    /// The most calls of one key running at once (at least 1).
-    pub max: u64,
-    /// How long a slot outlives its holder's last renewal.
-    pub lease: Duration,
-}
-
-impl Concurrency {
-    /// At most `max` calls at once, each slot leased for `lease`.
-    ///
-    /// # Panics
-    ///
-    /// When `max` is 0 or above [`Rule::MAX_COUNT`], or `lease` is under a millisecond or
-    /// above [`Rule::MAX_WINDOW`].
-    pub const fn new(max: u64, lease: Duration) -> Concurrency {
-        assert!(
-            max >= 1 && max <= Rule::MAX_COUNT,
-            "concurrency must be at least 1 and at most 2^52"
-        );
-        assert!(
-            lease.as_millis() >= 1 && lease.as_micros() <= Rule::MAX_WINDOW.as_micros(),
-            "a slot's lease must last at least 1 ms and at most 2^52 µs"
-        );
-        Concurrency { max, lease }
-    }
-}
-
-/// What a check that takes a slot asks for, carried by its [`Request`].
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct SlotAsk {
-    pub max: u64,
-    pub lease_us: u64,
-    pub id: SlotId,
-}
-
-impl SlotAsk {
-    pub fn new(concurrency: Concurrency) -> SlotAsk {
-        SlotAsk {
-            max: concurrency.max,
-            lease_us: clock::micros(concurrency.lease),
-            id: SlotId::next(),
-        }
-    }
-
-    /// The decision of a check refused because every slot is taken: bound by the
-    /// concurrency limit, which stands after the `rules` checked (`rule_index` is their
-    /// number), its `retry_after` the [`Slot::RETRY_HINT`]. See
-    /// [`RawDecision::into_decision`](crate::decision::RawDecision::into_decision).
-    pub fn full(&self, rules: &[Rule]) -> crate::decision::RawDecision {
-        self.answer(rules, false, 0)
-    }
-
-    /// The decision of a slot taken without rules, `free` slots left after it.
-    pub fn taken(&self, free: u64) -> crate::decision::RawDecision {
-        self.answer(&[], true, free)
-    }
-
-    fn answer(&self, rules: &[Rule], allowed: bool, free: u64) -> crate::decision::RawDecision {
-        crate::decision::RawDecision {
-            allowed,
-            rule_index: rules.len(),
-            remaining: free,
-            reset_after_us: self.lease_us,
-            retry_after_us: if allowed {
-                0
-            } else {
-                clock::micros(Slot::RETRY_HINT)
-            },
-            // The limit rides in the receipt's id, which names nothing for a decision
-            // that took no units: `into_decision` reads it back.
-            receipt: crate::decision::Receipt {
-                id: self.max,
-                ..crate::decision::Receipt::NONE
-            },
-        }
-    }
-}
-
-/// A slot's id: a random prefix per process, then a counter. Unique across processes with
-/// near certainty, so a slot's holder alone renews and releases it, and a re-sent check
-/// finds its own slot rather than taking a second.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct SlotId(pub [u8; 16]);
-
-impl SlotId {
-    fn next() -> SlotId {
-        static PREFIX: LazyLock<u64> = LazyLock::new(random::u64);
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let mut id = [0; 16];
-        id[..8].copy_from_slice(&PREFIX.to_le_bytes());
-        id[8..].copy_from_slice(&NEXT.fetch_add(1, Ordering::Relaxed).to_le_bytes());
-        SlotId(id)
-    }
-}
-
-impl fmt::Debug for SlotId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for b in self.0 {
-            write!(f, "{b:02x}")?;
-        }
-        Ok(())
-    }
-}
+use crate::BackendError;
 
 /// One of the slots of a key, held while a call runs: taken by
-/// [`Limiter::acquire`], or by a guarded call with `concurrency`.
+/// [`Limiter::acquire`](crate::Limiter::acquire), or by a guarded call with `concurrency`.
 ///
 /// Its lease is renewed in the background while it is held (every third of the lease, in
 /// a task on the runtime that took it). [`release`](Slot::release) frees it and says
@@ -190,7 +74,7 @@ pub(crate) enum Home {
 
 impl Slot {
     /// The `retry_after` of a call refused because every slot is taken: a short hint, as
-    /// nobody knows when a running call ends. A call that [`wait`](Acquire::wait)s checks
+    /// nobody knows when a running call ends. A call that [`wait`](crate::Acquire::wait)s checks
     /// again after it (plus a little jitter).
     ///
     /// A guarded call refused so gets [`RateLimitError::Limited`](crate::RateLimitError)
@@ -198,7 +82,7 @@ impl Slot {
     /// its count is the limit, its window the lease. Its decision's `rule_index` is the
     /// number of the site's rules (the limit stands after them), and an HTTP answer names
     /// the policy `"conc"`, with `qu="concurrent-requests"`.
-    pub const RETRY_HINT: Duration = Duration::from_millis(50);
+    pub const RETRY_HINT: Duration = SLOT_RETRY_HINT;
 
     /// The slot `ask` took for `key` in `home`, renewed from now on.
     pub(crate) fn held(home: Home, key: &str, ask: &SlotAsk) -> Slot {
@@ -348,101 +232,5 @@ impl fmt::Debug for Slot {
                 .field("lease", &Duration::from_micros(held.lease_us));
         }
         debug.finish_non_exhaustive()
-    }
-}
-
-/// A request for one of `max` slots of a key: returned by [`Limiter::acquire`], refined
-/// with [`lease`](Acquire::lease) and [`wait`](Acquire::wait), run when awaited.
-#[must_use = "an acquire does nothing until it is awaited"]
-pub struct Acquire<'a> {
-    limiter: &'a Limiter,
-    key: &'a str,
-    concurrency: Concurrency,
-    wait: Option<Duration>,
-    now_us: u64,
-}
-
-impl<'a> Acquire<'a> {
-    pub(crate) fn new(limiter: &'a Limiter, key: &'a str, max: u64) -> Self {
-        Acquire {
-            limiter,
-            key,
-            concurrency: Concurrency::new(max, DEFAULT_LEASE),
-            wait: None,
-            now_us: 0,
-        }
-    }
-
-    /// How long the slot outlives its holder's last renewal (default 30 s): the time a
-    /// crashed process's slot stays taken. The holder renews it every third of it.
-    ///
-    /// # Panics
-    ///
-    /// When `lease` is under a millisecond or above [`Rule::MAX_WINDOW`].
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.concurrency = Concurrency::new(self.concurrency.max, lease);
-        self
-    }
-
-    /// Waits up to `budget` for a slot instead of answering `None` at once, checking
-    /// again every [`Slot::RETRY_HINT`] (plus a little jitter). Waiters are not served in
-    /// order of arrival.
-    pub fn wait(mut self, budget: Duration) -> Self {
-        self.wait = Some(budget);
-        self
-    }
-
-    /// Takes the slot at an explicit time (since the epoch) instead of the backend's
-    /// clock. For differential tests only.
-    #[cfg(feature = "test-clock")]
-    #[doc(hidden)]
-    pub fn at(mut self, now: Duration) -> Self {
-        self.now_us = clock::micros(now);
-        self
-    }
-
-    async fn run(self) -> Result<Option<Slot>, BackendError> {
-        let Acquire {
-            limiter,
-            key,
-            concurrency,
-            wait,
-            now_us,
-        } = self;
-        let ask = SlotAsk::new(concurrency);
-        let request = Request {
-            now_us,
-            ..Request::with_slot(key, &[], &ask)
-        };
-        let plan = Plan::programmatic(limiter, request, wait);
-        let decision = match plan.begin() {
-            Begun::Answered(result) => decided_with_slot(result, &[]),
-            Begun::Waits(waits) => plan.resume(waits).await,
-        }?;
-        Ok(decision
-            .allowed
-            .then(|| limiter.slot_home(decision.receipt()))
-            .flatten()
-            .map(|home| Slot::held(home, key, &ask)))
-    }
-}
-
-impl<'a> IntoFuture for Acquire<'a> {
-    type Output = Result<Option<Slot>, BackendError>;
-    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'a>>;
-
-    fn into_future(self) -> Self::IntoFuture {
-        Box::pin(self.run())
-    }
-}
-
-impl fmt::Debug for Acquire<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Acquire")
-            .field("key", &self.key)
-            .field("max", &self.concurrency.max)
-            .field("lease", &self.concurrency.lease)
-            .field("wait", &self.wait)
-            .finish()
     }
 }

@@ -138,7 +138,7 @@ impl MemoryBackend {
     fn check_taking_slot(
         &self,
         request: &Request<'_>,
-        ask: &crate::slot::SlotAsk,
+        ask: &crate::concurrency::SlotAsk,
     ) -> Result<RawDecision, BackendError> {
         let mut slots = self.slots.lock();
         let now_us = request.now_us_or(|| self.slots.now_us());

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::clock::Clock;
-use crate::slot::{SlotAsk, SlotId};
+use crate::concurrency::{SlotAsk, SlotId};
 use crate::sync;
 
 /// Each key's slots: their ids and the ends of their leases (µs).

@@ -12,7 +12,7 @@ pub(crate) mod redis;
 use std::num::NonZeroU64;
 
 use crate::algorithm::Call;
-use crate::slot::SlotAsk;
+use crate::concurrency::SlotAsk;
 use crate::{Algorithm, Rule};
 
 /// One check of one key.

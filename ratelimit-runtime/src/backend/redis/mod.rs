@@ -552,7 +552,7 @@ impl RedisBackend {
     pub(crate) async fn renew_slot(
         &self,
         key: &str,
-        id: crate::slot::SlotId,
+        id: crate::concurrency::SlotId,
         lease_us: u64,
     ) -> Result<bool, BackendError> {
         let slots = script::slots_key(key);
@@ -574,7 +574,7 @@ impl RedisBackend {
     pub(crate) async fn release_slot(
         &self,
         key: &str,
-        id: crate::slot::SlotId,
+        id: crate::concurrency::SlotId,
     ) -> Result<(), BackendError> {
         let slots = script::slots_key(key);
         let mut zrem = redis::cmd("ZREM");

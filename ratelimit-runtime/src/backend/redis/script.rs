@@ -9,8 +9,8 @@ use std::sync::LazyLock;
 use redis::{Cmd, RedisWrite, Script, ToRedisArgs, Value};
 
 use crate::backend::Request;
+use crate::concurrency::{SlotAsk, SlotId};
 use crate::decision::{CountedBy, RawDecision, Receipt};
-use crate::slot::{SlotAsk, SlotId};
 use crate::{random, Algorithm, Rule};
 
 /// The scripts' sources, composed from shared fragments.
