@@ -217,6 +217,25 @@ backend_tests! {
         }
     }
 
+    /// The backend's clock stepping back over a period's start (a failover to a server
+    /// whose clock is behind) counts the check in the later period, which it has seen:
+    /// one period's count is never admitted twice. The token bucket, which keeps no latest
+    /// time, once forgot the later period here.
+    async fn a_clock_stepped_back_over_midnight_counts_in_the_day_it_has_seen() {
+        let limiter = support::limiter();
+        let rules = [Rule::per_calendar(1, Calendar::Day)];
+        for algorithm in Algorithm::ALL {
+            let key = format!("calendar:stepped_back:{algorithm}");
+            let midnight = Duration::from_secs(MAR_1_2028);
+            let before = midnight - Duration::from_micros(1);
+            assert!(check(limiter, algorithm, &key, &rules, 1, midnight).await.allowed, "{algorithm}");
+            let d = check(limiter, algorithm, &key, &rules, 1, before).await;
+            assert!(!d.allowed, "{algorithm}: the day of March 1st holds its one unit");
+            // Until the end of March 1st, from the caller's own clock.
+            assert_eq!(d.retry_after, Some(secs(DAY) + Duration::from_micros(1)), "{algorithm}");
+        }
+    }
+
     async fn a_year_end_empties_a_monthly_calls_rule_and_a_daily_one() {
         let limiter = support::limiter();
         let rules = [Rule::per_calendar(1, Calendar::Month).calls(), Rule::per_calendar(1000, Calendar::Day)];

@@ -1,7 +1,8 @@
 //! A rule counting in calendar periods ([`Rule::per_calendar`]), whatever the call site's
 //! algorithm: a fixed window whose start and end are the period's UTC boundaries. Its
 //! record is the period's start and the units counted since, like the fixed window's;
-//! a record of an earlier period decides like no record. Per rule, with `calls` the units
+//! a record of an earlier period decides like no record, and one of a later period (the clock
+//! stepped back over its start) counts the call in that period. Per rule, with `calls` the units
 //! counted in the current period and a call of `n` units:
 //!
 //! - left now: `count - calls`; the rule admits the call when `calls + n <= count`;
@@ -48,7 +49,13 @@ pub(crate) fn judge(
     cost: u64,
 ) -> PeriodVerdict {
     let count = rule.count();
-    let (start_us, end_us) = period_us(calendar, now_us);
+    let (mut start_us, mut end_us) = period_us(calendar, now_us);
+    // A record of a later period: the clock stepped back over its start. The call counts
+    // in that period, as a check clamped to the key's latest time would; only the token
+    // bucket, which keeps no latest time, meets it here.
+    if let Some(later) = stored.filter(|p| p.start_us > start_us) {
+        (start_us, end_us) = period_us(calendar, later.start_us);
+    }
     let units = stored
         .filter(|p| p.start_us == start_us)
         .map_or(0, |p| p.units);

@@ -86,6 +86,7 @@ pub const TOKEN_BUCKET: &str = concat!(
     include_str!("blocked.lua"),
     "local moment = now\n",
     include_str!("records.lua"),
+    include_str!("token_bucket_calendar.lua"),
     include_str!("calendar.lua"),
     include_str!("find.lua"),
     include_str!("calls.lua"),
