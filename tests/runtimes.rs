@@ -11,32 +11,19 @@ use std::thread;
 use std::time::Duration;
 
 use redis_ratelimit::{BackendError, Limiter, Rule};
-use support::{ChildTest, RedisServer};
+use support::ChildTest;
 
 /// How long a handshake between threads or tests may take before the test gives up.
 const GIVE_UP_AFTER: Duration = Duration::from_secs(30);
 
-/// The server's URL. It is started once per process, by a thread that lives as long as the
-/// process: the server is killed when the thread that started it ends.
-static URL: LazyLock<String> = LazyLock::new(|| {
-    let (started, url) = std::sync::mpsc::channel();
-    thread::spawn(move || {
-        let server = RedisServer::start();
-        started.send(server.url()).unwrap();
-        loop {
-            thread::park();
-        }
-    });
-    url.recv().expect("the test redis-server started")
-});
-
 /// The limiter every test shares, as a `static` (or the global limiter) is shared in an
 /// application.
-static LIMITER: LazyLock<Limiter> = LazyLock::new(|| support::counting_limiter(&URL));
+static LIMITER: LazyLock<Limiter> =
+    LazyLock::new(|| support::counting_limiter(support::process_server_url()));
 
 /// How many entries the sliding log's ZSET `key` holds: one per counted check.
 fn entries(key: &str) -> u64 {
-    let mut conn = redis::Client::open(URL.as_str())
+    let mut conn = redis::Client::open(support::process_server_url())
         .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
         .unwrap();
     redis::cmd("ZCARD").arg(key).query(&mut conn).unwrap()

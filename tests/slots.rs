@@ -10,7 +10,6 @@ mod support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock};
-use std::thread;
 use std::time::Duration;
 
 use redis_ratelimit::{rate_limiter, Limiter, RateLimitError, Rule, Slot};
@@ -540,19 +539,8 @@ fn tokio_tests_in_parallel_share_the_slots_of_one_static_limiter() {
     assert!(result.starts_with("ok. 3 passed"), "{result}");
 }
 
-static SHARED_URL: LazyLock<String> = LazyLock::new(|| {
-    let (started, url) = std::sync::mpsc::channel();
-    thread::spawn(move || {
-        let server = RedisServer::start();
-        started.send(server.url()).unwrap();
-        loop {
-            thread::park();
-        }
-    });
-    url.recv().expect("the test redis-server started")
-});
-
-static SHARED: LazyLock<Limiter> = LazyLock::new(|| support::counting_limiter(&SHARED_URL));
+static SHARED: LazyLock<Limiter> =
+    LazyLock::new(|| support::counting_limiter(support::process_server_url()));
 
 /// Each test takes one of 3 slots of one key and holds it until all three hold theirs:
 /// together they hold exactly 3, and a fourth is refused.

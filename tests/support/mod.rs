@@ -734,6 +734,24 @@ pub async fn with_limiter<F: Future>(limiter: Limiter, scenario: F) -> F::Output
     LIMITER.scope(Box::leak(Box::new(limiter)), scenario).await
 }
 
+/// The URL of a `redis-server` started once per test process, for the `static` limiters
+/// that many tests share (as an application shares one). A thread that lives as long as
+/// the process starts it: the server is killed when the thread that started it ends.
+pub fn process_server_url() -> &'static str {
+    static URL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        let (started, url) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let server = RedisServer::start();
+            started.send(server.url()).unwrap();
+            loop {
+                std::thread::park();
+            }
+        });
+        url.recv().expect("the test redis-server started")
+    });
+    &URL
+}
+
 /// Writes each scenario once and runs it against both backends:
 /// `redis_backend::<name>` on a fresh `redis-server`, `memory_backend::<name>` in process.
 ///
