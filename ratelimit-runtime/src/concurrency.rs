@@ -13,7 +13,8 @@ use crate::{clock, random, Rule};
 /// The `retry_after` of a call refused because every slot is taken (`Slot::RETRY_HINT`).
 pub(crate) const SLOT_RETRY_HINT: Duration = Duration::from_millis(50);
 
-/// The lease of a slot unless told otherwise. Not public API: see [`Acquire::lease`].
+/// The lease of a slot unless told otherwise. Not public API: see
+/// [`Acquire::lease`](crate::Acquire::lease).
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 
 /// A site's limit on calls in flight (the attribute's `concurrency` and `lease`, or
