@@ -573,3 +573,310 @@ async fn a_settle_that_cannot_reach_the_backend_leaves_the_reservation_and_logs_
     let logged = logs.text().matches("settle its cost").count();
     assert_eq!(logged, 1, "logged once: {}", logs.text());
 }
+
+/// Costs at the limits of what an algorithm takes, the deny cache beside settles and
+/// refunds, and settles racing on the token bucket.
+mod limits {
+    use super::*;
+    use redis_ratelimit::BackendErrorKind;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// A moment at the start of an hour (so that no aligned window of an hour or less ends
+    /// during a scenario run at the test clock).
+    const T0: Duration = Duration::from_secs(1_699_999_200 + 60);
+
+    const HUGE: u64 = 10_000_000_000;
+
+    /// Bodies that ran.
+    static UPLOADS: AtomicU64 = AtomicU64::new(0);
+
+    /// Metered in bytes on the default algorithm, the sliding log.
+    #[rate_limiter(
+        rules("10000000000/hour"),
+        cost = bytes,
+        limit_type = CUSTOM,
+        by = who,
+        limiter = support::limiter(),
+        name = "metered.upload"
+    )]
+    async fn upload(who: &str, bytes: u64) -> Result<(), RateLimitError> {
+        UPLOADS.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    backend_tests! {
+        async fn a_sliding_log_cost_above_its_maximum_is_refused_before_the_backend() {
+            let limiter = support::limiter();
+            let rules = [Rule::per_hour(HUGE)];
+            let max = Algorithm::SLIDING_LOG_MAX_COST;
+            let key = "metered:log:max";
+            let err = limiter.check(key, &rules).cost(max + 1).await.unwrap_err();
+            assert_eq!(err.kind(), BackendErrorKind::CostTooLarge, "{err}");
+            let text = err.to_string();
+            assert!(text.contains("10000") && text.contains("TOKEN_BUCKET"), "{text}");
+            let err = limiter.peek(key, &rules).cost(max + 1).await.unwrap_err();
+            assert_eq!(err.kind(), BackendErrorKind::CostTooLarge, "{err}");
+            assert_eq!(limiter.peek(key, &rules).await.unwrap().remaining, HUGE, "nothing counted");
+            // The maximum itself is taken, and settled within it.
+            let d = limiter.check(key, &rules).cost(max).await.unwrap();
+            assert_eq!((d.allowed, d.remaining), (true, HUGE - max));
+            let err = limiter.settle(key, &rules, &d, max + 1).await.unwrap_err();
+            assert_eq!(err.kind(), BackendErrorKind::CostTooLarge, "{err}");
+            assert_eq!(limiter.peek(key, &rules).await.unwrap().remaining, HUGE - max, "the reservation stays");
+            let after = limiter.settle(key, &rules, &d, 1).await.unwrap();
+            assert_eq!(after.remaining, HUGE - 1, "a refused settle can be made again within the maximum");
+            // The other algorithms take any cost a rule can hold.
+            for algorithm in &Algorithm::ALL[1..] {
+                let key = format!("metered:log:max:{algorithm}");
+                let d = limiter.check(&key, &rules).cost(5_000_000_000).algorithm(*algorithm).await.unwrap();
+                assert!(d.allowed, "{algorithm}");
+            }
+        }
+
+        async fn a_guarded_call_above_the_sliding_log_maximum_is_refused_even_fail_open() {
+            let limiter = support::limiter();
+            assert!(limiter.is_fail_open());
+            let before = UPLOADS.load(Ordering::SeqCst);
+            let max = Algorithm::SLIDING_LOG_MAX_COST;
+            match upload("ann", max + 1).await {
+                Err(RateLimitError::Backend(err)) => {
+                    assert_eq!(err.kind(), BackendErrorKind::CostTooLarge, "{err}")
+                }
+                other => panic!("a guarded call above the maximum ran: {other:?}"),
+            }
+            assert_eq!(UPLOADS.load(Ordering::SeqCst), before, "the body did not run");
+            assert!(upload("ann", max).await.is_ok());
+            let left = limiter.peek(&key("metered.upload", "ann"), &[Rule::per_hour(HUGE)]).await.unwrap();
+            assert_eq!(left.remaining, HUGE - max, "only the call within the maximum counted");
+        }
+
+        async fn reservations_above_u32_max_settle_and_refund_exactly() {
+            let limiter = support::limiter();
+            let rules = [Rule::per_hour(HUGE)];
+            let largest = [Rule::per_hour(Rule::MAX_COUNT)];
+            let big = 5_000_000_000;
+            for algorithm in &Algorithm::ALL[1..] {
+                let algorithm = *algorithm;
+                let key = format!("metered:large:{algorithm}");
+                let peek = |rules: &'static [Rule]| {
+                    let key = key.clone();
+                    async move { limiter.peek(&key, rules).algorithm(algorithm).at(T0).await.unwrap().remaining }
+                };
+                let rules: &'static [Rule] = Box::leak(Box::new(rules));
+                let largest: &'static [Rule] = Box::leak(Box::new(largest));
+                let check = |cost| limiter.check(&key, rules).cost(cost).algorithm(algorithm).at(T0);
+                let d = check(big).await.unwrap();
+                assert_eq!((d.allowed, d.remaining), (true, HUGE - big), "{algorithm}");
+                let after = limiter.settle_at(&key, rules, &d, 1, T0).await.unwrap();
+                assert_eq!(after.remaining, HUGE - 1, "{algorithm}: settled to 1");
+                assert_eq!(peek(rules).await, HUGE - 1, "{algorithm}");
+                let d = check(big).await.unwrap();
+                limiter.refund_at(&key, rules, &d, T0).await.unwrap();
+                assert_eq!(peek(rules).await, HUGE - 1, "{algorithm}: refunded");
+                // In debt past u32::MAX: settled above the reservation.
+                let d = check(1).await.unwrap();
+                let after = limiter.settle_at(&key, rules, &d, big, T0).await.unwrap();
+                assert_eq!(after.remaining, HUGE - 1 - big, "{algorithm}: took the excess");
+                // The largest cost a rule holds.
+                let key = format!("metered:largest:{algorithm}");
+                let d = limiter.check(&key, largest).cost(Rule::MAX_COUNT).algorithm(algorithm).at(T0).await.unwrap();
+                assert_eq!((d.allowed, d.remaining), (true, 0), "{algorithm}");
+                limiter.refund_at(&key, largest, &d, T0).await.unwrap();
+                let left = limiter.peek(&key, largest).algorithm(algorithm).at(T0).await.unwrap();
+                assert_eq!(left.remaining, Rule::MAX_COUNT, "{algorithm}: the largest cost refunded");
+            }
+        }
+
+        async fn concurrent_settles_give_back_exactly_what_they_settle() {
+            // 40 tasks x 6 rounds of cost(40), then settle(1..=40) a second later (test
+            // clock: the second is what a loaded machine may take between the two).
+            static RULES: [Rule; 2] = [Rule::per_minute(100).calls(), Rule::per_hour(1_000)];
+            const TASKS: usize = 40;
+            let limiter = support::limiter();
+            for algorithm in Algorithm::ALL {
+                let key: &'static str = Box::leak(format!("metered:racing:{algorithm}").into_boxed_str());
+                let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(TASKS));
+                let round_at = |round: u64| T0 + Duration::from_secs(2 * round);
+                let tasks: Vec<_> = (0..TASKS as u64)
+                    .map(|task| {
+                        let barrier = barrier.clone();
+                        tokio::spawn(async move {
+                            let mut units = 0;
+                            for round in 0..6u64 {
+                                let at = round_at(round);
+                                let d = limiter.check(key, &RULES).cost(40).algorithm(algorithm).at(at).await.unwrap();
+                                barrier.wait().await;
+                                if d.allowed {
+                                    let actual = 1 + (task * 7 + round * 13) % 40;
+                                    let settle_at = at + Duration::from_secs(1);
+                                    limiter.settle_at(key, &RULES, &d, actual, settle_at).await.unwrap();
+                                    units += actual;
+                                }
+                                barrier.wait().await;
+                            }
+                            units
+                        })
+                    })
+                    .collect();
+                let mut units = 0;
+                for task in tasks {
+                    units += task.await.unwrap();
+                }
+                let end = round_at(6);
+                let left = limiter.peek(key, &RULES[1..]).algorithm(algorithm).at(end).await.unwrap();
+                let held = 1_000 - left.remaining;
+                match algorithm {
+                    // Refilled since the first round: one unit every 3.6 s; plus the one
+                    // unit of rounding.
+                    Algorithm::TokenBucket => assert!(
+                        held <= units + 1 && held + 4 >= units,
+                        "{algorithm}: {held} units held of {units} settled"
+                    ),
+                    _ => assert_eq!(held, units, "{algorithm}: units held"),
+                }
+            }
+        }
+    }
+
+    /// A login: `charge_if` charges the failures alone.
+    #[derive(Debug)]
+    enum LoginError {
+        BadPassword,
+        Limited,
+    }
+
+    impl From<RateLimitError> for LoginError {
+        fn from(_: RateLimitError) -> Self {
+            LoginError::Limited
+        }
+    }
+
+    #[rate_limiter(
+        rules("3/minute"),
+        charge_if = Result::is_err,
+        limit_type = CUSTOM,
+        by = who,
+        limiter = support::limiter(),
+        name = "metered.login"
+    )]
+    async fn login(
+        who: &str,
+        right: bool,
+        started: tokio::sync::mpsc::UnboundedSender<()>,
+        gate: tokio::sync::watch::Receiver<bool>,
+    ) -> Result<(), LoginError> {
+        let _ = started.send(());
+        let mut gate = gate;
+        let _ = gate.wait_for(|open| *open).await;
+        if right {
+            Ok(())
+        } else {
+            Err(LoginError::BadPassword)
+        }
+    }
+
+    /// A check of 8 of 10, a refused check of 5 (cached), then a settle, a refund or a
+    /// block of the key: the next check is answered by what the key holds now.
+    async fn the_deny_cache_follows_settles_refunds_and_blocks(limiter: &Limiter) {
+        let rules = [Rule::per_minute(10)];
+        for algorithm in Algorithm::ALL {
+            for how in ["settle", "refund"] {
+                let key = format!("metered:denied:{how}:{algorithm}");
+                let check = |cost| limiter.check(&key, &rules).cost(cost).algorithm(algorithm);
+                let d = check(8).await.unwrap();
+                assert!(d.allowed, "{algorithm}");
+                assert!(
+                    !check(5).await.unwrap().allowed,
+                    "{algorithm}: refused, and cached"
+                );
+                match how {
+                    "settle" => drop(limiter.settle(&key, &rules, &d, 1).await.unwrap()),
+                    _ => limiter.refund(&key, &rules, &d).await.unwrap(),
+                }
+                let peek = limiter
+                    .peek(&key, &rules)
+                    .cost(5)
+                    .algorithm(algorithm)
+                    .await
+                    .unwrap();
+                assert!(peek.allowed, "{algorithm}: a peek after the {how}");
+                assert!(
+                    check(5).await.unwrap().allowed,
+                    "{algorithm}: a check after the {how}"
+                );
+            }
+            let key = format!("metered:denied:block:{algorithm}");
+            let check = || limiter.check(&key, &rules).cost(5).algorithm(algorithm);
+            assert!(check().await.unwrap().allowed);
+            assert!(check().await.unwrap().allowed);
+            assert!(
+                !check().await.unwrap().allowed,
+                "{algorithm}: refused, and cached"
+            );
+            limiter
+                .block(&key, Duration::from_secs(3600))
+                .await
+                .unwrap();
+            let blocked = check().await.unwrap();
+            assert!(
+                blocked.retry_after > Some(Duration::from_secs(3500)),
+                "{algorithm}: answered by the block, not the cached refusal: {blocked:?}"
+            );
+        }
+    }
+
+    /// Four right logins at once on 3 a minute: three run and are given back, the fourth
+    /// is refused (and cached); a fifth, with nothing counted, runs.
+    async fn a_login_given_back_clears_the_deny_cache() {
+        let (started, mut running) = tokio::sync::mpsc::unbounded_channel();
+        let (open, gate) = tokio::sync::watch::channel(false);
+        let three = async {
+            tokio::join!(
+                login("zoe", true, started.clone(), gate.clone()),
+                login("zoe", true, started.clone(), gate.clone()),
+                login("zoe", true, started.clone(), gate.clone()),
+            )
+        };
+        let fourth = async {
+            for _ in 0..3 {
+                running.recv().await.unwrap();
+            }
+            let fourth = login("zoe", true, started.clone(), gate.clone()).await;
+            open.send(true).unwrap();
+            fourth
+        };
+        let ((a, b, c), fourth) = tokio::join!(three, fourth);
+        assert!(a.is_ok() && b.is_ok() && c.is_ok());
+        assert!(matches!(fourth, Err(LoginError::Limited)), "{fourth:?}");
+        let left = support::limiter()
+            .peek(&key("metered.login", "zoe"), &[Rule::per_minute(3)])
+            .await
+            .unwrap();
+        assert_eq!(left.remaining, 3, "the three were given back");
+        let fifth = login("zoe", true, started.clone(), gate.clone()).await;
+        assert!(fifth.is_ok(), "{fifth:?}");
+        // A wrong password is charged.
+        assert!(matches!(
+            login("zoe", false, started, gate).await,
+            Err(LoginError::BadPassword)
+        ));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn redis_the_deny_cache_follows_settles_refunds_and_blocks() {
+        let server = support::RedisServer::start();
+        let limiter = Limiter::redis(&server.url())
+            .unwrap()
+            .timeout(support::CHECK_TIMEOUT)
+            .deny_cache(true);
+        the_deny_cache_follows_settles_refunds_and_blocks(&limiter).await;
+        support::with_limiter(limiter, a_login_given_back_clears_the_deny_cache()).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn memory_the_deny_cache_follows_settles_refunds_and_blocks() {
+        let limiter = Limiter::memory().deny_cache(true);
+        the_deny_cache_follows_settles_refunds_and_blocks(&limiter).await;
+        support::with_limiter(limiter, a_login_given_back_clears_the_deny_cache()).await;
+    }
+}

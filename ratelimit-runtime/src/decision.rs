@@ -72,7 +72,9 @@ impl Decision {
 /// check's id (the process's prefix, then `id`; see `backend::redis::script`), in memory
 /// the entries of the check numbered `id` of its key. The other algorithms count units
 /// without names: their refund gives back only what the key's state still holds in the
-/// same window (or, for the token bucket, what has not refilled since), never below zero.
+/// same window (or, for the token bucket, what has not refilled since), never below zero;
+/// their `id` tells apart decisions counted at the same time with the same cost, which the
+/// limiter settles and refunds once each (`limiter::refunds`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub(crate) struct Receipt {
     /// When the units were counted, in µs since the epoch, on the backend's clock.
@@ -80,9 +82,8 @@ pub(crate) struct Receipt {
     /// The sliding log's id of the check.
     pub id: u64,
     /// The units taken of every rule; 0 when none were (a denial, a peek): nothing to give
-    /// back. 32 bits keep a decision small (it is copied on every check); a cost beyond
-    /// them is not refunded.
-    pub cost: u32,
+    /// back. Any cost a rule holds ([`Rule::MAX_COUNT`]) is settled and refunded exactly.
+    pub cost: u64,
     pub algorithm: Algorithm,
     /// Which backend counted them: a refund goes to that one alone.
     pub counted_by: CountedBy,
@@ -99,7 +100,8 @@ impl Receipt {
     };
 
     /// The receipt of `cost` units counted by `algorithm` in `counted_by` at `at_us`, under
-    /// `id`; none for a cost that does not fit (see [`Receipt::cost`]).
+    /// `id` for the sliding log; the other algorithms' receipts get an id of their own
+    /// ([`unique_id`]).
     pub fn new(
         cost: u64,
         at_us: u64,
@@ -107,15 +109,15 @@ impl Receipt {
         algorithm: Algorithm,
         counted_by: CountedBy,
     ) -> Receipt {
-        match u32::try_from(cost) {
-            Ok(cost) => Receipt {
-                at_us,
-                id,
-                cost,
-                algorithm,
-                counted_by,
+        Receipt {
+            at_us,
+            id: match algorithm {
+                Algorithm::SlidingLog => id,
+                _ => unique_id(),
             },
-            Err(_) => Receipt::NONE,
+            cost,
+            algorithm,
+            counted_by,
         }
     }
 
@@ -123,6 +125,27 @@ impl Receipt {
     pub fn is_empty(&self) -> bool {
         self.cost == 0
     }
+}
+
+/// An id no other call of this process gets, so that two decisions counted at the same
+/// microsecond with the same cost (concurrent checks, a test clock) are settled and
+/// refunded once each, not once between them. Per thread, in blocks of 2^32, so that no
+/// check contends for it.
+fn unique_id() -> u64 {
+    use std::cell::Cell;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static BLOCKS: AtomicU64 = AtomicU64::new(1);
+    thread_local! {
+        static NEXT: Cell<u64> = const { Cell::new(0) };
+    }
+    NEXT.with(|next| {
+        let mut id = next.get();
+        if id as u32 == 0 {
+            id = BLOCKS.fetch_add(1, Ordering::Relaxed) << 32 | 1;
+        }
+        next.set(id + 1);
+        id
+    })
 }
 
 /// Where a decision's units were counted.

@@ -114,6 +114,12 @@ pub enum BackendErrorKind {
     Command,
     /// The limiter was built from an invalid configuration.
     Misconfigured,
+    /// The check's cost is above what its algorithm takes in one check
+    /// ([`Algorithm::SLIDING_LOG_MAX_COST`](crate::Algorithm::SLIDING_LOG_MAX_COST)):
+    /// refused before the backend was asked, nothing counted. Not a failure of the
+    /// backend: a guarded call is refused with it whatever
+    /// [`fail_open`](crate::Limiter::fail_open) says, and no fallback takes it.
+    CostTooLarge,
 }
 
 /// A failure of the storage behind a [`Limiter`](crate::Limiter).
@@ -142,6 +148,22 @@ impl BackendError {
     pub(crate) fn with_source(mut self, source: impl Error + Send + Sync + 'static) -> Self {
         self.source = Some(Box::new(source));
         self
+    }
+
+    /// A sliding-log check, peek or settle of `cost` units, above what it takes.
+    #[cold]
+    pub(crate) fn cost_too_large(cost: u64) -> Self {
+        BackendError::new(
+            BackendErrorKind::CostTooLarge,
+            format!(
+                "a cost of {cost} units is above the {} a sliding-log check takes \
+                 (Algorithm::SLIDING_LOG_MAX_COST): the sliding log records one entry per unit, \
+                 and so many would hold the backend for too long; nothing was counted. Count \
+                 large costs (bytes, tokens) with algorithm = TOKEN_BUCKET, FIXED_WINDOW or \
+                 SLIDING_WINDOW",
+                crate::Algorithm::SLIDING_LOG_MAX_COST
+            ),
+        )
     }
 
     #[cfg(any(feature = "redis", test))]

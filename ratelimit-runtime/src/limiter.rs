@@ -290,7 +290,9 @@ impl Limiter {
     /// Whether a key the backend denied stays denied locally until its `retry_after`
     /// (default `false`). Then a flood of calls on one key costs Redis nothing: only the
     /// first denial reaches it. It answers the same key, rules and algorithm with a cost at
-    /// least the one denied; a [`reset`](Self::reset) through this limiter forgets it.
+    /// least the one denied; a [`reset`](Self::reset), [`block`](Self::block),
+    /// [`settle`](Self::settle) or [`refund`](Self::refund) of the key through this
+    /// limiter forgets it (the next check asks the backend).
     ///
     /// The cost: a denial may outlive its real end by the round trip that brought it,
     /// and a reset made by another process is not seen until the denial ends. Memory is
@@ -585,9 +587,7 @@ impl Limiter {
     ///
     /// With a [`fallback`](Self::fallback), the key is forgotten there too.
     pub async fn reset(&self, key: &str) -> Result<(), BackendError> {
-        if let Some(cache) = &self.deny_cache {
-            cache.forget(key);
-        }
+        self.forget_denial(key);
         if let Some(fallback) = &self.fallback {
             Box::pin(fallback.reset(key)).await?;
         }
@@ -681,13 +681,12 @@ impl Limiter {
         }
         match &self.store {
             #[cfg(feature = "redis")]
-            Store::Redis(redis) => redis.block(key, block_for_us, now_us).await,
-            Store::Memory(memory) => {
-                memory.block(key, block_for_us, now_us);
-                Ok(())
-            }
-            Store::Misconfigured(err) => Err(misconfigured(err)),
+            Store::Redis(redis) => redis.block(key, block_for_us, now_us).await?,
+            Store::Memory(memory) => memory.block(key, block_for_us, now_us),
+            Store::Misconfigured(err) => return Err(misconfigured(err)),
         }
+        self.forget_denial(key);
+        Ok(())
     }
 
     /// Gives back exactly the units `decision` took from `key` under `rules`: a no-op for a
@@ -765,13 +764,20 @@ impl Limiter {
             };
         }
         match &self.store {
-            Store::Memory(memory) => {
-                memory.refund(key, rules, receipt, now_us);
-                Ok(())
-            }
+            Store::Memory(memory) => memory.refund(key, rules, receipt, now_us),
             #[cfg(feature = "redis")]
-            Store::Redis(redis) => redis.refund(key, rules, receipt, now_us).await,
-            Store::Misconfigured(err) => Err(misconfigured(err)),
+            Store::Redis(redis) => redis.refund(key, rules, receipt, now_us).await?,
+            Store::Misconfigured(err) => return Err(misconfigured(err)),
+        }
+        self.forget_denial(key);
+        Ok(())
+    }
+
+    /// Forgets the deny cache's denial of `key` once a settle, refund, block or reset
+    /// changed what it holds: the next check asks the backend.
+    fn forget_denial(&self, key: &str) {
+        if let Some(cache) = &self.deny_cache {
+            cache.forget(key);
         }
     }
 
@@ -857,6 +863,9 @@ impl Limiter {
         now_us: u64,
     ) -> Result<Decision, BackendError> {
         let receipt = decision.receipt();
+        if !receipt.algorithm.takes(actual) {
+            return Err(BackendError::cost_too_large(actual));
+        }
         if receipt.is_empty() || !self.refunds.first_settle(key, receipt) {
             return Ok(*decision);
         }
@@ -885,6 +894,7 @@ impl Limiter {
             Store::Redis(redis) => redis.settle(peek, receipt, actual).await?,
             Store::Misconfigured(err) => return Err(misconfigured(err)),
         };
+        self.forget_denial(key);
         Ok(settled.map_or(*decision, |raw| raw.into_decision(rules)))
     }
 
@@ -892,6 +902,12 @@ impl Limiter {
     /// embedded backend, which is synchronous.
     #[inline]
     pub(crate) fn answer_now(&self, request: &Request<'_>) -> Now {
+        if !request.algorithm.takes(request.cost.get()) {
+            return Now::Answered(Answer {
+                result: Err(BackendError::cost_too_large(request.cost.get())),
+                by: self.answered_by(),
+            });
+        }
         if let Some(denial) = self.deny_cache.as_ref().and_then(|c| c.lookup(request)) {
             return Now::Answered(Answer {
                 result: Ok(denial),

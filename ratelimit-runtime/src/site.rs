@@ -20,7 +20,10 @@ use crate::overrides::{intern, SiteRules};
 pub use crate::site_config::SiteConfig;
 use crate::slot::{warn_release_failed, Slot};
 use crate::throttle::LogThrottle;
-use crate::{registry, BackendError, Decision, LimitType, Limiter, Mode, RateLimitError, Rule};
+use crate::{
+    registry, BackendError, BackendErrorKind, Decision, LimitType, Limiter, Mode, RateLimitError,
+    Rule,
+};
 
 /// A guarded function: its configuration plus the constant part of its keys, built on
 /// the first call.
@@ -332,7 +335,11 @@ impl<'a> Step<'a> {
         // Read in place: a decision is large, and copied only where it is kept.
         let decision = match result {
             Ok(ref decision) => decision,
-            Err(err) if self.limiter.is_fail_open() => {
+            // A cost the algorithm does not take is refused: letting it through would
+            // admit any cost uncounted.
+            Err(err)
+                if self.limiter.is_fail_open() && err.kind() != BackendErrorKind::CostTooLarge =>
+            {
                 self.limiter.warn_fail_open(&key, &err);
                 return Ok(Permit::NOTHING);
             }

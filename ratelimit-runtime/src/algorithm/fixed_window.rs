@@ -131,7 +131,7 @@ impl PerRule for FixedWindow {
     }
 
     /// Only while the record still counts the window the units were counted in.
-    fn refund(window: Window, rule: &Rule, at_us: u64, cost: u64, _: u64) -> Window {
+    fn refund(window: Window, rule: &Rule, at_us: u64, cost: u64, _: u64, _: u64) -> Window {
         if window.start_us <= at_us && at_us - window.start_us < rule.window_us() {
             Window {
                 calls: window.calls.saturating_sub(cost),

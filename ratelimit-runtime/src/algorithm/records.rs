@@ -77,13 +77,15 @@ pub(crate) trait PerRule {
     fn take(record: Self::Record, rule: &Rule, at_us: u64, units: u64, now_us: u64)
         -> Self::Record;
 
-    /// `record` (of `rule`) with `cost` units counted at `at_us` given back, as far as it
-    /// still holds them at `now_us` (never below zero).
+    /// `record` (of `rule`) with `units` of the `reserved` units counted at `at_us` given
+    /// back (all of them for a refund, the difference for a settle below its
+    /// reservation), as far as it still holds them at `now_us` (never below zero).
     fn refund(
         record: Self::Record,
         rule: &Rule,
         at_us: u64,
-        cost: u64,
+        units: u64,
+        reserved: u64,
         now_us: u64,
     ) -> Self::Record;
 }
@@ -115,13 +117,14 @@ fn judge<A: PerRule>(
     }
 }
 
-/// `record` (of `rule`) with `units` counted at `at_us` given back, or taken (`take`):
-/// [`PerRule::refund`] and [`PerRule::take`], or a calendar period's.
+/// `record` (of `rule`) with `units` of the `reserved` counted at `at_us` given back, or
+/// `units` more taken (`take`): [`PerRule::refund`] and [`PerRule::take`], or a calendar
+/// period's.
 fn adjust<A: PerRule>(
     record: A::Record,
     rule: &Rule,
     at_us: u64,
-    units: u64,
+    (units, reserved): (u64, u64),
     now_us: u64,
     take: bool,
 ) -> A::Record {
@@ -134,7 +137,7 @@ fn adjust<A: PerRule>(
             take,
         )),
         (None, true) => A::take(record, rule, at_us, units, now_us),
-        (None, false) => A::refund(record, rule, at_us, units, now_us),
+        (None, false) => A::refund(record, rule, at_us, units, reserved, now_us),
     }
 }
 
@@ -340,10 +343,11 @@ impl<A: PerRule> Counter for State<A> {
     }
 
     fn refund(&mut self, rules: &[Rule], receipt: &Receipt, now_us: u64) {
-        let (at_us, cost) = (receipt.at_us, u64::from(receipt.cost));
+        let (at_us, cost) = (receipt.at_us, receipt.cost);
         for (i, rule) in rules.iter().enumerate() {
             if let Some(record) = self.records.get_mut(i, rule) {
-                *record = adjust::<A>(*record, rule, at_us, rule.units(cost), now_us, false);
+                let units = rule.units(cost);
+                *record = adjust::<A>(*record, rule, at_us, (units, units), now_us, false);
             }
         }
     }
@@ -355,7 +359,7 @@ impl<A: PerRule> Counter for State<A> {
         actual: u64,
         now_us: u64,
     ) -> Option<u64> {
-        let (at_us, reserved) = (receipt.at_us, u64::from(receipt.cost));
+        let (at_us, reserved) = (receipt.at_us, receipt.cost);
         let mut ttl_us = None;
         for (i, rule) in rules.iter().enumerate() {
             if rule.counts_calls() || actual == reserved {
@@ -363,8 +367,14 @@ impl<A: PerRule> Counter for State<A> {
             }
             if let Some(record) = self.records.get_mut(i, rule) {
                 *record = match actual < reserved {
-                    true => adjust::<A>(*record, rule, at_us, reserved - actual, now_us, false),
-                    false => adjust::<A>(*record, rule, at_us, actual - reserved, now_us, true),
+                    true => {
+                        let units = (reserved - actual, reserved);
+                        adjust::<A>(*record, rule, at_us, units, now_us, false)
+                    }
+                    false => {
+                        let units = (actual - reserved, reserved);
+                        adjust::<A>(*record, rule, at_us, units, now_us, true)
+                    }
                 };
                 // A debt that outlives the key's expiry moves it, as the script does (a
                 // calendar period's record matters until the period ends, which the

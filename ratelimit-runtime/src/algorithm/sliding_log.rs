@@ -317,7 +317,7 @@ impl Counter for State {
         if gone > 0 {
             // The check's units (or call) in each calendar counter, while its period lasts.
             self.update_periods(rules, |rule, calendar, stored| {
-                let units = rule.units(u64::from(cost));
+                let units = rule.units(cost);
                 stored.map(|p| calendar::adjust(p, calendar, at_us, units, false))
             });
             self.log.drain(first..first + gone);
@@ -335,7 +335,7 @@ impl Counter for State {
     /// time are alike), or added beside them while any is there, as the script removes
     /// or adds the check's own members by name.
     fn settle(&mut self, rules: &[Rule], receipt: &Receipt, actual: u64, _: u64) -> Option<u64> {
-        let (at_us, reserved) = (receipt.at_us, u64::from(receipt.cost));
+        let (at_us, reserved) = (receipt.at_us, receipt.cost);
         let first = self.log.partition_point(|&s| s < at_us);
         let alike = self.log.partition_point(|&s| s <= at_us) - first;
         // The entries removed, or added.

@@ -195,7 +195,7 @@ impl PerRule for SlidingWindow {
 
     /// From the current window's count while the units were counted in it, from the
     /// previous one's once a window has started since (where they still weigh).
-    fn refund(windows: Windows, rule: &Rule, at_us: u64, cost: u64, _: u64) -> Windows {
+    fn refund(windows: Windows, rule: &Rule, at_us: u64, cost: u64, _: u64, _: u64) -> Windows {
         let (start_us, w) = (windows.start_us, rule.window_us());
         if start_us <= at_us && at_us - start_us < w {
             Windows {

@@ -120,15 +120,26 @@ impl PerRule for TokenBucket {
         (tat, 0)
     }
 
-    /// What of the units has not refilled yet, counted as if they were the last to drain
-    /// from a bucket that was full before them (so never more than they hold): until
-    /// `at + n * T`, less what has passed since. The `tat` never goes below `now`, a full
-    /// bucket.
-    fn refund((tat, _): (u64, u64), rule: &Rule, at_us: u64, cost: u64, now_us: u64) -> (u64, u64) {
+    /// What of the `units` given back has not refilled yet, counted as if the `reserved`
+    /// units they are part of were the last to drain from a bucket that was full before
+    /// them, and these the last of those (so never more than they hold): all `n` of them
+    /// until `at + (reserved - n) * T`, then less what has passed since, none after
+    /// `at + reserved * T`. The `tat` never goes below `now`, a full bucket. (Counting the
+    /// units given back as the first of the reservation to drain kept, at every settle,
+    /// the refill of the time since the check: concurrent settles kept one of those each.)
+    fn refund(
+        (tat, _): (u64, u64),
+        rule: &Rule,
+        at_us: u64,
+        units: u64,
+        reserved: u64,
+        now_us: u64,
+    ) -> (u64, u64) {
         let count = rule.count();
         let interval_us = rule.window_us().div_ceil(count);
         let now_us = now_us.max(at_us);
-        let held_us = (at_us + cost.min(count) * interval_us).saturating_sub(now_us);
+        let drained_us = (at_us + reserved.min(count) * interval_us).saturating_sub(now_us);
+        let held_us = drained_us.min(units.min(count) * interval_us);
         (tat - held_us.min(tat.saturating_sub(now_us)), 0)
     }
 }

@@ -17,6 +17,9 @@
 local key = KEYS[1]
 local numbers = ARGV[ARGS]
 local at, cost, now = struct.unpack('<ddd', numbers)
+-- A settle's reservation, which its difference is part of (its fourth argument); a refund
+-- gives back its whole cost: nil.
+local reserved = ARGV[ARGS + 1] and tonumber(ARGV[ARGS + 1])
 local rules = (#numbers - 24) / 16
 local state = redis.call('GET', key)
 local first = #NAME + 9

@@ -9,6 +9,7 @@
 -- ARGV[3]  refund.lua's numbers: the time the reservation was counted at, the difference
 --          between the actual cost and the reservation, now, then every rule (rules
 --          counting calls keep their one)
+-- ARGV[4]  the reservation, in units (the token bucket's settle below it needs it)
 -- Returns  the peek's answer (preamble.lua)
 --
 -- Each rule's record is rewritten in place (SETRANGE), where the key still counts the

@@ -628,7 +628,7 @@ impl<'r> Settle<'r> {
             }
         };
         cmd.arg(1).arg(self.peek.key).arg(Numbers(&self.peek));
-        let reserved = u64::from(self.receipt.cost);
+        let reserved = self.receipt.cost;
         if algorithm == Algorithm::SlidingLog {
             cmd.arg(&check_id(self.receipt.id)[..]);
             let numbers: Vec<u8> = [self.receipt.at_us, reserved, self.actual]
@@ -654,7 +654,7 @@ impl<'r> Settle<'r> {
                 numbers.extend_from_slice(&rule.signed_count().to_le_bytes());
                 numbers.extend_from_slice(&rule.script_window().to_le_bytes());
             }
-            cmd.arg(numbers);
+            cmd.arg(numbers).arg(reserved);
         }
         cmd
     }
@@ -675,7 +675,7 @@ impl ToRedisArgs for RefundNumbers<'_> {
         let RefundNumbers(refund) = self;
         let head = [
             refund.receipt.at_us,
-            u64::from(refund.receipt.cost),
+            refund.receipt.cost,
             refund.now_us.unwrap_or(0),
         ];
         write_doubles(out, &head, refund.rules);
@@ -768,16 +768,21 @@ mod tests {
             .concat();
         let check = request(&rules, Algorithm::FixedWindow, true);
         let raw = Invocation::new(&check)
-            .decode(&Value::BulkString(packed))
+            .decode(&Value::BulkString(packed.clone()))
             .unwrap();
         let expected = Receipt {
             cost: 2,
             at_us: at,
-            id: 0,
+            // An id of its own, so that decisions alike are settled once each.
+            id: raw.receipt.id,
             algorithm: Algorithm::FixedWindow,
             counted_by: CountedBy::Redis,
         };
         assert_eq!(raw.receipt, expected);
+        let again = Invocation::new(&check)
+            .decode(&Value::BulkString(packed.clone()))
+            .unwrap();
+        assert_ne!(again.receipt, raw.receipt, "two checks alike, two receipts");
         // A sliding-log receipt names the check's id.
         let check = request(&rules, Algorithm::SlidingLog, true);
         let invocation = Invocation::new(&check);
