@@ -924,9 +924,13 @@ mod tests {
         for key in &chosen {
             per_shard[backend.shard_index(backend.hash(key))] += 1;
         }
+        // About 3,125 keys over 64 shards: about 49 per shard, a binomial with a standard
+        // deviation of 7. Under a seeded hash any shard holds 12 or fewer (what the old
+        // bound of half the share, 24, saw about once in 250 seeds) or 97 or more about
+        // once in 30 million seeds; the unseeded hash put them all on one.
         let fair = chosen.len() / per_shard.len();
         assert!(
-            per_shard.iter().all(|&n| n > fair / 2 && n < 2 * fair),
+            per_shard.iter().all(|&n| n > fair / 4 && n < 2 * fair),
             "{} keys over {} shards: {per_shard:?}",
             chosen.len(),
             per_shard.len()
