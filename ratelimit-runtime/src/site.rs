@@ -19,7 +19,7 @@ use crate::limiter::{boxed_in_place, decided, decided_with_slot, Begun, Plan};
 use crate::overrides::{intern, SiteRules};
 pub use crate::site_config::SiteConfig;
 use crate::slot::{warn_release_failed, Slot};
-use crate::throttle::LogThrottle;
+use crate::throttle::{LogThrottle, OnceEach};
 use crate::{registry, BackendError, Decision, LimitType, Limiter, Mode, RateLimitError, Rule};
 
 /// A guarded function: its configuration plus the constant part of its keys, built on
@@ -150,7 +150,10 @@ pub(crate) fn key_from_context(
         .site_policy(config.prefix, path, compiled, config.shadow)
         .1
     {
-        Mode::Enforce => Err(missing),
+        Mode::Enforce => {
+            report_misconfiguration(path, &missing);
+            Err(missing)
+        }
         Mode::Shadow => {
             report_shadow_misconfiguration(path, &missing);
             Ok(None)
@@ -424,6 +427,21 @@ fn report_shadow_refusal(key: &str, decision: &Decision) {
 
 /// Logs a shadow site's call that an enforcing site would refuse as misconfigured, at
 /// most once per [`LogThrottle::INTERVAL`] in the process.
+/// Names a site refusing calls for want of an identity, once per site: the refusal
+/// answers the client a generic 500 (`web/problem.rs`), so the log is where an operator
+/// learns what to configure.
+#[cold]
+fn report_misconfiguration(path: &str, missing: &RateLimitError) {
+    static REPORTED: OnceEach = OnceEach::new();
+    if REPORTED.first(path) {
+        tracing::error!(
+            target: "redis_ratelimit",
+            site = path,
+            "rate limit misconfigured: every call without an identity is refused: {missing}",
+        );
+    }
+}
+
 fn report_shadow_misconfiguration(path: &str, missing: &RateLimitError) {
     static REPORTS: LogThrottle = LogThrottle::new();
     if let Some(suppressed) = REPORTS.admit() {
