@@ -14,6 +14,7 @@
 mod calendar;
 mod fixed_window;
 mod records;
+pub(crate) mod saved;
 mod sliding_log;
 mod sliding_window;
 mod token_bucket;
@@ -277,6 +278,9 @@ pub(crate) struct Block {
     /// µs since the epoch; 0: no block.
     until_us: u64,
     rule_index: usize,
+    /// Which lock-out of an escalating schedule this is (1 for the first; 0 for a block
+    /// of one duration, which starts no streak).
+    strikes: u32,
 }
 
 impl Block {
@@ -284,6 +288,7 @@ impl Block {
     pub const NONE: Block = Block {
         until_us: 0,
         rule_index: 0,
+        strikes: 0,
     };
 
     /// The time `call` is counted at, `latest_us` being the newest time the key's state
@@ -335,6 +340,7 @@ impl Block {
             *self = Block {
                 until_us,
                 rule_index,
+                strikes: 0,
             };
         }
     }
@@ -608,6 +614,7 @@ impl KeyState {
             block: block.map_or(Block::NONE, |(until_us, rule_index)| Block {
                 until_us,
                 rule_index,
+                strikes: 0,
             }),
         }
     }

@@ -55,7 +55,7 @@ pub use concurrency::{Concurrency, DEFAULT_LEASE};
 pub use context::RequestContext;
 pub use decision::Decision;
 pub use error::{BackendError, BackendErrorKind, ConfigError, InitError, RateLimitError};
-pub use global::{global, init, REDIS_URL_ENV};
+pub use global::{global, init, REDIS_URL_ENV, STATE_FILE_ENV};
 pub use guard::Guard;
 pub use limit_type::LimitType;
 pub use limiter::Acquire;
