@@ -24,6 +24,7 @@ mod guard;
 pub mod key;
 mod limit_type;
 mod limiter;
+mod lockout;
 mod mode;
 mod observe;
 mod overrides;

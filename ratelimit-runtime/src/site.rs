@@ -311,9 +311,12 @@ impl<'a> Step<'a> {
             cost: self.cost,
             consume: true,
             now_us: 0,
-            block_for_us: config
-                .block_for
-                .and_then(|block_for| NonZeroU64::new(crate::clock::micros(block_for))),
+            block_for_us: match config.block_schedule {
+                Some(schedule) => crate::lockout::encode(schedule),
+                None => config
+                    .block_for
+                    .and_then(|block_for| NonZeroU64::new(crate::clock::micros(block_for))),
+            },
             // Only a site with `charge_if` gives units back.
             refundable: config.refunds,
             slot,

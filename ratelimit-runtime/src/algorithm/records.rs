@@ -247,11 +247,7 @@ impl<A: PerRule> State<A> {
             false => Block::NONE,
             true => {
                 let last = numbers(stored.pop()?)?;
-                Block {
-                    until_us: last[1],
-                    rule_index: usize::try_from(last[2]).ok()?,
-                    strikes: 0,
-                }
+                Block::stored(last[1], last[2])
             }
         };
         let records = stored
@@ -344,7 +340,7 @@ impl<A: PerRule> Counter for State<A> {
         if !consume {
             return Outcome::unwritten(decision);
         }
-        block.end();
+        block.end(now);
         self.records
             .write(rules, |i, rule, stored| match kept.get(i) {
                 Some(&Some(v)) => v.counted,

@@ -291,7 +291,7 @@ impl Counter for State {
         if !consume {
             return Outcome::unwritten(decision);
         }
-        block.end();
+        block.end(now);
         if in_calendar {
             // The counters of this check's calendar rules replace every other, as the
             // script's do.
@@ -324,9 +324,11 @@ impl Counter for State {
             CountedBy::Memory,
         );
         self.checks = self.checks.wrapping_add(1);
+        // Every write sets the expiry: it must not forget an escalating lock-out's streak.
+        let needed_us = (kept + lag_us).max(block.remembered_us(call.now_us));
         Outcome {
             decision,
-            ttl_us: Some(ttl_us(kept + lag_us)),
+            ttl_us: Some(ttl_us(needed_us)),
         }
     }
 
