@@ -13,6 +13,7 @@ mod algorithm_kind;
 #[cfg(feature = "axum")]
 pub mod axum;
 mod backend;
+mod bans;
 mod calendar;
 pub mod clock;
 mod concurrency;

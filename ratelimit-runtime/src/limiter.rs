@@ -3,6 +3,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod acquire;
+mod bans;
 mod check;
 pub(crate) use check::{boxed_in_place, decided, decided_with_slot, Begun, Plan};
 mod deny_cache;

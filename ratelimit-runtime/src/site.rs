@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use crate::backend::Request;
 use crate::concurrency::SlotAsk;
+use crate::decision::{RawDecision, Receipt};
 use crate::context::{RequestContext, SiteDecision};
 use crate::key::{function_path, KeyTemplate};
 use crate::limiter::{boxed_in_place, decided, decided_with_slot, Begun, Plan};
@@ -229,6 +230,18 @@ pub(crate) fn guard<'a>(
         shadow: mode == Mode::Shadow,
         cost,
     };
+    // An operator's ban refuses the caller whatever its counts, in memory, counting nothing.
+    if let Some(left_us) = limiter.ban_left_us(&key, config.prefix, path) {
+        let banned = RawDecision {
+            allowed: false,
+            rule_index: 0,
+            remaining: 0,
+            reset_after_us: left_us,
+            retry_after_us: left_us,
+            receipt: Receipt::NONE,
+        };
+        return Guarded::Ready(step.answer(Ok(banned.into_decision(&rules)), key, rules, None));
+    }
     // A slot to take with the rules, when the site limits calls in flight.
     let ask = config.concurrency.map(SlotAsk::new);
     match step.plan(&key, &rules, ask.as_ref()).begin() {
