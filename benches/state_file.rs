@@ -13,7 +13,12 @@ const CHECKERS: usize = 1;
 static RULES: [Rule; 2] = [Rule::per_minute(100), Rule::per_hour(1000)];
 
 fn key(i: usize) -> String {
-    format!("rate_limit:ip:10.{}.{}.{}:app::search", i >> 16, (i >> 8) & 255, i & 255)
+    format!(
+        "rate_limit:ip:10.{}.{}.{}:app::search",
+        i >> 16,
+        (i >> 8) & 255,
+        i & 255
+    )
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -56,8 +61,16 @@ fn checks_during(limiter: &'static Limiter, work: impl FnOnce()) -> [Duration; 4
     std::thread::sleep(Duration::from_millis(200));
     work();
     STOP.store(true, Ordering::Relaxed);
-    let mut all: Vec<Duration> = checkers.into_iter().flat_map(|c| c.join().unwrap()).collect();
-    [p(&mut all, 0.5), p(&mut all, 0.99), p(&mut all, 0.999), p(&mut all, 1.0)]
+    let mut all: Vec<Duration> = checkers
+        .into_iter()
+        .flat_map(|c| c.join().unwrap())
+        .collect();
+    [
+        p(&mut all, 0.5),
+        p(&mut all, 0.99),
+        p(&mut all, 0.999),
+        p(&mut all, 1.0),
+    ]
 }
 
 fn main() {
@@ -86,13 +99,23 @@ fn main() {
         bytes as f64 / 1e6,
         bytes as f64 / KEYS as f64
     );
-    println!("checks without a save: p50 {:?}, p99 {:?}, p99.9 {:?}, max {:?}", quiet[0], quiet[1], quiet[2], quiet[3]);
-    println!("checks during a save:  p50 {:?}, p99 {:?}, p99.9 {:?}, max {:?}", saving[0], saving[1], saving[2], saving[3]);
+    println!(
+        "checks without a save: p50 {:?}, p99 {:?}, p99.9 {:?}, max {:?}",
+        quiet[0], quiet[1], quiet[2], quiet[3]
+    );
+    println!(
+        "checks during a save:  p50 {:?}, p99 {:?}, p99.9 {:?}, max {:?}",
+        saving[0], saving[1], saving[2], saving[3]
+    );
 
     let restore = Instant::now();
     let restored = Limiter::memory().state_file(&path);
     println!("restore: {:.2?}", restore.elapsed());
-    let peek = rt.block_on(restored.peek(&key(KEYS - 1), &RULES).algorithm(Algorithm::ALL[(KEYS - 1) % 4]));
+    let peek = rt.block_on(
+        restored
+            .peek(&key(KEYS - 1), &RULES)
+            .algorithm(Algorithm::ALL[(KEYS - 1) % 4]),
+    );
     assert_eq!(peek.unwrap().remaining, 99, "the last key came back");
     let _ = std::fs::remove_file(&path);
 }

@@ -58,7 +58,11 @@ static LOCKOUTS: [Duration; 3] = [
 /// out by `LOCKOUTS` when refused.
 async fn escalating_at(limiter: &Limiter, algorithm: Algorithm, key: &str, at_ms: u64) -> Decision {
     let check = limiter.check(key, &ONE_A_SECOND).block_schedule(&LOCKOUTS);
-    check.algorithm(algorithm).at(T0 + Duration::from_millis(at_ms)).await.expect("check")
+    check
+        .algorithm(algorithm)
+        .at(T0 + Duration::from_millis(at_ms))
+        .await
+        .expect("check")
 }
 
 backend_tests! {
@@ -220,38 +224,46 @@ backend_tests! {
 /// The shape users write: one `static` limiter, shared by tests running in parallel.
 static SHARED: std::sync::LazyLock<Limiter> = std::sync::LazyLock::new(Limiter::memory);
 
+/// Whether a check of `key` by `algorithm` is admitted now.
+async fn admitted(limiter: &Limiter, key: &str, algorithm: Algorithm) -> bool {
+    let check = limiter.check(key, &RULES).algorithm(algorithm);
+    check.await.expect("check").allowed
+}
+
 #[tokio::test]
 async fn a_static_limiter_blocks_one_key_and_not_another() {
     SHARED.block("blocks:static:a", HOUR).await.unwrap();
     let a = SHARED.check("blocks:static:a", &RULES).await.unwrap();
     assert!(!a.allowed && a.retry_after > Some(HOUR / 2), "{a:?}");
-    assert!(
-        SHARED
-            .check("blocks:static:b", &RULES)
-            .await
-            .unwrap()
-            .allowed
-    );
+    assert!(admitted(&SHARED, "blocks:static:b", Algorithm::SlidingLog).await);
 }
 
 #[tokio::test]
 async fn a_static_limiter_lifts_a_block_with_reset() {
     SHARED.block("blocks:static:c", HOUR).await.unwrap();
-    assert!(
-        !SHARED
-            .check("blocks:static:c", &RULES)
-            .await
-            .unwrap()
-            .allowed
-    );
+    assert!(!admitted(&SHARED, "blocks:static:c", Algorithm::SlidingLog).await);
     SHARED.reset("blocks:static:c").await.unwrap();
+    assert!(admitted(&SHARED, "blocks:static:c", Algorithm::SlidingLog).await);
+}
+
+#[tokio::test]
+async fn a_static_limiter_escalates_each_key_s_lock_outs_apart() {
+    for (key, at) in [("blocks:static:d", 0), ("blocks:static:e", 5_000)] {
+        assert!(
+            escalating_at(&SHARED, Algorithm::TokenBucket, key, at)
+                .await
+                .allowed
+        );
+        let first = escalating_at(&SHARED, Algorithm::TokenBucket, key, at + 1).await;
+        assert_blocked(&first, secs(60), key);
+    }
     assert!(
-        SHARED
-            .check("blocks:static:c", &RULES)
+        escalating_at(&SHARED, Algorithm::TokenBucket, "blocks:static:d", 61_000)
             .await
-            .unwrap()
             .allowed
     );
+    let second = escalating_at(&SHARED, Algorithm::TokenBucket, "blocks:static:d", 61_001).await;
+    assert_blocked(&second, secs(600), "the second of blocks:static:d");
 }
 
 #[tokio::test]
@@ -261,13 +273,7 @@ async fn a_block_reaches_every_instance_on_one_redis() {
     let (a, b) = (instance(), instance());
     for algorithm in Algorithm::ALL {
         let key = format!("blocks:instances:{algorithm}");
-        assert!(
-            a.check(&key, &RULES)
-                .algorithm(algorithm)
-                .await
-                .unwrap()
-                .allowed
-        );
+        assert!(admitted(a, &key, algorithm).await);
         a.block(&key, HOUR).await.unwrap();
         let seen = b.check(&key, &RULES).algorithm(algorithm).await.unwrap();
         assert!(!seen.allowed, "{algorithm}: {seen:?}");
@@ -276,13 +282,7 @@ async fn a_block_reaches_every_instance_on_one_redis() {
             "{seen:?}"
         );
         b.reset(&key).await.unwrap();
-        assert!(
-            a.check(&key, &RULES)
-                .algorithm(algorithm)
-                .await
-                .unwrap()
-                .allowed
-        );
+        assert!(admitted(a, &key, algorithm).await);
     }
 }
 
@@ -322,10 +322,24 @@ async fn a_lock_out_streak_is_kept_in_the_key_for_every_instance_for_a_day() {
         let key = format!("blocks:streak:{algorithm}");
         let first = escalating_at(a, algorithm, &key, 0).await;
         assert!(first.allowed, "{algorithm}");
-        assert_blocked(&escalating_at(a, algorithm, &key, 1).await, secs(60), &algorithm.to_string());
+        assert_blocked(
+            &escalating_at(a, algorithm, &key, 1).await,
+            secs(60),
+            &algorithm.to_string(),
+        );
         let ttl_ms: i64 = redis::cmd("PTTL").arg(&key).query(&mut redis).unwrap();
-        assert!(ttl_ms > (86_400 + 60) * 1000 - 5_000, "{algorithm}: {ttl_ms} ms");
-        assert!(escalating_at(b, algorithm, &key, 61_000).await.allowed, "{algorithm}");
-        assert_blocked(&escalating_at(b, algorithm, &key, 61_001).await, secs(600), &algorithm.to_string());
+        assert!(
+            ttl_ms > (86_400 + 60) * 1000 - 5_000,
+            "{algorithm}: {ttl_ms} ms"
+        );
+        assert!(
+            escalating_at(b, algorithm, &key, 61_000).await.allowed,
+            "{algorithm}"
+        );
+        assert_blocked(
+            &escalating_at(b, algorithm, &key, 61_001).await,
+            secs(600),
+            &algorithm.to_string(),
+        );
     }
 }

@@ -277,7 +277,10 @@ async fn bans_refuse_identities_and_networks_at_every_site(limiter: &'static Lim
     let hour = Duration::from_secs(3600);
     limiter.ban("ip:203.0.113.0/24", hour).await.unwrap();
     limiter.ban("ip:2001:db8::/48", hour).await.unwrap();
-    limiter.ban("custom:mallory", Duration::from_secs(600)).await.unwrap();
+    limiter
+        .ban("custom:mallory", Duration::from_secs(600))
+        .await
+        .unwrap();
     for banned in ["203.0.113.9", "203.0.113.250", "2001:db8:0:1::7"] {
         let waited = from_ip(limiter, banned).await.unwrap_err();
         assert!(waited > Duration::from_secs(3500), "{banned}: {waited:?}");
@@ -287,13 +290,27 @@ async fn bans_refuse_identities_and_networks_at_every_site(limiter: &'static Lim
         assert_eq!(from_ip(limiter, free).await, Ok(()), "{free}");
     }
     // Every site with that identity: `send` and `submit` are two sites.
-    for refused in [send(limiter, "mallory").await, submit(limiter, "mallory").await] {
-        let Err(RateLimitError::Limited { retry_after, .. }) = refused else { panic!("{refused:?}") };
+    for refused in [
+        send(limiter, "mallory").await,
+        submit(limiter, "mallory").await,
+    ] {
+        let Err(RateLimitError::Limited { retry_after, .. }) = refused else {
+            panic!("{refused:?}")
+        };
         assert!(retry_after > Duration::from_secs(500), "{retry_after:?}");
     }
     assert!(send(limiter, "alice").await.is_ok());
-    let listed: Vec<String> = limiter.bans().await.unwrap().into_iter().map(|(who, _)| who).collect();
-    assert_eq!(listed, ["custom:mallory", "ip:2001:db8::/48", "ip:203.0.113.0/24"]);
+    let listed: Vec<String> = limiter
+        .bans()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(who, _)| who)
+        .collect();
+    assert_eq!(
+        listed,
+        ["custom:mallory", "ip:2001:db8::/48", "ip:203.0.113.0/24"]
+    );
 
     limiter.unban("custom:mallory").await.unwrap();
     limiter.unban("ip:203.0.113.0/24").await.unwrap();
@@ -311,7 +328,8 @@ async fn bans_on_the_embedded_backend() {
 #[tokio::test]
 async fn bans_on_redis() {
     let server = RedisServer::start();
-    bans_refuse_identities_and_networks_at_every_site(leak(Limiter::redis(&server.url()).unwrap())).await;
+    bans_refuse_identities_and_networks_at_every_site(leak(Limiter::redis(&server.url()).unwrap()))
+        .await;
 }
 
 #[rate_limiter(rules("1000/minute"), limit_type = CUSTOM, by = who, limiter = limiter, name = "ops.browse")]
@@ -332,15 +350,24 @@ async fn a_ban_reaches_every_instance_within_its_poll_interval() {
     let (operator, serving) = (instance(), instance());
     // The serving instance polls the prefix of its sites from its first check on.
     assert!(browse(serving, "eve").await.is_ok());
-    operator.ban("custom:eve", Duration::from_secs(60)).await.unwrap();
+    operator
+        .ban("custom:eve", Duration::from_secs(60))
+        .await
+        .unwrap();
     let deadline = std::time::Instant::now() + GIVE_UP_AFTER;
     while browse(serving, "eve").await.is_ok() {
-        assert!(std::time::Instant::now() < deadline, "the ban never arrived");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the ban never arrived"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     operator.unban("custom:eve").await.unwrap();
     while browse(serving, "eve").await.is_err() {
-        assert!(std::time::Instant::now() < deadline, "the lifting never arrived");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lifting never arrived"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

@@ -59,11 +59,22 @@ async fn child_counts_saves_and_hangs() {
     for algorithm in Algorithm::ALL {
         for _ in 0..3 {
             let key = format!("restarts:{algorithm}");
-            assert!(limiter.check(&key, &HOURLY).algorithm(algorithm).await.unwrap().allowed);
+            assert!(
+                limiter
+                    .check(&key, &HOURLY)
+                    .algorithm(algorithm)
+                    .await
+                    .unwrap()
+                    .allowed
+            );
         }
     }
     for _ in 0..6 {
-        limiter.check("restarts:blocked", &HOURLY).block_for(LOCKOUT).await.unwrap();
+        limiter
+            .check("restarts:blocked", &HOURLY)
+            .block_for(LOCKOUT)
+            .await
+            .unwrap();
     }
     for _ in 0..4 {
         login().await.unwrap();
@@ -85,7 +96,11 @@ async fn child_restarted() {
     let mut report = Vec::new();
     for algorithm in Algorithm::ALL {
         let key = format!("restarts:{algorithm}");
-        let peek = limiter.peek(&key, &HOURLY).algorithm(algorithm).await.unwrap();
+        let peek = limiter
+            .peek(&key, &HOURLY)
+            .algorithm(algorithm)
+            .await
+            .unwrap();
         report.push(format!("{algorithm}={}", peek.remaining));
     }
     let blocked = limiter.peek("restarts:blocked", &HOURLY).await.unwrap();

@@ -404,11 +404,18 @@ async fn ban_shuts_an_identity_out_of_every_instance_until_unban() {
     assert!(bans["bans"][0]["ends_in_ms"].as_u64().unwrap() > 3_500_000);
     assert_eq!(bans["bans"][1]["identity"], "ip:2001:db8::/48");
     let table = ok(&server, &["bans"]);
-    assert!(table.contains("custom:eve") && table.contains("ends in"), "{table}");
+    assert!(
+        table.contains("custom:eve") && table.contains("ends in"),
+        "{table}"
+    );
 
     support::eventually("the ban to reach the limiter", GIVE_UP_AFTER, || async {
         match guarded(limiter, "eve").await {
-            Err(RateLimitError::Limited { retry_after, .. }) if retry_after > Duration::from_secs(3000) => Ok(()),
+            Err(RateLimitError::Limited { retry_after, .. })
+                if retry_after > Duration::from_secs(3000) =>
+            {
+                Ok(())
+            }
             other => Err(format!("{other:?}")),
         }
     })
@@ -425,7 +432,13 @@ async fn ban_shuts_an_identity_out_of_every_instance_until_unban() {
     assert_eq!(refused.status.code(), Some(2), "{}", describe(&refused));
     let refused = run(&server, &["ban", "custom:eve", "soon"]);
     assert_eq!(refused.status.code(), Some(2), "{}", describe(&refused));
-    assert_eq!(json(&server, &["bans", "--json"])["bans"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        json(&server, &["bans", "--json"])["bans"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
 }
 
 #[tokio::test]

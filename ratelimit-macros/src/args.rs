@@ -1304,14 +1304,18 @@ mod tests {
 
     #[test]
     fn block_for_takes_a_list_of_lock_outs_in_a_row() {
-        let escalating = args(quote!(rules("1/s"), block_for = ["1m", "10 minutes", "1h"])).unwrap();
+        let escalating =
+            args(quote!(rules("1/s"), block_for = ["1m", "10 minutes", "1h"])).unwrap();
         assert_eq!(
             (escalating.block_for_ms, escalating.block_schedule_ms),
             (None, Some(vec![60_000, 600_000, 3_600_000]))
         );
         // A list of one is the single duration of 0.3.
         let one = args(quote!(rules("1/s"), block_for = ["90s"])).unwrap();
-        assert_eq!((one.block_for_ms, one.block_schedule_ms), (Some(90_000), None));
+        assert_eq!(
+            (one.block_for_ms, one.block_schedule_ms),
+            (Some(90_000), None)
+        );
         let errors = messages(quote!(rules("1/s"), block_for = []));
         assert_errors_start_with(&errors, &["`block_for = []` needs at least one duration"]);
         let errors = messages(quote!(rules("1/s"), block_for = ["1m", "soon", "0s"]));

@@ -164,7 +164,10 @@ impl Bans {
     pub fn remove_local(&self, banned: &Banned) -> bool {
         let mut was = false;
         self.change(|sources| {
-            was = sources.local.remove(&banned.text()).is_some_and(|end| end > now_us());
+            was = sources
+                .local
+                .remove(&banned.text())
+                .is_some_and(|end| end > now_us());
         });
         was
     }
@@ -277,11 +280,21 @@ mod tests {
         bans.set_local(&banned("ip:203.0.113.0/24"), hour);
         bans.set_local(&banned("ip:2001:db8::/48"), hour);
         bans.set_local(&banned("user:42"), hour);
-        for covered in ["ip:203.0.113.9", "ip:2001%3Adb8%3A0%3Affff%3A%3A1", "user:42"] {
+        for covered in [
+            "ip:203.0.113.9",
+            "ip:2001%3Adb8%3A0%3Affff%3A%3A1",
+            "user:42",
+        ] {
             let left = bans.left_us(covered).expect(covered);
             assert!(left > 3_500_000_000, "{covered}");
         }
-        for free in ["ip:203.0.114.9", "ip:2001%3Adb9%3A%3A1", "user:43", "custom:42", "global"] {
+        for free in [
+            "ip:203.0.114.9",
+            "ip:2001%3Adb9%3A%3A1",
+            "user:43",
+            "custom:42",
+            "global",
+        ] {
             assert_eq!(bans.left_us(free), None, "{free}");
         }
         assert!(bans.remove_local(&banned("user:42")));

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use crate::backend::Request;
 use crate::concurrency::SlotAsk;
-use crate::decision::{RawDecision, Receipt};
 use crate::context::{RequestContext, SiteDecision};
+use crate::decision::{RawDecision, Receipt};
 use crate::key::{function_path, KeyTemplate};
 use crate::limiter::{boxed_in_place, decided, decided_with_slot, Begun, Plan};
 use crate::overrides::{intern, SiteRules};

@@ -169,7 +169,12 @@ impl KeyState {
     /// Appends the state to `out`.
     pub fn save(&self, out: &mut Writer<'_>) {
         let algorithm = self.algorithm();
-        out.number(Algorithm::ALL.iter().position(|&a| a == algorithm).unwrap_or(0) as u64);
+        out.number(
+            Algorithm::ALL
+                .iter()
+                .position(|&a| a == algorithm)
+                .unwrap_or(0) as u64,
+        );
         let Block {
             until_us,
             rule_index,

@@ -240,7 +240,10 @@ fn write(backend: &MemoryBackend, path: &Path) -> io::Result<Saved> {
     w.number(keys);
     out.write_all(&chunk)?;
     let checksum = out.hash.finish();
-    let mut file = out.file.into_inner().map_err(io::IntoInnerError::into_error)?;
+    let mut file = out
+        .file
+        .into_inner()
+        .map_err(io::IntoInnerError::into_error)?;
     file.write_all(&checksum.to_le_bytes())?;
     file.sync_all()?;
     Ok(Saved {

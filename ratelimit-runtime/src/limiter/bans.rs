@@ -112,7 +112,9 @@ impl Limiter {
             }
             #[cfg(feature = "redis")]
             Store::Redis(redis) => {
-                redis.hash_delete(&format!("{prefix}bans"), &[banned.text()]).await?;
+                redis
+                    .hash_delete(&format!("{prefix}bans"), &[banned.text()])
+                    .await?;
                 self.overrides.bans.change_stored(prefix, &banned, None);
             }
             Store::Misconfigured(err) => return Err(misconfigured(err)),
@@ -154,5 +156,8 @@ impl Limiter {
 }
 
 fn refused(why: String) -> BackendError {
-    BackendError::new(BackendErrorKind::Misconfigured, format!("not banned: {why}"))
+    BackendError::new(
+        BackendErrorKind::Misconfigured,
+        format!("not banned: {why}"),
+    )
 }

@@ -153,7 +153,11 @@ mod tests {
     }
 
     async fn left(limiter: &Limiter, key: &str, algorithm: Algorithm) -> u64 {
-        let peek = limiter.peek(key, &RULES).algorithm(algorithm).await.unwrap();
+        let peek = limiter
+            .peek(key, &RULES)
+            .algorithm(algorithm)
+            .await
+            .unwrap();
         peek.remaining
     }
 
@@ -169,7 +173,11 @@ mod tests {
             for algorithm in Algorithm::ALL {
                 let key = format!("counted:{algorithm}");
                 for _ in 0..3 {
-                    limiter.check(&key, &RULES).algorithm(algorithm).await.unwrap();
+                    limiter
+                        .check(&key, &RULES)
+                        .algorithm(algorithm)
+                        .await
+                        .unwrap();
                 }
                 let blocked = format!("blocked:{algorithm}");
                 for _ in 0..6 {
@@ -188,7 +196,10 @@ mod tests {
         for step in [0, 30, 60, 600, 86_400] {
             clock.advance(Duration::from_secs(step));
             for algorithm in Algorithm::ALL {
-                for key in [format!("counted:{algorithm}"), format!("blocked:{algorithm}")] {
+                for key in [
+                    format!("counted:{algorithm}"),
+                    format!("blocked:{algorithm}"),
+                ] {
                     assert_eq!(
                         standing(&after, &key, algorithm).await,
                         standing(&never_restarted, &key, algorithm).await,
@@ -204,7 +215,11 @@ mod tests {
         key: &str,
         algorithm: Algorithm,
     ) -> (bool, usize, u64, Option<Duration>) {
-        let d = limiter.peek(key, &RULES).algorithm(algorithm).await.unwrap();
+        let d = limiter
+            .peek(key, &RULES)
+            .algorithm(algorithm)
+            .await
+            .unwrap();
         (d.allowed, d.rule_index, d.remaining, d.retry_after)
     }
 
@@ -213,10 +228,7 @@ mod tests {
         let path = path("expired");
         let clock = ManualClock::new(START);
         let before = limiter(&clock, &path);
-        before
-            .check("short", &[Rule::per_second(1)])
-            .await
-            .unwrap();
+        before.check("short", &[Rule::per_second(1)]).await.unwrap();
         before.save_state().await.unwrap();
         clock.advance(Duration::from_secs(3));
         let after = limiter(&clock, &path);
@@ -252,7 +264,11 @@ mod tests {
             let path = path(name);
             std::fs::write(&path, &bytes).unwrap();
             let limiter = limiter(&clock, &path);
-            assert_eq!(left(&limiter, "k", Algorithm::SlidingLog).await, 5, "{name}");
+            assert_eq!(
+                left(&limiter, "k", Algorithm::SlidingLog).await,
+                5,
+                "{name}"
+            );
             assert!(!path.exists(), "{name}: set aside");
             assert_eq!(std::fs::read(aside(&path)).unwrap(), bytes, "{name}");
             // And it goes on saving to the path.

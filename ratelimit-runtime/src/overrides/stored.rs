@@ -260,7 +260,9 @@ impl Poller {
                 let key = format!("{prefix}bans");
                 let read = tokio::time::timeout(self.timeout, redis.hash_fields(&key)).await;
                 if let Ok(Ok(fields)) = read {
-                    overrides.bans.set_stored(prefix, crate::bans::read_stored(fields));
+                    overrides
+                        .bans
+                        .set_stored(prefix, crate::bans::read_stored(fields));
                 }
             }
             // Not held while sleeping: a dropped limiter ends the poller at its next turn.
