@@ -25,8 +25,6 @@ use support::http::{
 struct AxumExample;
 
 impl ExampleApi for AxumExample {
-    const BUILDER: &'static str = "RateLimitLayer";
-
     type RateLimit = RateLimitLayer;
 
     fn rate_limit() -> RateLimitLayer {

@@ -44,9 +44,6 @@ impl Reached {
 /// layer holds the test's guards, believes `X-Forwarded-For` from 127.0.0.2 alone, and
 /// takes the user id from the `x-user-id` header.
 trait GuardedApp {
-    /// The rate-limit builder, as the answers name it.
-    const BUILDER: &'static str;
-
     /// Serves the app with `guards`, counting on `limiter`, on 127.0.0.1, port 0.
     fn serve(limiter: &'static Limiter, guards: Vec<Guard>, reached: Reached) -> Served;
 }
@@ -137,8 +134,6 @@ mod axum_app {
     pub struct Axum;
 
     impl GuardedApp for Axum {
-        const BUILDER: &'static str = "RateLimitLayer";
-
         fn serve(limiter: &'static Limiter, guards: Vec<Guard>, reached: Reached) -> Served {
             let layer = guards.into_iter().fold(layer(), RateLimitLayer::guard);
             serve_axum(app(limiter, layer, reached), "127.0.0.1")
@@ -165,8 +160,6 @@ mod actix_app {
     pub struct Actix;
 
     impl GuardedApp for Actix {
-        const BUILDER: &'static str = "RateLimit";
-
         fn serve(limiter: &'static Limiter, guards: Vec<Guard>, reached: Reached) -> Served {
             let rate_limit =
                 RateLimit::new()

@@ -238,9 +238,6 @@ impl Drop for Served {
 
 /// An example server of the API: the axum or the actix-web one.
 pub trait ExampleApi {
-    /// The rate-limit builder, as the answers name it (`RateLimitLayer`, `RateLimit`).
-    const BUILDER: &'static str;
-
     /// The rate-limit builder's type.
     type RateLimit;
 

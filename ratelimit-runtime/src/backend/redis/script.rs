@@ -720,6 +720,8 @@ impl ToRedisArgs for RefundNumbers<'_> {
 
 #[cfg(test)]
 mod tests {
+    use std::num::NonZeroU64;
+
     use super::*;
 
     fn args(cmd: &Cmd) -> Vec<Vec<u8>> {
