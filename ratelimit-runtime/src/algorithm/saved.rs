@@ -186,7 +186,7 @@ impl KeyState {
             out.number(u64::from(strikes));
         }
         match &self.counts {
-            Counts::SlidingLog(s) => s.save(out),
+            Counts::SlidingLog(s) => save_log(s, out),
             Counts::FixedWindow(s) => s.save(out),
             Counts::SlidingWindow(s) => s.save(out),
             Counts::TokenBucket(s) => s.save(out),
@@ -206,13 +206,35 @@ impl KeyState {
             },
         };
         let counts = match algorithm {
-            Algorithm::SlidingLog => Counts::SlidingLog(sliding_log::State::restore(from)?),
+            Algorithm::SlidingLog => Counts::SlidingLog(restore_log(from)?),
             Algorithm::FixedWindow => Counts::FixedWindow(records::State::restore(from)?),
             Algorithm::SlidingWindow => Counts::SlidingWindow(records::State::restore(from)?),
             Algorithm::TokenBucket => Counts::TokenBucket(records::State::restore(from)?),
         };
         Some(KeyState { counts, block })
     }
+}
+
+fn save_log(log: &sliding_log::State, out: &mut Writer<'_>) {
+    let (checks, entries, calls, periods) = log.parts();
+    out.number(checks);
+    out.times(entries.iter());
+    out.times(calls.iter());
+    out.number(periods.len() as u64);
+    for (rule, period) in periods {
+        out.rule(rule);
+        period.save(out);
+    }
+}
+
+fn restore_log(from: &mut Reader<'_>) -> Option<sliding_log::State> {
+    let checks = from.number()?;
+    let (entries, calls) = (from.times()?, from.times()?);
+    let n = from.length()?;
+    let periods = (0..n)
+        .map(|_| Some((from.rule()?, Period::restore(from)?)))
+        .collect::<Option<_>>()?;
+    Some(sliding_log::State::from_parts(checks, entries, calls, periods))
 }
 
 impl<A: PerRule> records::State<A>

@@ -98,35 +98,27 @@ impl State {
         }
     }
 
-    /// Appends the log to `out` (`super::saved`): what a refund needs of checks counted
-    /// before a restart is not kept (their callers are gone with the process).
-    pub fn save(&self, out: &mut super::saved::Writer<'_>) {
-        out.number(self.checks);
-        out.times(self.log.iter());
-        out.times(self.calls.iter());
-        out.number(self.periods.len() as u64);
-        for (rule, period) in &self.periods {
-            out.rule(rule);
-            super::saved::SavedRecord::save(period, out);
-        }
+    /// What the state file keeps of the log (`super::saved`): the next check's number, the
+    /// entries, the calls and the calendar counters. What a refund needs of checks counted
+    /// before a restart is not kept: their callers are gone with the process.
+    pub fn parts(&self) -> (u64, &VecDeque<u64>, &VecDeque<u64>, &[(Rule, Period)]) {
+        (self.checks, &self.log, &self.calls, &self.periods)
     }
 
-    /// A log [`save`](Self::save) wrote.
-    pub fn restore(from: &mut super::saved::Reader<'_>) -> Option<State> {
-        let checks = from.number()?;
-        let log = from.times()?.into();
-        let calls = from.times()?.into();
-        let n = from.length()?;
-        let periods = (0..n)
-            .map(|_| Some((from.rule()?, super::saved::SavedRecord::restore(from)?)))
-            .collect::<Option<_>>()?;
-        Some(State {
-            log,
-            calls,
+    /// The log of those [`parts`](Self::parts).
+    pub fn from_parts(
+        checks: u64,
+        log: Vec<u64>,
+        calls: Vec<u64>,
+        periods: Vec<(Rule, Period)>,
+    ) -> State {
+        State {
+            log: log.into(),
+            calls: calls.into(),
             periods,
             checks,
             refunded: Vec::new(),
-        })
+        }
     }
 
     /// The rules counting in calendar periods whose counters the state keeps: the only
