@@ -234,7 +234,9 @@ fn restore_log(from: &mut Reader<'_>) -> Option<sliding_log::State> {
     let periods = (0..n)
         .map(|_| Some((from.rule()?, Period::restore(from)?)))
         .collect::<Option<_>>()?;
-    Some(sliding_log::State::from_parts(checks, entries, calls, periods))
+    Some(sliding_log::State::from_parts(
+        checks, entries, calls, periods,
+    ))
 }
 
 impl<A: PerRule> records::State<A>

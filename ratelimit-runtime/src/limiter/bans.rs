@@ -14,8 +14,8 @@ impl Limiter {
     /// with `retry_after` = what is left of the ban, whatever the site's counts, and counts
     /// nothing. The way to shut an abusive client or network out at once.
     ///
-    /// `identity` is a key's identity part, as [`most_limited`]-style views and `ratelimit
-    /// inspect` show it: `ip:203.0.113.9`, `user:42`, `custom:alice`, or `global` (every
+    /// `identity` is a key's identity part (`{prefix}{identity}:{path}`):
+    /// `ip:203.0.113.9`, `user:42`, `custom:alice`, or `global` (every
     /// `GLOBAL` site); `ip:` also takes a network, IPv4 or IPv6 (`ip:203.0.113.0/24`,
     /// `ip:2001:db8::/48`). Banning an identity again sets its ban's end anew.
     ///
@@ -28,8 +28,6 @@ impl Limiter {
     /// costs one atomic load. A site in shadow mode reports a banned call as a would-be
     /// refusal; a site whose mode is `Off` checks nothing. Programmatic checks are not
     /// sites: bans do not apply to them.
-    ///
-    /// [`most_limited`]: https://docs.rs/redis-ratelimit/*/redis_ratelimit/guide/operating/index.html
     ///
     /// ```
     /// use std::time::Duration;
