@@ -37,9 +37,11 @@ fn check_until(limiter: &'static Limiter, stop: &'static AtomicBool) -> Vec<Dura
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        let key = key(x as usize % KEYS);
+        let i = x as usize % KEYS;
+        let key = key(i);
         let start = Instant::now();
-        rt.block_on(limiter.peek(&key, &RULES)).unwrap();
+        let peek = limiter.peek(&key, &RULES).algorithm(Algorithm::ALL[i % 4]);
+        rt.block_on(peek).unwrap();
         latencies.push(start.elapsed());
     }
     latencies
@@ -112,11 +114,8 @@ fn main() {
     let restore = Instant::now();
     let restored = Limiter::memory().state_file(&path);
     println!("restore: {:.2?}", restore.elapsed());
-    let peek = rt.block_on(
-        restored
-            .peek(&key(KEYS - 1), &RULES)
-            .algorithm(Algorithm::ALL[(KEYS - 1) % 4]),
-    );
-    assert_eq!(peek.unwrap().remaining, 99, "the last key came back");
+    // A sliding log's key: its one call still counts.
+    let peek = rt.block_on(restored.peek(&key(KEYS - 4), &RULES));
+    assert_eq!(peek.unwrap().remaining, 99, "a key came back");
     let _ = std::fs::remove_file(&path);
 }
