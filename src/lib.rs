@@ -79,7 +79,7 @@ pub use ratelimit_runtime::{
     clock, context, global, init, key, Algorithm, BackendError, BackendErrorKind, BlockState,
     Check, ConfigError, Decision, InitError, KeyState, LimitType, Limiter, LogState, Mode,
     ParseModeError, ParseRuleError, RateLimitError, RequestContext, Rule, RuleState, Setting,
-    REDIS_URL_ENV,
+    REDIS_URL_ENV, STATE_FILE_ENV,
 };
 pub use ratelimit_runtime::{Acquire, Slot};
 

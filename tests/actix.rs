@@ -26,8 +26,6 @@ use support::http::{client_from, serve_actix, ExampleApi, Served};
 struct ActixExample;
 
 impl ExampleApi for ActixExample {
-    const BUILDER: &'static str = "RateLimit";
-
     type RateLimit = RateLimit;
 
     fn rate_limit() -> RateLimit {

@@ -851,6 +851,32 @@ backend_tests! {
         assert_eq!(ran(&CALLS), 2);
     }
 
+    async fn block_for_a_list_locks_a_repeat_offender_out_for_longer() {
+        static CALLS: AtomicUsize = AtomicUsize::new(0);
+        guarded! {
+            #[rate_limiter(
+                rules("1 per 100 ms"),
+                limit_type = CUSTOM,
+                by = user,
+                block_for = ["200ms", "1 hour"],
+            )]
+            #[counted_in(CALLS)]
+            async fn sign_in(user: &str) -> Result<(), RateLimitError> {
+                Ok(())
+            }
+        }
+
+        sign_in("ann").await.unwrap();
+        let first = limited(sign_in("ann").await);
+        assert!(first.retry_after <= Duration::from_millis(200), "{first:?}");
+        // Past the first lock-out and the rule's window.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        sign_in("ann").await.unwrap();
+        let second = limited(sign_in("ann").await);
+        assert!(second.retry_after > Duration::from_secs(3000), "{second:?}");
+        assert_eq!(ran(&CALLS), 2);
+    }
+
     async fn wait_admits_calls_in_turn_instead_of_refusing_them() {
         static CALLS: AtomicUsize = AtomicUsize::new(0);
         guarded! {

@@ -18,15 +18,13 @@ use redis_ratelimit::clock::ManualClock;
 use redis_ratelimit::Limiter;
 use reqwest::StatusCode;
 use support::http::{
-    client_from, header, serve_axum, ExampleApi, Served, Setup, PROBLEM, SMS_POLICY,
+    client_from, header, serve_axum, ExampleApi, Served, Setup, GENERIC_500, PROBLEM, SMS_POLICY,
 };
 
 /// The `axum_server` example.
 struct AxumExample;
 
 impl ExampleApi for AxumExample {
-    const BUILDER: &'static str = "RateLimitLayer";
-
     type RateLimit = RateLimitLayer;
 
     fn rate_limit() -> RateLimitLayer {
@@ -52,18 +50,46 @@ impl ExampleApi for AxumExample {
 example_api_tests! {
     AxumExample;
 
-    async fn routes_without_the_layer_answer_500_saying_so() {
+    async fn routes_without_the_layer_answer_a_generic_500() {
         let served = serve_axum(axum_server::routes(support::limiter()), "127.0.0.1");
         let client = client_from("127.0.0.1");
         let response = served.send_code(&client, &[]).await;
         assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(header(&response, "content-type"), Some(PROBLEM));
-        assert_eq!(
-            response.text().await.unwrap(),
-            r#"{"type":"about:blank","title":"Internal Server Error","status":500,"detail":"rate limit misconfigured: limit_type = IP needs the client IP, but no rate-limit layer runs in front of this handler: add redis_ratelimit::axum::RateLimitLayer to the router (or run the call inside redis_ratelimit::context::scope)"}"#
-        );
+        assert_eq!(response.text().await.unwrap(), GENERIC_500);
         assert_eq!(served.health(&client).await.status(), StatusCode::OK);
     }
+}
+
+/// An attacker learns nothing of the configuration from a misconfigured site; the log
+/// names the site once, and says what the layer lacked and how to give it. The server
+/// runs on this test's own thread, where the logs are captured.
+#[tokio::test]
+async fn a_misconfigured_site_answers_a_generic_500_and_logs_what_to_configure_once() {
+    let (logs, _capturing) = support::capture_logs();
+    let limiter: &'static Limiter = Box::leak(Box::new(Limiter::memory()));
+    let served = serve_axum(
+        axum_server::app(limiter, axum_server::rate_limit_layer()),
+        "127.0.0.1",
+    );
+    let client = client_from("127.0.0.1");
+    for _ in 0..3 {
+        let anonymous = served.search_as(&client, None).await;
+        assert_eq!(anonymous.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let body = anonymous.text().await.unwrap();
+        assert_eq!(body, GENERIC_500);
+        for secret in ["USER_ID", "user_id", "RateLimitLayer", "misconfigured"] {
+            assert!(!body.contains(secret), "{body}");
+        }
+    }
+    let logged = logs.text();
+    let site = logged
+        .lines()
+        .filter(|l| l.contains("rate limit misconfigured") && l.contains("axum_server::search"))
+        .count();
+    assert_eq!(site, 1, "{logged}");
+    let remedy = "give RateLimitLayer::user_id a closure that finds it";
+    assert_eq!(logged.matches(remedy).count(), 1, "{logged}");
 }
 
 /// With the duplicate rule out of the way (calls 6 s apart on a manual clock), the

@@ -47,7 +47,65 @@ fn assert_blocked(d: &Decision, left: Duration, what: &str) {
     assert_eq!(d.reset_after, left, "{what}: {d:?}");
 }
 
+static ONE_A_SECOND: [Rule; 1] = [Rule::per_second(1)];
+static LOCKOUTS: [Duration; 3] = [
+    Duration::from_secs(60),
+    Duration::from_secs(600),
+    Duration::from_secs(3600),
+];
+
+/// A consuming check of one call a second by `algorithm` at `T0 + at_ms`, locking the key
+/// out by `LOCKOUTS` when refused.
+async fn escalating_at(limiter: &Limiter, algorithm: Algorithm, key: &str, at_ms: u64) -> Decision {
+    let check = limiter.check(key, &ONE_A_SECOND).block_schedule(&LOCKOUTS);
+    check
+        .algorithm(algorithm)
+        .at(T0 + Duration::from_millis(at_ms))
+        .await
+        .expect("check")
+}
+
 backend_tests! {
+    async fn each_lock_out_in_a_row_lasts_the_next_duration_of_the_schedule() {
+        let limiter = support::limiter();
+        const S: u64 = 1000;
+        for algorithm in Algorithm::ALL {
+            let key = format!("blocks:escalating:{algorithm}");
+            let what = algorithm.to_string();
+            // (time in ms, admitted, or the lock-out refused with that many s to go); each
+            // refusal comes 1 ms after an admitted call, within the rule's second.
+            let steps: [(u64, Option<u64>); 14] = [
+                (0, None),
+                (1, Some(60)),                 // the first lock-out: 1 minute
+                (30 * S + 1, Some(30)),        // refused during it, which starts no other
+                (61 * S, None),
+                (61 * S + 1, Some(600)),       // the second: 10 minutes
+                (662 * S, None),
+                (662 * S + 1, Some(3600)),     // the third: 1 hour
+                (4_263 * S, None),
+                (22_263 * S, None),            // five quiet hours: within 24 h of the last
+                (22_263 * S + 1, Some(3600)),  // the fourth: the last duration repeats
+                (25_864 * S, None),
+                (112_265 * S, None),           // a quiet day: the streak is forgotten
+                (112_265 * S + 1, Some(60)),
+                (112_326 * S, None),
+            ];
+            for (at, refused) in steps {
+                let d = escalating_at(limiter, algorithm, &key, at).await;
+                match refused {
+                    None => assert!(d.allowed, "{what} at {at} ms: {d:?}"),
+                    Some(left) => assert_blocked(&d, secs(left), &format!("{what} at {at} ms")),
+                }
+            }
+            // A reset forgets the streak with the block.
+            escalating_at(limiter, algorithm, &key, 112_326 * S + 1).await;
+            limiter.reset(&key).await.unwrap();
+            assert!(escalating_at(limiter, algorithm, &key, 112_327 * S).await.allowed);
+            let first = escalating_at(limiter, algorithm, &key, 112_327 * S + 1).await;
+            assert_blocked(&first, secs(60), &what);
+        }
+    }
+
     async fn a_blocked_key_refuses_every_check_until_the_block_ends_and_reset_lifts_it() {
         let limiter = support::limiter();
         for algorithm in Algorithm::ALL {
@@ -166,38 +224,46 @@ backend_tests! {
 /// The shape users write: one `static` limiter, shared by tests running in parallel.
 static SHARED: std::sync::LazyLock<Limiter> = std::sync::LazyLock::new(Limiter::memory);
 
+/// Whether a check of `key` by `algorithm` is admitted now.
+async fn admitted(limiter: &Limiter, key: &str, algorithm: Algorithm) -> bool {
+    let check = limiter.check(key, &RULES).algorithm(algorithm);
+    check.await.expect("check").allowed
+}
+
 #[tokio::test]
 async fn a_static_limiter_blocks_one_key_and_not_another() {
     SHARED.block("blocks:static:a", HOUR).await.unwrap();
     let a = SHARED.check("blocks:static:a", &RULES).await.unwrap();
     assert!(!a.allowed && a.retry_after > Some(HOUR / 2), "{a:?}");
-    assert!(
-        SHARED
-            .check("blocks:static:b", &RULES)
-            .await
-            .unwrap()
-            .allowed
-    );
+    assert!(admitted(&SHARED, "blocks:static:b", Algorithm::SlidingLog).await);
 }
 
 #[tokio::test]
 async fn a_static_limiter_lifts_a_block_with_reset() {
     SHARED.block("blocks:static:c", HOUR).await.unwrap();
-    assert!(
-        !SHARED
-            .check("blocks:static:c", &RULES)
-            .await
-            .unwrap()
-            .allowed
-    );
+    assert!(!admitted(&SHARED, "blocks:static:c", Algorithm::SlidingLog).await);
     SHARED.reset("blocks:static:c").await.unwrap();
+    assert!(admitted(&SHARED, "blocks:static:c", Algorithm::SlidingLog).await);
+}
+
+#[tokio::test]
+async fn a_static_limiter_escalates_each_key_s_lock_outs_apart() {
+    for (key, at) in [("blocks:static:d", 0), ("blocks:static:e", 5_000)] {
+        assert!(
+            escalating_at(&SHARED, Algorithm::TokenBucket, key, at)
+                .await
+                .allowed
+        );
+        let first = escalating_at(&SHARED, Algorithm::TokenBucket, key, at + 1).await;
+        assert_blocked(&first, secs(60), key);
+    }
     assert!(
-        SHARED
-            .check("blocks:static:c", &RULES)
+        escalating_at(&SHARED, Algorithm::TokenBucket, "blocks:static:d", 61_000)
             .await
-            .unwrap()
             .allowed
     );
+    let second = escalating_at(&SHARED, Algorithm::TokenBucket, "blocks:static:d", 61_001).await;
+    assert_blocked(&second, secs(600), "the second of blocks:static:d");
 }
 
 #[tokio::test]
@@ -207,13 +273,7 @@ async fn a_block_reaches_every_instance_on_one_redis() {
     let (a, b) = (instance(), instance());
     for algorithm in Algorithm::ALL {
         let key = format!("blocks:instances:{algorithm}");
-        assert!(
-            a.check(&key, &RULES)
-                .algorithm(algorithm)
-                .await
-                .unwrap()
-                .allowed
-        );
+        assert!(admitted(a, &key, algorithm).await);
         a.block(&key, HOUR).await.unwrap();
         let seen = b.check(&key, &RULES).algorithm(algorithm).await.unwrap();
         assert!(!seen.allowed, "{algorithm}: {seen:?}");
@@ -222,13 +282,7 @@ async fn a_block_reaches_every_instance_on_one_redis() {
             "{seen:?}"
         );
         b.reset(&key).await.unwrap();
-        assert!(
-            a.check(&key, &RULES)
-                .algorithm(algorithm)
-                .await
-                .unwrap()
-                .allowed
-        );
+        assert!(admitted(a, &key, algorithm).await);
     }
 }
 
@@ -254,4 +308,38 @@ async fn a_block_of_a_key_holding_foreign_data_is_an_error_that_says_so() {
         .unwrap();
     let err = limiter.block("blocks:text", HOUR).await.unwrap_err();
     assert!(err.to_string().contains("did not write"), "{err}");
+}
+
+/// A key that served an escalating lock-out lives 24 hours past its end on Redis, and one
+/// instance's streak escalates the next lock-out another instance starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_out_streak_is_kept_in_the_key_for_every_instance_for_a_day() {
+    let server = support::RedisServer::start();
+    let instance = || support::leak(Limiter::redis(&server.url()).unwrap());
+    let (a, b) = (instance(), instance());
+    let mut redis = support::connect(server.port());
+    for algorithm in Algorithm::ALL {
+        let key = format!("blocks:streak:{algorithm}");
+        let first = escalating_at(a, algorithm, &key, 0).await;
+        assert!(first.allowed, "{algorithm}");
+        assert_blocked(
+            &escalating_at(a, algorithm, &key, 1).await,
+            secs(60),
+            &algorithm.to_string(),
+        );
+        let ttl_ms: i64 = redis::cmd("PTTL").arg(&key).query(&mut redis).unwrap();
+        assert!(
+            ttl_ms > (86_400 + 60) * 1000 - 5_000,
+            "{algorithm}: {ttl_ms} ms"
+        );
+        assert!(
+            escalating_at(b, algorithm, &key, 61_000).await.allowed,
+            "{algorithm}"
+        );
+        assert_blocked(
+            &escalating_at(b, algorithm, &key, 61_001).await,
+            secs(600),
+            &algorithm.to_string(),
+        );
+    }
 }

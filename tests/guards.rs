@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use redis_ratelimit::{Guard, LimitType, Limiter, Mode, Rule};
 use reqwest::{Client, Response, StatusCode};
-use support::http::{assert_refused, client_from, header, Served, PROBLEM};
+use support::http::{assert_refused, client_from, header, Served, GENERIC_500, PROBLEM};
 
 static ONE_A_MINUTE: [Rule; 1] = [Rule::per_minute(1)];
 static TWO_A_MINUTE: [Rule; 1] = [Rule::per_minute(2)];
@@ -44,9 +44,6 @@ impl Reached {
 /// layer holds the test's guards, believes `X-Forwarded-For` from 127.0.0.2 alone, and
 /// takes the user id from the `x-user-id` header.
 trait GuardedApp {
-    /// The rate-limit builder, as the answers name it.
-    const BUILDER: &'static str;
-
     /// Serves the app with `guards`, counting on `limiter`, on 127.0.0.1, port 0.
     fn serve(limiter: &'static Limiter, guards: Vec<Guard>, reached: Reached) -> Served;
 }
@@ -137,8 +134,6 @@ mod axum_app {
     pub struct Axum;
 
     impl GuardedApp for Axum {
-        const BUILDER: &'static str = "RateLimitLayer";
-
         fn serve(limiter: &'static Limiter, guards: Vec<Guard>, reached: Reached) -> Served {
             let layer = guards.into_iter().fold(layer(), RateLimitLayer::guard);
             serve_axum(app(limiter, layer, reached), "127.0.0.1")
@@ -165,8 +160,6 @@ mod actix_app {
     pub struct Actix;
 
     impl GuardedApp for Actix {
-        const BUILDER: &'static str = "RateLimit";
-
         fn serve(limiter: &'static Limiter, guards: Vec<Guard>, reached: Reached) -> Served {
             let rate_limit =
                 RateLimit::new()
@@ -401,13 +394,7 @@ mod scenarios {
         assert_eq!(anonymous.status(), StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(header(&anonymous, "content-type"), Some(PROBLEM));
         assert_eq!(header(&anonymous, "ratelimit"), None);
-        assert_eq!(
-            anonymous.text().await.unwrap(),
-            format!(
-                r#"{{"type":"about:blank","title":"Internal Server Error","status":500,"detail":"rate limit misconfigured: limit_type = USER_ID needs a user id, but the rate-limit layer found no user id for this request: give {}::user_id a closure that finds it, and let only authenticated requests reach USER_ID routes"}}"#,
-                A::BUILDER
-            )
-        );
+        assert_eq!(anonymous.text().await.unwrap(), GENERIC_500);
         assert_eq!(reached.count(), 3);
     }
 
@@ -455,7 +442,7 @@ macro_rules! http_guard_tests {
 
             /// A layer whose server records no peer address cannot tell clients apart.
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn an_ip_guard_on_a_server_without_connect_info_answers_500_saying_so() {
+            async fn an_ip_guard_on_a_server_without_connect_info_answers_a_generic_500() {
                 use crate::support::http::{client_from, header, listen_tokio, PROBLEM};
                 use redis_ratelimit::{Guard, Limiter};
 
@@ -472,10 +459,7 @@ macro_rules! http_guard_tests {
                 let response = client.get(format!("{base}/search")).send().await.unwrap();
                 assert_eq!(response.status(), reqwest::StatusCode::INTERNAL_SERVER_ERROR);
                 assert_eq!(header(&response, "content-type"), Some(PROBLEM));
-                assert_eq!(
-                    response.text().await.unwrap(),
-                    r#"{"type":"about:blank","title":"Internal Server Error","status":500,"detail":"rate limit misconfigured: limit_type = IP needs the client IP, but the rate-limit layer found no peer address: serve the app with into_make_service_with_connect_info::<SocketAddr>()"}"#
-                );
+                assert_eq!(response.text().await.unwrap(), crate::GENERIC_500);
                 assert_eq!(reached.count(), 0);
             }
         }

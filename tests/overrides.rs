@@ -260,3 +260,114 @@ async fn child_picks_up_the_override() {
     let admitted = 1 + admitted(limiter, &me, 6).await;
     println!("admitted={admitted}");
 }
+
+/// Calls `by_ip` from `ip`: whether it passed, else how long it was told to wait.
+async fn from_ip(limiter: &'static Limiter, ip: &str) -> Result<(), Duration> {
+    let ctx = RequestContext::new().with_ip(ip.parse().unwrap());
+    match context::scope(ctx, by_ip(limiter)).await {
+        Ok(()) => Ok(()),
+        Err(RateLimitError::Limited { retry_after, .. }) => Err(retry_after),
+        Err(other) => panic!("{other}"),
+    }
+}
+
+/// Bans on both backends: an identity or a network, IPv4 or IPv6, refused at every site
+/// whatever its counts, until lifted; listed with what is left of each.
+async fn bans_refuse_identities_and_networks_at_every_site(limiter: &'static Limiter) {
+    let hour = Duration::from_secs(3600);
+    limiter.ban("ip:203.0.113.0/24", hour).await.unwrap();
+    limiter.ban("ip:2001:db8::/48", hour).await.unwrap();
+    limiter
+        .ban("custom:mallory", Duration::from_secs(600))
+        .await
+        .unwrap();
+    for banned in ["203.0.113.9", "203.0.113.250", "2001:db8:0:1::7"] {
+        let waited = from_ip(limiter, banned).await.unwrap_err();
+        assert!(waited > Duration::from_secs(3500), "{banned}: {waited:?}");
+    }
+    // Neighbours are not banned, and the bans counted nothing for anyone.
+    for free in ["203.0.114.9", "2001:db9::7"] {
+        assert_eq!(from_ip(limiter, free).await, Ok(()), "{free}");
+    }
+    // Every site with that identity: `send` and `submit` are two sites.
+    for refused in [
+        send(limiter, "mallory").await,
+        submit(limiter, "mallory").await,
+    ] {
+        let Err(RateLimitError::Limited { retry_after, .. }) = refused else {
+            panic!("{refused:?}")
+        };
+        assert!(retry_after > Duration::from_secs(500), "{retry_after:?}");
+    }
+    assert!(send(limiter, "alice").await.is_ok());
+    let listed: Vec<String> = limiter
+        .bans()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(who, _)| who)
+        .collect();
+    assert_eq!(
+        listed,
+        ["custom:mallory", "ip:2001:db8::/48", "ip:203.0.113.0/24"]
+    );
+
+    limiter.unban("custom:mallory").await.unwrap();
+    limiter.unban("ip:203.0.113.0/24").await.unwrap();
+    assert!(send(limiter, "mallory").await.is_ok());
+    assert_eq!(from_ip(limiter, "203.0.113.9").await, Ok(()));
+    assert!(from_ip(limiter, "2001:db8::1").await.is_err());
+    assert!(limiter.ban("host:mallory", hour).await.is_err());
+}
+
+#[tokio::test]
+async fn bans_on_the_embedded_backend() {
+    bans_refuse_identities_and_networks_at_every_site(leak(Limiter::memory())).await;
+}
+
+#[tokio::test]
+async fn bans_on_redis() {
+    let server = RedisServer::start();
+    bans_refuse_identities_and_networks_at_every_site(leak(Limiter::redis(&server.url()).unwrap()))
+        .await;
+}
+
+#[rate_limiter(rules("1000/minute"), limit_type = CUSTOM, by = who, limiter = limiter, name = "ops.browse")]
+async fn browse(limiter: &'static Limiter, who: &str) -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+/// A ban set through one instance (or the command) reaches another within its poll
+/// interval, and so does its lifting; the other instance never asks Redis about it on a
+/// check.
+#[tokio::test]
+async fn a_ban_reaches_every_instance_within_its_poll_interval() {
+    let server = RedisServer::start();
+    let instance = || {
+        let limiter = Limiter::redis(&server.url()).unwrap();
+        leak(limiter.rules_poll(Some(Duration::from_millis(100))))
+    };
+    let (operator, serving) = (instance(), instance());
+    // The serving instance polls the prefix of its sites from its first check on.
+    assert!(browse(serving, "eve").await.is_ok());
+    operator
+        .ban("custom:eve", Duration::from_secs(60))
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + GIVE_UP_AFTER;
+    while browse(serving, "eve").await.is_ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the ban never arrived"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    operator.unban("custom:eve").await.unwrap();
+    while browse(serving, "eve").await.is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lifting never arrived"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

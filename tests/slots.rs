@@ -54,38 +54,30 @@ impl Hold {
     }
 }
 
-#[rate_limiter(rules("5/minute"), concurrency = 1, limit_type = CUSTOM, by = who, limiter = limiter, name = "slots.one")]
-async fn one_at_a_time(
-    limiter: &'static Limiter,
-    who: &'static str,
-    hold: Hold,
-) -> Result<(), RateLimitError> {
-    hold.inside().await;
-    Ok(())
+/// Sites whose calls stay inside their body until their `Hold` lets them go: each
+/// `name(policies)` is a guarded `async fn name(limiter, who, hold)` with those policies.
+macro_rules! held_sites {
+    ($($name:ident($($policy:tt)*);)*) => {$(
+        #[rate_limiter($($policy)*, limit_type = CUSTOM, by = who, limiter = limiter)]
+        async fn $name(
+            limiter: &'static Limiter,
+            who: &'static str,
+            hold: Hold,
+        ) -> Result<(), RateLimitError> {
+            hold.inside().await;
+            Ok(())
+        }
+    )*};
+}
+
+held_sites! {
+    one_at_a_time(rules("5/minute"), concurrency = 1, name = "slots.one");
+    three_at_once(rules("1000/minute"), concurrency = 3, lease = "10s", name = "slots.three");
+    waits_its_turn(rules("1000/minute"), concurrency = 1, wait = "30s", name = "slots.waiting");
 }
 
 #[rate_limiter(rules("1/minute"), concurrency = 5, limit_type = CUSTOM, by = who, limiter = limiter, name = "slots.rare")]
 async fn once_a_minute(limiter: &'static Limiter, who: &'static str) -> Result<(), RateLimitError> {
-    Ok(())
-}
-
-#[rate_limiter(rules("1000/minute"), concurrency = 3, lease = "10s", limit_type = CUSTOM, by = who, limiter = limiter, name = "slots.three")]
-async fn three_at_once(
-    limiter: &'static Limiter,
-    who: &'static str,
-    hold: Hold,
-) -> Result<(), RateLimitError> {
-    hold.inside().await;
-    Ok(())
-}
-
-#[rate_limiter(rules("1000/minute"), concurrency = 1, wait = "30s", limit_type = CUSTOM, by = who, limiter = limiter, name = "slots.waiting")]
-async fn waits_its_turn(
-    limiter: &'static Limiter,
-    who: &'static str,
-    hold: Hold,
-) -> Result<(), RateLimitError> {
-    hold.inside().await;
     Ok(())
 }
 
@@ -116,6 +108,27 @@ async fn until_slots(limiter: &Limiter, key: &str, expected: u64) {
     .await;
 }
 
+/// Starts `n` calls made by `call`, and waits until every one is inside its body, holding
+/// its slot until the hold lets it go.
+async fn all_inside<F>(
+    n: usize,
+    call: impl Fn(Hold) -> F,
+) -> (Hold, Vec<tokio::task::JoinHandle<F::Output>>)
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let hold = Hold::new(n);
+    let calls = (0..n).map(|_| tokio::spawn(call(hold.clone()))).collect();
+    hold.all_entered().await;
+    (hold, calls)
+}
+
+/// How many slots `who` holds at the site named `name`.
+async fn slots_held(limiter: &Limiter, name: &str, who: &str) -> u64 {
+    limiter.slots_in_use(&key(name, who)).await.unwrap()
+}
+
 fn refused(result: Result<(), RateLimitError>) -> (Rule, Duration) {
     match result {
         Err(RateLimitError::Limited {
@@ -129,10 +142,9 @@ backend_tests! {
     async fn a_full_set_of_slots_takes_no_units() {
         let limiter = support::limiter();
         let who = "full";
-        let hold = Hold::new(1);
-        let first = tokio::spawn(one_at_a_time(limiter, who, hold.clone()));
-        hold.all_entered().await;
-        assert_eq!(limiter.slots_in_use(&key("slots.one", who)).await.unwrap(), 1);
+        let (hold, mut calls) = all_inside(1, |hold| one_at_a_time(limiter, who, hold)).await;
+        let first = calls.remove(0);
+        assert_eq!(slots_held(limiter, "slots.one", who).await, 1);
 
         // Refused by the concurrency limit, which its error names with the short hint.
         let (rule, retry_after) = refused(one_at_a_time(limiter, who, Hold::new(0)).await);
@@ -144,7 +156,7 @@ backend_tests! {
 
         hold.let_go(1);
         first.await.unwrap().unwrap();
-        assert_eq!(limiter.slots_in_use(&key("slots.one", who)).await.unwrap(), 0);
+        assert_eq!(slots_held(limiter, "slots.one", who).await, 0);
     }
 
     async fn a_refusal_by_a_rule_takes_no_slot() {
@@ -154,56 +166,48 @@ backend_tests! {
         let (rule, _) = refused(once_a_minute(limiter, who).await);
         assert_eq!(rule, Rule::per_minute(1));
         // A slot taken by the refused call would never be released: none is held.
-        assert_eq!(limiter.slots_in_use(&key("slots.rare", who)).await.unwrap(), 0);
+        assert_eq!(slots_held(limiter, "slots.rare", who).await, 0);
     }
 
     async fn n_concurrent_guarded_calls_hold_exactly_n_slots_and_release_them_on_completion() {
         let limiter = support::limiter();
         let who = "three";
-        let hold = Hold::new(3);
-        let calls: Vec<_> = (0..3)
-            .map(|_| tokio::spawn(three_at_once(limiter, who, hold.clone())))
-            .collect();
-        hold.all_entered().await;
-        assert_eq!(limiter.slots_in_use(&key("slots.three", who)).await.unwrap(), 3);
+        let (hold, calls) = all_inside(3, |hold| three_at_once(limiter, who, hold)).await;
+        assert_eq!(slots_held(limiter, "slots.three", who).await, 3);
         refused(three_at_once(limiter, who, Hold::new(0)).await);
-        assert_eq!(limiter.slots_in_use(&key("slots.three", who)).await.unwrap(), 3);
+        assert_eq!(slots_held(limiter, "slots.three", who).await, 3);
 
         hold.let_go(3);
         for call in calls {
             call.await.unwrap().unwrap();
         }
         // Released as each call returned, before it did.
-        assert_eq!(limiter.slots_in_use(&key("slots.three", who)).await.unwrap(), 0);
+        assert_eq!(slots_held(limiter, "slots.three", who).await, 0);
     }
 
     async fn a_cancelled_call_releases_its_slot() {
         let limiter = support::limiter();
         let who = "cancelled";
-        let hold = Hold::new(1);
-        let call = tokio::spawn(one_at_a_time(limiter, who, hold.clone()));
-        hold.all_entered().await;
-        assert_eq!(limiter.slots_in_use(&key("slots.one", who)).await.unwrap(), 1);
+        let (_, calls) = all_inside(1, |hold| one_at_a_time(limiter, who, hold)).await;
+        assert_eq!(slots_held(limiter, "slots.one", who).await, 1);
         // The call's future is dropped mid-body, as when a client goes away.
-        call.abort();
-        assert!(call.await.unwrap_err().is_cancelled());
+        calls[0].abort();
+        for call in calls {
+            assert!(call.await.unwrap_err().is_cancelled());
+        }
         until_slots(limiter, &key("slots.one", who), 0).await;
-        let hold = Hold::new(1);
-        let next = tokio::spawn(one_at_a_time(limiter, who, hold.clone()));
-        hold.all_entered().await;
+        let (hold, next) = all_inside(1, |hold| one_at_a_time(limiter, who, hold)).await;
         hold.let_go(1);
-        next.await.unwrap().unwrap();
+        for call in next {
+            call.await.unwrap().unwrap();
+        }
     }
 
     async fn a_call_that_panics_releases_its_slot() {
         let limiter = support::limiter();
         let who = "panics";
-        let hold = Hold::new(2);
-        let calls: Vec<_> = (0..2)
-            .map(|_| tokio::spawn(panics_inside(limiter, who, hold.clone())))
-            .collect();
-        hold.all_entered().await;
-        assert_eq!(limiter.slots_in_use(&key("slots.panics", who)).await.unwrap(), 2);
+        let (hold, calls) = all_inside(2, |hold| panics_inside(limiter, who, hold)).await;
+        assert_eq!(slots_held(limiter, "slots.panics", who).await, 2);
         hold.let_go(2);
         for call in calls {
             assert!(call.await.unwrap_err().is_panic());
@@ -223,7 +227,7 @@ backend_tests! {
         first.let_go(1);
         running.await.unwrap().unwrap();
         second.all_entered().await;
-        assert_eq!(limiter.slots_in_use(&key("slots.waiting", who)).await.unwrap(), 1);
+        assert_eq!(slots_held(limiter, "slots.waiting", who).await, 1);
         second.let_go(1);
         waiting.await.unwrap().unwrap();
     }

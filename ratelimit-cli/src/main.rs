@@ -1,7 +1,7 @@
 //! `ratelimit`: the operator's command for redis-ratelimit.
 //!
-//! Reads and resets keys, and sets the rule overrides and modes every instance reads from
-//! the `{prefix}rules` hash, through the library itself: its URLs and connections
+//! Reads and resets keys, and sets the rule overrides, modes and bans every instance reads
+//! from the `{prefix}rules` and `{prefix}bans` hashes, through the library itself: its URLs and connections
 //! (`Limiter::redis`), its decoding of a key's state (`Limiter::inspect`), its rule grammar
 //! and its reading of stored overrides (`Limiter::stored_overrides`).
 //!
@@ -34,7 +34,8 @@ Examples:
   ratelimit inspect 'rate_limit:ip:203.0.113.9:my_app::send_code'
   ratelimit rules set my_app::send_code '5/minute, 20/hour'
   ratelimit mode my_app::send_code off
-  ratelimit block 'rate_limit:out:payments-api' '15 minutes'";
+  ratelimit block 'rate_limit:out:payments-api' '15 minutes'
+  ratelimit ban ip:203.0.113.0/24 '1 hour'";
 
 /// Operate redis-ratelimit: read and reset keys, and set the rule overrides and modes that
 /// every instance reads from Redis.
@@ -106,6 +107,32 @@ enum Command {
         #[arg(value_parser = parse_duration)]
         duration: Duration,
     },
+    /// Ban an identity or a network from every site, on every instance, for a while.
+    ///
+    /// Every guarded check whose key has the identity is refused, whatever its counts,
+    /// with the time left as `retry_after`. Identities: ip:ADDRESS, ip:NETWORK/BITS (IPv4
+    /// or IPv6), user:ID, custom:VALUE, global. Stored in `{prefix}bans`; instances apply
+    /// it within their poll interval. Banning again sets the ban's end anew.
+    ///
+    /// Example: ratelimit ban ip:203.0.113.0/24 '1 hour'
+    Ban {
+        /// ip:203.0.113.9, ip:203.0.113.0/24, ip:2001:db8::/48, user:42, custom:alice, global.
+        identity: String,
+        /// How long, in the rules' units: "15 minutes", "900s", "1 hour", "2 days".
+        #[arg(value_parser = parse_duration)]
+        duration: Duration,
+    },
+    /// Lift the ban on an identity, on every instance within its poll interval.
+    ///
+    /// Example: ratelimit unban ip:203.0.113.0/24
+    Unban {
+        /// The identity, as banned.
+        identity: String,
+    },
+    /// Every ban in force, and how long each lasts still.
+    ///
+    /// Example: ratelimit bans --json | jq '.bans[].identity'
+    Bans(ListArgs),
     /// The rule overrides stored in `{prefix}rules`, read by every instance.
     #[command(subcommand)]
     Rules(RulesCommand),
@@ -254,6 +281,28 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 show::duration(duration)
             );
         }
+        Command::Ban { identity, duration } => {
+            limiter
+                .ban_under(prefix, &identity, duration)
+                .await
+                .map_err(usage_or_redis)?;
+            println!(
+                "{prefix}bans: banned `{identity}` for {} at every site; instances apply it \
+                 within their poll interval (about a second by default)",
+                show::duration(duration)
+            );
+        }
+        Command::Unban { identity } => {
+            limiter
+                .unban_under(prefix, &identity)
+                .await
+                .map_err(usage_or_redis)?;
+            println!("{prefix}bans: `{identity}` is not banned");
+        }
+        Command::Bans(ListArgs { json }) => {
+            let hash = format!("{prefix}bans");
+            show::bans(&hash, &limiter.bans_under(prefix).await?, json);
+        }
         Command::Rules(RulesCommand::List(ListArgs { json })) => {
             show::overrides(stored.hash(), &stored.list().await?, json);
         }
@@ -298,6 +347,14 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
     }
     Ok(())
+}
+
+/// A refused identity is a usage error (nothing was written); anything else, Redis's.
+fn usage_or_redis(err: BackendError) -> Failure {
+    match err.kind() {
+        redis_ratelimit::BackendErrorKind::Misconfigured => Failure::Usage(err.to_string()),
+        _ => Failure::Redis(err),
+    }
 }
 
 /// The limiter on the command's Redis, fail-closed (every error is reported).

@@ -220,6 +220,28 @@ pub fn overrides(hash: &str, fields: &[StoredOverride], json: bool) {
     print!("{}", table(&["field", "value", "in force"], rows));
 }
 
+/// The bans in force: identity and time left.
+pub fn bans(hash: &str, bans: &[(String, Duration)], json: bool) {
+    if json {
+        let bans: Vec<Value> = bans
+            .iter()
+            .map(|(identity, left)| json!({ "identity": identity, "ends_in_ms": left.as_millis() as u64 }))
+            .collect();
+        print_json(&json!({ "hash": hash, "bans": bans }));
+        return;
+    }
+    if bans.is_empty() {
+        println!("no bans in {hash}");
+        return;
+    }
+    let rows = bans
+        .iter()
+        .map(|(identity, left)| vec![identity.clone(), duration(*left)])
+        .collect();
+    println!("{hash}:");
+    print!("{}", table(&["identity", "ends in"], rows));
+}
+
 /// What a stored value sets, in the rules' own words.
 pub fn setting(setting: &Setting) -> String {
     match setting {

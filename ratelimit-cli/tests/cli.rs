@@ -389,6 +389,59 @@ async fn overrides_round_trip_and_a_running_limiter_applies_them() {
 }
 
 #[tokio::test]
+async fn ban_shuts_an_identity_out_of_every_instance_until_unban() {
+    let server = RedisServer::start();
+    let limiter = leak(counting_limiter(&server.url()).rules_poll(Some(Duration::from_millis(50))));
+    guarded(limiter, "eve").await.unwrap(); // starts the limiter's reads of rate_limit:*
+    assert!(ok(&server, &["bans"]).starts_with("no bans in rate_limit:bans"));
+
+    let banned = ok(&server, &["ban", "custom:eve", "1 hour"]);
+    assert!(banned.contains("banned `custom:eve` for 1h"), "{banned}");
+    ok(&server, &["ban", "ip:2001:db8::/48", "10 minutes"]);
+    let bans = json(&server, &["bans", "--json"]);
+    assert_eq!(bans["hash"], "rate_limit:bans");
+    assert_eq!(bans["bans"][0]["identity"], "custom:eve");
+    assert!(bans["bans"][0]["ends_in_ms"].as_u64().unwrap() > 3_500_000);
+    assert_eq!(bans["bans"][1]["identity"], "ip:2001:db8::/48");
+    let table = ok(&server, &["bans"]);
+    assert!(
+        table.contains("custom:eve") && table.contains("ends in"),
+        "{table}"
+    );
+
+    support::eventually("the ban to reach the limiter", GIVE_UP_AFTER, || async {
+        match guarded(limiter, "eve").await {
+            Err(RateLimitError::Limited { retry_after, .. })
+                if retry_after > Duration::from_secs(3000) =>
+            {
+                Ok(())
+            }
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(guarded(limiter, "ann").await.is_ok());
+
+    ok(&server, &["unban", "custom:eve"]);
+    support::eventually("the unban to reach the limiter", GIVE_UP_AFTER, || async {
+        guarded(limiter, "eve").await.map_err(|err| err.to_string())
+    })
+    .await;
+
+    let refused = run(&server, &["ban", "host:eve", "1 hour"]);
+    assert_eq!(refused.status.code(), Some(2), "{}", describe(&refused));
+    let refused = run(&server, &["ban", "custom:eve", "soon"]);
+    assert_eq!(refused.status.code(), Some(2), "{}", describe(&refused));
+    assert_eq!(
+        json(&server, &["bans", "--json"])["bans"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+#[tokio::test]
 async fn block_refuses_every_check_of_a_key_until_reset_lifts_it() {
     let server = RedisServer::start();
     let limiter = counting_limiter(&server.url());
@@ -550,6 +603,9 @@ fn every_command_has_help() {
         &["rules", "clear"],
         &["mode"],
         &["block"],
+        &["ban"],
+        &["unban"],
+        &["bans"],
     ] {
         let mut all = args.to_vec();
         all.push("--help");

@@ -74,8 +74,11 @@ pub struct Args {
     pub charge_if: Option<Expr>,
     /// `settle = <expr>`: the call's actual cost, given its result.
     pub settle: Option<Expr>,
-    /// `block_for = "..."`, in milliseconds.
+    /// `block_for = "..."` (or a list of one), in milliseconds.
     pub block_for_ms: Option<u64>,
+    /// `block_for = ["...", "...", ...]`: an escalating lock-out's schedule of two or more
+    /// durations, in milliseconds.
+    pub block_schedule_ms: Option<Vec<u64>>,
     /// `wait = "..."`, in milliseconds.
     pub wait_ms: Option<u64>,
     /// `shadow = true`.
@@ -235,7 +238,7 @@ pub struct RawArgs {
     cost: Slot<Expr>,
     charge_if: Slot<Expr>,
     settle: Slot<Expr>,
-    block_for: Slot<u64>,
+    block_for: Slot<Vec<u64>>,
     wait: Slot<u64>,
     shadow: Slot<bool>,
     concurrency: Slot<u64>,
@@ -337,7 +340,7 @@ impl RawArgs {
             self.settle.parse::<kw::settle>(input, errors, parsed)?;
         } else if lookahead.peek(kw::block_for) {
             self.block_for
-                .parse::<kw::block_for>(input, errors, duration_literal("block_for"))?;
+                .parse::<kw::block_for>(input, errors, lockout_durations)?;
         } else if lookahead.peek(kw::wait) {
             self.wait
                 .parse::<kw::wait>(input, errors, duration_literal("wait"))?;
@@ -422,6 +425,7 @@ impl RawArgs {
         };
         self.errors.into_result()?;
 
+        let block_for = self.block_for.into_inner();
         Ok(Args {
             rules: match self.rules_per_call.into_inner() {
                 Some(per_call) => Rules::PerCall(per_call),
@@ -447,7 +451,11 @@ impl RawArgs {
             cost: self.cost.into_inner(),
             charge_if: self.charge_if.into_inner(),
             settle: self.settle.into_inner(),
-            block_for_ms: self.block_for.into_inner(),
+            block_for_ms: block_for.as_deref().and_then(|ms| match ms {
+                [one] => Some(*one),
+                _ => None,
+            }),
+            block_schedule_ms: block_for.filter(|ms| ms.len() > 1),
             wait_ms: self.wait.into_inner(),
             shadow: self.shadow.into_inner().unwrap_or(false),
             concurrency: self
@@ -799,6 +807,45 @@ fn duration_literal(
             .ok(duration)
             .map(|duration| duration.as_millis() as u64))
     }
+}
+
+/// `block_for = "<duration>"`, or a list of them for escalating lock-outs:
+/// `block_for = ["1m", "10m", "1h"]`, at least one, each a duration string.
+fn lockout_durations(input: ParseStream, errors: &mut Errors) -> syn::Result<Option<Vec<u64>>> {
+    if !input.peek(syn::token::Bracket) {
+        let one = duration_literal("block_for")(input, errors)?;
+        return Ok(one.map(|ms| vec![ms]));
+    }
+    let list;
+    let brackets = syn::bracketed!(list in input);
+    let mut durations = Some(Vec::new());
+    while !list.is_empty() {
+        if !list.peek(LitStr) {
+            errors.push(list.error(
+                "`block_for = [...]` lists duration strings, one per lock-out in a row, e.g. \
+                 `block_for = [\"1m\", \"10m\", \"1h\"]`",
+            ));
+            // The rest of the list is not read: one error says what is wrong with it.
+            list.parse::<proc_macro2::TokenStream>()?;
+            return Ok(None);
+        }
+        let ms = duration_literal("block_for")(&list, errors)?;
+        match (&mut durations, ms) {
+            (Some(durations), Some(ms)) => durations.push(ms),
+            _ => durations = None,
+        }
+        if !list.is_empty() {
+            list.parse::<syn::Token![,]>()?;
+        }
+    }
+    if durations.as_ref().is_some_and(Vec::is_empty) {
+        return Err(syn::Error::new(
+            brackets.span.join(),
+            "`block_for = []` needs at least one duration, e.g. `block_for = [\"1m\", \"10m\", \"1h\"]` \
+             (the nth lock-out in a row lasts the nth; the last repeats)",
+        ));
+    }
+    Ok(durations)
 }
 
 /// `concurrency = N`: an integer literal from 1 to `MAX_COUNT`.
@@ -1253,6 +1300,31 @@ mod tests {
                 "{error:?} does not start with {prefix:?}"
             );
         }
+    }
+
+    #[test]
+    fn block_for_takes_a_list_of_lock_outs_in_a_row() {
+        let escalating =
+            args(quote!(rules("1/s"), block_for = ["1m", "10 minutes", "1h"])).unwrap();
+        assert_eq!(
+            (escalating.block_for_ms, escalating.block_schedule_ms),
+            (None, Some(vec![60_000, 600_000, 3_600_000]))
+        );
+        // A list of one is the single duration of 0.3.
+        let one = args(quote!(rules("1/s"), block_for = ["90s"])).unwrap();
+        assert_eq!(
+            (one.block_for_ms, one.block_schedule_ms),
+            (Some(90_000), None)
+        );
+        let errors = messages(quote!(rules("1/s"), block_for = []));
+        assert_errors_start_with(&errors, &["`block_for = []` needs at least one duration"]);
+        let errors = messages(quote!(rules("1/s"), block_for = ["1m", "soon", "0s"]));
+        assert_errors_start_with(
+            &errors,
+            &["cannot parse duration \"soon\"", "duration \"0s\" is empty"],
+        );
+        let errors = messages(quote!(rules("1/s"), block_for = ["1m", 10]));
+        assert_errors_start_with(&errors, &["`block_for = [...]` lists duration strings"]);
     }
 
     #[test]

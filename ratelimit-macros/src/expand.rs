@@ -150,6 +150,12 @@ fn check(args: &Args) -> TokenStream {
 
     let shadow = args.shadow;
     let block_for = duration(args.block_for_ms);
+    let block_schedule = match &args.block_schedule_ms {
+        Some(schedule) => quote! {
+            ::core::option::Option::Some(&[#(::core::time::Duration::from_millis(#schedule)),*])
+        },
+        None => quote!(::core::option::Option::None),
+    };
     let wait = duration(args.wait_ms);
     // Only a site that may give units back or settle them keeps what a call took.
     let refunds = args.charge_if.is_some() || args.settle.is_some();
@@ -280,6 +286,7 @@ fn check(args: &Args) -> TokenStream {
                     message: #message,
                     shadow: #shadow,
                     block_for: #block_for,
+                    block_schedule: #block_schedule,
                     wait: #wait,
                     refunds: #refunds,
                     concurrency: #concurrency,
@@ -574,6 +581,7 @@ mod tests {
                 "shadow : true , \
                  block_for : :: core :: option :: Option :: Some \
                  (:: core :: time :: Duration :: from_millis (900000u64)) , \
+                 block_schedule : :: core :: option :: Option :: None , \
                  wait : :: core :: option :: Option :: Some \
                  (:: core :: time :: Duration :: from_millis (2000u64)) ,"
             ),
@@ -587,9 +595,20 @@ mod tests {
         assert!(
             default.contains(
                 "shadow : false , block_for : :: core :: option :: Option :: None , \
+                 block_schedule : :: core :: option :: Option :: None , \
                  wait : :: core :: option :: Option :: None ,"
             ),
             "{default}"
+        );
+        let escalating = expand_simple(quote!(rules("1/s"), block_for = ["1m", "1 hour"]));
+        assert!(
+            escalating.contains(
+                "block_for : :: core :: option :: Option :: None , \
+                 block_schedule : :: core :: option :: Option :: Some \
+                 (& [:: core :: time :: Duration :: from_millis (60000u64) , \
+                 :: core :: time :: Duration :: from_millis (3600000u64)]) ,"
+            ),
+            "{escalating}"
         );
     }
 

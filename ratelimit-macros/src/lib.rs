@@ -98,6 +98,7 @@ use crate::item::ItemFn;
 /// | `charge_if = <expr>` | a `Fn(&R) -> bool`, `R` the function's return type: the call's units are given back when it answers `false` for the call's result | every call is charged |
 /// | `settle = <expr>` | a `Fn(&R) -> u64`, `R` the function's return type: the call's actual cost, from its result; the `cost` taken before the body is a reservation, settled to it when the body returns (given back or, past the count, taken as debt; rules counting calls keep their one; with `charge_if`, a call it rejects gives everything back). See `Limiter::settle` | the `cost` stays |
 /// | `block_for = "<duration>"` | once a call is refused, every call of that caller at this site is refused for that long | no block |
+/// | `block_for = ["1m", "10m", "1h"]` | escalating lock-outs: the nth in a row (each within 24 hours of the end of the previous one) lasts the nth duration; the last repeats | no block |
 /// | `wait = "<duration>"` | a call that would be refused waits up to that long for room instead | refused at once |
 /// | `concurrency = N` | at most N calls of this caller at this site run at once: a slot, taken with the rules in the same round trip (all or nothing) and released when the body's future completes or is dropped; the call after the Nth is refused (`retry_after` a short hint, `Slot::RETRY_HINT`) or, with `wait`, waits for a slot | no limit |
 /// | `lease = "<duration>"` | how long a slot outlives its holder's last renewal (a running call renews it every third of it): the time a crashed process's slots stay taken; needs `concurrency` | `"30s"` |
@@ -245,6 +246,7 @@ use crate::item::ItemFn;
 /// - the identity: an unknown limit type, `by` with `GLOBAL`, `CUSTOM` without `by`;
 /// - the rest: an unknown algorithm, an empty or malformed `name`, a literal `cost = 0`, a
 ///   `block_for` or `wait` that is not a duration string, or is 0, too long or malformed;
+///   `block_for = []` (an empty list) or a list holding anything but duration strings;
 ///   a return type that is not a `Result` without `on_limit`.
 ///
 /// Type errors are reported at the user's tokens: an error type without

@@ -14,6 +14,7 @@
 mod calendar;
 mod fixed_window;
 mod records;
+pub(crate) mod saved;
 mod sliding_log;
 mod sliding_window;
 mod token_bucket;
@@ -23,6 +24,7 @@ mod worked;
 use std::num::NonZeroU64;
 
 use crate::decision::{RawDecision, Receipt};
+use crate::lockout::{Lockout, STREAK_US};
 use crate::{Algorithm, Rule};
 
 /// The time a check is counted at: never earlier than the key's stored state.
@@ -277,6 +279,9 @@ pub(crate) struct Block {
     /// µs since the epoch; 0: no block.
     until_us: u64,
     rule_index: usize,
+    /// Which lock-out of an escalating schedule this is (1 for the first; 0 for a block
+    /// of one duration, which starts no streak).
+    strikes: u32,
 }
 
 impl Block {
@@ -284,7 +289,19 @@ impl Block {
     pub const NONE: Block = Block {
         until_us: 0,
         rule_index: 0,
+        strikes: 0,
     };
+
+    /// A block as the scripts store it: its end and its rule's index plus 65536 times its
+    /// strikes (blocked.lua).
+    #[cfg(feature = "redis")]
+    pub fn stored(until_us: u64, rule: u64) -> Block {
+        Block {
+            until_us,
+            rule_index: (rule % 65536) as usize,
+            strikes: u32::try_from(rule / 65536).unwrap_or(u32::MAX),
+        }
+    }
 
     /// The time `call` is counted at, `latest_us` being the newest time the key's state
     /// records (see [`Clamp`]); or, while the block lasts, the call's refusal.
@@ -311,37 +328,74 @@ impl Block {
     /// After `call`, counted at `clamp`, is refused: blocks the key when the call consumes
     /// and asks for a block, from the time the refusal was counted at, and the refusal
     /// then says that no call passes before the block ends. Returns how long the key must
-    /// live from the caller's clock for the block, `None` when there is none.
+    /// live from the caller's clock for the block, `None` when there is none: to its end,
+    /// and for an escalating lock-out 24 hours more, so that its streak is remembered
+    /// (see [`crate::lockout`]).
     fn start(&mut self, refusal: &mut RawDecision, call: &Call<'_>, clamp: Clamp) -> Option<u64> {
-        let block_for_us = match call.block_for_us {
-            Some(block_for_us) if call.consume => block_for_us.get(),
+        let lockout = match call.block_for_us {
+            Some(block_for_us) if call.consume => Lockout::of(block_for_us),
             _ => return None,
         };
-        self.extend(clamp.at_us.saturating_add(block_for_us), refusal.rule_index);
+        let (strikes, remembered_us) = match lockout {
+            Lockout::Fixed(_) => (0, 0),
+            // The previous lock-out has ended (a refusal under one is answered before).
+            Lockout::Escalating(_) if self.streak_at(clamp.at_us) => (self.strikes + 1, STREAK_US),
+            Lockout::Escalating(_) => (1, STREAK_US),
+        };
+        let block_for_us = lockout.duration_us(strikes);
+        self.extend(
+            clamp.at_us.saturating_add(block_for_us),
+            refusal.rule_index,
+            strikes,
+        );
         let block_us = block_for_us.saturating_add(clamp.lag_us);
         if refusal.retry_after_us != RawDecision::NEVER {
             refusal.retry_after_us = refusal.retry_after_us.max(block_us);
         }
         refusal.reset_after_us = refusal.reset_after_us.max(block_us);
-        Some(block_us)
+        Some(block_us.saturating_add(remembered_us))
+    }
+
+    /// Whether a lock-out starting at `at_us` continues the key's streak: its previous
+    /// lock-out was one of a schedule and ended less than 24 hours before.
+    fn streak_at(&self, at_us: u64) -> bool {
+        self.strikes > 0 && at_us < self.until_us.saturating_add(STREAK_US)
     }
 
     /// Blocks the key until `until_us` (µs since the epoch), answered by rule
-    /// `rule_index`, unless a block already runs at least as long: a block never shortens
-    /// another. Both ways a block starts come here: a refusal with `block_for`
-    /// ([`start`](Self::start)) and [`KeyState::block_until`] (`Limiter::block`).
-    fn extend(&mut self, until_us: u64, rule_index: usize) {
+    /// `rule_index`, the `strikes`th lock-out of a streak (0: none), unless a block already
+    /// runs at least as long: a block never shortens another. Both ways a block starts come
+    /// here: a refusal with `block_for` ([`start`](Self::start)) and
+    /// [`KeyState::block_until`] (`Limiter::block`).
+    fn extend(&mut self, until_us: u64, rule_index: usize, strikes: u32) {
         if until_us > self.until_us {
             *self = Block {
                 until_us,
                 rule_index,
+                strikes,
             };
         }
     }
 
-    /// An admitted write ends a block that has passed, as a script's write drops it.
-    fn end(&mut self) {
-        *self = Block::NONE;
+    /// How long from `now_us` the key must live to remember its streak: until 24 hours
+    /// after its last lock-out's end; 0 without one.
+    fn remembered_us(&self, now_us: u64) -> u64 {
+        match self.strikes {
+            0 => 0,
+            _ => self
+                .until_us
+                .saturating_add(STREAK_US)
+                .saturating_sub(now_us),
+        }
+    }
+
+    /// An admitted write at `at_us` ends a block that has passed, as a script's write drops
+    /// it; but for an escalating lock-out's, kept (refusing nothing) while the next one
+    /// would continue its streak.
+    fn end(&mut self, at_us: u64) {
+        if !self.streak_at(at_us) {
+            *self = Block::NONE;
+        }
     }
 }
 
@@ -414,7 +468,7 @@ impl KeyState {
     /// already (`Limiter::block`): the block a refusal with `block_for` starts, answered by
     /// rule 0. Returns the block's end.
     pub fn block_until(&mut self, until_us: u64) -> u64 {
-        self.block.extend(until_us, 0);
+        self.block.extend(until_us, 0, self.block.strikes);
         self.block.until_us
     }
 
@@ -605,9 +659,8 @@ impl KeyState {
         let log = sliding_log::State::from_entries(entries, calls, periods);
         KeyState {
             counts: Counts::SlidingLog(log),
-            block: block.map_or(Block::NONE, |(until_us, rule_index)| Block {
-                until_us,
-                rule_index,
+            block: block.map_or(Block::NONE, |(until_us, rule)| {
+                Block::stored(until_us, rule as u64)
             }),
         }
     }

@@ -208,7 +208,6 @@ mod tests {
     use ::axum::http::StatusCode;
 
     use super::*;
-    use crate::context;
     use crate::tower::tests::seen_context;
     use crate::web::problem::tests::{
         assert_limited_fields, backend_failure, limited, never_passes,
@@ -259,7 +258,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn missing_identity_is_500_naming_the_missing_layer() {
+    async fn missing_identity_is_a_generic_500_that_says_nothing_of_the_configuration() {
         let err = RateLimitError::MissingIdentity {
             limit_type: LimitType::Ip,
         };
@@ -269,10 +268,7 @@ mod tests {
         assert_eq!(
             body_of(response).await,
             "{\"type\":\"about:blank\",\"title\":\"Internal Server Error\",\"status\":500,\
-             \"detail\":\"rate limit misconfigured: limit_type = IP needs the client IP, but no \
-             rate-limit layer runs in front of this handler: add \
-             redis_ratelimit::axum::RateLimitLayer to the router (or run the call inside \
-             redis_ratelimit::context::scope)\"}"
+             \"detail\":\"the server could not handle this request\"}"
         );
     }
 
@@ -294,24 +290,26 @@ mod tests {
         assert_eq!(ctx.unwrap().ip(), Some([192, 0, 2, 77].into()));
     }
 
-    #[tokio::test]
-    async fn missing_identity_inside_the_layer_names_what_the_layer_lacked() {
-        let respond = |limit_type| {
-            context::scope(RequestContext::new(), async move {
-                let response = RateLimitError::MissingIdentity { limit_type }.into_response();
-                assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
-                body_of(response).await
-            })
-        };
-        let body = respond(LimitType::UserId).await;
+    #[test]
+    fn what_a_missing_identity_lacked_is_said_for_the_log() {
+        use crate::web::problem::{missing_identity, Integration};
+        let outside = missing_identity(LimitType::Ip, None, Integration::Axum);
         assert!(
-            body.contains("USER_ID needs a user id, but the rate-limit layer found no user id"),
-            "{body}"
+            outside.contains("add redis_ratelimit::axum::RateLimitLayer to the router"),
+            "{outside}"
         );
-        let body = respond(LimitType::Ip).await;
+        let inside = |limit_type| {
+            missing_identity(limit_type, Some(RequestContext::new()), Integration::Axum)
+        };
+        let user = inside(LimitType::UserId);
         assert!(
-            body.contains("into_make_service_with_connect_info::<SocketAddr>()"),
-            "{body}"
+            user.contains("USER_ID needs a user id, but the rate-limit layer found no user id"),
+            "{user}"
+        );
+        let ip = inside(LimitType::Ip);
+        assert!(
+            ip.contains("into_make_service_with_connect_info::<SocketAddr>()"),
+            "{ip}"
         );
     }
 }

@@ -7,6 +7,10 @@ use crate::{ConfigError, InitError, Limiter};
 /// The environment variable naming the Redis server of the default global limiter.
 pub const REDIS_URL_ENV: &str = "RATELIMIT_REDIS_URL";
 
+/// The environment variable naming the state file of the default global limiter on the
+/// embedded backend (see [`Limiter::state_file`]).
+pub const STATE_FILE_ENV: &str = "RATELIMIT_STATE_FILE";
+
 static GLOBAL: OnceLock<Limiter> = OnceLock::new();
 
 /// Sets the global limiter. Call it once, at startup, before any guarded call.
@@ -25,7 +29,8 @@ pub fn init(limiter: Limiter) -> Result<(), InitError> {
 
 /// The global limiter; built on first use when [`init`] was not called: Redis at
 /// `$RATELIMIT_REDIS_URL` when set, else the embedded memory backend (with a warning that
-/// limits are then counted per process).
+/// limits are then counted per process), keeping its state in the file
+/// `$RATELIMIT_STATE_FILE` when set (see [`Limiter::state_file`]).
 pub fn global() -> &'static Limiter {
     GLOBAL.get_or_init(from_env)
 }
@@ -47,7 +52,10 @@ fn from_env() -> Limiter {
                 "no limiter set with redis_ratelimit::init and {REDIS_URL_ENV} is unset: using the \
                  embedded memory backend, so limits are counted per process"
             );
-            Limiter::memory()
+            match std::env::var_os(STATE_FILE_ENV) {
+                Some(path) if !path.is_empty() => Limiter::memory().state_file(path),
+                _ => Limiter::memory(),
+            }
         }
     }
 }

@@ -167,6 +167,32 @@ impl Guard {
         self
     }
 
+    /// Once a request is refused, refuses every request of that caller through this guard
+    /// for the next duration of `schedule`: the nth lock-out within 24 hours of the end of
+    /// the previous one lasts the nth duration (the last repeats), as the attribute's
+    /// `block_for = ["1m", "10m", "1h"]` and [`Check::block_schedule`](crate::Check::block_schedule).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_ratelimit::{Guard, Rule};
+    ///
+    /// static LOGIN: [Rule; 1] = [Rule::per_minute(5)];
+    /// static LOCKOUTS: [Duration; 3] =
+    ///     [Duration::from_secs(60), Duration::from_secs(600), Duration::from_secs(3600)];
+    /// let guard = Guard::new("login", &LOGIN).block_schedule(&LOCKOUTS);
+    /// # drop(guard);
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// When `schedule` is empty, or holds a duration under 1 ms or over
+    /// [`Rule::MAX_WINDOW`].
+    pub fn block_schedule(mut self, schedule: &'static [Duration]) -> Guard {
+        crate::lockout::validate(schedule);
+        self.config.block_schedule = Some(schedule);
+        self
+    }
+
     /// At most `n` requests of one caller through this guard at once (a slot each, held
     /// until its response has been sent, so a streamed answer holds it to its end), with
     /// the rules, all or nothing, in the same round trip. The request after the `n`th is

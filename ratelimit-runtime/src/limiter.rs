@@ -3,11 +3,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod acquire;
+mod bans;
 mod check;
 pub(crate) use check::{boxed_in_place, decided, decided_with_slot, Begun, Plan};
 mod deny_cache;
 mod inspect;
 mod refunds;
+mod state_file;
 #[cfg(feature = "redis")]
 mod stored_overrides;
 
@@ -20,6 +22,7 @@ pub use stored_overrides::{OverrideError, StoredOverride, StoredOverrides};
 use self::deny_cache::DenyCache;
 use self::refunds::Refunds;
 use crate::backend::memory::MemoryBackend;
+use crate::backend::memory_state::StateFile;
 #[cfg(feature = "redis")]
 use crate::backend::redis::{Breaker, RedisBackend, RedisConfig};
 use crate::backend::Request;
@@ -64,6 +67,8 @@ pub struct Limiter {
     overrides: Arc<Overrides>,
     /// How often the overrides stored in Redis are read; `None`: never.
     rules_poll: Option<Duration>,
+    /// Where the embedded backend saves its state, if anywhere (`limiter/state_file.rs`).
+    state_file: Option<Arc<StateFile>>,
 }
 
 enum Store {
@@ -71,7 +76,8 @@ enum Store {
     // variants. Shared with the rule-override poller.
     #[cfg(feature = "redis")]
     Redis(Arc<RedisBackend>),
-    Memory(MemoryBackend),
+    // Shared with the thread that saves its state, if any.
+    Memory(Arc<MemoryBackend>),
     /// Built from an invalid environment; every check fails with this error.
     Misconfigured(ConfigError),
 }
@@ -147,12 +153,12 @@ impl Limiter {
 
     /// A limiter on the embedded in-process backend: no server, limits count per process.
     pub fn memory() -> Limiter {
-        Limiter::with_store(Store::Memory(MemoryBackend::system()))
+        Limiter::with_store(Store::Memory(Arc::new(MemoryBackend::system())))
     }
 
     /// The embedded backend reading time from `clock` (see [`ManualClock`](crate::clock::ManualClock)).
     pub fn memory_with_clock(clock: impl Clock) -> Limiter {
-        Limiter::with_store(Store::Memory(MemoryBackend::new(Arc::new(clock))))
+        Limiter::with_store(Store::Memory(Arc::new(MemoryBackend::new(Arc::new(clock)))))
     }
 
     /// Bounds the embedded backend to at most `max_keys` keys, over all its locks
@@ -182,7 +188,8 @@ impl Limiter {
     /// When `max_keys` is 0.
     pub fn max_keys(mut self, max_keys: usize) -> Self {
         if let Store::Memory(memory) = &mut self.store {
-            memory.set_max_keys(max_keys);
+            *memory = Arc::new(memory.resized(max_keys));
+            self.restore_state();
         }
         self
     }
@@ -202,6 +209,7 @@ impl Limiter {
             warnings: LogThrottle::new(),
             overrides: Overrides::new(),
             rules_poll: Some(DEFAULT_POLL),
+            state_file: None,
         }
     }
 

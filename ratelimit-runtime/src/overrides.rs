@@ -182,6 +182,8 @@ pub(crate) struct Overrides {
     /// The poller's state.
     #[cfg(feature = "redis")]
     stored: stored::Reading,
+    /// Identities banned from every site: set in process, or read by the same poller.
+    pub(crate) bans: crate::bans::Bans,
 }
 
 impl Overrides {
@@ -192,6 +194,7 @@ impl Overrides {
             write: Mutex::new(()),
             #[cfg(feature = "redis")]
             stored: stored::Reading::default(),
+            bans: crate::bans::Bans::default(),
         })
     }
 

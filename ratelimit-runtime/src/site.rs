@@ -14,12 +14,13 @@ use std::time::Duration;
 use crate::backend::Request;
 use crate::concurrency::SlotAsk;
 use crate::context::{RequestContext, SiteDecision};
+use crate::decision::{RawDecision, Receipt};
 use crate::key::{function_path, KeyTemplate};
 use crate::limiter::{boxed_in_place, decided, decided_with_slot, Begun, Plan};
 use crate::overrides::{intern, SiteRules};
 pub use crate::site_config::SiteConfig;
 use crate::slot::{warn_release_failed, Slot};
-use crate::throttle::LogThrottle;
+use crate::throttle::{LogThrottle, OnceEach};
 use crate::{
     registry, BackendError, BackendErrorKind, Decision, LimitType, Limiter, Mode, RateLimitError,
     Rule,
@@ -153,7 +154,10 @@ pub(crate) fn key_from_context(
         .site_policy(config.prefix, path, compiled, config.shadow)
         .1
     {
-        Mode::Enforce => Err(missing),
+        Mode::Enforce => {
+            report_misconfiguration(path, &missing);
+            Err(missing)
+        }
         Mode::Shadow => {
             report_shadow_misconfiguration(path, &missing);
             Ok(None)
@@ -229,6 +233,18 @@ pub(crate) fn guard<'a>(
         shadow: mode == Mode::Shadow,
         cost,
     };
+    // An operator's ban refuses the caller whatever its counts, in memory, counting nothing.
+    if let Some(left_us) = limiter.ban_left_us(&key, config.prefix, path) {
+        let banned = RawDecision {
+            allowed: false,
+            rule_index: 0,
+            remaining: 0,
+            reset_after_us: left_us,
+            retry_after_us: left_us,
+            receipt: Receipt::NONE,
+        };
+        return Guarded::Ready(step.answer(Ok(banned.into_decision(&rules)), key, rules, None));
+    }
     // A slot to take with the rules, when the site limits calls in flight.
     let ask = config.concurrency.map(SlotAsk::new);
     match step.plan(&key, &rules, ask.as_ref()).begin() {
@@ -311,9 +327,12 @@ impl<'a> Step<'a> {
             cost: self.cost,
             consume: true,
             now_us: 0,
-            block_for_us: config
-                .block_for
-                .and_then(|block_for| NonZeroU64::new(crate::clock::micros(block_for))),
+            block_for_us: match config.block_schedule {
+                Some(schedule) => crate::lockout::encode(schedule),
+                None => config
+                    .block_for
+                    .and_then(|block_for| NonZeroU64::new(crate::clock::micros(block_for))),
+            },
             // Only a site with `charge_if` gives units back.
             refundable: config.refunds,
             slot,
@@ -431,6 +450,21 @@ fn report_shadow_refusal(key: &str, decision: &Decision) {
 
 /// Logs a shadow site's call that an enforcing site would refuse as misconfigured, at
 /// most once per [`LogThrottle::INTERVAL`] in the process.
+/// Names a site refusing calls for want of an identity, once per site: the refusal
+/// answers the client a generic 500 (`web/problem.rs`), so the log is where an operator
+/// learns what to configure.
+#[cold]
+fn report_misconfiguration(path: &str, missing: &RateLimitError) {
+    static REPORTED: OnceEach = OnceEach::new();
+    if REPORTED.first(path) {
+        tracing::error!(
+            target: "redis_ratelimit",
+            site = path,
+            "rate limit misconfigured: every call without an identity is refused: {missing}",
+        );
+    }
+}
+
 fn report_shadow_misconfiguration(path: &str, missing: &RateLimitError) {
     static REPORTS: LogThrottle = LogThrottle::new();
     if let Some(suppressed) = REPORTS.admit() {

@@ -29,6 +29,9 @@ pub struct SiteConfig {
     pub shadow: bool,
     /// After a refusal, refuse every call of that caller for this long.
     pub block_for: Option<Duration>,
+    /// After a refusal, refuse every call of that caller for the next duration of this
+    /// escalating schedule (the attribute's `block_for = [...]`); wins over `block_for`.
+    pub block_schedule: Option<&'static [Duration]>,
     /// Wait up to this long for room instead of refusing at once.
     pub wait: Option<Duration>,
     /// Whether a call's units may be given back (the attribute's `charge_if`): only then
@@ -59,6 +62,7 @@ impl SiteConfig {
             message: Self::DEFAULT_MESSAGE,
             shadow: false,
             block_for: None,
+            block_schedule: None,
             wait: None,
             refunds: false,
             concurrency: None,

@@ -1,8 +1,9 @@
 //! Logs that a request can trigger are throttled: a misconfiguration or an outage must not
 //! write one line per request.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::LazyLock;
+use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 /// Lets one log line through per [`INTERVAL`](Self::INTERVAL) and counts the ones it holds
@@ -46,6 +47,33 @@ impl LogThrottle {
     }
 }
 
+/// Lets each distinct line through once: for a misconfiguration, which says the same on
+/// every request until someone changes the configuration. Holds at most
+/// [`LIMIT`](Self::LIMIT) lines; past that, new ones are held back too (a process with so
+/// many distinct misconfigurations has said enough).
+pub(crate) struct OnceEach {
+    seen: LazyLock<Mutex<HashSet<String>>>,
+}
+
+impl OnceEach {
+    pub const LIMIT: usize = 1024;
+
+    pub const fn new() -> Self {
+        OnceEach {
+            seen: LazyLock::new(Mutex::default),
+        }
+    }
+
+    /// Whether `line` is new (and now seen).
+    pub fn first(&self, line: &str) -> bool {
+        let mut seen = crate::sync::lock(&self.seen);
+        if seen.contains(line) || seen.len() >= Self::LIMIT {
+            return false;
+        }
+        seen.insert(line.to_owned())
+    }
+}
+
 /// The process's reference instant for millisecond clocks kept in atomics.
 pub(crate) fn epoch() -> Instant {
     static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
@@ -65,5 +93,17 @@ mod tests {
         assert_eq!(throttle.admit_at(4 + interval), None);
         assert_eq!(throttle.admit_at(5 + interval), Some(2));
         assert_eq!(throttle.admit_at(6 + interval), None);
+    }
+
+    #[test]
+    fn each_distinct_line_is_let_through_once() {
+        let once = OnceEach::new();
+        assert!(once.first("a"));
+        assert!(!once.first("a"));
+        assert!(once.first("b"));
+        for i in 0..OnceEach::LIMIT {
+            once.first(&i.to_string());
+        }
+        assert!(!once.first("past the limit"));
     }
 }

@@ -109,7 +109,7 @@ impl PeerSource for TcpConnectInfo {
 /// - `Limited` → `RESOURCE_EXHAUSTED` with the attribute's `message`, and metadata
 ///   `retry-after` (whole seconds, rounded up; none for a cost that can never pass),
 ///   `ratelimit-policy` and `ratelimit`;
-/// - `MissingIdentity` → `INTERNAL`, saying what is missing;
+/// - `MissingIdentity` → `INTERNAL`, generic; what is missing is logged, not sent;
 /// - `Backend` → `UNAVAILABLE`; the cause is logged, not sent.
 impl From<RateLimitError> for Status {
     fn from(err: RateLimitError) -> Status {
@@ -131,7 +131,7 @@ impl From<RateLimitError> for Status {
                     Integration::Tonic,
                 );
                 problem::log_missing_identity(&detail);
-                Status::internal(detail)
+                Status::internal(problem::MISCONFIGURED)
             }
             RateLimitError::Backend(_) => {
                 Status::unavailable(Problem::of(&err, Integration::Tonic).detail)
@@ -179,7 +179,6 @@ mod tests {
     use ::tonic::Code;
 
     use super::*;
-    use crate::context;
     use crate::tower::tests::seen_context;
     use crate::web::problem::tests::{
         assert_limited_fields, backend_failure, limited, never_passes,
@@ -225,30 +224,24 @@ mod tests {
         assert_eq!(ctx.ip(), Some(addr.ip()));
     }
 
-    #[tokio::test]
-    async fn a_missing_identity_is_internal_saying_what_is_missing() {
+    #[test]
+    fn a_missing_identity_is_a_generic_internal_error_and_the_log_says_what_is_missing() {
         let status = Status::from(RateLimitError::MissingIdentity {
             limit_type: LimitType::Ip,
         });
         assert_eq!(status.code(), Code::Internal);
+        assert_eq!(status.message(), "the server could not handle this request");
+        let outside = problem::missing_identity(LimitType::Ip, None, Integration::Tonic);
         assert!(
-            status
-                .message()
-                .contains("add redis_ratelimit::tonic::RateLimitLayer to the server"),
-            "{}",
-            status.message()
+            outside.contains("add redis_ratelimit::tonic::RateLimitLayer to the server"),
+            "{outside}"
         );
-        let status = context::scope(RequestContext::new(), async {
-            Status::from(RateLimitError::MissingIdentity {
-                limit_type: LimitType::Ip,
-            })
-        })
-        .await;
-        assert!(
-            status.message().contains("TcpConnectInfo"),
-            "{}",
-            status.message()
+        let inside = problem::missing_identity(
+            LimitType::Ip,
+            Some(RequestContext::new()),
+            Integration::Tonic,
         );
+        assert!(inside.contains("TcpConnectInfo"), "{inside}");
     }
 
     static ONE_A_MINUTE: [crate::Rule; 1] = [crate::Rule::per_minute(1)];

@@ -895,7 +895,7 @@ pub(crate) mod tests {
     }
 
     #[tokio::test]
-    async fn a_missing_identity_is_answered_500_saying_what_the_layer_lacks() {
+    async fn a_missing_identity_is_answered_a_generic_500_before_the_inner_service() {
         let limiter = memory_limiter();
         let per_user = Guard::new("tower::tests::per_user", &FIVE_A_MINUTE)
             .limit_type(LimitType::UserId)
@@ -909,26 +909,14 @@ pub(crate) mod tests {
             "application/problem+json"
         );
         assert!(!anonymous.headers().contains_key("ratelimit"));
-        assert!(
-            anonymous.body().contains(
-                "limit_type = USER_ID needs a user id, but the rate-limit layer found no user \
-                 id for this request: give RateLimitLayer::user_id a closure"
-            ),
-            "{}",
-            anonymous.body()
-        );
+        let generic = r#"{"type":"about:blank","title":"Internal Server Error","status":500,"detail":"the server could not handle this request"}"#;
+        assert_eq!(anonymous.body(), generic);
 
         let per_ip = Guard::new("tower::tests::per_ip", &FIVE_A_MINUTE).limiter(limiter);
         let mut service = RateLimitLayer::new().guard(per_ip).layer(inner.clone());
         let without_peer = serve(&mut service, Request::new(())).await;
         assert_eq!(without_peer.status(), StatusCode::INTERNAL_SERVER_ERROR);
-        assert!(
-            without_peer.body().contains(
-                "found no peer address: insert a redis_ratelimit::tower::PeerAddr extension"
-            ),
-            "{}",
-            without_peer.body()
-        );
+        assert_eq!(without_peer.body(), generic);
         assert_eq!(inner.calls(), 0);
     }
 

@@ -601,6 +601,20 @@ impl ChildTest {
     }
 }
 
+impl ChildTest {
+    /// Kills the child with SIGKILL, as a crash or the OOM killer would: no destructor,
+    /// no shutdown hook runs.
+    pub fn kill(mut self) {
+        self.child.kill().expect("kill the child");
+        let status = self.child.wait().unwrap();
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(libc::SIGKILL),
+            "{status}"
+        );
+    }
+}
+
 /// In a [`ChildTest`]: the value of `name` in the environment its parent gave it; panics,
 /// saying so, when the test runs without a parent.
 pub fn from_parent(name: &str) -> String {

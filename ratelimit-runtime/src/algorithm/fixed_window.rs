@@ -44,6 +44,20 @@ pub(crate) struct Window {
     calls: u64,
 }
 
+impl super::saved::SavedRecord for Window {
+    fn save(&self, out: &mut super::saved::Writer<'_>) {
+        out.number(self.start_us);
+        out.number(self.calls);
+    }
+
+    fn restore(from: &mut super::saved::Reader<'_>) -> Option<Self> {
+        Some(Window {
+            start_us: from.number()?,
+            calls: from.number()?,
+        })
+    }
+}
+
 impl PerRule for FixedWindow {
     const ALGORITHM: Algorithm = Algorithm::FixedWindow;
 

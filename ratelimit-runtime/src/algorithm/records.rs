@@ -195,6 +195,27 @@ impl<A: PerRule> State<A> {
     }
 }
 
+/// What the state file keeps (`super::saved`).
+impl<A: PerRule> State<A> {
+    /// When the key expires, as the state records it (0: never written).
+    pub fn expires_at_us(&self) -> u64 {
+        self.expires_at_us
+    }
+
+    /// Each rule of the last write and its record, in that write's order.
+    pub fn records(&self) -> &[(Rule, A::Record)] {
+        &self.records.0
+    }
+
+    /// The state holding `records`, expiring at `expires_at_us`.
+    pub fn from_records(expires_at_us: u64, records: Vec<(Rule, A::Record)>) -> Self {
+        State {
+            expires_at_us,
+            records: Records(records.into()),
+        }
+    }
+}
+
 impl<A: PerRule> Clone for State<A> {
     fn clone(&self) -> Self {
         State {
@@ -229,10 +250,7 @@ impl<A: PerRule> State<A> {
             false => Block::NONE,
             true => {
                 let last = numbers(stored.pop()?)?;
-                Block {
-                    until_us: last[1],
-                    rule_index: usize::try_from(last[2]).ok()?,
-                }
+                Block::stored(last[1], last[2])
             }
         };
         let records = stored
@@ -325,7 +343,7 @@ impl<A: PerRule> Counter for State<A> {
         if !consume {
             return Outcome::unwritten(decision);
         }
-        block.end();
+        block.end(now);
         self.records
             .write(rules, |i, rule, stored| match kept.get(i) {
                 Some(&Some(v)) => v.counted,

@@ -98,6 +98,29 @@ impl State {
         }
     }
 
+    /// What the state file keeps of the log (`super::saved`): the next check's number, the
+    /// entries, the calls and the calendar counters. What a refund needs of checks counted
+    /// before a restart is not kept: their callers are gone with the process.
+    pub fn parts(&self) -> (u64, &VecDeque<u64>, &VecDeque<u64>, &[(Rule, Period)]) {
+        (self.checks, &self.log, &self.calls, &self.periods)
+    }
+
+    /// The log of those [`parts`](Self::parts).
+    pub fn from_parts(
+        checks: u64,
+        log: Vec<u64>,
+        calls: Vec<u64>,
+        periods: Vec<(Rule, Period)>,
+    ) -> State {
+        State {
+            log: log.into(),
+            calls: calls.into(),
+            periods,
+            checks,
+            refunded: Vec::new(),
+        }
+    }
+
     /// The rules counting in calendar periods whose counters the state keeps: the only
     /// rules a sliding log names.
     pub fn period_rules(&self) -> impl Iterator<Item = Rule> + '_ {
@@ -260,7 +283,7 @@ impl Counter for State {
         if !consume {
             return Outcome::unwritten(decision);
         }
-        block.end();
+        block.end(now);
         if in_calendar {
             // The counters of this check's calendar rules replace every other, as the
             // script's do.
@@ -293,9 +316,11 @@ impl Counter for State {
             CountedBy::Memory,
         );
         self.checks = self.checks.wrapping_add(1);
+        // Every write sets the expiry: it must not forget an escalating lock-out's streak.
+        let needed_us = (kept + lag_us).max(block.remembered_us(call.now_us));
         Outcome {
             decision,
-            ttl_us: Some(ttl_us(kept + lag_us)),
+            ttl_us: Some(ttl_us(needed_us)),
         }
     }
 

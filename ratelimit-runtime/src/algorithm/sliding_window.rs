@@ -68,6 +68,22 @@ fn mul_div(a: u64, b: u64, d: u64) -> u64 {
     }
 }
 
+impl super::saved::SavedRecord for Windows {
+    fn save(&self, out: &mut super::saved::Writer<'_>) {
+        out.number(self.start_us);
+        out.number(self.curr);
+        out.number(self.prev);
+    }
+
+    fn restore(from: &mut super::saved::Reader<'_>) -> Option<Self> {
+        Some(Windows {
+            start_us: from.number()?,
+            curr: from.number()?,
+            prev: from.number()?,
+        })
+    }
+}
+
 impl PerRule for SlidingWindow {
     const ALGORITHM: Algorithm = Algorithm::SlidingWindow;
 

@@ -6,6 +6,7 @@
 
 pub(crate) mod memory;
 pub(crate) mod memory_slots;
+pub(crate) mod memory_state;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
 

@@ -169,6 +169,44 @@ impl<'a> Check<'a> {
         self
     }
 
+    /// Locks the key out for longer each time it earns it: once a check of this key is
+    /// refused by a rule, every check of the key is refused for the nth duration of
+    /// `schedule` from then, n being how many lock-outs the key has had in a row, each
+    /// starting within 24 hours of the end of the one before (the last duration repeats;
+    /// a key that stays out of trouble for 24 hours after a lock-out starts again at the
+    /// first). Refusals during a lock-out consume nothing and start no other. The streak
+    /// is kept with the key's state in the backend, so every instance sees it (on Redis
+    /// in the key itself, Cluster-safe); the key lives 24 hours past its last lock-out to
+    /// remember it; [`Limiter::reset`] forgets both. A schedule of one duration is
+    /// [`block_for`](Self::block_for).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_ratelimit::{Limiter, Rule};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// const LOGIN: [Rule; 1] = [Rule::new(3, Duration::from_secs(60))];
+    /// static LOCKOUTS: [Duration; 3] =
+    ///     [Duration::from_secs(60), Duration::from_secs(600), Duration::from_secs(3600)];
+    /// let limiter = Limiter::memory();
+    /// for _ in 0..3 {
+    ///     limiter.check("login:tom", &LOGIN).block_schedule(&LOCKOUTS).await?;
+    /// }
+    /// let refused = limiter.check("login:tom", &LOGIN).block_schedule(&LOCKOUTS).await?;
+    /// assert_eq!(refused.retry_after, Some(Duration::from_secs(60))); // the first: 1 minute
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// When `schedule` is empty, or holds a duration under 1 ms or over
+    /// [`Rule::MAX_WINDOW`](crate::Rule::MAX_WINDOW).
+    #[inline]
+    pub fn block_schedule(mut self, schedule: &'static [Duration]) -> Self {
+        self.plan.request.block_for_us = crate::lockout::encode(schedule);
+        self
+    }
+
     /// Runs the check at an explicit time (since the epoch; 0 is the backend's clock)
     /// instead of the backend's clock. For differential tests only.
     #[cfg(feature = "test-clock")]

@@ -255,6 +255,15 @@ impl Poller {
                         overrides.read_failed(&key, &format!("no answer within {:?}", self.timeout))
                     }
                 }
+                // The prefix's bans, beside its rules (limiter/bans.rs); while they cannot
+                // be read, those last read stay in force.
+                let key = format!("{prefix}bans");
+                let read = tokio::time::timeout(self.timeout, redis.hash_fields(&key)).await;
+                if let Ok(Ok(fields)) = read {
+                    overrides
+                        .bans
+                        .set_stored(prefix, crate::bans::read_stored(fields));
+                }
             }
             // Not held while sleeping: a dropped limiter ends the poller at its next turn.
             drop((overrides, redis));

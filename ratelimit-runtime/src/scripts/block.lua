@@ -5,7 +5,29 @@
 -- keeps the key at least as long as the block, and as long as what it holds matters
 -- (expiry.lua); save.lua or sliding_log_add.lua writes the block. A consuming check that
 -- is refused with block_for set is such a write: the fragments after this one know it so.
+--
+-- An escalating lock-out (lockout.rs) takes its duration from the schedule, a string of
+-- doubles (µs): the nth, n being its strikes: one more than the block it finds (which has
+-- ended: blocked.lua answered otherwise) when that one was of a schedule and ended less
+-- than 24 hours ago, else 1; the last duration repeats. The key then lives 24 hours past
+-- the lock-out, so that the next one finds its streak (streak.lua keeps it).
 if denied and consume and block_for then
+    local remembered = 0
+    if escalating then
+        local schedule = ARGV[SCHEDULE_ARG]
+        local strikes = 1
+        if blocked_strikes and blocked_strikes > 0 and now < blocked_until + 86400000000 then
+            strikes = blocked_strikes + 1
+        end
+        local nth = strikes
+        if nth > #schedule / 8 then
+            nth = #schedule / 8
+        end
+        block_for = struct.unpack('<d', schedule, 8 * nth - 7)
+        blocked_strikes, remembered = strikes, 86400000000
+    else
+        blocked_strikes = 0
+    end
     blocked_until, blocked_rule = now + block_for, denied
     if denied_retry ~= NEVER and denied_retry < block_for then
         denied_retry = block_for
@@ -13,8 +35,8 @@ if denied and consume and block_for then
     if denied_reset < block_for then
         denied_reset = block_for
     end
-    needed = block_for
-    if block_for > reach then
-        reach = block_for
+    needed = block_for + remembered
+    if needed > reach then
+        reach = needed
     end
 end

@@ -1,3 +1,9 @@
+-- A block's rule as stored is its index plus 65536 times its strikes: which lock-out of
+-- an escalating schedule it is (block.lua; 0 for a block of one duration).
+if blocked_rule and blocked_rule >= 65536 then
+    blocked_strikes = (blocked_rule - blocked_rule % 65536) / 65536
+    blocked_rule = blocked_rule % 65536
+end
 
 -- A key under a block (block.lua) refuses every check and peek, consuming nothing, until
 -- the block ends (algorithm::Block): answered by the rule that started it (rule 0 when the

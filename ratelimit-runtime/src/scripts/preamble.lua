@@ -26,7 +26,9 @@
 --               admitted), 2 to consume and answer with the time the check was counted
 --               at (a string-state algorithm's refund needs it; see reply.lua); plus
 --               4 * block_for in µs: a consuming check refused by a rule then blocks
---               the key that long (block.lua);
+--               the key that long (block.lua); all negated for an escalating lock-out,
+--               whose schedule is then the argument after the check's id (ARGV[3] for
+--               the sliding log, ARGV[2] for the others: block.lua);
 --            2: now in µs since the epoch, or 0 to read Redis TIME (explicit times are
 --               for tests);
 --            3: the call's cost, in units of every rule (at least 1);
@@ -63,13 +65,17 @@ local consume, now, cost, count0, window0 = struct.unpack('<ddddd', numbers)
 -- How long a refusal blocks the key (nil: no block), and whether the answer carries the
 -- time the check was counted at (reply.lua). A plain check has neither, and pays for
 -- neither: every variable a check does not use stays nil, set by one instruction.
-local block_for, answer_at
+local block_for, answer_at, escalating
 if consume == 2 then
     -- Every programmatic check of a string-state algorithm: decoded without arithmetic.
     answer_at = true
 elseif consume > 3 then
     local call = consume % 4
     block_for, answer_at, consume = (consume - call) / 4, call == 2, call
+elseif consume < 0 then
+    local call = -consume % 4
+    block_for, answer_at, consume = (-consume - call) / 4, call == 2, call
+    escalating = true
 end
 consume = consume > 0
 local rules = (#numbers - 24) / 16
@@ -96,4 +102,7 @@ local NEVER = math.huge
 -- rule that started it.
 local denied, denied_left, denied_reset, denied_retry = nil, 0, 0, 0
 local binding, binding_count, binding_units, least, reset, blocked_until, blocked_rule
+-- Which lock-out of an escalating schedule the key's block is (blocked.lua, block.lua),
+-- and whether a write keeps a block that has passed, to remember its streak (streak.lua).
+local blocked_strikes, streak
 

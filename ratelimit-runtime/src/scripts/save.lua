@@ -21,12 +21,25 @@ if denied then
             counted = string.sub(state, first, last)
         end
         local value = struct.pack('<c' .. #NAME .. 'd', string.upper(NAME), expires) .. counted
-            .. struct.pack('<ddd', 0, blocked_until, blocked_rule) .. string.rep('\0', SIZE - 24)
+            .. struct.pack('<ddd', 0, blocked_until, blocked_rule + 65536 * blocked_strikes)
+            .. string.rep('\0', SIZE - 24)
         if ms then
             redis.call('SET', key, value, 'PX', string.format('%d', ms))
         else
             redis.call('SET', key, value, 'KEEPTTL')
         end
+    end
+elseif streak then
+    -- The records under NAME in capitals, and the passed block's record kept (streak.lua).
+    if ms then
+        expires = clock + ms * 1000
+    end
+    local value = struct.pack(HEAD, string.upper(NAME), expires, r1, r2, r3, r4, r5) .. records
+        .. string.sub(state, #state - SIZE + 1)
+    if ms then
+        redis.call('SET', key, value, 'PX', string.format('%d', ms))
+    else
+        redis.call('SET', key, value, 'KEEPTTL')
     end
 elseif ms then
     expires = clock + ms * 1000

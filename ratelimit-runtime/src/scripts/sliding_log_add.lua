@@ -14,10 +14,11 @@ if ms then
         if block then
             redis.call('ZREM', key, block)
         end
-        redis.call('ZADD', key, '+inf', 'B' .. struct.pack('<dd', blocked_until, blocked_rule))
+        redis.call('ZADD', key, '+inf',
+            'B' .. struct.pack('<dd', blocked_until, blocked_rule + 65536 * blocked_strikes))
         redis.call('PEXPIRE', key, string.format('%d', ms))
     elseif redis.call('ZADD', key, 'NX', stamp, id) == 1 then
-        if block then
+        if block and not streak then
             redis.call('ZREM', key, block)
         end
         if stale and has_calls then

@@ -10,6 +10,7 @@
 /// The sliding log's script.
 pub const SLIDING_LOG: &str = concat!(
     include_str!("preamble.lua"),
+    "local SCHEDULE_ARG = 3\n",
     include_str!("sliding_log.lua"),
     include_str!("blocked.lua"),
     "local moment, periods, period_reach = now, nil, 0\n",
@@ -24,6 +25,7 @@ pub const SLIDING_LOG: &str = concat!(
     "local trim = reach\nif period_reach > reach then\n    reach = period_reach\n    if trim < 1 then\n        trim = 1\n    end\nend\n",
     include_str!("block.lua"),
     include_str!("expiry.lua"),
+    include_str!("streak.lua"),
     include_str!("sliding_log_add.lua"),
     include_str!("reply.lua"),
 );
@@ -31,6 +33,7 @@ pub const SLIDING_LOG: &str = concat!(
 /// The fixed window's script.
 pub const FIXED_WINDOW: &str = concat!(
     include_str!("preamble.lua"),
+    "local SCHEDULE_ARG = 2\n",
     "local NAME, SIZE, LATEST, HEAD, OWN = 'fixed_window', 32, true, '<c12ddddd', '<dd'\n",
     "local CAL = 8\n",
     include_str!("state.lua"),
@@ -48,6 +51,7 @@ pub const FIXED_WINDOW: &str = concat!(
     "end\n",
     include_str!("block.lua"),
     include_str!("expiry.lua"),
+    include_str!("streak.lua"),
     include_str!("save.lua"),
     include_str!("reply.lua"),
 );
@@ -55,6 +59,7 @@ pub const FIXED_WINDOW: &str = concat!(
 /// The sliding window's script.
 pub const SLIDING_WINDOW: &str = concat!(
     include_str!("preamble.lua"),
+    "local SCHEDULE_ARG = 2\n",
     "local NAME, SIZE, LATEST, HEAD, OWN = 'sliding_window', 40, true, '<c14dddddd', '<ddd'\n",
     "local CAL = 8\n",
     include_str!("muldiv.lua"),
@@ -73,6 +78,7 @@ pub const SLIDING_WINDOW: &str = concat!(
     "end\n",
     include_str!("block.lua"),
     include_str!("expiry.lua"),
+    include_str!("streak.lua"),
     include_str!("save.lua"),
     include_str!("reply.lua"),
 );
@@ -80,6 +86,7 @@ pub const SLIDING_WINDOW: &str = concat!(
 /// The token bucket's script.
 pub const TOKEN_BUCKET: &str = concat!(
     include_str!("preamble.lua"),
+    "local SCHEDULE_ARG = 2\n",
     "local NAME, SIZE, LATEST, HEAD, OWN = 'token_bucket', 24, false, '<c12dddd', '<d'\n",
     "local CAL = 0\n",
     include_str!("state.lua"),
@@ -99,6 +106,7 @@ pub const TOKEN_BUCKET: &str = concat!(
     "end\n",
     include_str!("block.lua"),
     include_str!("expiry.lua"),
+    include_str!("streak.lua"),
     include_str!("save.lua"),
     include_str!("reply.lua"),
 );

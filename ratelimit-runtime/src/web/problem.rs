@@ -1,7 +1,7 @@
 //! What a [`RateLimitError`] answers: a status and an RFC 9457 problem body, the same for
 //! every framework.
 
-use crate::throttle::LogThrottle;
+use crate::throttle::{LogThrottle, OnceEach};
 #[cfg(any(feature = "axum", feature = "tonic"))]
 use crate::web::peer::PeerSource;
 use crate::{LimitType, RateLimitError, RequestContext};
@@ -89,6 +89,10 @@ pub(crate) const PROBLEM_JSON: &str = "application/problem+json";
 /// The detail of a backend failure: the cause is logged, never sent.
 pub(crate) const UNAVAILABLE: &str = "the rate limiter is unavailable; try again later";
 
+/// The detail of a misconfiguration refusal (no identity for an `IP` or `USER_ID` site):
+/// what to configure is logged, never sent, as it tells a client how the server is set up.
+pub(crate) const MISCONFIGURED: &str = "the server could not handle this request";
+
 /// The status each error answers, for every framework: 429 for `Limited`, 500 for
 /// `MissingIdentity`, 503 for `Backend`.
 pub(crate) fn status_of(err: &RateLimitError) -> u16 {
@@ -104,16 +108,19 @@ impl Problem {
     /// not told.
     ///
     /// - `Limited`: 429 with the attribute's `message`;
-    /// - `MissingIdentity`: 500 saying what is missing (the integration, the peer address,
-    ///   a user id), as read from the current request context;
+    /// - `MissingIdentity`: a generic 500; what is missing (the integration, the peer
+    ///   address, a user id, as read from the current request context) is logged;
     /// - `Backend`: 503.
     pub(crate) fn of(err: &RateLimitError, integration: Integration) -> Problem {
         let detail = match err {
             RateLimitError::Limited { message, .. } => (*message).to_owned(),
             RateLimitError::MissingIdentity { limit_type } => {
-                let detail = missing_identity(*limit_type, RequestContext::current(), integration);
-                log_missing_identity(&detail);
-                detail
+                log_missing_identity(&missing_identity(
+                    *limit_type,
+                    RequestContext::current(),
+                    integration,
+                ));
+                MISCONFIGURED.to_owned()
             }
             RateLimitError::Backend(cause) => {
                 log_backend_failure(cause);
@@ -165,13 +172,13 @@ pub(crate) fn log_backend_failure(cause: &crate::BackendError) {
     }
 }
 
-/// Logs a request that reached a guarded call without its identity: a configuration
-/// error, which then hits every such request, so it is logged once per
-/// [`LogThrottle::INTERVAL`], with how many were held back.
+/// Logs what a request that reached a guarded call without its identity lacked, and how
+/// to give it: a configuration error, which then hits every such request, so each
+/// distinct cause is logged once (the site is named once by the check, `site.rs`).
 pub(crate) fn log_missing_identity(detail: &str) {
-    static THROTTLE: LogThrottle = LogThrottle::new();
-    if let Some(suppressed) = THROTTLE.admit() {
-        tracing::error!(target: "redis_ratelimit", suppressed, "{detail}");
+    static SEEN: OnceEach = OnceEach::new();
+    if SEEN.first(detail) {
+        tracing::error!(target: "redis_ratelimit", "{detail}");
     }
 }
 
@@ -303,9 +310,10 @@ pub(crate) mod tests {
         };
         let problem = Problem::of(&missing, any_integration());
         assert_eq!(problem.status, 500);
-        assert!(problem.body().starts_with(
-            r#"{"type":"about:blank","title":"Internal Server Error","status":500,"detail":"rate limit misconfigured: limit_type = IP needs the client IP, but no rate-limit layer"#
-        ));
+        assert_eq!(
+            problem.body(),
+            r#"{"type":"about:blank","title":"Internal Server Error","status":500,"detail":"the server could not handle this request"}"#
+        );
     }
 
     #[test]

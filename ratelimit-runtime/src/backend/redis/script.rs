@@ -2,15 +2,16 @@
 //! EVALSHA, and how the reply is decoded. Nothing here touches a connection.
 
 use std::io::Write;
-use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::LazyLock;
+use std::time::Duration;
 
 use redis::{Cmd, RedisWrite, Script, ToRedisArgs, Value};
 
 use crate::backend::Request;
 use crate::concurrency::{SlotAsk, SlotId};
 use crate::decision::{CountedBy, RawDecision, Receipt};
+use crate::lockout::Lockout;
 use crate::{random, Algorithm, Rule};
 
 /// The scripts' sources, composed from shared fragments.
@@ -88,6 +89,9 @@ impl<'r> Invocation<'r> {
         if let Some(id) = id {
             evalsha.arg(&id[..]);
         }
+        if let Some(schedule) = Schedule::of(request) {
+            evalsha.arg(schedule);
+        }
         evalsha
     }
 
@@ -105,6 +109,9 @@ impl<'r> Invocation<'r> {
             .arg(Numbers(request));
         if let Some(id) = self.id {
             eval.arg(&check_id(id)[..]);
+        }
+        if let Some(schedule) = Schedule::of(request) {
+            eval.arg(schedule);
         }
         eval
     }
@@ -160,6 +167,9 @@ impl Invocation<'_> {
             .arg(Numbers(request));
         if let Some(id) = self.id {
             cmd.arg(&check_id(id)[..]);
+        }
+        if let Some(schedule) = Schedule::of(request) {
+            cmd.arg(schedule);
         }
         let mut slot = Vec::with_capacity(32);
         slot.extend_from_slice(&(ask.max as f64).to_le_bytes());
@@ -331,13 +341,39 @@ impl ToRedisArgs for Numbers<'_> {
             (true, false) => 1,
             (true, true) => 2,
         };
-        let head = [
-            // 0: no block, as the scripts read it.
-            call + 4 * request.block_for_us.map_or(0, NonZeroU64::get),
-            request.now_us,
-            request.cost.get(),
-        ];
+        // 0: no block, as the scripts read it; negated for an escalating lock-out, whose
+        // schedule follows in an argument of its own (`Schedule`).
+        let first = match request.block_for_us.map(Lockout::of) {
+            None => call as f64,
+            Some(Lockout::Fixed(us)) => (call + 4 * us) as f64,
+            Some(escalating) => -((call + 4 * escalating.duration_us(1)) as f64),
+        };
+        let head = [first, request.now_us as f64, request.cost.get() as f64];
         write_doubles(out, &head, request.rules);
+    }
+}
+
+/// The schedule of a check's escalating lock-out, the argument after its id: each
+/// duration in µs, a little-endian `f64` (block.lua).
+struct Schedule(&'static [Duration]);
+
+impl Schedule {
+    /// The schedule `request` carries, if any.
+    fn of(request: &Request<'_>) -> Option<Schedule> {
+        match request.block_for_us.map(Lockout::of)? {
+            Lockout::Escalating(schedule) => Some(Schedule(schedule)),
+            Lockout::Fixed(_) => None,
+        }
+    }
+}
+
+impl ToRedisArgs for Schedule {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        let mut arg = out.writer_for_next_arg();
+        for &duration in self.0 {
+            let us = crate::clock::micros(duration) as f64;
+            arg.write_all(&us.to_le_bytes()).expect("writing to memory");
+        }
     }
 }
 
@@ -351,9 +387,9 @@ fn rule_numbers(rules: &[Rule]) -> impl Iterator<Item = f64> + '_ {
 
 /// `head` then `rules` as one argument of little-endian `f64`s, written straight into the
 /// command's buffer, which cannot fail.
-fn write_doubles<W: ?Sized + RedisWrite>(out: &mut W, head: &[u64], rules: &[Rule]) {
+fn write_doubles<W: ?Sized + RedisWrite>(out: &mut W, head: &[f64], rules: &[Rule]) {
     let mut arg = out.writer_for_next_arg();
-    let numbers = head.iter().map(|&n| n as f64).chain(rule_numbers(rules));
+    let numbers = head.iter().copied().chain(rule_numbers(rules));
     for n in numbers {
         arg.write_all(&n.to_le_bytes()).expect("writing to memory");
     }
@@ -674,9 +710,9 @@ impl ToRedisArgs for RefundNumbers<'_> {
     fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
         let RefundNumbers(refund) = self;
         let head = [
-            refund.receipt.at_us,
-            refund.receipt.cost,
-            refund.now_us.unwrap_or(0),
+            refund.receipt.at_us as f64,
+            refund.receipt.cost as f64,
+            refund.now_us.unwrap_or(0) as f64,
         ];
         write_doubles(out, &head, refund.rules);
     }
@@ -684,6 +720,8 @@ impl ToRedisArgs for RefundNumbers<'_> {
 
 #[cfg(test)]
 mod tests {
+    use std::num::NonZeroU64;
+
     use super::*;
 
     fn args(cmd: &Cmd) -> Vec<Vec<u8>> {
