@@ -144,6 +144,7 @@ pub(crate) fn decide(
             reset_after_us: later(f.reset_after_us),
             retry_after_us,
             receipt: Receipt::NONE,
+            crossed: None,
         };
     }
     let (rule_index, f) = tightest.expect("at least one rule");
@@ -158,6 +159,7 @@ pub(crate) fn decide(
         reset_after_us: later(f.reset_after_us),
         retry_after_us: 0,
         receipt: Receipt::NONE,
+        crossed: None,
     }
 }
 
@@ -199,7 +201,7 @@ pub(crate) struct Call<'a> {
 }
 
 /// What one check did to a key's state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Outcome {
     /// With the receipt of an admitted consuming check.
     pub decision: RawDecision,
@@ -305,6 +307,7 @@ impl Block {
             reset_after_us: left_us,
             retry_after_us: left_us,
             receipt: Receipt::NONE,
+            crossed: None,
         }))
     }
 

@@ -39,6 +39,7 @@ mod site_config;
 mod slot;
 mod sync;
 mod throttle;
+mod warning;
 #[cfg(feature = "tonic")]
 pub mod tonic;
 #[cfg(feature = "tower")]
@@ -67,3 +68,4 @@ pub use overrides::Setting;
 pub use rule::Rule;
 pub use rule_text::ParseRuleError;
 pub use slot::Slot;
+pub use warning::Warning;

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 mod acquire;
 mod check;
-pub(crate) use check::{boxed_in_place, decided, decided_with_slot, Begun, Plan};
+pub(crate) use check::{boxed_in_place, checked_warn_at, decided, decided_with_slot, Begun, Plan};
 mod deny_cache;
 mod inspect;
 mod refunds;
@@ -64,6 +64,8 @@ pub struct Limiter {
     overrides: Arc<Overrides>,
     /// How often the overrides stored in Redis are read; `None`: never.
     rules_poll: Option<Duration>,
+    /// Called once per crossing of a `warn_at` share (`on_warning`).
+    warning_hook: Option<crate::warning::Hook>,
 }
 
 enum Store {
@@ -202,7 +204,48 @@ impl Limiter {
             warnings: LogThrottle::new(),
             overrides: Overrides::new(),
             rules_poll: Some(DEFAULT_POLL),
+            warning_hook: None,
         }
+    }
+
+    /// Calls `hook` whenever a check with `warn_at` (the attribute's, [`Check::warn_at`],
+    /// [`Guard::warn_at`](crate::Guard::warn_at)) takes a rule from below that share of its
+    /// count to at or above it. The backend decides it from the counts it holds (the
+    /// script, under Redis's one thread; the embedded backend, under the key's lock), so a
+    /// crossing warns once, on the instance whose check made it, and never twice however
+    /// many instances share the key. The hook runs on the checking task, before the check
+    /// returns: hand slow work (an HTTP call) to a task or a channel. Each crossing is also
+    /// an `INFO` event of target `redis_ratelimit` and, with feature `metrics`, counter
+    /// `ratelimit_warnings_total{site, rule}`.
+    ///
+    /// A crossing whose answer never reached the instance (a connection broken after
+    /// Redis ran the check) warns nowhere: at most once, never twice. See the guide's
+    /// [operating](https://docs.rs/redis-ratelimit/*/redis_ratelimit/guide/operating/index.html#warned-before-the-limit)
+    /// chapter for a hook that posts to a webhook.
+    ///
+    /// ```
+    /// use redis_ratelimit::{Limiter, Warning};
+    ///
+    /// let limiter = Limiter::memory().on_warning(|w: &Warning| {
+    ///     eprintln!("{} has used {} of {} ({})", w.key, w.used, w.rule.count(), w.site);
+    /// });
+    /// # drop(limiter);
+    /// ```
+    pub fn on_warning(mut self, hook: impl Fn(&crate::Warning) + Send + Sync + 'static) -> Self {
+        self.warning_hook = Some(Arc::new(hook));
+        self
+    }
+
+    /// Reports the crossings of a check of `key` by `site` (see [`on_warning`](Self::on_warning)).
+    #[cold]
+    pub(crate) fn warned(
+        &self,
+        site: &str,
+        key: &str,
+        rules: &[Rule],
+        crossings: &[crate::warning::Crossing],
+    ) {
+        crate::warning::report(self.warning_hook.as_ref(), site, key, rules, crossings);
     }
 
     /// Whether a guarded call proceeds when the backend fails (`true`, the default, with a
@@ -1044,6 +1087,7 @@ impl fmt::Debug for Limiter {
             .field("deny_cache", &self.deny_cache.is_some())
             .field("shadow", &self.shadow)
             .field("rules_poll", &self.rules_poll)
+            .field("on_warning", &crate::warning::HookSet(&self.warning_hook))
             .finish()
     }
 }

@@ -411,6 +411,7 @@ mod tests {
             reset_after_us,
             retry_after_us: 0,
             receipt: Receipt::NONE,
+            crossed: None,
         }
     }
 
@@ -422,6 +423,7 @@ mod tests {
             reset_after_us,
             retry_after_us,
             receipt: Receipt::NONE,
+            crossed: None,
         }
     }
 

@@ -11,6 +11,7 @@ use redis::{Cmd, RedisWrite, Script, ToRedisArgs, Value};
 use crate::backend::Request;
 use crate::concurrency::{SlotAsk, SlotId};
 use crate::decision::{CountedBy, RawDecision, Receipt};
+use crate::warning::Crossing;
 use crate::{random, Algorithm, Rule};
 
 /// The scripts' sources, composed from shared fragments.
@@ -88,6 +89,7 @@ impl<'r> Invocation<'r> {
         if let Some(id) = id {
             evalsha.arg(&id[..]);
         }
+        self.warn_args(&mut evalsha);
         evalsha
     }
 
@@ -106,7 +108,23 @@ impl<'r> Invocation<'r> {
         if let Some(id) = self.id {
             eval.arg(&check_id(id)[..]);
         }
+        self.warn_args(&mut eval);
         eval
+    }
+
+    /// A consuming check with `warn_at` sends it as ARGV[3] (`warn_args.lua`), one byte,
+    /// after the sliding log's id or, for the other algorithms, an empty ARGV[2]. A check
+    /// without it sends nothing more.
+    #[inline]
+    fn warn_args(&self, cmd: &mut Cmd) {
+        let request = self.request;
+        if request.warn_at == 0 || !request.consume {
+            return;
+        }
+        if self.id.is_none() {
+            cmd.arg(&b""[..]);
+        }
+        cmd.arg(&[request.warn_at][..]);
     }
 
     /// The script's answer, with the receipt of an admitted consuming check that a refund
@@ -161,6 +179,7 @@ impl Invocation<'_> {
         if let Some(id) = self.id {
             cmd.arg(&check_id(id)[..]);
         }
+        self.warn_args(&mut cmd);
         let mut slot = Vec::with_capacity(32);
         slot.extend_from_slice(&(ask.max as f64).to_le_bytes());
         slot.extend_from_slice(&(ask.lease_us as f64).to_le_bytes());
@@ -383,6 +402,7 @@ pub(crate) fn decode(reply: &Value, rules: &[Rule]) -> Option<(RawDecision, Opti
             reset_after_us: short / 64 / base,
             retry_after_us: 0,
             receipt: Receipt::NONE,
+            crossed: None,
         })
     };
     let (raw, at_us) = match reply {
@@ -394,7 +414,14 @@ pub(crate) fn decode(reply: &Value, rules: &[Rule]) -> Option<(RawDecision, Opti
             (short(whole(n)?)?, Some(whole(at)?))
         }
         Value::Array(items) => {
-            let (figures, at_us) = match items.as_slice() {
+            // A check that crossed a rule's warning share (`warn_reply.lua`).
+            let (items, crossed) = match items.as_slice() {
+                [figures @ .., Value::BulkString(crossings)] if items.len() == 7 => {
+                    (figures, Some(decode_crossings(crossings)?))
+                }
+                items => (items, None),
+            };
+            let (figures, at_us) = match items {
                 [figures @ .., at] if items.len() == 6 => (figures, Some(int(at)?)),
                 figures => (figures, None),
             };
@@ -415,12 +442,34 @@ pub(crate) fn decode(reply: &Value, rules: &[Rule]) -> Option<(RawDecision, Opti
                     other => int(other)?,
                 },
                 receipt: Receipt::NONE,
+                crossed,
             };
             (raw, at_us)
         }
         _ => return None,
     };
     (raw.rule_index < rules.len()).then_some((raw, at_us))
+}
+
+/// The crossings of `warn_reply.lua`: struct '<dd' (rule index, units used) each.
+#[cold]
+fn decode_crossings(bytes: &[u8]) -> Option<Box<[Crossing]>> {
+    if bytes.is_empty() || bytes.len() % 16 != 0 {
+        return None;
+    }
+    let whole = |b: &[u8]| {
+        let x = f64::from_le_bytes(b.try_into().expect("8 bytes"));
+        (x >= 0.0 && x.fract() == 0.0).then_some(x as u64)
+    };
+    bytes
+        .chunks_exact(16)
+        .map(|pair| {
+            Some(Crossing {
+                rule_index: whole(&pair[..8])? as usize,
+                used: whole(&pair[8..])?,
+            })
+        })
+        .collect()
 }
 
 /// The refund scripts of the string-state algorithms, hashed once per process.
@@ -706,6 +755,7 @@ mod tests {
             block_for_us: None,
             refundable: false,
             slot: None,
+            warn_at: 0,
         }
     }
 
@@ -725,6 +775,7 @@ mod tests {
                     reset_after_us: 12_500_000,
                     retry_after_us: 0,
                     receipt: Receipt::NONE,
+                    crossed: None,
                 },
                 None
             )
