@@ -82,6 +82,7 @@ pub use ratelimit_runtime::{
     REDIS_URL_ENV,
 };
 pub use ratelimit_runtime::{Acquire, Slot};
+pub use ratelimit_runtime::Warning;
 
 #[cfg(feature = "actix")]
 pub use ratelimit_runtime::actix;
