@@ -7,6 +7,7 @@ mod check;
 pub(crate) use check::{boxed_in_place, checked_warn_at, decided, decided_with_slot, Begun, Plan};
 mod deny_cache;
 mod inspect;
+pub(crate) mod most_limited;
 mod refunds;
 #[cfg(feature = "redis")]
 mod stored_overrides;
@@ -66,6 +67,8 @@ pub struct Limiter {
     rules_poll: Option<Duration>,
     /// Called once per crossing of a `warn_at` share (`on_warning`).
     warning_hook: Option<crate::warning::Hook>,
+    /// The guarded sites' refusals by identity (`most_limited`).
+    refusals: Arc<most_limited::Refusals>,
 }
 
 enum Store {
@@ -205,6 +208,7 @@ impl Limiter {
             overrides: Overrides::new(),
             rules_poll: Some(DEFAULT_POLL),
             warning_hook: None,
+            refusals: Arc::default(),
         }
     }
 
@@ -246,6 +250,86 @@ impl Limiter {
         crossings: &[crate::warning::Crossing],
     ) {
         crate::warning::report(self.warning_hook.as_ref(), site, key, rules, crossings);
+    }
+
+    /// The identities of the guarded site `site` (its path or `name`, as in the metrics'
+    /// `site` label) with the most refusals over the last `since` (whole minutes, from 1
+    /// to 60), most first, at most `n`: across every instance on a Redis limiter, this
+    /// process's on the embedded backend. An identity is the key's identity part with its
+    /// type: `ip:203.0.113.9`, `user:42`, `custom:alice`, or `global`. Sites under the
+    /// default key prefix; see [`most_limited_in`](Self::most_limited_in) for another.
+    ///
+    /// Every refusal of a guarded site counts (the deny cache's and a block's too; a
+    /// shadow site's would-be refusals do not). An admitted check costs nothing more: each
+    /// instance counts its refusals in process and sends them every second, so they are
+    /// seen within 2 s. Exact while a site has at most 1,000 refused identities a minute;
+    /// past that each minute keeps its 1,000 heaviest, so the counts of identities that
+    /// fell below the cut and came back are undercounts (see the guide's
+    /// [operating](https://docs.rs/redis-ratelimit/*/redis_ratelimit/guide/operating/index.html#who-is-limited-most)
+    /// chapter). `ratelimit top <site>` shows the same.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_ratelimit::{rate_limiter, Limiter, RateLimitError};
+    /// use std::sync::LazyLock;
+    ///
+    /// static LIMITER: LazyLock<Limiter> = LazyLock::new(Limiter::memory);
+    ///
+    /// #[rate_limiter(rules("1/minute"), limit_type = CUSTOM, by = user, name = "login", limiter = &*LIMITER)]
+    /// async fn login(user: &str) -> Result<(), RateLimitError> { Ok(()) }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// for _ in 0..4 {
+    ///     let _ = login("mallory").await;
+    /// }
+    /// let _ = login("alice").await;
+    /// let top = LIMITER.most_limited("login", Duration::from_secs(15 * 60), 10).await?;
+    /// assert_eq!(top, [("custom:mallory".to_owned(), 3)]);
+    /// # Ok(()) }
+    /// ```
+    pub async fn most_limited(
+        &self,
+        site: &str,
+        since: Duration,
+        n: usize,
+    ) -> Result<Vec<(String, u64)>, BackendError> {
+        self.most_limited_in(crate::key::DEFAULT_PREFIX, site, since, n)
+            .await
+    }
+
+    /// [`most_limited`](Self::most_limited) of a site whose keys have the prefix `prefix`
+    /// (the attribute's `key`, [`Guard::key_prefix`](crate::Guard::key_prefix)).
+    pub async fn most_limited_in(
+        &self,
+        prefix: &str,
+        site: &str,
+        since: Duration,
+        n: usize,
+    ) -> Result<Vec<(String, u64)>, BackendError> {
+        match &self.store {
+            Store::Memory(_) => Ok(self.refusals.read_here(prefix, site, since, n)),
+            #[cfg(feature = "redis")]
+            Store::Redis(redis) => {
+                let minutes = most_limited::minutes(since, most_limited::this_minute());
+                redis.most_limited(prefix, site, minutes, n).await
+            }
+            Store::Misconfigured(err) => Err(misconfigured(err)),
+        }
+    }
+
+    /// Counts a refusal of `key` by the guarded site `site` (see
+    /// [`most_limited`](Self::most_limited)).
+    #[cold]
+    pub(crate) fn refused(&self, site: &str, key: &str) {
+        match &self.store {
+            Store::Memory(_) | Store::Misconfigured(_) => self.refusals.record_here(site, key),
+            #[cfg(feature = "redis")]
+            Store::Redis(redis) => {
+                if self.refusals.record_pending(site, key) {
+                    most_limited::start_flushing(&self.refusals, redis);
+                }
+            }
+        }
     }
 
     /// Whether a guarded call proceeds when the backend fails (`true`, the default, with a

@@ -207,6 +207,9 @@ impl Observation {
         }
         #[cfg(feature = "metrics")]
         {
+            if let (Outcome::Limited, Ok(decision)) = (outcome, &answer.result) {
+                limited_total(self.site, rules, decision);
+            }
             metrics::counter!(
                 "ratelimit_checks_total",
                 "site" => self.site,
@@ -221,6 +224,20 @@ impl Observation {
             .record(self.started.elapsed().as_secs_f64());
         }
     }
+}
+
+/// Counts a refusal in `ratelimit_limited_total{site, rule}`, `rule` the refusing rule's
+/// text (`3 per 60s`), or `N in flight` for a site's limit on calls in flight: bounded by
+/// the site's rules.
+#[cfg(feature = "metrics")]
+#[cold]
+fn limited_total(site: &'static str, rules: &[Rule], decision: &RawDecision) {
+    let rule = match rules.get(decision.rule_index) {
+        Some(rule) => rule.to_string(),
+        // Past the rules: refused by the limit on calls in flight, which rides in the id.
+        None => format!("{} in flight", decision.receipt.id),
+    };
+    metrics::counter!("ratelimit_limited_total", "site" => site, "rule" => rule).increment(1);
 }
 
 #[cfg(test)]

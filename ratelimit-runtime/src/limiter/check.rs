@@ -309,16 +309,18 @@ impl<'a> Plan<'a> {
     }
 
     /// Tells the limiter what `answer` says beyond the decision: the rules it took to
-    /// their warning share.
+    /// their warning share, and a guarded site's refusal (for `most_limited`).
     #[inline]
     fn report(&self, answer: &Answer) {
-        if let Ok(RawDecision {
-            crossed: Some(crossings),
-            ..
-        }) = &answer.result
-        {
+        let Ok(raw) = &answer.result else {
+            return;
+        };
+        if let Some(crossings) = &raw.crossed {
             self.limiter
                 .warned(self.site, self.request.key, self.request.rules, crossings);
+        }
+        if !raw.allowed && !self.shadow && self.site != PROGRAMMATIC {
+            self.limiter.refused(self.site, self.request.key);
         }
     }
 

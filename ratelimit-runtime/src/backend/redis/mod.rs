@@ -63,6 +63,7 @@ mod dial;
 mod failure;
 mod link;
 mod node;
+mod most_limited;
 mod operator;
 mod pool;
 mod refresh;
