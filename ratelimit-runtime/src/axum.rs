@@ -137,7 +137,7 @@
 //! ratelimit-policy: "p1";q=5;w=60, "p2";q=10;w=3600, "dup";q=1;w=5
 //! ratelimit: "dup";r=0;t=5
 //!
-//! {"type":"about:blank","title":"Too Many Requests","status":429,"detail":"too many verification codes; wait before asking for another"}
+//! {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"detail":"too many verification codes; wait before asking for another (the limit of 1 per 5s is reached; retry in 5s)","violated-policies":["dup"]}
 //! $ curl -i 'localhost:3000/search?q=rust' -H 'x-user-id: 42'     # 3 per 10 s per user
 //! $ curl -i localhost:3000/health                                 # never limited, no headers
 //! ```
@@ -230,7 +230,7 @@ mod tests {
         assert_eq!(headers[CONTENT_TYPE], "application/problem+json");
         assert_eq!(
             body_of(response).await,
-            r#"{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"too many codes, \"slow\" down"}"#
+            r#"{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"detail":"too many codes, \"slow\" down (the limit of 10 per 60s is reached; retry in 12s)","violated-policies":["limit"]}"#
         );
     }
 

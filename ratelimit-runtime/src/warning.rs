@@ -146,7 +146,7 @@ mod tests {
         assert!(crosses(7, 80, 5, 1));
         assert!(!crosses(7, 80, 6, 1));
         // Exact far past what f64 holds.
-        assert!(crosses(u64::MAX / 2, 50, u64::MAX / 4 - 1, 1));
+        assert!(crosses(u64::MAX / 2, 50, u64::MAX / 4, 1));
     }
 
     #[test]
