@@ -51,8 +51,9 @@ impl Refusal {
     pub fn detail(&self, message: &str) -> String {
         let specific = match &self.why {
             Why::InFlight { max } => format!(
-                "{max} requests of this caller already in flight; retry when one of them \
-                 completes"
+                "{max} request{} of this caller already in flight; retry when one of them \
+                 completes",
+                if *max == 1 { "" } else { "s" }
             ),
             Why::Never { rule } => format!(
                 "this request costs more than the limit of {rule} allows at once: it can never \
