@@ -220,11 +220,11 @@ async fn a_dead_redis_fail_open_counts_errors_and_lets_calls_through() {
     );
 }
 
+/// A counter of a snapshot: its name, its labels (key, value) and its count.
+type Counter = (String, Vec<(String, String)>, u64);
+
 /// Counters named `name` in one snapshot, by `site/rule`.
-fn by_site_and_rule(
-    snapshot: &[(String, Vec<(String, String)>, u64)],
-    name: &str,
-) -> BTreeMap<String, u64> {
+fn by_site_and_rule(snapshot: &[Counter], name: &str) -> BTreeMap<String, u64> {
     let mut found = BTreeMap::new();
     for (metric, labels, n) in snapshot {
         if metric == name && *n > 0 {
@@ -239,7 +239,7 @@ fn by_site_and_rule(
 }
 
 /// Every counter of one snapshot, with its labels.
-fn counters() -> Vec<(String, Vec<(String, String)>, u64)> {
+fn counters() -> Vec<Counter> {
     SNAPSHOTTER
         .snapshot()
         .into_vec()

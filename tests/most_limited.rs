@@ -17,8 +17,10 @@ const SHOWN_WITHIN: Duration = Duration::from_secs(30);
 
 /// Waits until `site`'s top `n` on `limiter` is `expected`.
 async fn until_top(limiter: &Limiter, site: &str, n: usize, expected: &[(&str, u64)]) {
-    let expected: Vec<(String, u64)> =
-        expected.iter().map(|(i, c)| ((*i).to_owned(), *c)).collect();
+    let expected: Vec<(String, u64)> = expected
+        .iter()
+        .map(|(i, c)| ((*i).to_owned(), *c))
+        .collect();
     support::eventually(&format!("the top of {site}"), SHOWN_WITHIN, || {
         let expected = expected.clone();
         async move {
@@ -63,7 +65,6 @@ async fn preview(user: &str) -> Result<(), RateLimitError> {
 async fn reindex() -> Result<(), RateLimitError> {
     Ok(())
 }
-
 
 backend_tests! {
     async fn the_most_refused_identities_come_first() {
@@ -212,10 +213,17 @@ async fn a_site_keeps_its_heaviest_thousand_identities_a_minute() {
             limiter,
             "scan",
             3,
-            &[("ip:198.51.100.1", 5), ("ip:198.51.100.2", 5), ("ip:198.51.100.3", 5)],
+            &[
+                ("ip:198.51.100.1", 5),
+                ("ip:198.51.100.2", 5),
+                ("ip:198.51.100.3", 5),
+            ],
         )
         .await;
-        let all = limiter.most_limited("scan", QUARTER_HOUR, 5_000).await.unwrap();
+        let all = limiter
+            .most_limited("scan", QUARTER_HOUR, 5_000)
+            .await
+            .unwrap();
         assert!(all.len() <= 1_000, "{} identities kept", all.len());
         assert!(all.len() > 900, "{} identities kept", all.len());
     }

@@ -339,7 +339,11 @@ async fn a_guarded_site_warns_once_with_its_site() {
     let warnings = heard_of("tenant-a");
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert_eq!(warnings[0].used, 8);
-    assert!(warnings[0].site.ends_with("::search"), "{}", warnings[0].site);
+    assert!(
+        warnings[0].site.ends_with("::search"),
+        "{}",
+        warnings[0].site
+    );
     assert_eq!(
         warnings[0].key,
         format!("rate_limit:custom:tenant-a:{}", warnings[0].site)
@@ -353,7 +357,10 @@ async fn a_named_site_warns_by_its_name() {
     }
     let warnings = heard_of("tenant-b");
     assert_eq!(warnings.len(), 1, "{warnings:?}");
-    assert_eq!((warnings[0].site.as_str(), warnings[0].used), ("exports", 2));
+    assert_eq!(
+        (warnings[0].site.as_str(), warnings[0].used),
+        ("exports", 2)
+    );
 }
 
 #[tokio::test]
@@ -378,7 +385,10 @@ async fn a_guard_warns_once_with_its_name() {
     }
     let warnings = heard_of("warned-guard");
     assert_eq!(warnings.len(), 1, "{warnings:?}");
-    assert_eq!((warnings[0].site.as_str(), warnings[0].used), ("warned-guard", 3));
+    assert_eq!(
+        (warnings[0].site.as_str(), warnings[0].used),
+        ("warned-guard", 3)
+    );
     assert_eq!(warnings[0].key, "rate_limit:global:warned-guard");
 }
 
@@ -388,17 +398,24 @@ async fn a_warning_is_an_info_event() {
     let limiter = Limiter::memory();
     let rules = [Rule::per_minute(2)];
     for _ in 0..2 {
-        limiter.check("warn:event", &rules).warn_at(50).await.unwrap();
+        limiter
+            .check("warn:event", &rules)
+            .warn_at(50)
+            .await
+            .unwrap();
     }
     let text = logs.text();
     assert_eq!(text.matches("rate limit warning").count(), 1, "{text}");
     assert!(text.contains("INFO"), "{text}");
-    assert!(text.contains("key=\"warn:event\"") || text.contains("key=warn:event"), "{text}");
+    assert!(
+        text.contains("key=\"warn:event\"") || text.contains("key=warn:event"),
+        "{text}"
+    );
 }
 
 #[test]
 #[should_panic(expected = "from 1 to 99")]
 fn a_share_outside_1_to_99_panics() {
     let limiter = Limiter::memory();
-    let _ = limiter.check("k", &[]).warn_at(100);
+    drop(limiter.check("k", &[]).warn_at(100));
 }

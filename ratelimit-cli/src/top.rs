@@ -102,9 +102,11 @@ impl Top<'_> {
     /// Ctrl-C; the terminal is given back as it was, however this ends.
     pub async fn watch(&self) -> Result<(), String> {
         if !io::stdout().is_terminal() {
-            return Err("--watch draws on a terminal; without one, run `ratelimit top` \
+            return Err(
+                "--watch draws on a terminal; without one, run `ratelimit top` \
                         (e.g. every second with `watch -n1`)"
-                .to_owned());
+                    .to_owned(),
+            );
         }
         let _screen = Screen::enter().map_err(|err| format!("the terminal: {err}"))?;
         let (keys, mut input) = tokio::sync::mpsc::unbounded_channel();
@@ -203,7 +205,10 @@ mod tests {
     #[test]
     fn a_frame_is_an_aligned_table_cut_to_the_terminal() {
         let limiter = Limiter::memory();
-        let rows = Ok(vec![("custom:mallory".to_owned(), 120), ("ip:203.0.113.9".to_owned(), 7)]);
+        let rows = Ok(vec![
+            ("custom:mallory".to_owned(), 120),
+            ("ip:203.0.113.9".to_owned(), 7),
+        ]);
         let text = top(&limiter).frame(&rows, None);
         assert_eq!(
             text,

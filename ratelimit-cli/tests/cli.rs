@@ -639,6 +639,14 @@ async fn top_lists_the_most_refused_identities_of_a_site() {
          1  custom:mallory  5\n"
     );
     // More than the hour refusals are kept is a usage error; --watch needs a terminal.
-    assert_eq!(run(&server, &["top", "cli.top", "--since", "2h"]).status.code(), Some(2));
-    assert_eq!(run(&server, &["top", "cli.top", "--watch"]).status.code(), Some(2));
+    assert_eq!(
+        run(&server, &["top", "cli.top", "--since", "2h"])
+            .status
+            .code(),
+        Some(2)
+    );
+    assert_eq!(
+        run(&server, &["top", "cli.top", "--watch"]).status.code(),
+        Some(2)
+    );
 }

@@ -39,11 +39,11 @@ mod site_config;
 mod slot;
 mod sync;
 mod throttle;
-mod warning;
 #[cfg(feature = "tonic")]
 pub mod tonic;
 #[cfg(feature = "tower")]
 pub mod tower;
+mod warning;
 #[cfg(any(feature = "tower", feature = "actix"))]
 mod web;
 

@@ -151,14 +151,24 @@ mod tests {
 
     #[test]
     fn crossings_name_each_rule_crossed_with_what_it_used() {
-        let rules = [Rule::per_second(10), Rule::per_minute(100), Rule::per_minute(5).calls()];
+        let rules = [
+            Rule::per_second(10),
+            Rule::per_minute(100),
+            Rule::per_minute(5).calls(),
+        ];
         // left before a check of cost 3: 4 of 10, 30 of 100, 2 of 5.
         let found = crossings(&rules, &[4, 30, 2], 3, 80).unwrap();
         assert_eq!(
             &*found,
             [
-                Crossing { rule_index: 0, used: 9 },
-                Crossing { rule_index: 2, used: 4 },
+                Crossing {
+                    rule_index: 0,
+                    used: 9
+                },
+                Crossing {
+                    rule_index: 2,
+                    used: 4
+                },
             ]
         );
         assert!(crossings(&rules, &[10, 100, 5], 1, 80).is_none());

@@ -151,7 +151,11 @@ pub async fn assert_refused(response: Response, policy: &str, retry_after_s: u64
     let body: serde_json::Value = serde_json::from_str(&response.text().await.unwrap()).unwrap();
     assert_eq!(body["type"], QUOTA_EXCEEDED, "{body}");
     assert_eq!(body["status"], 429, "{body}");
-    assert_eq!(body["violated-policies"], serde_json::json!(["p1"]), "{body}");
+    assert_eq!(
+        body["violated-policies"],
+        serde_json::json!(["p1"]),
+        "{body}"
+    );
     // The site's message, then which limit refused and when to retry; the default message
     // gives way to the latter alone.
     let said = body["detail"].as_str().unwrap();

@@ -22,6 +22,9 @@
 //!   over every site; refusals of further identities are dropped until the flush, and
 //!   logged).
 
+// Without Redis nothing is flushed: the embedded backend's table is all there is.
+#![cfg_attr(not(feature = "redis"), allow(dead_code, unused_imports))]
+
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -120,9 +123,15 @@ pub(crate) struct Refusals {
     flushing: AtomicBool,
 }
 
+/// A site's minute under a prefix: (prefix, site, minute).
+pub(crate) type SiteMinute = (String, String, u64);
+
+/// The refusals of a site's minute to send: identity -> refusals.
+pub(crate) type Batch = (SiteMinute, HashMap<String, u64>);
+
 #[derive(Default)]
 pub(crate) struct Pending {
-    pub batches: HashMap<(String, String, u64), HashMap<String, u64>>,
+    pub batches: HashMap<SiteMinute, HashMap<String, u64>>,
     identities: usize,
     dropped: u64,
 }
@@ -156,14 +165,23 @@ impl Refusals {
 
     /// The embedded backend's `n` most refused identities of `site` under `prefix` over
     /// the minutes `since` reaches.
-    pub fn read_here(&self, prefix: &str, site: &str, since: Duration, n: usize) -> Vec<(String, u64)> {
+    pub fn read_here(
+        &self,
+        prefix: &str,
+        site: &str,
+        since: Duration,
+        n: usize,
+    ) -> Vec<(String, u64)> {
         let now = this_minute();
         let wanted = minutes(since, now);
         let (first, last) = (*wanted.start(), *wanted.end());
         let table = lock(&self.table);
         let mut sums: HashMap<String, u64> = HashMap::new();
         if let Some(minutes) = table.get(&(prefix.to_owned(), site.to_owned())) {
-            for m in minutes.iter().filter(|m| m.minute >= first && m.minute <= last) {
+            for m in minutes
+                .iter()
+                .filter(|m| m.minute >= first && m.minute <= last)
+            {
                 for (identity, count) in &m.counts {
                     *sums.entry(identity.clone()).or_default() += count;
                 }
@@ -198,7 +216,7 @@ impl Refusals {
     }
 
     /// What waits for a flush, taken; and how many refusals were dropped since the last.
-    pub fn take_pending(&self) -> (Vec<((String, String, u64), HashMap<String, u64>)>, u64) {
+    pub fn take_pending(&self) -> (Vec<Batch>, u64) {
         let mut pending = lock(&self.pending);
         let dropped = std::mem::take(&mut pending.dropped);
         pending.identities = 0;
@@ -346,7 +364,11 @@ mod tests {
         ]);
         assert_eq!(
             heaviest(counts, 3),
-            [("ip:c".to_owned(), 9), ("ip:a".to_owned(), 3), ("ip:b".to_owned(), 3)]
+            [
+                ("ip:c".to_owned(), 9),
+                ("ip:a".to_owned(), 3),
+                ("ip:b".to_owned(), 3)
+            ]
         );
     }
 }

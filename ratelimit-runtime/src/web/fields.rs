@@ -316,7 +316,10 @@ pub(crate) mod tests {
             Rule::per_minute(60).calls(),
             Rule::per_calendar(2_000_000, crate::Calendar::Month),
         ];
-        assert_eq!(policy_list(&rules, false), r#""p1";q=60;w=60, "p2";q=2000000"#);
+        assert_eq!(
+            policy_list(&rules, false),
+            r#""p1";q=60;w=60, "p2";q=2000000"#
+        );
         // Its decision's reset is the month's end: 3 days away.
         let month_end = Duration::from_secs(3 * 86_400);
         let mut fields = Fields::default();

@@ -88,7 +88,8 @@ pub(crate) struct Problem {
 
 /// The problem type of a refusal (draft-ietf-httpapi-ratelimit-headers-11, "Quota
 /// Exceeded").
-pub(crate) const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
+pub(crate) const QUOTA_EXCEEDED: &str =
+    "https://iana.org/assignments/http-problem-types#quota-exceeded";
 
 /// The media type of [`Problem::body`].
 pub(crate) const PROBLEM_JSON: &str = "application/problem+json";
@@ -158,7 +159,12 @@ impl Problem {
     pub(crate) fn body(&self) -> String {
         let mut body = String::with_capacity(96 + self.detail.len());
         body.push_str(r#"{"type":"#);
-        push_json_string(&mut body, self.violated.as_ref().map_or("about:blank", |_| QUOTA_EXCEEDED));
+        push_json_string(
+            &mut body,
+            self.violated
+                .as_ref()
+                .map_or("about:blank", |_| QUOTA_EXCEEDED),
+        );
         body.push_str(r#","title":"#);
         push_json_string(&mut body, self.title());
         body.push_str(r#","status":"#);

@@ -454,7 +454,7 @@ pub(crate) fn decode(reply: &Value, rules: &[Rule]) -> Option<(RawDecision, Opti
 /// The crossings of `warn_reply.lua`: struct '<dd' (rule index, units used) each.
 #[cold]
 fn decode_crossings(bytes: &[u8]) -> Option<Box<[Crossing]>> {
-    if bytes.is_empty() || bytes.len() % 16 != 0 {
+    if bytes.is_empty() || !bytes.len().is_multiple_of(16) {
         return None;
     }
     let whole = |b: &[u8]| {
