@@ -67,6 +67,10 @@ struct Options {
     /// latency, not as a check of its own.
     #[arg(long)]
     refund: bool,
+    /// Ask each check to warn at this percentage of the rule's count (`Check::warn_at`,
+    /// 1 to 99); 0: no warning.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=99))]
+    warn_at: u8,
 }
 
 /// A whole number of at least 1.
@@ -135,7 +139,7 @@ async fn run(o: Options) -> ExitCode {
     let workers: Vec<_> = (0..o.concurrency)
         .map(|worker| {
             let (limiter, keys, issued) = (limiter.clone(), keys.clone(), issued.clone());
-            let (total, algorithm, refund) = (o.total, o.algorithm, o.refund);
+            let (total, algorithm, refund, warn_at) = (o.total, o.algorithm, o.refund, o.warn_at);
             let block_for = Duration::from_millis(o.block_for_ms);
             tokio::spawn(async move {
                 let mut seed =
@@ -145,7 +149,10 @@ async fn run(o: Options) -> ExitCode {
                 while issued.fetch_add(1, Ordering::Relaxed) < total {
                     let key = &keys[(next_random(&mut seed) % keys.len() as u64) as usize];
                     let t = Instant::now();
-                    let check = limiter.check(key, &rules).algorithm(algorithm);
+                    let mut check = limiter.check(key, &rules).algorithm(algorithm);
+                    if warn_at > 0 {
+                        check = check.warn_at(warn_at);
+                    }
                     let mut result = check.block_for(block_for).await;
                     if let (true, Ok(d)) = (refund, &result) {
                         if let Err(e) = limiter.refund(key, &rules, d).await {

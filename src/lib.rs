@@ -75,6 +75,7 @@
 pub use ratelimit_macros::rate_limiter;
 pub use ratelimit_runtime::Calendar;
 pub use ratelimit_runtime::Guard;
+pub use ratelimit_runtime::Warning;
 pub use ratelimit_runtime::{
     clock, context, global, init, key, Algorithm, BackendError, BackendErrorKind, BlockState,
     Check, ConfigError, Decision, InitError, KeyState, LimitType, Limiter, LogState, Mode,

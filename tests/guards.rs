@@ -289,7 +289,10 @@ mod scenarios {
             if status == StatusCode::TOO_MANY_REQUESTS {
                 assert_eq!(header(&response, "retry-after"), Some("60"));
                 let body = response.text().await.unwrap();
-                assert!(body.contains(r#""detail":"too many codes""#), "{body}");
+                assert!(
+                    body.contains(r#""detail":"too many codes (the limit of"#),
+                    "{body}"
+                );
             }
         }
         // Refused by the guard, before the attribute is asked.

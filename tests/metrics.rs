@@ -219,3 +219,79 @@ async fn a_dead_redis_fail_open_counts_errors_and_lets_calls_through() {
         [("redis", 6)],
     );
 }
+
+/// A counter of a snapshot: its name, its labels (key, value) and its count.
+type Counter = (String, Vec<(String, String)>, u64);
+
+/// Counters named `name` in one snapshot, by `site/rule`.
+fn by_site_and_rule(snapshot: &[Counter], name: &str) -> BTreeMap<String, u64> {
+    let mut found = BTreeMap::new();
+    for (metric, labels, n) in snapshot {
+        if metric == name && *n > 0 {
+            let keys: Vec<&str> = labels.iter().map(|(k, _)| k.as_str()).collect();
+            assert_eq!(keys, ["site", "rule"], "{name}");
+            *found
+                .entry(format!("{}/{}", labels[0].1, labels[1].1))
+                .or_default() += n;
+        }
+    }
+    found
+}
+
+/// Every counter of one snapshot, with its labels.
+fn counters() -> Vec<Counter> {
+    SNAPSHOTTER
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter_map(|(key, _, _, value)| match value {
+            DebugValue::Counter(n) => {
+                let key = key.key();
+                let labels = key
+                    .labels()
+                    .map(|l| (l.key().to_owned(), l.value().to_owned()))
+                    .collect();
+                Some((key.name().to_owned(), labels, n))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[rate_limiter(
+    rules("3/minute", "5/hour"),
+    limit_type = CUSTOM,
+    by = who,
+    limiter = limiter,
+    name = "metrics.rules",
+    warn_at = 60
+)]
+async fn two_rules(limiter: &'static Limiter, who: &str) -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+#[tokio::test]
+async fn each_refusal_counts_its_rule_and_each_warning_its_rule() {
+    let _turn = turn().await;
+    let server = RedisServer::start();
+    let deny_cached = support::leak(redis_limiter(&server).deny_cache(true));
+    for limiter in [&*MEMORY, deny_cached] {
+        for _ in 0..5 {
+            let _ = two_rules(limiter, "ann").await;
+        }
+    }
+    // Ann's 4th and 5th calls: refused by 3 a minute (the second of them, on Redis, by the
+    // deny cache). 60 % of 3 crossed on the 2nd call, of 5 on the 3rd.
+    let snapshot = counters();
+    assert_eq!(
+        by_site_and_rule(&snapshot, "ratelimit_limited_total"),
+        BTreeMap::from([("metrics.rules/3 per 60s".to_owned(), 4)])
+    );
+    assert_eq!(
+        by_site_and_rule(&snapshot, "ratelimit_warnings_total"),
+        BTreeMap::from([
+            ("metrics.rules/3 per 60s".to_owned(), 2),
+            ("metrics.rules/5 per 3600s".to_owned(), 2),
+        ])
+    );
+}

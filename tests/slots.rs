@@ -299,8 +299,15 @@ backend_tests! {
         assert_eq!(refused.status(), 429);
         let policy = support::http::header(&refused, "ratelimit-policy").unwrap().to_owned();
         assert_eq!(policy, r#""p1";q=1000;w=60, "conc";q=1;qu="concurrent-requests""#);
-        assert_eq!(support::http::header(&refused, "ratelimit"), Some(r#""conc";r=0;t=1"#));
+        // Draft 11: a policy on calls in flight has no effective window.
+        assert_eq!(support::http::header(&refused, "ratelimit"), Some(r#""conc";r=0"#));
         assert_eq!(support::http::header(&refused, "retry-after"), Some("1"));
+        let body: serde_json::Value = serde_json::from_str(&refused.text().await.unwrap()).unwrap();
+        assert_eq!(body["violated-policies"], serde_json::json!(["conc"]));
+        assert_eq!(
+            body["detail"],
+            "1 request of this caller already in flight; retry when one of them completes"
+        );
 
         // The body ends: the slot is released.
         chunks.send(axum::body::Bytes::from("last")).await.unwrap();

@@ -294,7 +294,7 @@ pub fn advice(err: &BackendError) -> &'static str {
 }
 
 /// `rows` under `headers`, in aligned columns.
-fn table(headers: &[&str], rows: Vec<Vec<String>>) -> String {
+pub fn table(headers: &[&str], rows: Vec<Vec<String>>) -> String {
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -343,6 +343,11 @@ fn utc(t: SystemTime) -> String {
     OffsetDateTime::from(t)
         .format(FORMAT)
         .expect("every field of the format is in a UTC time")
+}
+
+/// `t` as `2025-01-31 23:59:59 UTC`, for a live view's heading.
+pub fn utc_now(t: SystemTime) -> String {
+    utc(t)
 }
 
 fn print_json(value: &Value) {

@@ -652,3 +652,57 @@ async fn inspect_shows_the_slots_in_use() {
     b.release().await.unwrap();
     assert!(!ok(&server, &["inspect", key]).contains("slots in use"));
 }
+
+#[rate_limiter(rules("1/minute"), limit_type = CUSTOM, by = who, name = "cli.top", limiter = limiter)]
+async fn watched(limiter: &'static Limiter, who: &str) -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+#[tokio::test]
+async fn top_lists_the_most_refused_identities_of_a_site() {
+    let server = RedisServer::start();
+    let limiter = leak(counting_limiter(&server.url()));
+    for (who, calls) in [("mallory", 6), ("trudy", 3), ("alice", 1)] {
+        for _ in 0..calls {
+            let _ = watched(limiter, who).await;
+        }
+    }
+    // Refusals are sent every second.
+    let document = support::eventually("the refusals to land", GIVE_UP_AFTER, || async {
+        let document = json(&server, &["top", "cli.top", "--json"]);
+        match document["identities"].as_array().map(Vec::len) {
+            Some(2) => Ok(document),
+            _ => Err(document.to_string()),
+        }
+    })
+    .await;
+    assert_eq!(
+        document,
+        serde_json::json!({
+            "site": "cli.top",
+            "since_secs": 900,
+            "identities": [
+                {"identity": "custom:mallory", "refusals": 5},
+                {"identity": "custom:trudy", "refusals": 2},
+            ],
+        })
+    );
+    let text = ok(&server, &["top", "cli.top", "-n", "1", "--since", "5m"]);
+    assert_eq!(
+        text,
+        "most limited at `cli.top`, last 5m, every instance\n\
+         #  IDENTITY        REFUSALS\n\
+         1  custom:mallory  5\n"
+    );
+    // More than the hour refusals are kept is a usage error; --watch needs a terminal.
+    assert_eq!(
+        run(&server, &["top", "cli.top", "--since", "2h"])
+            .status
+            .code(),
+        Some(2)
+    );
+    assert_eq!(
+        run(&server, &["top", "cli.top", "--watch"]).status.code(),
+        Some(2)
+    );
+}

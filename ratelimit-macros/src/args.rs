@@ -40,12 +40,13 @@ mod kw {
     syn::custom_keyword!(shadow);
     syn::custom_keyword!(concurrency);
     syn::custom_keyword!(lease);
+    syn::custom_keyword!(warn_at);
 }
 
 const ARGUMENTS: &str =
     "one of rules, prevent_duplicate, prevent_duplicate_rule, limit_type, by, key, \
                          message, algorithm, on_limit, limiter, crate, name, cost, charge_if, \
-                         settle, block_for, wait, shadow, concurrency, lease";
+                         settle, block_for, wait, shadow, concurrency, lease, warn_at";
 
 /// The validated arguments of one `#[rate_limiter(...)]`.
 pub struct Args {
@@ -86,6 +87,8 @@ pub struct Args {
     /// `concurrency = N`: at most N calls at once; with `lease = "..."`, in milliseconds
     /// (`None`: the runtime's default lease).
     pub concurrency: Option<(u64, Option<u64>)>,
+    /// `warn_at = P`: warn when a call takes a rule to P % of its count (1 to 99).
+    pub warn_at: Option<u8>,
 }
 
 /// Where the rules come from.
@@ -243,6 +246,7 @@ pub struct RawArgs {
     shadow: Slot<bool>,
     concurrency: Slot<u64>,
     lease: Slot<u64>,
+    warn_at: Slot<u8>,
 }
 
 impl RawArgs {
@@ -270,6 +274,7 @@ impl RawArgs {
             shadow: Slot::new("shadow"),
             concurrency: Slot::new("concurrency"),
             lease: Slot::new("lease"),
+            warn_at: Slot::new("warn_at"),
         }
     }
 
@@ -353,6 +358,9 @@ impl RawArgs {
         } else if lookahead.peek(kw::lease) {
             self.lease
                 .parse::<kw::lease>(input, errors, duration_literal("lease"))?;
+        } else if lookahead.peek(kw::warn_at) {
+            self.warn_at
+                .parse::<kw::warn_at>(input, errors, warn_at_literal)?;
         } else {
             return Err(unknown(input, lookahead, "argument", ARGUMENTS));
         }
@@ -462,6 +470,7 @@ impl RawArgs {
                 .concurrency
                 .into_inner()
                 .map(|max| (max, self.lease.into_inner())),
+            warn_at: self.warn_at.into_inner(),
         })
     }
 }
@@ -869,6 +878,29 @@ fn concurrency_literal(input: ParseStream, errors: &mut Errors) -> syn::Result<O
                  caller running at once",
                 ratelimit_rule_text::MAX_COUNT
             ),
+        )
+    });
+    Ok(errors.ok(checked))
+}
+
+/// `warn_at = P`: an integer literal from 1 to 99, a percentage of each rule's count.
+fn warn_at_literal(input: ParseStream, errors: &mut Errors) -> syn::Result<Option<u8>> {
+    if !input.peek(LitInt) {
+        return Err(input.error(
+            "`warn_at` takes an integer literal, the percentage of a rule's count at which \
+             to warn, e.g. `warn_at = 80`",
+        ));
+    }
+    let lit = input.parse::<LitInt>()?;
+    let percent = lit
+        .base10_parse::<u8>()
+        .ok()
+        .filter(|percent| (1..=99).contains(percent));
+    let checked = percent.ok_or_else(|| {
+        syn::Error::new(
+            lit.span(),
+            "warn_at must be a percentage from 1 to 99: a warning at 0 % would fire on the \
+             first call, and at 100 % the refusal itself says it",
         )
     });
     Ok(errors.ok(checked))

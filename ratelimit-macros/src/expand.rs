@@ -170,6 +170,7 @@ fn check(args: &Args) -> TokenStream {
         None => quote!(::core::option::Option::None),
     };
 
+    let warn_at = args.warn_at.unwrap_or(0);
     let (limited, err) = limited(&args.limited);
     let key = match &args.by {
         Some(by) => {
@@ -290,6 +291,7 @@ fn check(args: &Args) -> TokenStream {
                     wait: #wait,
                     refunds: #refunds,
                     concurrency: #concurrency,
+                    warn_at: #warn_at,
                 },
             )
             #named

@@ -102,6 +102,7 @@ use crate::item::ItemFn;
 /// | `wait = "<duration>"` | a call that would be refused waits up to that long for room instead | refused at once |
 /// | `concurrency = N` | at most N calls of this caller at this site run at once: a slot, taken with the rules in the same round trip (all or nothing) and released when the body's future completes or is dropped; the call after the Nth is refused (`retry_after` a short hint, `Slot::RETRY_HINT`) or, with `wait`, waits for a slot | no limit |
 /// | `lease = "<duration>"` | how long a slot outlives its holder's last renewal (a running call renews it every third of it): the time a crashed process's slots stay taken; needs `concurrency` | `"30s"` |
+/// | `warn_at = P` | an integer literal from 1 to 99: when a call takes a rule from below P % of its count to at or above it, the limiter's `on_warning` hook runs once, fleet-wide (decided in the backend), with an `INFO` event and counter `ratelimit_warnings_total` | no warning |
 /// | `shadow = bool` | count and report, never refuse | `false` |
 ///
 /// Rule strings take the forms `N/unit`, `N/<k><unit>`, `N per unit` and `N per k units`,

@@ -387,7 +387,7 @@ mod tests {
         assert_eq!(headers.get("content-type").unwrap(), PROBLEM_JSON);
         assert_eq!(
             body_of(response).await,
-            r#"{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"too many codes"}"#
+            r#"{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"detail":"too many codes (the limit of 10 per 60s is reached; retry in 12s)","violated-policies":["limit"]}"#
         );
 
         let backend = backend_failure();

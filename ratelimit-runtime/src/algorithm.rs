@@ -146,6 +146,7 @@ pub(crate) fn decide(
             reset_after_us: later(f.reset_after_us),
             retry_after_us,
             receipt: Receipt::NONE,
+            crossed: None,
         };
     }
     let (rule_index, f) = tightest.expect("at least one rule");
@@ -160,6 +161,7 @@ pub(crate) fn decide(
         reset_after_us: later(f.reset_after_us),
         retry_after_us: 0,
         receipt: Receipt::NONE,
+        crossed: None,
     }
 }
 
@@ -201,7 +203,7 @@ pub(crate) struct Call<'a> {
 }
 
 /// What one check did to a key's state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Outcome {
     /// With the receipt of an admitted consuming check.
     pub decision: RawDecision,
@@ -322,6 +324,7 @@ impl Block {
             reset_after_us: left_us,
             retry_after_us: left_us,
             receipt: Receipt::NONE,
+            crossed: None,
         }))
     }
 

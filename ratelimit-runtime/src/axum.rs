@@ -83,14 +83,16 @@
 //!
 //! [`RateLimitError`] implements `IntoResponse`:
 //!
-//! | error | status | headers | body (`application/problem+json`, RFC 9457) `detail` |
+//! | error | status | headers | body (`application/problem+json`, RFC 9457) |
 //! |---|---|---|---|
-//! | `Limited` | 429 | `Retry-After`, `RateLimit-Policy`, `RateLimit` | the attribute's `message` |
+//! | `Limited` | 429 | `Retry-After`, `RateLimit-Policy`, `RateLimit` | type `https://iana.org/assignments/http-problem-types#quota-exceeded`, `violated-policies` (the policy's name, as below), and a `detail` saying which limit refused and when to retry (after the attribute's `message`, when it has one): "the limit of 10 per 60s is reached; retry in 12s", "4 requests of this caller already in flight; retry when one of them completes" |
 //! | `MissingIdentity` | 500 | | what is missing (the layer, the peer address, a user id) |
 //! | `Backend` | 503 | | "the rate limiter is unavailable; try again later" |
 //!
 //! Every response to a request that reached a guarded call, allowed or not, carries the
-//! `RateLimit-Policy` and `RateLimit` fields of draft-ietf-httpapi-ratelimit-headers:
+//! `RateLimit-Policy` and `RateLimit` fields of
+//! [draft-ietf-httpapi-ratelimit-headers-11](https://datatracker.ietf.org/doc/draft-ietf-httpapi-ratelimit-headers/11/)
+//! (whose wire format is draft 10's):
 //!
 //! ```text
 //! RateLimit-Policy: "p1";q=10;w=60, "p2";q=20;w=120, "dup";q=1;w=5
@@ -99,15 +101,20 @@
 //! ```
 //!
 //! - Policies are named `p1`, `p2`, ... after the attribute's rules in the order written,
-//!   and `dup` for the `prevent_duplicate` rule; `q` is the rule's count (in requests, or
-//!   units with `cost`), `w` its window in seconds. A window that is not a whole number of
-//!   seconds (`250 ms`) has no `w`: the draft's windows are whole seconds, and rounding
-//!   would advertise another rate.
-//! - `RateLimit` describes the binding rule: `r` units left, and `t` seconds (rounded up)
-//!   until additional quota is available: when denied, until a call would pass; when
-//!   allowed, until the rule's window is free again (for a sliding log, whose units come
-//!   back one by one, the last of them). When a request makes several guarded calls, the
-//!   one that binds hardest is described.
+//!   `dup` for the `prevent_duplicate` rule and `conc` for `concurrency`; `q` is the
+//!   quota (the rule's count, in requests, or units with `cost`), `w` its window in
+//!   seconds. A window that is not a whole number of seconds (`250 ms`) has no `w`: the
+//!   draft's windows are whole seconds, and rounding would advertise another rate. A
+//!   calendar quota (`"2000000 per calendar month"`) has no `w` either, as no fixed window
+//!   fits a month, and `conc` (`qu="concurrent-requests"`) has none: a slot is held as long
+//!   as its call runs.
+//! - `RateLimit` describes the binding policy: `r`, its available quota (units left), and
+//!   `t`, its effective window: the seconds (rounded up) until additional quota is
+//!   available: when denied, until a call would pass; when allowed, until the rule's
+//!   window is free again (for a sliding log, whose units come back one by one, the last
+//!   of them; for a calendar quota, the period's end). `conc` has no `t`: nobody knows when
+//!   a call in flight ends. When a request makes several guarded calls, the one that binds
+//!   hardest is described.
 //! - `Retry-After` is in whole seconds, rounded up: never earlier than a retry can pass, nor
 //!   than `t`.
 //! - A `RateLimitError` turned into a response outside the layer knows only its own rule
@@ -137,7 +144,7 @@
 //! ratelimit-policy: "p1";q=5;w=60, "p2";q=10;w=3600, "dup";q=1;w=5
 //! ratelimit: "dup";r=0;t=5
 //!
-//! {"type":"about:blank","title":"Too Many Requests","status":429,"detail":"too many verification codes; wait before asking for another"}
+//! {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"detail":"too many verification codes; wait before asking for another (the limit of 1 per 5s is reached; retry in 5s)","violated-policies":["dup"]}
 //! $ curl -i 'localhost:3000/search?q=rust' -H 'x-user-id: 42'     # 3 per 10 s per user
 //! $ curl -i localhost:3000/health                                 # never limited, no headers
 //! ```
@@ -229,7 +236,7 @@ mod tests {
         assert_eq!(headers[CONTENT_TYPE], "application/problem+json");
         assert_eq!(
             body_of(response).await,
-            r#"{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"too many codes, \"slow\" down"}"#
+            r#"{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"detail":"too many codes, \"slow\" down (the limit of 10 per 60s is reached; retry in 12s)","violated-policies":["limit"]}"#
         );
     }
 

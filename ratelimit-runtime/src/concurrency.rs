@@ -95,6 +95,7 @@ impl SlotAsk {
                 id: self.max,
                 ..Receipt::NONE
             },
+            crossed: None,
         }
     }
 }

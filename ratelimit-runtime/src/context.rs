@@ -193,6 +193,13 @@ pub(crate) fn record_with(make: impl FnOnce() -> Option<SiteDecision>) {
     });
 }
 
+/// The decision kept so far for the request being served, left in place (a refusal's
+/// answer names its policy from it); `None` outside a layer.
+#[cfg(any(feature = "tower", feature = "actix"))]
+pub(crate) fn kept_decision() -> Option<SiteDecision> {
+    DECISIONS.try_with(|slot| *lock(&slot.0)).ok().flatten()
+}
+
 /// Runs `fut` so that its guarded checks leave no decision for the request being served,
 /// if any: an outbound call's budget (feature `reqwest`) is not the client's.
 #[cfg(feature = "reqwest")]

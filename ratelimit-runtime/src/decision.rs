@@ -1,5 +1,6 @@
 use std::time::Duration;
 
+use crate::warning::Crossings;
 use crate::{Algorithm, Rule};
 
 /// The outcome of one check (or peek) of a set of rules.
@@ -160,8 +161,8 @@ pub(crate) enum CountedBy {
 
 /// What a backend's algorithm answers, in the backend's units (µs). Both backends produce
 /// exactly this, so a differential test can compare them field by field (all but the
-/// receipt, which names what each backend counted).
-#[derive(Clone, Copy, Debug)]
+/// receipt, which names what each backend counted, and the crossings).
+#[derive(Clone, Debug)]
 pub(crate) struct RawDecision {
     pub allowed: bool,
     /// 0-based index of the binding rule.
@@ -173,6 +174,9 @@ pub(crate) struct RawDecision {
     pub retry_after_us: u64,
     /// What a refund needs ([`Receipt::NONE`] when nothing was taken).
     pub receipt: Receipt,
+    /// The rules an admitted check with `warn_at` took to their warning share (see
+    /// `warning.rs`); `None` for every other check.
+    pub crossed: Crossings,
 }
 
 impl PartialEq for RawDecision {

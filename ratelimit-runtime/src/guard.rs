@@ -193,6 +193,27 @@ impl Guard {
         self
     }
 
+    /// Warns when a request takes a rule from below `percent` % of its count to at or
+    /// above it, as the attribute's `warn_at` and [`Check::warn_at`](crate::Check::warn_at):
+    /// the limiter's [`on_warning`](Limiter::on_warning) hook runs once per crossing,
+    /// fleet-wide.
+    ///
+    /// ```
+    /// use redis_ratelimit::{Guard, Rule};
+    ///
+    /// static API: [Rule; 1] = [Rule::per_minute(600)];
+    /// let guard = Guard::new("api", &API).warn_at(90);
+    /// # drop(guard);
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// When `percent` is 0 or above 99.
+    pub fn warn_at(mut self, percent: u8) -> Guard {
+        self.config.warn_at = crate::limiter::checked_warn_at(percent);
+        self
+    }
+
     /// At most `n` requests of one caller through this guard at once (a slot each, held
     /// until its response has been sent, so a streamed answer holds it to its end), with
     /// the rules, all or nothing, in the same round trip. The request after the `n`th is

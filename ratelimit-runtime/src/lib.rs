@@ -45,6 +45,7 @@ mod throttle;
 pub mod tonic;
 #[cfg(feature = "tower")]
 pub mod tower;
+mod warning;
 #[cfg(any(feature = "tower", feature = "actix"))]
 mod web;
 
@@ -69,3 +70,4 @@ pub use overrides::Setting;
 pub use rule::Rule;
 pub use rule_text::ParseRuleError;
 pub use slot::Slot;
+pub use warning::Warning;

@@ -5,9 +5,10 @@ use std::time::Duration;
 mod acquire;
 mod bans;
 mod check;
-pub(crate) use check::{boxed_in_place, decided, decided_with_slot, Begun, Plan};
+pub(crate) use check::{boxed_in_place, checked_warn_at, decided, decided_with_slot, Begun, Plan};
 mod deny_cache;
 mod inspect;
+pub(crate) mod most_limited;
 mod refunds;
 mod state_file;
 #[cfg(feature = "redis")]
@@ -69,6 +70,10 @@ pub struct Limiter {
     rules_poll: Option<Duration>,
     /// Where the embedded backend saves its state, if anywhere (`limiter/state_file.rs`).
     state_file: Option<Arc<StateFile>>,
+    /// Called once per crossing of a `warn_at` share (`on_warning`).
+    warning_hook: Option<crate::warning::Hook>,
+    /// The guarded sites' refusals by identity (`most_limited`).
+    refusals: Arc<most_limited::Refusals>,
 }
 
 enum Store {
@@ -210,6 +215,128 @@ impl Limiter {
             overrides: Overrides::new(),
             rules_poll: Some(DEFAULT_POLL),
             state_file: None,
+            warning_hook: None,
+            refusals: Arc::default(),
+        }
+    }
+
+    /// Calls `hook` whenever a check with `warn_at` (the attribute's, [`Check::warn_at`],
+    /// [`Guard::warn_at`](crate::Guard::warn_at)) takes a rule from below that share of its
+    /// count to at or above it. The backend decides it from the counts it holds (the
+    /// script, under Redis's one thread; the embedded backend, under the key's lock), so a
+    /// crossing warns once, on the instance whose check made it, and never twice however
+    /// many instances share the key. The hook runs on the checking task, before the check
+    /// returns: hand slow work (an HTTP call) to a task or a channel. Each crossing is also
+    /// an `INFO` event of target `redis_ratelimit` and, with feature `metrics`, counter
+    /// `ratelimit_warnings_total{site, rule}`.
+    ///
+    /// A crossing whose answer never reached the instance (a connection broken after
+    /// Redis ran the check) warns nowhere: at most once, never twice. See the guide's
+    /// [operating](https://docs.rs/redis-ratelimit/*/redis_ratelimit/guide/operating/index.html#warned-before-the-limit)
+    /// chapter for a hook that posts to a webhook.
+    ///
+    /// ```
+    /// use redis_ratelimit::{Limiter, Warning};
+    ///
+    /// let limiter = Limiter::memory().on_warning(|w: &Warning| {
+    ///     eprintln!("{} has used {} of {} ({})", w.key, w.used, w.rule.count(), w.site);
+    /// });
+    /// # drop(limiter);
+    /// ```
+    pub fn on_warning(mut self, hook: impl Fn(&crate::Warning) + Send + Sync + 'static) -> Self {
+        self.warning_hook = Some(Arc::new(hook));
+        self
+    }
+
+    /// Reports the crossings of a check of `key` by `site` (see [`on_warning`](Self::on_warning)).
+    #[cold]
+    pub(crate) fn warned(
+        &self,
+        site: &str,
+        key: &str,
+        rules: &[Rule],
+        crossings: &[crate::warning::Crossing],
+    ) {
+        crate::warning::report(self.warning_hook.as_ref(), site, key, rules, crossings);
+    }
+
+    /// The identities of the guarded site `site` (its path or `name`, as in the metrics'
+    /// `site` label) with the most refusals over the last `since` (whole minutes, from 1
+    /// to 60), most first, at most `n`: across every instance on a Redis limiter, this
+    /// process's on the embedded backend. An identity is the key's identity part with its
+    /// type: `ip:203.0.113.9`, `user:42`, `custom:alice`, or `global`. Sites under the
+    /// default key prefix; see [`most_limited_in`](Self::most_limited_in) for another.
+    ///
+    /// Every refusal of a guarded site counts (the deny cache's and a block's too; a
+    /// shadow site's would-be refusals do not). An admitted check costs nothing more: each
+    /// instance counts its refusals in process and sends them every second, so they are
+    /// seen within 2 s. Exact while a site has at most 1,000 refused identities a minute;
+    /// past that each minute keeps its 1,000 heaviest, so the counts of identities that
+    /// fell below the cut and came back are undercounts (see the guide's
+    /// [operating](https://docs.rs/redis-ratelimit/*/redis_ratelimit/guide/operating/index.html#who-is-limited-most)
+    /// chapter). `ratelimit top <site>` shows the same.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_ratelimit::{rate_limiter, Limiter, RateLimitError};
+    /// use std::sync::LazyLock;
+    ///
+    /// static LIMITER: LazyLock<Limiter> = LazyLock::new(Limiter::memory);
+    ///
+    /// #[rate_limiter(rules("1/minute"), limit_type = CUSTOM, by = user, name = "login", limiter = &*LIMITER)]
+    /// async fn login(user: &str) -> Result<(), RateLimitError> { Ok(()) }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// for _ in 0..4 {
+    ///     let _ = login("mallory").await;
+    /// }
+    /// let _ = login("alice").await;
+    /// let top = LIMITER.most_limited("login", Duration::from_secs(15 * 60), 10).await?;
+    /// assert_eq!(top, [("custom:mallory".to_owned(), 3)]);
+    /// # Ok(()) }
+    /// ```
+    pub async fn most_limited(
+        &self,
+        site: &str,
+        since: Duration,
+        n: usize,
+    ) -> Result<Vec<(String, u64)>, BackendError> {
+        self.most_limited_in(crate::key::DEFAULT_PREFIX, site, since, n)
+            .await
+    }
+
+    /// [`most_limited`](Self::most_limited) of a site whose keys have the prefix `prefix`
+    /// (the attribute's `key`, [`Guard::key_prefix`](crate::Guard::key_prefix)).
+    pub async fn most_limited_in(
+        &self,
+        prefix: &str,
+        site: &str,
+        since: Duration,
+        n: usize,
+    ) -> Result<Vec<(String, u64)>, BackendError> {
+        match &self.store {
+            Store::Memory(_) => Ok(self.refusals.read_here(prefix, site, since, n)),
+            #[cfg(feature = "redis")]
+            Store::Redis(redis) => {
+                let minutes = most_limited::minutes(since, most_limited::this_minute());
+                redis.most_limited(prefix, site, minutes, n).await
+            }
+            Store::Misconfigured(err) => Err(misconfigured(err)),
+        }
+    }
+
+    /// Counts a refusal of `key` by the guarded site `site` (see
+    /// [`most_limited`](Self::most_limited)).
+    #[cold]
+    pub(crate) fn refused(&self, site: &str, key: &str) {
+        match &self.store {
+            Store::Memory(_) | Store::Misconfigured(_) => self.refusals.record_here(site, key),
+            #[cfg(feature = "redis")]
+            Store::Redis(redis) => {
+                if self.refusals.record_pending(site, key) {
+                    most_limited::start_flushing(&self.refusals, redis);
+                }
+            }
         }
     }
 
@@ -1068,6 +1195,7 @@ impl fmt::Debug for Limiter {
             .field("deny_cache", &self.deny_cache.is_some())
             .field("shadow", &self.shadow)
             .field("rules_poll", &self.rules_poll)
+            .field("on_warning", &crate::warning::HookSet(&self.warning_hook))
             .finish()
     }
 }

@@ -207,6 +207,9 @@ impl Observation {
         }
         #[cfg(feature = "metrics")]
         {
+            if let (Outcome::Limited, Ok(decision)) = (outcome, &answer.result) {
+                limited_total(self.site, rules, decision);
+            }
             metrics::counter!(
                 "ratelimit_checks_total",
                 "site" => self.site,
@@ -223,6 +226,20 @@ impl Observation {
     }
 }
 
+/// Counts a refusal in `ratelimit_limited_total{site, rule}`, `rule` the refusing rule's
+/// text (`3 per 60s`), or `N in flight` for a site's limit on calls in flight: bounded by
+/// the site's rules.
+#[cfg(feature = "metrics")]
+#[cold]
+fn limited_total(site: &'static str, rules: &[Rule], decision: &RawDecision) {
+    let rule = match rules.get(decision.rule_index) {
+        Some(rule) => rule.to_string(),
+        // Past the rules: refused by the limit on calls in flight, which rides in the id.
+        None => format!("{} in flight", decision.receipt.id),
+    };
+    metrics::counter!("ratelimit_limited_total", "site" => site, "rule" => rule).increment(1);
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -237,6 +254,7 @@ mod tests {
             reset_after_us: 1_000_000,
             retry_after_us: if allowed { 0 } else { 1_000_000 },
             receipt: Default::default(),
+            crossed: None,
         }
     }
 

@@ -242,6 +242,7 @@ pub(crate) fn guard<'a>(
             reset_after_us: left_us,
             retry_after_us: left_us,
             receipt: Receipt::NONE,
+            crossed: None,
         };
         return Guarded::Ready(step.answer(Ok(banned.into_decision(&rules)), key, rules, None));
     }
@@ -336,6 +337,7 @@ impl<'a> Step<'a> {
             // Only a site with `charge_if` gives units back.
             refundable: config.refunds,
             slot,
+            warn_at: config.warn_at,
         };
         // A shadow site never waits: it refuses nothing.
         let wait = config.wait.filter(|_| !self.shadow);

@@ -40,6 +40,9 @@ pub struct SiteConfig {
     /// At most this many calls of one key at once (the attribute's `concurrency` and
     /// `lease`); `None`: no limit on calls in flight.
     pub concurrency: Option<Concurrency>,
+    /// Warn when a call takes a rule to this percentage of its count (the attribute's
+    /// `warn_at`, 1 to 99); 0: never.
+    pub warn_at: u8,
 }
 
 impl SiteConfig {
@@ -66,6 +69,7 @@ impl SiteConfig {
             wait: None,
             refunds: false,
             concurrency: None,
+            warn_at: 0,
         }
     }
 

@@ -819,7 +819,7 @@ pub(crate) mod tests {
         assert_eq!(headers["ratelimit"], r#""p1";r=0;t=60"#);
         assert_eq!(
             refused.body(),
-            r#"{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"too many requests"}"#
+            r#"{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"detail":"the limit of 2 per 60s is reached; retry in 1m00s","violated-policies":["p1"]}"#
         );
         // Another client, another budget.
         let other = serve(&mut service, request_from("192.0.2.2:1")).await;

@@ -30,7 +30,7 @@ pub const PROBLEM: &str = "application/problem+json";
 /// says nothing of how the server is configured; the log does.
 pub const GENERIC_500: &str = r#"{"type":"about:blank","title":"Internal Server Error","status":500,"detail":"the server could not handle this request"}"#;
 /// The body of a refused `/sms/code`.
-pub const SMS_LIMITED: &str = r#"{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"too many verification codes; wait before asking for another"}"#;
+pub const SMS_LIMITED: &str = r#"{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"detail":"too many verification codes; wait before asking for another (the limit of 1 per 5s is reached; retry in 5s)","violated-policies":["dup"]}"#;
 /// The body of a fail-closed refusal.
 pub const UNAVAILABLE: &str = r#"{"type":"about:blank","title":"Service Unavailable","status":503,"detail":"the rate limiter is unavailable; try again later"}"#;
 
@@ -152,11 +152,27 @@ pub async fn assert_refused(response: Response, policy: &str, retry_after_s: u64
     assert_eq!(header(&response, "ratelimit-policy"), Some(policy));
     let status = format!(r#""p1";r=0;t={retry_after_s}"#);
     assert_eq!(header(&response, "ratelimit"), Some(status.as_str()));
-    let body = format!(
-        r#"{{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"{detail}"}}"#
+    let body: serde_json::Value = serde_json::from_str(&response.text().await.unwrap()).unwrap();
+    assert_eq!(body["type"], QUOTA_EXCEEDED, "{body}");
+    assert_eq!(body["status"], 429, "{body}");
+    assert_eq!(
+        body["violated-policies"],
+        serde_json::json!(["p1"]),
+        "{body}"
     );
-    assert_eq!(response.text().await.unwrap(), body);
+    // The site's message, then which limit refused and when to retry; the default message
+    // gives way to the latter alone.
+    let said = body["detail"].as_str().unwrap();
+    let (message, specific) = match said.split_once(" (") {
+        Some((message, specific)) => (message, specific.trim_end_matches(')')),
+        None => ("too many requests", said),
+    };
+    assert_eq!(message, detail, "{body}");
+    assert!(specific.starts_with("the limit of "), "{body}");
 }
+
+/// The problem type of a refusal (draft-ietf-httpapi-ratelimit-headers-11).
+pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
 
 /// A limiter on `server` giving up on a check after 200 ms, fail-open or fail-closed;
 /// leaked, as the example apps want it `'static`.

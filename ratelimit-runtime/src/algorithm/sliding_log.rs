@@ -436,6 +436,7 @@ mod tests {
             reset_after_us,
             retry_after_us: 0,
             receipt: Receipt::NONE,
+            crossed: None,
         }
     }
 
@@ -447,6 +448,7 @@ mod tests {
             reset_after_us,
             retry_after_us,
             receipt: Receipt::NONE,
+            crossed: None,
         }
     }
 

@@ -127,7 +127,7 @@ impl MemoryBackend {
         // Read under the lock: a time read before it could be older than the state a
         // check that took the lock first has written.
         let now_us = request.now_us_or(|| self.clock.now_us());
-        shard.check(request, hash, now_us)
+        shard.check_warned(request, hash, now_us)
     }
 
     /// A check that also takes a slot (`slot.lua`'s semantics): refused at once when every
@@ -151,7 +151,7 @@ impl MemoryBackend {
             let hash = self.hash(request.key);
             let mut shard = self.shard(hash);
             let now_us = request.now_us_or(|| self.clock.now_us());
-            shard.check(request, hash, now_us)?
+            shard.check_warned(request, hash, now_us)?
         };
         if raw.allowed {
             slots.take(request.key, ask, now_us);
@@ -378,6 +378,53 @@ struct Link {
 }
 
 impl Shard {
+    /// [`check`](Self::check), with the rules an admitted check asking for warnings
+    /// (`warn_at`) took to their warning share (`warning.rs`), judged under the same lock
+    /// from what each rule had left: the embedded backend's `warn.lua`.
+    #[inline]
+    fn check_warned(
+        &mut self,
+        request: &Request<'_>,
+        hash: u64,
+        now_us: u64,
+    ) -> Result<RawDecision, BackendError> {
+        if request.warn_at == 0 || !request.consume {
+            return self.check(request, hash, now_us);
+        }
+        self.check_crossing(request, hash, now_us)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn check_crossing(
+        &mut self,
+        request: &Request<'_>,
+        hash: u64,
+        now_us: u64,
+    ) -> Result<RawDecision, BackendError> {
+        let held = self
+            .find(hash, request.key)
+            .and_then(|id| self.slots[id as usize].as_ref())
+            .filter(|slot| {
+                slot.expires_at_us > now_us && slot.state.algorithm() == request.algorithm
+            });
+        let left: Vec<u64> = request
+            .rules
+            .iter()
+            .map(|rule| held.map_or(rule.count(), |slot| slot.state.standing(rule, now_us).left))
+            .collect();
+        let mut raw = self.check(request, hash, now_us)?;
+        if raw.allowed {
+            raw.crossed = crate::warning::crossings(
+                request.rules,
+                &left,
+                request.cost.get(),
+                request.warn_at,
+            );
+        }
+        Ok(raw)
+    }
+
     fn new(capacity: usize) -> Self {
         Shard {
             index: HashTable::new(),
@@ -646,6 +693,7 @@ mod tests {
             block_for_us: None,
             refundable: false,
             slot: None,
+            warn_at: 0,
         }
     }
 

@@ -47,6 +47,10 @@ pub(crate) struct Request<'a> {
     /// A slot to take with the check, all or nothing (calls in flight, `slot.rs`);
     /// `None` for a check that takes none, which costs nothing more.
     pub slot: Option<&'a SlotAsk>,
+    /// A consuming check that takes a rule from below this percentage of its count to at
+    /// or above it is told so by the backend (`warning.rs`); 0: no warning, which costs
+    /// nothing more.
+    pub warn_at: u8,
 }
 
 impl<'a> Request<'a> {
@@ -64,6 +68,7 @@ impl<'a> Request<'a> {
             // site's only when it has `charge_if` (see `site.rs`).
             refundable: consume,
             slot: None,
+            warn_at: 0,
         }
     }
 

@@ -207,6 +207,37 @@ impl<'a> Check<'a> {
         self
     }
 
+    /// Warns when this check takes a rule from below `percent` % of its count to at or
+    /// above it: the limiter's [`on_warning`](Limiter::on_warning) hook runs, with an
+    /// `INFO` event and counter `ratelimit_warnings_total{site, rule}`. The backend
+    /// decides it under the key's lock, so of all the checks of every instance only the
+    /// one that crossed warns. A peek never warns.
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use redis_ratelimit::{Limiter, Rule};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// const BUDGET: [Rule; 1] = [Rule::per_minute(10)];
+    /// let seen = Arc::new(Mutex::new(Vec::new()));
+    /// let heard = Arc::clone(&seen);
+    /// let limiter = Limiter::memory().on_warning(move |w| heard.lock().unwrap().push(w.used));
+    /// for _ in 0..10 {
+    ///     limiter.check("tenant:acme", &BUDGET).warn_at(80).await?;
+    /// }
+    /// assert_eq!(*seen.lock().unwrap(), [8]); // once, as the 8th call of 10 crossed 80 %
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// When `percent` is 0 or above 99.
+    #[inline]
+    pub fn warn_at(mut self, percent: u8) -> Self {
+        self.plan.request.warn_at = checked_warn_at(percent);
+        self
+    }
+
     /// Runs the check at an explicit time (since the epoch; 0 is the backend's clock)
     /// instead of the backend's clock. For differential tests only.
     #[cfg(feature = "test-clock")]
@@ -266,6 +297,7 @@ impl<'a> Plan<'a> {
         let now = observation.in_scope(|| self.limiter.answer_now(&self.request));
         match now {
             Now::Answered(answer) if !self.waits_after(&answer) => {
+                self.report(&answer);
                 observation.finish(&answer, self.request.rules);
                 Begun::Answered(answer.result)
             }
@@ -299,6 +331,7 @@ impl<'a> Plan<'a> {
             // size of every check's future.
             answer = Box::pin(wait_for_room(self.limiter, self.request, budget, answer)).await;
         }
+        self.report(&answer);
         observation.finish(&answer, self.request.rules);
         match self.request.slot {
             None => decided(answer.result, self.request.rules),
@@ -311,6 +344,22 @@ impl<'a> Plan<'a> {
     #[inline(never)]
     fn resumed(self, waits: Waits) -> BoxFuture<'a, Result<Decision, BackendError>> {
         boxed_in_place(|| self.resume(waits))
+    }
+
+    /// Tells the limiter what `answer` says beyond the decision: the rules it took to
+    /// their warning share, and a guarded site's refusal (for `most_limited`).
+    #[inline]
+    fn report(&self, answer: &Answer) {
+        let Ok(raw) = &answer.result else {
+            return;
+        };
+        if let Some(crossings) = &raw.crossed {
+            self.limiter
+                .warned(self.site, self.request.key, self.request.rules, crossings);
+        }
+        if !raw.allowed && !self.shadow && self.site != PROGRAMMATIC {
+            self.limiter.refused(self.site, self.request.key);
+        }
     }
 
     /// How long to wait for room, if at all.
@@ -354,6 +403,15 @@ pub(crate) fn decided(
     rules: &[Rule],
 ) -> Result<Decision, BackendError> {
     result.map(|raw| raw.into_decision(rules))
+}
+
+/// `percent` as a warning share, or a panic naming what is allowed.
+pub(crate) fn checked_warn_at(percent: u8) -> u8 {
+    assert!(
+        (1..=99).contains(&percent),
+        "warn_at takes a percentage of a rule's count from 1 to 99, not {percent}"
+    );
+    percent
 }
 
 /// A wait budget as a plan keeps it: in µs, at least 1 for any budget (a budget of 0
@@ -426,6 +484,7 @@ mod tests {
                 reset_after_us: 1_000_000,
                 retry_after_us: retry_after.map_or(RawDecision::NEVER, clock::micros),
                 receipt: Default::default(),
+                crossed: None,
             }),
             by: AnsweredBy::MEMORY,
         }

@@ -85,7 +85,7 @@ impl DenyCache {
                 // Rounded up: a call retried after it must find the denial passed.
                 retry_after_us: clock::micros_rounded_up(denial.until - now),
                 reset_after_us: denial.decision.reset_after_us.saturating_sub(elapsed_us),
-                ..denial.decision
+                ..denial.decision.clone()
             }
         })
     }
@@ -104,7 +104,7 @@ impl DenyCache {
             rules: request.rules.into(),
             algorithm: request.algorithm,
             cost: request.cost,
-            decision: *decision,
+            decision: decision.clone(),
             at,
             until: at + retry_after,
         };
@@ -145,6 +145,7 @@ mod tests {
             block_for_us: None,
             refundable: false,
             slot: None,
+            warn_at: 0,
         }
     }
 
@@ -156,6 +157,7 @@ mod tests {
             reset_after_us: 50_000_000,
             retry_after_us: clock::micros(retry_after),
             receipt: Default::default(),
+            crossed: None,
         }
     }
 

@@ -6,15 +6,15 @@
 -- (expiry.lua); save.lua or sliding_log_add.lua writes the block. A consuming check that
 -- is refused with block_for set is such a write: the fragments after this one know it so.
 --
--- An escalating lock-out (lockout.rs) takes its duration from the schedule, a string of
--- doubles (µs): the nth, n being its strikes: one more than the block it finds (which has
--- ended: blocked.lua answered otherwise) when that one was of a schedule and ended less
+-- An escalating lock-out (lockout.rs) takes its duration from the schedule, ARGV[4], a
+-- string of doubles (µs): the nth, n being its strikes: one more than the block it finds
+-- (which has ended: blocked.lua answered otherwise) when that one was of a schedule and ended less
 -- than 24 hours ago, else 1; the last duration repeats. The key then lives 24 hours past
 -- the lock-out, so that the next one finds its streak (streak.lua keeps it).
 if denied and consume and block_for then
     local remembered = 0
     if escalating then
-        local schedule = ARGV[SCHEDULE_ARG]
+        local schedule = ARGV[4]
         local strikes = 1
         if blocked_strikes and blocked_strikes > 0 and now < blocked_until + 86400000000 then
             strikes = blocked_strikes + 1

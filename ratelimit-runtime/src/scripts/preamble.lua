@@ -27,8 +27,7 @@
 --               at (a string-state algorithm's refund needs it; see reply.lua); plus
 --               4 * block_for in µs: a consuming check refused by a rule then blocks
 --               the key that long (block.lua); all negated for an escalating lock-out,
---               whose schedule is then the argument after the check's id (ARGV[3] for
---               the sliding log, ARGV[2] for the others: block.lua);
+--               whose schedule is then ARGV[4] (block.lua);
 --            2: now in µs since the epoch, or 0 to read Redis TIME (explicit times are
 --               for tests);
 --            3: the call's cost, in units of every rule (at least 1);
@@ -40,6 +39,10 @@
 --          block_for shares the first number so that a check of one rule stays within
 --          44 bytes, which Redis keeps in one allocation.
 -- ARGV[2]  the sliding log's id of a consuming check (see sliding_log.lua)
+-- ARGV[3]  a consuming check's warn_at, one byte (warn_args.lua)
+-- ARGV[4]  an escalating lock-out's schedule (block.lua)
+--          Each optional argument has its place; one before a place that is sent goes
+--          empty, and a check needing none sends none (backend/redis/script.rs).
 -- Returns  {allowed (1|0), rule_index (0-based binding rule), remaining, reset_after_us,
 --          retry_after_us (0 when allowed, -1 when the call can never pass)},
 --          or an admitted call's short form (see reply.lua), which a check that asks for

@@ -10,13 +10,14 @@
 /// The sliding log's script.
 pub const SLIDING_LOG: &str = concat!(
     include_str!("preamble.lua"),
-    "local SCHEDULE_ARG = 3\n",
+    include_str!("warn_args.lua"),
     include_str!("sliding_log.lua"),
     include_str!("blocked.lua"),
     "local moment, periods, period_reach = now, nil, 0\n",
     include_str!("sliding_log_rules.lua"),
     include_str!("calendar.lua"),
     include_str!("sliding_log_calendar.lua"),
+    include_str!("warn.lua"),
     include_str!("bind.lua"),
     include_str!("sliding_log_rerun.lua"),
     // The log is trimmed to its rules' longest window (at least 1 µs, so that a check's
@@ -26,14 +27,16 @@ pub const SLIDING_LOG: &str = concat!(
     include_str!("block.lua"),
     include_str!("expiry.lua"),
     include_str!("streak.lua"),
+    include_str!("warn_rerun.lua"),
     include_str!("sliding_log_add.lua"),
+    include_str!("warn_reply.lua"),
     include_str!("reply.lua"),
 );
 
 /// The fixed window's script.
 pub const FIXED_WINDOW: &str = concat!(
     include_str!("preamble.lua"),
-    "local SCHEDULE_ARG = 2\n",
+    include_str!("warn_args.lua"),
     "local NAME, SIZE, LATEST, HEAD, OWN = 'fixed_window', 32, true, '<c12ddddd', '<dd'\n",
     "local CAL = 8\n",
     include_str!("state.lua"),
@@ -44,22 +47,25 @@ pub const FIXED_WINDOW: &str = concat!(
     include_str!("find.lua"),
     include_str!("calls.lua"),
     include_str!("calendar_check.lua"),
+    include_str!("warn.lua"),
     include_str!("bind.lua"),
     "if not period_start then\n",
     include_str!("fixed_window.lua"),
+    include_str!("warn.lua"),
     include_str!("bind.lua"),
     "end\n",
     include_str!("block.lua"),
     include_str!("expiry.lua"),
     include_str!("streak.lua"),
     include_str!("save.lua"),
+    include_str!("warn_reply.lua"),
     include_str!("reply.lua"),
 );
 
 /// The sliding window's script.
 pub const SLIDING_WINDOW: &str = concat!(
     include_str!("preamble.lua"),
-    "local SCHEDULE_ARG = 2\n",
+    include_str!("warn_args.lua"),
     "local NAME, SIZE, LATEST, HEAD, OWN = 'sliding_window', 40, true, '<c14dddddd', '<ddd'\n",
     "local CAL = 8\n",
     include_str!("muldiv.lua"),
@@ -71,22 +77,25 @@ pub const SLIDING_WINDOW: &str = concat!(
     include_str!("find.lua"),
     include_str!("calls.lua"),
     include_str!("calendar_check.lua"),
+    include_str!("warn.lua"),
     include_str!("bind.lua"),
     "if not period_start then\n",
     include_str!("sliding_window.lua"),
+    include_str!("warn.lua"),
     include_str!("bind.lua"),
     "end\n",
     include_str!("block.lua"),
     include_str!("expiry.lua"),
     include_str!("streak.lua"),
     include_str!("save.lua"),
+    include_str!("warn_reply.lua"),
     include_str!("reply.lua"),
 );
 
 /// The token bucket's script.
 pub const TOKEN_BUCKET: &str = concat!(
     include_str!("preamble.lua"),
-    "local SCHEDULE_ARG = 2\n",
+    include_str!("warn_args.lua"),
     "local NAME, SIZE, LATEST, HEAD, OWN = 'token_bucket', 24, false, '<c12dddd', '<d'\n",
     "local CAL = 0\n",
     include_str!("state.lua"),
@@ -98,16 +107,19 @@ pub const TOKEN_BUCKET: &str = concat!(
     include_str!("find.lua"),
     include_str!("calls.lua"),
     include_str!("calendar_check.lua"),
+    include_str!("warn.lua"),
     include_str!("bind.lua"),
     "if not period_start then\n",
     include_str!("token_interval.lua"),
     include_str!("token_bucket.lua"),
+    include_str!("warn.lua"),
     include_str!("bind.lua"),
     "end\n",
     include_str!("block.lua"),
     include_str!("expiry.lua"),
     include_str!("streak.lua"),
     include_str!("save.lua"),
+    include_str!("warn_reply.lua"),
     include_str!("reply.lua"),
 );
 

@@ -1,14 +1,18 @@
 //! The `RateLimit-Policy`, `RateLimit` and `Retry-After` fields, in the structured-field
-//! form of draft-ietf-httpapi-ratelimit-headers (draft 10): written once, for HTTP headers
-//! (axum, hyper, actix-web) and gRPC metadata (tonic) alike.
+//! form of draft-ietf-httpapi-ratelimit-headers-11 (its wire format is draft 10's): written
+//! once, for HTTP headers (axum, hyper, actix-web) and gRPC metadata (tonic) alike.
 //!
 //! - `RateLimit-Policy` is a List of quota policies, each a String naming it, with `q` (the
-//!   quota, in the default unit, requests) and `w` (the window in seconds). The draft's
-//!   window is a whole number of seconds ("sub-second precision is not supported"), so a
-//!   window that is not one is left out rather than rounded: `w=1` for a 250 ms window
-//!   would advertise a quarter of the real rate.
-//! - `RateLimit` is the service limit of the binding policy: `r`, the quota units left, and
-//!   `t`, the seconds until additional quota is made available (rounded up).
+//!   quota, in the default quota unit, requests) and `w` (the window in seconds). The
+//!   draft's window is a whole number of seconds ("sub-second precision is not
+//!   supported"), so a window that is not one is left out rather than rounded: `w=1` for a
+//!   250 ms window would advertise a quarter of the real rate. A calendar quota has no `w`
+//!   either: no fixed window fits a month. A limit on calls in flight is the policy `conc`,
+//!   `qu="concurrent-requests"`, with no `w`: a slot is held as long as its call runs.
+//! - `RateLimit` is the service limit of the binding policy: `r`, the available quota (the
+//!   units left), and `t`, the effective window (the seconds until additional quota is made
+//!   available, rounded up): for a calendar quota, until the period's end. A limit on calls
+//!   in flight has no `t`: nobody knows when a call ends.
 //! - `Retry-After` (on a refusal) is in whole seconds, rounded up and at least 1: never
 //!   earlier than a call can pass, nor than `t`.
 
@@ -92,13 +96,28 @@ impl fmt::Display for PolicyName {
 fn push_policy(out: &mut String, name: PolicyName, rule: &Rule) {
     let _ = write!(out, "\"{name}\";q={}", rule.count());
     let window = rule.window();
-    if window.subsec_nanos() == 0 {
+    if window.subsec_nanos() == 0 && rule.calendar().is_none() {
         let _ = write!(out, ";w={}", window.as_secs());
     }
 }
 
-fn push_limit(out: &mut String, name: PolicyName, remaining: u64, reset: Duration) {
-    let _ = write!(out, "\"{name}\";r={remaining};t={}", ceil_secs(reset));
+/// `"name";r=..;t=..`; `reset` `None` for no `t` (calls in flight).
+fn push_limit(out: &mut String, name: PolicyName, remaining: u64, reset: Option<Duration>) {
+    let _ = write!(out, "\"{name}\";r={remaining}");
+    if let Some(reset) = reset {
+        let _ = write!(out, ";t={}", ceil_secs(reset));
+    }
+}
+
+/// The name the fields give rule `rule_index` of a call site whose rules are `rules`
+/// (`conc` past them: its limit on calls in flight); [`LONE_POLICY`] without the site.
+pub(crate) fn policy_name(site: Option<(usize, &[Rule], bool)>) -> String {
+    match site {
+        Some((index, rules, duplicate_rule)) => {
+            PolicyName::of(index, rules, duplicate_rule).to_string()
+        }
+        None => PolicyName::Lone.to_string(),
+    }
 }
 
 /// `"p1";q=10;w=60, "dup";q=1;w=5`: every rule of the call site.
@@ -119,7 +138,11 @@ pub(crate) fn policy_list(rules: &[Rule], duplicate_rule: bool) -> String {
 /// and `t` is the rule's window.
 pub(crate) fn describe_refusal(rule: &Rule, retry_after: Duration, sink: &mut impl FieldSink) {
     let never = retry_after == Duration::MAX;
-    let wait = if never { rule.window() } else { retry_after };
+    // A calendar period's end is not known here: a cost that never passes gets no `t`.
+    let wait = match never {
+        true => rule.calendar().is_none().then(|| rule.window()),
+        false => Some(retry_after),
+    };
     let mut policy = String::with_capacity(24);
     push_policy(&mut policy, PolicyName::Lone, rule);
     let mut limit = String::with_capacity(24);
@@ -152,14 +175,14 @@ pub(crate) fn describe(outcome: &SiteDecision, refused: bool, sink: &mut impl Fi
         );
     }
     sink.set(RATELIMIT_POLICY, policies);
-    let reset = decision.retry_after.unwrap_or(decision.reset_after);
+    let name = PolicyName::of(decision.rule_index, outcome.rules, outcome.duplicate_rule);
+    // Nobody knows when a call in flight ends: its policy has no `t`.
+    let reset = match name {
+        PolicyName::Concurrency => None,
+        _ => Some(decision.retry_after.unwrap_or(decision.reset_after)),
+    };
     let mut limit = String::with_capacity(24);
-    push_limit(
-        &mut limit,
-        PolicyName::of(decision.rule_index, outcome.rules, outcome.duplicate_rule),
-        decision.remaining,
-        reset,
-    );
+    push_limit(&mut limit, name, decision.remaining, reset);
     sink.set(RATELIMIT, limit);
     if let Some(wait) = decision.retry_after {
         if refused && !sink.has(RETRY_AFTER) {
@@ -285,6 +308,60 @@ pub(crate) mod tests {
             ),
             r#""p1";q=3, "p2";q=9;w=2"#
         );
+    }
+
+    #[test]
+    fn a_calendar_policy_has_no_window_and_runs_to_the_period_s_end() {
+        let rules = [
+            Rule::per_minute(60).calls(),
+            Rule::per_calendar(2_000_000, crate::Calendar::Month),
+        ];
+        assert_eq!(
+            policy_list(&rules, false),
+            r#""p1";q=60;w=60, "p2";q=2000000"#
+        );
+        // Its decision's reset is the month's end: 3 days away.
+        let month_end = Duration::from_secs(3 * 86_400);
+        let mut fields = Fields::default();
+        let decision = decision_under(&rules, 1, 1_500_000, month_end, None);
+        let site = SiteDecision {
+            decision,
+            rules: Box::leak(Box::new(rules)),
+            duplicate_rule: false,
+            concurrency: None,
+        };
+        describe(&site, false, &mut fields);
+        assert_eq!(fields.get(RATELIMIT), Some(r#""p2";r=1500000;t=259200"#));
+    }
+
+    #[test]
+    fn a_concurrency_policy_has_neither_window_nor_t() {
+        let rules: &'static [Rule] = &RULES[..1];
+        let lease = Duration::from_secs(30);
+        let decision = Decision {
+            allowed: false,
+            limit: 4,
+            remaining: 0,
+            reset_after: lease,
+            retry_after: Some(Duration::from_millis(100)),
+            rule: Rule::new(4, lease),
+            rule_index: 1,
+            receipt: Default::default(),
+        };
+        let site = SiteDecision {
+            decision,
+            rules,
+            duplicate_rule: false,
+            concurrency: Some(4),
+        };
+        let mut fields = Fields::default();
+        describe(&site, true, &mut fields);
+        assert_eq!(
+            fields.get(RATELIMIT_POLICY),
+            Some(r#""p1";q=10;w=60, "conc";q=4;qu="concurrent-requests""#)
+        );
+        assert_eq!(fields.get(RATELIMIT), Some(r#""conc";r=0"#));
+        assert_eq!(fields.get(RETRY_AFTER), Some("1"));
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub(crate) mod middleware;
 #[cfg(feature = "tower")]
 pub(crate) mod peer;
 pub(crate) mod problem;
+pub(crate) mod refusal;
 
 pub use client_ip::{InvalidProxyNet, ProxyHeader};
 pub use middleware::ResponseFuture;

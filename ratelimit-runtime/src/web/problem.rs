@@ -76,12 +76,20 @@ impl Integration {
 }
 
 /// An HTTP problem (`application/problem+json`, RFC 9457): `type` is `about:blank`, so
-/// `title` is the status's reason phrase.
+/// `title` is the status's reason phrase; a refusal's is draft-ietf-httpapi-ratelimit-headers-11's
+/// `quota-exceeded`, naming the policies it violated (as `RateLimit-Policy` names them).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Problem {
     pub status: u16,
     pub detail: String,
+    /// A refusal's `violated-policies`.
+    pub violated: Option<String>,
 }
+
+/// The problem type of a refusal (draft-ietf-httpapi-ratelimit-headers-11, "Quota
+/// Exceeded").
+pub(crate) const QUOTA_EXCEEDED: &str =
+    "https://iana.org/assignments/http-problem-types#quota-exceeded";
 
 /// The media type of [`Problem::body`].
 pub(crate) const PROBLEM_JSON: &str = "application/problem+json";
@@ -112,8 +120,18 @@ impl Problem {
     ///   address, a user id, as read from the current request context) is logged;
     /// - `Backend`: 503.
     pub(crate) fn of(err: &RateLimitError, integration: Integration) -> Problem {
+        let mut violated = None;
         let detail = match err {
-            RateLimitError::Limited { message, .. } => (*message).to_owned(),
+            RateLimitError::Limited {
+                message,
+                rule,
+                retry_after,
+                ..
+            } => {
+                let refusal = crate::web::refusal::Refusal::of(rule, *retry_after);
+                violated = Some(refusal.policy.clone());
+                refusal.detail(message)
+            }
             RateLimitError::MissingIdentity { limit_type } => {
                 log_missing_identity(&missing_identity(
                     *limit_type,
@@ -130,6 +148,7 @@ impl Problem {
         Problem {
             status: status_of(err),
             detail,
+            violated,
         }
     }
 
@@ -146,12 +165,24 @@ impl Problem {
     /// `{"type":"about:blank","title":...,"status":...,"detail":...}`.
     pub(crate) fn body(&self) -> String {
         let mut body = String::with_capacity(96 + self.detail.len());
-        body.push_str(r#"{"type":"about:blank","title":"#);
+        body.push_str(r#"{"type":"#);
+        push_json_string(
+            &mut body,
+            self.violated
+                .as_ref()
+                .map_or("about:blank", |_| QUOTA_EXCEEDED),
+        );
+        body.push_str(r#","title":"#);
         push_json_string(&mut body, self.title());
         body.push_str(r#","status":"#);
         body.push_str(&self.status.to_string());
         body.push_str(r#","detail":"#);
         push_json_string(&mut body, &self.detail);
+        if let Some(violated) = &self.violated {
+            body.push_str(r#","violated-policies":["#);
+            push_json_string(&mut body, violated);
+            body.push(']');
+        }
         body.push('}');
         body
     }
@@ -298,7 +329,7 @@ pub(crate) mod tests {
         assert_eq!(problem.status, 429);
         assert_eq!(
             problem.body(),
-            r#"{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"too many codes, \"slow\" down"}"#
+            r#"{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"detail":"too many codes, \"slow\" down (the limit of 10 per 60s is reached; retry in 12s)","violated-policies":["limit"]}"#
         );
         let backend = backend_failure();
         assert_eq!(

@@ -173,6 +173,16 @@ async fn enforced() -> Result<(), RateLimitError> {
     Ok(())
 }
 
+#[rate_limiter(rules("3/minute", "100/hour"), limit_type = GLOBAL, warn_at = 80)]
+async fn warned() -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+#[rate_limiter(rules("3/minute"), limit_type = GLOBAL, warn_at = 1, shadow = true)]
+async fn warned_in_shadow() -> Result<(), RateLimitError> {
+    Ok(())
+}
+
 #[rate_limiter(
     rules = plan_rules(&user),
     limit_type = USER_ID,
@@ -238,6 +248,8 @@ fn main() {
     assert_send(block_and_wait());
     assert_send(wait_seconds());
     assert_send(shadow());
+    assert_send(warned());
+    assert_send(warned_in_shadow());
     assert_send(enforced());
     assert_send(every_policy(self::user()));
     let mut accounts = Accounts { failures: 0 };

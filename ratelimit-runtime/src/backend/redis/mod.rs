@@ -62,6 +62,7 @@ mod config;
 mod dial;
 mod failure;
 mod link;
+mod most_limited;
 mod node;
 mod operator;
 mod pool;

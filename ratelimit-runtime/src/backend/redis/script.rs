@@ -12,6 +12,7 @@ use crate::backend::Request;
 use crate::concurrency::{SlotAsk, SlotId};
 use crate::decision::{CountedBy, RawDecision, Receipt};
 use crate::lockout::Lockout;
+use crate::warning::Crossing;
 use crate::{random, Algorithm, Rule};
 
 /// The scripts' sources, composed from shared fragments.
@@ -72,26 +73,18 @@ impl<'r> Invocation<'r> {
             return self.taking_slot(ask, true);
         }
         let hash = script(request.algorithm).get_hash();
-        let id = self.id.map(check_id);
-        let size = "EVALSHA".len()
-            + hash.len()
-            + 1
-            + request.key.len()
-            + Numbers::len(request)
-            + id.map_or(0, |id| id.len());
-        let mut evalsha = Cmd::with_capacity(5 + usize::from(id.is_some()), size);
+        // The common check: its id, if any, is the last argument (see `optional_args`).
+        let id_len = if self.id.is_some() { 16 } else { 0 };
+        let size =
+            "EVALSHA".len() + hash.len() + 1 + request.key.len() + Numbers::len(request) + id_len;
+        let mut evalsha = Cmd::with_capacity(5 + usize::from(self.id.is_some()), size);
         evalsha
             .arg("EVALSHA")
             .arg(hash)
             .arg(1)
             .arg(request.key)
             .arg(Numbers(request));
-        if let Some(id) = id {
-            evalsha.arg(&id[..]);
-        }
-        if let Some(schedule) = Schedule::of(request) {
-            evalsha.arg(schedule);
-        }
+        self.optional_args(&mut evalsha);
         evalsha
     }
 
@@ -107,13 +100,36 @@ impl<'r> Invocation<'r> {
             .arg(1)
             .arg(request.key)
             .arg(Numbers(request));
-        if let Some(id) = self.id {
-            eval.arg(&check_id(id)[..]);
-        }
-        if let Some(schedule) = Schedule::of(request) {
-            eval.arg(schedule);
-        }
+        self.optional_args(&mut eval);
         eval
+    }
+
+    /// The arguments after the check's numbers, each at a place of its own so that every
+    /// fragment finds its own: ARGV[2] the sliding log's id (`sliding_log.lua`), ARGV[3] a
+    /// consuming check's `warn_at`, one byte (`warn_args.lua`), ARGV[4] an escalating
+    /// lock-out's schedule (`block.lua`). A place before one that is sent goes empty; a check
+    /// that needs none of them sends nothing more.
+    #[inline]
+    fn optional_args(&self, cmd: &mut Cmd) {
+        let request = self.request;
+        let warn_at = (request.warn_at != 0 && request.consume).then_some([request.warn_at]);
+        let schedule = Schedule::of(request);
+        let places = match (self.id, warn_at, &schedule) {
+            (_, _, Some(_)) => 3,
+            (_, Some(_), None) => 2,
+            (Some(_), None, None) => 1,
+            (None, None, None) => return,
+        };
+        match self.id {
+            Some(id) => cmd.arg(&check_id(id)[..]),
+            None => cmd.arg(&b""[..]),
+        };
+        if places >= 2 {
+            cmd.arg(warn_at.as_ref().map_or(&b""[..], |byte| &byte[..]));
+        }
+        if let Some(schedule) = schedule {
+            cmd.arg(schedule);
+        }
     }
 
     /// The script's answer, with the receipt of an admitted consuming check that a refund
@@ -165,12 +181,7 @@ impl Invocation<'_> {
             .arg(request.key)
             .arg(slots_key(request.key))
             .arg(Numbers(request));
-        if let Some(id) = self.id {
-            cmd.arg(&check_id(id)[..]);
-        }
-        if let Some(schedule) = Schedule::of(request) {
-            cmd.arg(schedule);
-        }
+        self.optional_args(&mut cmd);
         let mut slot = Vec::with_capacity(32);
         slot.extend_from_slice(&(ask.max as f64).to_le_bytes());
         slot.extend_from_slice(&(ask.lease_us as f64).to_le_bytes());
@@ -419,6 +430,7 @@ pub(crate) fn decode(reply: &Value, rules: &[Rule]) -> Option<(RawDecision, Opti
             reset_after_us: short / 64 / base,
             retry_after_us: 0,
             receipt: Receipt::NONE,
+            crossed: None,
         })
     };
     let (raw, at_us) = match reply {
@@ -430,7 +442,14 @@ pub(crate) fn decode(reply: &Value, rules: &[Rule]) -> Option<(RawDecision, Opti
             (short(whole(n)?)?, Some(whole(at)?))
         }
         Value::Array(items) => {
-            let (figures, at_us) = match items.as_slice() {
+            // A check that crossed a rule's warning share (`warn_reply.lua`).
+            let (items, crossed) = match items.as_slice() {
+                [figures @ .., Value::BulkString(crossings)] if items.len() == 7 => {
+                    (figures, Some(decode_crossings(crossings)?))
+                }
+                items => (items, None),
+            };
+            let (figures, at_us) = match items {
                 [figures @ .., at] if items.len() == 6 => (figures, Some(int(at)?)),
                 figures => (figures, None),
             };
@@ -451,12 +470,34 @@ pub(crate) fn decode(reply: &Value, rules: &[Rule]) -> Option<(RawDecision, Opti
                     other => int(other)?,
                 },
                 receipt: Receipt::NONE,
+                crossed,
             };
             (raw, at_us)
         }
         _ => return None,
     };
     (raw.rule_index < rules.len()).then_some((raw, at_us))
+}
+
+/// The crossings of `warn_reply.lua`: struct '<dd' (rule index, units used) each.
+#[cold]
+fn decode_crossings(bytes: &[u8]) -> Option<Box<[Crossing]>> {
+    if bytes.is_empty() || !bytes.len().is_multiple_of(16) {
+        return None;
+    }
+    let whole = |b: &[u8]| {
+        let x = f64::from_le_bytes(b.try_into().expect("8 bytes"));
+        (x >= 0.0 && x.fract() == 0.0).then_some(x as u64)
+    };
+    bytes
+        .chunks_exact(16)
+        .map(|pair| {
+            Some(Crossing {
+                rule_index: whole(&pair[..8])? as usize,
+                used: whole(&pair[8..])?,
+            })
+        })
+        .collect()
 }
 
 /// The refund scripts of the string-state algorithms, hashed once per process.
@@ -744,6 +785,7 @@ mod tests {
             block_for_us: None,
             refundable: false,
             slot: None,
+            warn_at: 0,
         }
     }
 
@@ -763,6 +805,7 @@ mod tests {
                     reset_after_us: 12_500_000,
                     retry_after_us: 0,
                     receipt: Receipt::NONE,
+                    crossed: None,
                 },
                 None
             )

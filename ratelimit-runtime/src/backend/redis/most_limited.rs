@@ -1,0 +1,87 @@
+//! Who is limited most, on Redis (see `limiter/most_limited.rs`): a flush of one site's
+//! minute of refusals (`scripts/most_limited_add.lua`) and the read of a site's minutes
+//! (`scripts/most_limited_read.lua`).
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::Script;
+
+use super::{Failure, RedisBackend};
+use crate::limiter::most_limited::{minute_key, CAP, KEPT_MINUTES};
+use crate::BackendError;
+
+const ADD: &str = include_str!("../../scripts/most_limited_add.lua");
+const READ: &str = include_str!("../../scripts/most_limited_read.lua");
+static ADD_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ADD));
+static READ_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(READ));
+
+impl RedisBackend {
+    /// Adds `counts` (identity -> refusals) to `site`'s `minute` under `prefix`.
+    pub(crate) async fn add_refusals(
+        &self,
+        prefix: &str,
+        site: &str,
+        minute: u64,
+        counts: &HashMap<String, u64>,
+    ) -> Result<(), BackendError> {
+        let key = minute_key(prefix, site, minute);
+        let expires_at = (minute + 1 + KEPT_MINUTES) * 60;
+        let command = |mut cmd: redis::Cmd| {
+            cmd.arg(1).arg(&key).arg(CAP).arg(expires_at);
+            for (identity, n) in counts {
+                cmd.arg(identity).arg(*n);
+            }
+            cmd
+        };
+        let mut evalsha = redis::cmd("EVALSHA");
+        evalsha.arg(ADD_SCRIPT.get_hash());
+        let evalsha = command(evalsha);
+        let eval = || {
+            let mut eval = redis::cmd("EVAL");
+            eval.arg(ADD);
+            Some(command(eval))
+        };
+        let deadline = self.deadline(self.config.timeout.max(Duration::from_secs(1)));
+        // Not harmless: run twice, it would add the refusals twice.
+        self.send_script(&key, &evalsha, eval, false, deadline)
+            .await
+            .map_err(|failure| self.error(&key, failure))?;
+        Ok(())
+    }
+
+    /// The `n` identities of `site` under `prefix` with the most refusals over `minutes`,
+    /// most first.
+    pub(crate) async fn most_limited(
+        &self,
+        prefix: &str,
+        site: &str,
+        minutes: impl Iterator<Item = u64>,
+        n: usize,
+    ) -> Result<Vec<(String, u64)>, BackendError> {
+        let keys: Vec<String> = minutes.map(|m| minute_key(prefix, site, m)).collect();
+        let command = |mut cmd: redis::Cmd| {
+            cmd.arg(keys.len()).arg(&keys).arg(n);
+            cmd
+        };
+        let mut evalsha = redis::cmd("EVALSHA");
+        evalsha.arg(READ_SCRIPT.get_hash());
+        let evalsha = command(evalsha);
+        let eval = || {
+            let mut eval = redis::cmd("EVAL");
+            eval.arg(READ);
+            Some(command(eval))
+        };
+        let key = &keys[0];
+        let deadline = self.deadline(self.config.timeout.max(Duration::from_secs(1)));
+        let reply = self
+            .send_script(key, &evalsha, eval, true, deadline)
+            .await
+            .map_err(|failure| self.error(key, failure))?;
+        let unexpected = |what: String| self.error(key, Failure::Unexpected(what.into()));
+        let pairs: Vec<(String, u64)> = redis::from_redis_value(reply.clone())
+            .map_err(|err| unexpected(format!("the read answered {reply:?}: {err}")))?;
+        Ok(pairs)
+    }
+}
