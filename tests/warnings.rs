@@ -61,6 +61,38 @@ macro_rules! on_both_backends {
 }
 
 on_both_backends! {
+    async fn a_warning_and_an_escalating_lock_out_ride_one_check(limiter: Limiter) {
+        // Both send an argument of their own to the scripts: each must find its own.
+        static LOCKOUTS: [Duration; 2] = [Duration::from_secs(60), Duration::from_secs(600)];
+        let (limiter, heard) = hooked(limiter);
+        let rules = [Rule::per_minute(4)];
+        for algorithm in Algorithm::ALL {
+            let key = format!("warn:lock-out:{algorithm}");
+            let check = |at: Duration| {
+                limiter
+                    .check(&key, &rules)
+                    .algorithm(algorithm)
+                    .warn_at(50)
+                    .block_schedule(&LOCKOUTS)
+                    .at(T0 + at)
+            };
+            for (start, lock_out) in [(Duration::ZERO, 60), (Duration::from_secs(200), 600)] {
+                for n in 1..=4 {
+                    let d = check(start + Duration::from_millis(n)).await.unwrap();
+                    assert!(d.allowed, "{algorithm}, call {n} from {start:?}: {d:?}");
+                    let warned = heard.take();
+                    assert_eq!(warned.len(), usize::from(n == 2), "{algorithm}, call {n}: {warned:?}");
+                }
+                let refused = check(start + Duration::from_millis(5)).await.unwrap();
+                assert_eq!(
+                    refused.retry_after,
+                    Some(Duration::from_secs(lock_out)),
+                    "{algorithm}, the lock-out from {start:?}"
+                );
+            }
+        }
+    }
+
     async fn a_crossing_warns_once_on_every_algorithm(limiter: Limiter) {
         let (limiter, heard) = hooked(limiter);
         let rules = [Rule::per_minute(10)];
