@@ -161,6 +161,28 @@ pub(crate) fn decide(
     }
 }
 
+/// The hold of a draw (`backend::Draw::hold_at`) of `rules` by `algorithm` counted at
+/// `at_us`, asked for `hold_us`: never more than a quarter of the shortest window, and
+/// never past the last µs of the aligned window (fixed and sliding window) or calendar
+/// period `at_us` is in, so that the units it records at `at_us + hold` are counted where
+/// they are spent (see `docs/allowances.md`).
+#[allow(dead_code)] // Until the limiter draws allowances.
+pub(crate) fn draw_hold_us(rules: &[Rule], algorithm: Algorithm, at_us: u64, hold_us: u64) -> u64 {
+    let aligned = matches!(algorithm, Algorithm::FixedWindow | Algorithm::SlidingWindow);
+    rules.iter().fold(hold_us, |hold, rule| {
+        let end_us = match rule.calendar() {
+            Some(calendar) => crate::calendar::period_us(calendar, at_us).1,
+            None if aligned => (at_us / rule.window_us() + 1) * rule.window_us(),
+            None => u64::MAX,
+        };
+        let quarter = match rule.calendar() {
+            Some(_) => u64::MAX,
+            None => rule.window_us() / 4,
+        };
+        hold.min(quarter).min(end_us.saturating_sub(at_us + 1))
+    })
+}
+
 /// How long a key must live after a write, as the scripts' `PEXPIRE` sets it: `needed_us`
 /// rounded up to whole milliseconds, plus a one-second margin, in µs.
 ///

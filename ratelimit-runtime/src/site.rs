@@ -314,6 +314,7 @@ impl<'a> Step<'a> {
             // Only a site with `charge_if` gives units back.
             refundable: config.refunds,
             slot,
+            draw: None,
         };
         // A shadow site never waits: it refuses nothing.
         let wait = config.wait.filter(|_| !self.shadow);

@@ -32,7 +32,7 @@ type KeyHasher = SeedableRandomState;
 use hashbrown::HashTable;
 
 use super::memory_slots::MemorySlots;
-use super::Request;
+use super::{GiveBack, Request};
 use crate::algorithm::{Call, KeyState};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::{CountedBy, RawDecision, Receipt};
@@ -212,6 +212,18 @@ impl MemoryBackend {
             }
         }
         Some(shard.check(peek, hash, now_us))
+    }
+
+    /// Gives back what the draw `give_back.receipt` names did not use, and re-times what it
+    /// used (see [`GiveBack`]); nothing for a receipt of nothing, of another backend or
+    /// algorithm, or of a key that has expired since. Sent twice, it changes the key once.
+    #[allow(dead_code)] // Until the limiter draws allowances.
+    pub(crate) fn give_back(&self, give_back: &GiveBack<'_>) {
+        let receipt = &give_back.receipt;
+        if receipt.is_empty() || receipt.counted_by != CountedBy::Memory {
+            return;
+        }
+        let _ = give_back;
     }
 
     /// A copy of `key`'s state, the clock's time and when the key expires (µs); `None`
@@ -593,6 +605,7 @@ mod tests {
             block_for_us: None,
             refundable: false,
             slot: None,
+            draw: None,
         }
     }
 

@@ -13,6 +13,7 @@ use std::num::NonZeroU64;
 
 use crate::algorithm::Call;
 use crate::concurrency::SlotAsk;
+use crate::decision::Receipt;
 use crate::{Algorithm, Rule};
 
 /// One check of one key.
@@ -46,6 +47,65 @@ pub(crate) struct Request<'a> {
     /// A slot to take with the check, all or nothing (calls in flight, `slot.rs`);
     /// `None` for a check that takes none, which costs nothing more.
     pub slot: Option<&'a SlotAsk>,
+    /// An allowance to draw with the check (see [`Draw`]); `None` for a plain check, which
+    /// costs nothing more.
+    #[allow(dead_code)] // Until the limiter draws allowances.
+    pub draw: Option<&'a Draw>,
+}
+
+/// An allowance drawn by a check: a reservation of `cost` units of every rule counting
+/// units and `calls` calls of every rule counting calls, all or nothing, as a check of
+/// them would take, but recorded as spent at the latest time they may be spent: `hold_us`
+/// after the time the draw is counted at (`d`), shortened by [`hold_at`](Draw::hold_at).
+/// Its answer's receipt names the draw's records for [`GiveBack`]: `at_us` is `d`, `cost`
+/// the units drawn; `id` the sliding log's id, the token bucket's first rule's
+/// theoretical arrival time after the draw (what a give-back finds unmoved when no later
+/// charge came), the fixed and sliding window's draw number. Its `remaining` is what the
+/// key has left after the draw.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(dead_code)] // Until the limiter draws allowances.
+pub(crate) struct Draw {
+    /// What the rules counting calls take: the calls the allowance stands for.
+    pub calls: NonZeroU64,
+    /// How long after the draw its units may be spent, in µs.
+    pub hold_us: u64,
+}
+
+#[allow(dead_code)] // Until the limiter draws allowances.
+impl Draw {
+    /// The hold a draw of `rules` by `algorithm`, counted at `at_us` (the receipt's), gets:
+    /// its own, never more than a quarter of the shortest window, and never past the end
+    /// (less 1 µs) of the aligned window (fixed and sliding window) or calendar period it
+    /// was counted in. Its units are recorded at `at_us + hold_at(..)`; an instance spends
+    /// them until then at the latest. Both backends and the limiter compute it here.
+    pub fn hold_at(&self, rules: &[Rule], algorithm: Algorithm, at_us: u64) -> u64 {
+        crate::algorithm::draw_hold_us(rules, algorithm, at_us, self.hold_us)
+    }
+}
+
+/// Giving back what a draw did not use, and re-timing what it did (the end of an
+/// allowance): unused units and calls are no longer counted; the used ones are counted
+/// as spent at `last_spend_us` instead of at the draw's hold time. Sent twice, it changes
+/// the key once.
+#[derive(Clone, Copy, Debug)]
+#[allow(dead_code)] // Until the limiter draws allowances.
+pub(crate) struct GiveBack<'a> {
+    pub key: &'a str,
+    /// The draw's rules.
+    pub rules: &'a [Rule],
+    /// What was drawn (its `calls` and requested `hold_us`).
+    pub draw: Draw,
+    /// The draw's receipt: its algorithm, units (`cost`), time and id.
+    pub receipt: Receipt,
+    /// Calls spent of the draw's `calls` (at most them).
+    pub used_calls: u64,
+    /// Units spent of the draw's units (at most them).
+    pub used_units: u64,
+    /// When the last of them was spent, µs on the backend's clock: at least the draw's
+    /// time, at most its time plus its hold. Unread when nothing was used.
+    pub last_spend_us: u64,
+    /// An explicit time in µs since the epoch, for tests; 0: the backend's clock.
+    pub now_us: u64,
 }
 
 impl<'a> Request<'a> {
@@ -63,6 +123,7 @@ impl<'a> Request<'a> {
             // site's only when it has `charge_if` (see `site.rs`).
             refundable: consume,
             slot: None,
+            draw: None,
         }
     }
 

@@ -58,12 +58,15 @@ pub(crate) struct Plan<'a> {
     /// The metrics `site` label: the guarded site's path, or [`PROGRAMMATIC`].
     site: &'static str,
     /// How long to wait for room instead of answering a denial at once, in µs (0: not at
-    /// all; see [`wait_us`]). Not an `Option<Duration>`: 8 bytes fewer keep a check within
-    /// 128 bytes with a request that may take a slot.
+    /// all; see [`wait_us`]), or [`SHADOW`]: a shadow site's check, which never waits and
+    /// whose denial is reported as a would-be refusal. One number, not an
+    /// `Option<Duration>` and a flag: 8 bytes fewer keep a check within 128 bytes with a
+    /// request that may take a slot or draw an allowance.
     wait_us: u64,
-    /// Whether a denial is reported as a shadow site's would-be refusal.
-    shadow: bool,
 }
+
+/// [`Plan::wait_us`] of a shadow site's check.
+const SHADOW: u64 = u64::MAX;
 
 /// What the first, synchronous step of a check found.
 pub(crate) enum Begun {
@@ -90,7 +93,6 @@ impl<'a> Check<'a> {
                 request,
                 site: PROGRAMMATIC,
                 wait_us: 0,
-                shadow: false,
             },
             running: None,
         }
@@ -194,8 +196,10 @@ impl<'a> Plan<'a> {
             limiter,
             request,
             site,
-            wait_us: wait_us(wait),
-            shadow,
+            wait_us: match shadow {
+                true => SHADOW,
+                false => wait_us(wait),
+            },
         }
     }
 
@@ -212,7 +216,6 @@ impl<'a> Plan<'a> {
             request,
             site: PROGRAMMATIC,
             wait_us: wait_us(wait),
-            shadow: false,
         }
     }
 
@@ -224,7 +227,7 @@ impl<'a> Plan<'a> {
             !self.request.rules.is_empty() || self.request.slot.is_some(),
             "a rate-limit check needs at least one rule"
         );
-        let observation = Observation::start(self.site, &self.request, self.shadow);
+        let observation = Observation::start(self.site, &self.request, self.wait_us == SHADOW);
         let now = observation.in_scope(|| self.limiter.answer_now(&self.request));
         match now {
             Now::Answered(answer) if !self.waits_after(&answer) => {
@@ -278,7 +281,7 @@ impl<'a> Plan<'a> {
     /// How long to wait for room, if at all.
     #[inline]
     fn wait(&self) -> Option<Duration> {
-        (self.wait_us > 0).then(|| Duration::from_micros(self.wait_us))
+        (self.wait_us > 0 && self.wait_us != SHADOW).then(|| Duration::from_micros(self.wait_us))
     }
 
     /// Whether `answer` is a denial this check waits out rather than answers.
@@ -321,7 +324,7 @@ pub(crate) fn decided(
 /// A wait budget as a plan keeps it: in µs, at least 1 for any budget (a budget of 0
 /// waits for nothing, as 1 µs does), 0 for none.
 fn wait_us(wait: Option<Duration>) -> u64 {
-    wait.map_or(0, |budget| clock::micros(budget).max(1))
+    wait.map_or(0, |budget| clock::micros(budget).clamp(1, SHADOW - 1))
 }
 
 /// [`decided`] for a check that took a slot: it may be bound by its limit on calls in

@@ -145,6 +145,7 @@ mod tests {
             block_for_us: None,
             refundable: false,
             slot: None,
+            draw: None,
         }
     }
 

