@@ -133,6 +133,9 @@ pub(crate) enum CountedBy {
     Redis,
     #[default]
     Memory,
+    /// Admitted locally from an allowance (`limiter/allowance.rs`): `id` names the
+    /// allowance; its give-back settles what it used with the backend.
+    Allowance,
 }
 
 /// What a backend's algorithm answers, in the backend's units (µs). Both backends produce

@@ -37,6 +37,9 @@ pub struct SiteConfig {
     /// At most this many calls of one key at once (the attribute's `concurrency` and
     /// `lease`); `None`: no limit on calls in flight.
     pub concurrency: Option<Concurrency>,
+    /// How long a local allowance of this site's keys lives (the attribute's `allowance`);
+    /// `None`: the limiter's default; `Some(ZERO)`: none.
+    pub allowance: Option<Duration>,
 }
 
 impl SiteConfig {
@@ -62,6 +65,7 @@ impl SiteConfig {
             wait: None,
             refunds: false,
             concurrency: None,
+            allowance: None,
         }
     }
 

@@ -11,7 +11,7 @@ pub(crate) mod redis;
 
 use std::num::NonZeroU64;
 
-use crate::algorithm::Call;
+use crate::algorithm::{Call, Returned};
 use crate::concurrency::SlotAsk;
 use crate::decision::Receipt;
 use crate::{Algorithm, Rule};
@@ -49,8 +49,11 @@ pub(crate) struct Request<'a> {
     pub slot: Option<&'a SlotAsk>,
     /// An allowance to draw with the check (see [`Draw`]); `None` for a plain check, which
     /// costs nothing more.
-    #[allow(dead_code)] // Until the limiter draws allowances.
     pub draw: Option<&'a Draw>,
+    /// How long a local allowance this check may spend from lives, in ms (0: none; see
+    /// `limiter/allowance.rs`). Read by the limiter alone, before any backend sees the
+    /// check; kept here, in what would be padding, so that a check stays within 128 bytes.
+    pub allowance_ms: u32,
 }
 
 /// An allowance drawn by a check: a reservation of `cost` units of every rule counting
@@ -71,7 +74,6 @@ pub(crate) struct Draw {
     pub hold_us: u64,
 }
 
-#[allow(dead_code)] // Until the limiter draws allowances.
 impl Draw {
     /// The hold a draw of `rules` by `algorithm`, counted at `at_us` (the receipt's), gets:
     /// its own, never more than a quarter of the shortest window, and never past the end
@@ -108,6 +110,32 @@ pub(crate) struct GiveBack<'a> {
     pub now_us: u64,
 }
 
+impl GiveBack<'_> {
+    /// The give-back as the algorithms apply it: the draw's hold as [`Draw::hold_at`]
+    /// gave it, and what was not used.
+    pub fn returned(&self) -> Returned<'_> {
+        let receipt = &self.receipt;
+        let units = u64::from(receipt.cost);
+        let (used_units, used_calls) = (
+            self.used_units.min(units),
+            self.used_calls.min(self.draw.calls.get()),
+        );
+        Returned {
+            rules: self.rules,
+            at_us: receipt.at_us,
+            id: receipt.id,
+            hold_us: self
+                .draw
+                .hold_at(self.rules, receipt.algorithm, receipt.at_us),
+            units: units - used_units,
+            calls: self.draw.calls.get() - used_calls,
+            used_units,
+            used_calls,
+            last_spend_us: self.last_spend_us,
+        }
+    }
+}
+
 impl<'a> Request<'a> {
     /// A check (`consume`) or peek of one unit of `rules` for `key`, by the sliding log.
     pub fn new(key: &'a str, rules: &'a [Rule], consume: bool) -> Self {
@@ -124,6 +152,7 @@ impl<'a> Request<'a> {
             refundable: consume,
             slot: None,
             draw: None,
+            allowance_ms: 0,
         }
     }
 
@@ -144,6 +173,8 @@ impl<'a> Request<'a> {
             rules: self.rules,
             now_us,
             cost: self.cost.get(),
+            calls: self.draw.map_or(1, |draw| draw.calls.get()),
+            hold_us: self.draw.map_or(0, |draw| draw.hold_us),
             consume: self.consume,
             block_for_us: self.block_for_us,
         }

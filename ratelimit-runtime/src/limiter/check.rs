@@ -25,7 +25,8 @@ use crate::{clock, random, Algorithm, BackendError, Decision, Rule};
 
 /// A check (or peek) of one key: returned by [`Limiter::check`] and [`Limiter::peek`],
 /// refined with [`cost`](Check::cost), [`algorithm`](Check::algorithm),
-/// [`wait`](Check::wait) and [`block_for`](Check::block_for), and run when awaited (or
+/// [`wait`](Check::wait), [`block_for`](Check::block_for) and
+/// [`allowance`](Check::allowance), and run when awaited (or
 /// polled, e.g. by `Runtime::block_on`).
 #[must_use = "a check does nothing until it is awaited"]
 pub struct Check<'a> {
@@ -90,7 +91,10 @@ impl<'a> Check<'a> {
         Check {
             plan: Plan {
                 limiter,
-                request,
+                request: Request {
+                    allowance_ms: limiter.allowance_ms(None),
+                    ..request
+                },
                 site: PROGRAMMATIC,
                 wait_us: 0,
             },
@@ -171,6 +175,28 @@ impl<'a> Check<'a> {
         self
     }
 
+    /// Admits this check, and the checks of its key and rules that follow, from a local
+    /// allowance living up to `max_age`, instead of the limiter's default
+    /// ([`Limiter::allowance`], which says what it does); `Duration::ZERO` turns it off for
+    /// this check. A [`peek`](Limiter::peek) ignores it: it always asks the backend.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_ratelimit::{Limiter, Rule};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// const SEARCH: [Rule; 1] = [Rule::per_second(1000)];
+    /// let limiter = Limiter::memory();
+    /// let d = limiter.check("search:acme", &SEARCH).allowance(Duration::from_millis(250)).await?;
+    /// assert!(d.allowed);
+    /// # Ok(()) }
+    /// ```
+    #[inline]
+    pub fn allowance(mut self, max_age: Duration) -> Self {
+        self.plan.request.allowance_ms = self.plan.limiter.allowance_ms(Some(max_age));
+        self
+    }
+
     /// Runs the check at an explicit time (since the epoch; 0 is the backend's clock)
     /// instead of the backend's clock. For differential tests only.
     #[cfg(feature = "test-clock")]
@@ -228,7 +254,7 @@ impl<'a> Plan<'a> {
             "a rate-limit check needs at least one rule"
         );
         let observation = Observation::start(self.site, &self.request, self.wait_us == SHADOW);
-        let now = observation.in_scope(|| self.limiter.answer_now(&self.request));
+        let now = observation.in_scope(|| self.limiter.answer_now(&self.request, self.site));
         match now {
             Now::Answered(answer) if !self.waits_after(&answer) => {
                 observation.finish(&answer, self.request.rules);
@@ -257,12 +283,12 @@ impl<'a> Plan<'a> {
         let mut answer = match first {
             Now::Answered(answer) => answer,
             #[cfg(feature = "redis")]
-            Now::Ask(redis) => self.limiter.ask(&redis, self.request).await,
+            Now::Ask(redis) => self.limiter.ask(&redis, self.request, self.site).await,
         };
         if let Some(budget) = self.wait() {
             // Rare, and asleep most of its time: boxed, so that it adds nothing to the
             // size of every check's future.
-            answer = Box::pin(wait_for_room(self.limiter, self.request, budget, answer)).await;
+            answer = Box::pin(wait_for_room(self, budget, answer)).await;
         }
         observation.finish(&answer, self.request.rules);
         match self.request.slot {
@@ -338,16 +364,11 @@ pub(crate) fn decided_with_slot(
 
 /// Waits up to `budget` for room after `answer`: sleeps while it is a denial that fits in
 /// what is left of the budget, and checks again.
-async fn wait_for_room(
-    limiter: &Limiter,
-    request: Request<'_>,
-    budget: Duration,
-    mut answer: Answer,
-) -> Answer {
+async fn wait_for_room(plan: Plan<'_>, budget: Duration, mut answer: Answer) -> Answer {
     let deadline = tokio::time::Instant::now() + budget;
     while let Some(pause) = pause(&answer, deadline - tokio::time::Instant::now()) {
         tokio::time::sleep(pause).await;
-        answer = limiter.answer(request).await;
+        answer = plan.limiter.answer(plan.request, plan.site).await;
     }
     answer
 }

@@ -707,6 +707,7 @@ mod tests {
             refundable: false,
             slot: None,
             draw: None,
+            allowance_ms: 0,
         }
     }
 
