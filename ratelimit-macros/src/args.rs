@@ -40,12 +40,13 @@ mod kw {
     syn::custom_keyword!(shadow);
     syn::custom_keyword!(concurrency);
     syn::custom_keyword!(lease);
+    syn::custom_keyword!(allowance);
 }
 
 const ARGUMENTS: &str =
     "one of rules, prevent_duplicate, prevent_duplicate_rule, limit_type, by, key, \
                          message, algorithm, on_limit, limiter, crate, name, cost, charge_if, \
-                         settle, block_for, wait, shadow, concurrency, lease";
+                         settle, block_for, wait, shadow, concurrency, lease, allowance";
 
 /// The validated arguments of one `#[rate_limiter(...)]`.
 pub struct Args {
@@ -83,6 +84,8 @@ pub struct Args {
     /// `concurrency = N`: at most N calls at once; with `lease = "..."`, in milliseconds
     /// (`None`: the runtime's default lease).
     pub concurrency: Option<(u64, Option<u64>)>,
+    /// `allowance = "..."`, in milliseconds.
+    pub allowance_ms: Option<u64>,
 }
 
 /// Where the rules come from.
@@ -240,6 +243,7 @@ pub struct RawArgs {
     shadow: Slot<bool>,
     concurrency: Slot<u64>,
     lease: Slot<u64>,
+    allowance: Slot<u64>,
 }
 
 impl RawArgs {
@@ -267,6 +271,7 @@ impl RawArgs {
             shadow: Slot::new("shadow"),
             concurrency: Slot::new("concurrency"),
             lease: Slot::new("lease"),
+            allowance: Slot::new("allowance"),
         }
     }
 
@@ -338,6 +343,9 @@ impl RawArgs {
         } else if lookahead.peek(kw::block_for) {
             self.block_for
                 .parse::<kw::block_for>(input, errors, duration_literal("block_for"))?;
+        } else if lookahead.peek(kw::allowance) {
+            self.allowance
+                .parse::<kw::allowance>(input, errors, duration_literal("allowance"))?;
         } else if lookahead.peek(kw::wait) {
             self.wait
                 .parse::<kw::wait>(input, errors, duration_literal("wait"))?;
@@ -454,6 +462,7 @@ impl RawArgs {
                 .concurrency
                 .into_inner()
                 .map(|max| (max, self.lease.into_inner())),
+            allowance_ms: self.allowance.into_inner(),
         })
     }
 }

@@ -151,6 +151,7 @@ fn check(args: &Args) -> TokenStream {
     let shadow = args.shadow;
     let block_for = duration(args.block_for_ms);
     let wait = duration(args.wait_ms);
+    let allowance = duration(args.allowance_ms);
     // Only a site that may give units back or settle them keeps what a call took.
     let refunds = args.charge_if.is_some() || args.settle.is_some();
     let concurrency = match args.concurrency {
@@ -283,6 +284,7 @@ fn check(args: &Args) -> TokenStream {
                     wait: #wait,
                     refunds: #refunds,
                     concurrency: #concurrency,
+                    allowance: #allowance,
                 },
             )
             #named

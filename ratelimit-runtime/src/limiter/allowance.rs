@@ -81,6 +81,7 @@ pub(crate) struct Allowances {
 /// embedded backend made remote for tests, the backend's own.
 enum LocalClock {
     Monotonic(Instant),
+    #[cfg_attr(not(feature = "test-clock"), allow(dead_code))]
     Backend(Arc<dyn Clock>),
 }
 
@@ -218,6 +219,7 @@ impl Allowances {
 
     /// Allowances over a backend whose clock is `clock` (the embedded backend made remote
     /// for tests): local and backend times are then one.
+    #[cfg_attr(not(feature = "test-clock"), allow(dead_code))]
     pub fn on_clock(clock: Arc<dyn Clock>) -> Self {
         Self::with_clock(LocalClock::Backend(clock))
     }
@@ -259,6 +261,7 @@ impl Allowances {
     }
 
     /// Switches to the naive design (see `naive`).
+    #[cfg_attr(not(feature = "test-clock"), allow(dead_code))]
     pub fn set_naive(&self, naive: bool) {
         self.naive.store(naive, Ordering::Relaxed);
     }
