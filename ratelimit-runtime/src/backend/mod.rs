@@ -6,6 +6,8 @@
 
 pub(crate) mod memory;
 pub(crate) mod memory_slots;
+#[cfg(feature = "test-clock")]
+pub mod probe;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
 
