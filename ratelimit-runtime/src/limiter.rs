@@ -1148,7 +1148,10 @@ impl Limiter {
                     Remote::Redis(_) => {
                         // Ends with the draw: answered, failed, or dropped with its check.
                         let _ = drawing.changed().await;
-                        continue;
+                        match allowance::answered(&drawing) {
+                            true => continue,
+                            false => allowance::Ticket::alone(request),
+                        }
                     }
                     // Answered at once: nothing to wait for but another thread's draw.
                     Remote::Memory(_) => allowance::Ticket::alone(request),

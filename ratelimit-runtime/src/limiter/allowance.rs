@@ -103,8 +103,10 @@ struct Held {
     rules: Box<[Rule]>,
     algorithm: Algorithm,
     live: Option<Live>,
-    /// The draw in flight that other checks of the key wait for, and its number.
-    drawing: Option<(u64, watch::Receiver<()>)>,
+    /// The draw in flight that other checks of the key wait for, and its number; its value
+    /// turns `true` when the draw was answered (`false` to the end: it failed, or its check
+    /// was dropped).
+    drawing: Option<(u64, watch::Receiver<bool>)>,
     /// Checks that waited for the draw in flight: the next draw stands for them too.
     waiting: u64,
     sizing: Sizing,
@@ -173,11 +175,12 @@ impl Retired {
         }
     }
 
-    /// Whether the give-back would change nothing: all was used, at the last moment.
+    /// Whether the give-back is not worth a round trip: everything was used. Re-timing it
+    /// would only let its units leave their windows a little earlier (they stay recorded at
+    /// the end of the hold, at most `max_age` after they were spent: the safe side); a hot
+    /// key then costs one command per allowance, the draw.
     fn changes_nothing(&self) -> bool {
-        self.used_units == u64::from(self.receipt.cost)
-            && self.used_calls == self.draw.calls.get()
-            && self.last_spend_us >= self.receipt.at_us + self.draw.hold_us
+        self.used_units == u64::from(self.receipt.cost) && self.used_calls == self.draw.calls.get()
     }
 }
 
@@ -185,10 +188,17 @@ impl Retired {
 pub(crate) enum Step {
     /// Admitted from the allowance: no round trip.
     Local(RawDecision),
-    /// A draw of the key is in flight: wait for it, then look again.
-    Wait(watch::Receiver<()>),
+    /// A draw of the key is in flight: wait for it, then look again (see [`answered`]).
+    Wait(watch::Receiver<bool>),
     /// Ask the backend: with the ticket's draw, or (none) a plain check.
     Ask(Ticket),
+}
+
+/// Whether the draw a check waited for was answered: when it was not (it failed, or its
+/// check was dropped), the waiters go to the backend alone, side by side, rather than one
+/// after the other (a hung server would otherwise cost each of them a timeout in turn).
+pub(crate) fn answered(drawing: &watch::Receiver<bool>) -> bool {
+    *drawing.borrow()
 }
 
 /// A round trip this check makes for its key: a draw, or a plain check.
@@ -200,7 +210,7 @@ pub(crate) struct Ticket {
     /// When it was sent, local clock.
     sent_at_us: u64,
     /// Other checks wait for it; dropping it (a cancelled check) wakes them.
-    shared: Option<(u64, watch::Sender<()>)>,
+    shared: Option<(u64, watch::Sender<bool>)>,
 }
 
 /// What a round trip's answer did.
@@ -325,7 +335,7 @@ impl Allowances {
         held.drawing = None;
         let shared = |held: &mut Held| {
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-            let (tx, rx) = watch::channel(());
+            let (tx, rx) = watch::channel(false);
             held.drawing = Some((id, rx));
             Some((id, tx))
         };
@@ -373,8 +383,9 @@ impl Allowances {
         let Some(held) = shard.entry(request) else {
             return Drawn::Answer(raw);
         };
-        if let (Some((id, _)), Some((drawing, _))) = (&shared, &held.drawing) {
-            if id == drawing {
+        if let Some((id, answered)) = &shared {
+            answered.send_replace(true);
+            if held.drawing.as_ref().is_some_and(|(drawing, _)| drawing == id) {
                 held.drawing = None;
             }
         }
