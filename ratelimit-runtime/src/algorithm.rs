@@ -162,14 +162,15 @@ pub(crate) fn decide(
 
 /// The hold of a draw (`backend::Draw::hold_at`) of `rules` by `algorithm` counted at
 /// `at_us`, asked for `hold_us`: never more than a quarter of the shortest window, and
-/// never past the last µs of the aligned window (fixed and sliding window) or calendar
-/// period `at_us` is in, so that the units it records at `at_us + hold` are counted where
-/// they are spent (see `docs/allowances.md`).
+/// never past the last µs of the aligned window (fixed and sliding window) or, with a rule
+/// counting in calendar periods, of the UTC day `at_us` is in (a period ends at a
+/// midnight), so that the units it records at `at_us + hold` are counted where they are
+/// spent (see `docs/allowances.md`). `scripts/hold.lua` computes the same.
 pub(crate) fn draw_hold_us(rules: &[Rule], algorithm: Algorithm, at_us: u64, hold_us: u64) -> u64 {
     let aligned = matches!(algorithm, Algorithm::FixedWindow | Algorithm::SlidingWindow);
     rules.iter().fold(hold_us, |hold, rule| {
         let end_us = match rule.calendar() {
-            Some(calendar) => crate::calendar::period_us(calendar, at_us).1,
+            Some(_) => crate::calendar::period_us(crate::Calendar::Day, at_us).1,
             None if aligned => (at_us / rule.window_us() + 1) * rule.window_us(),
             None => u64::MAX,
         };
@@ -264,6 +265,20 @@ impl Returned<'_> {
     /// When the draw's units are recorded as spent.
     pub fn held_until_us(&self) -> u64 {
         self.at_us + self.hold_us
+    }
+
+    /// Until when a give-back of the draw could still change a window's records: the end
+    /// of its calendar periods, two windows after its hold (the sliding window's previous
+    /// count) for the others. A give-back is remembered that long, so that it runs once.
+    pub fn matters_until_us(&self) -> u64 {
+        self.rules
+            .iter()
+            .map(|rule| match rule.calendar() {
+                Some(calendar) => crate::calendar::period_us(calendar, self.at_us).1,
+                None => self.held_until_us() + 2 * rule.window_us(),
+            })
+            .max()
+            .unwrap_or(0)
     }
 }
 

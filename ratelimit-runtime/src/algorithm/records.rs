@@ -424,14 +424,10 @@ impl<A: PerRule> Counter for State<A> {
         // The token bucket's draw gives back only while no later charge has moved its
         // `tat` (see `docs/allowances.md`): what it holds unused then comes back by refill.
         let unmoved = self.witness(back.rules).is_none_or(|tat| tat == back.id);
-        let mut until_us = now_us;
         for (i, rule) in back.rules.iter().enumerate() {
-            until_us = until_us.max(match rule.calendar() {
-                Some(calendar) => crate::calendar::period_us(calendar, back.at_us).1,
-                None => back.at_us + back.hold_us + 2 * rule.window_us(),
-            });
             let units = back.unused(rule);
-            if units == 0 || !unmoved {
+            // A calendar period's count is given back whatever came after.
+            if units == 0 || (!unmoved && rule.calendar().is_none()) {
                 continue;
             }
             if let Some(record) = self.records.get_mut(i, rule) {
@@ -441,7 +437,8 @@ impl<A: PerRule> Counter for State<A> {
                 };
             }
         }
-        self.given_back.push((back.at_us, back.id, until_us));
+        self.given_back
+            .push((back.at_us, back.id, back.matters_until_us()));
     }
 
     fn settle(

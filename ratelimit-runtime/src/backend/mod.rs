@@ -79,8 +79,8 @@ pub(crate) struct Draw {
 impl Draw {
     /// The hold a draw of `rules` by `algorithm`, counted at `at_us` (the receipt's), gets:
     /// its own, never more than a quarter of the shortest window, and never past the end
-    /// (less 1 µs) of the aligned window (fixed and sliding window) or calendar period it
-    /// was counted in. Its units are recorded at `at_us + hold_at(..)`; an instance spends
+    /// (less 1 µs) of the aligned window (fixed and sliding window) it was counted in, nor
+    /// of its UTC day when a rule counts in calendar periods. Its units are recorded at `at_us + hold_at(..)`; an instance spends
     /// them until then at the latest. Both backends and the limiter compute it here.
     pub fn hold_at(&self, rules: &[Rule], algorithm: Algorithm, at_us: u64) -> u64 {
         crate::algorithm::draw_hold_us(rules, algorithm, at_us, self.hold_us)

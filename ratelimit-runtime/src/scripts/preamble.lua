@@ -24,9 +24,9 @@
 -- ARGV[1]  the numbers of the check, each a little-endian double (struct '<d'):
 --            1: the call: 0 to peek (write nothing), 1 to consume (record the call if
 --               admitted), 2 to consume and answer with the time the check was counted
---               at (a string-state algorithm's refund needs it; see reply.lua); plus
---               4 * block_for in µs: a consuming check refused by a rule then blocks
---               the key that long (block.lua);
+--               at (a string-state algorithm's refund needs it; see reply.lua), 3 to
+--               draw an allowance (ARGV[3]); plus 4 * block_for in µs: a consuming
+--               check refused by a rule then blocks the key that long (block.lua);
 --            2: now in µs since the epoch, or 0 to read Redis TIME (explicit times are
 --               for tests);
 --            3: the call's cost, in units of every rule (at least 1);
@@ -37,7 +37,13 @@
 --          Binary, because Redis parses text numbers slower than a check's arithmetic;
 --          block_for shares the first number so that a check of one rule stays within
 --          44 bytes, which Redis keeps in one allocation.
--- ARGV[2]  the sliding log's id of a consuming check (see sliding_log.lua)
+-- ARGV[2]  the sliding log's id of a consuming check (see sliding_log.lua); any id for a
+--          draw of another algorithm (unread)
+-- ARGV[3]  a draw's (backend::Draw) struct '<dd': the calls it takes of a rule counting
+--          calls, and the hold it asks for in µs (hold.lua shortens it): its units are
+--          recorded as spent that long after the time it is counted at. It answers as a
+--          string-state check asking for its time does, as a table with a seventh number:
+--          the token bucket's witness (token_bucket.lua), else 0 (reply.lua).
 -- Returns  {allowed (1|0), rule_index (0-based binding rule), remaining, reset_after_us,
 --          retry_after_us (0 when allowed, -1 when the call can never pass)},
 --          or an admitted call's short form (see reply.lua), which a check that asks for
@@ -64,12 +70,22 @@ local consume, now, cost, count0, window0 = struct.unpack('<ddddd', numbers)
 -- time the check was counted at (reply.lua). A plain check has neither, and pays for
 -- neither: every variable a check does not use stays nil, set by one instruction.
 local block_for, answer_at
+-- A draw: the calls it takes of each rule counting calls (1 for a check), its hold (0 for
+-- a check), and the token bucket's witness (token_bucket.lua).
+local draw, calls_taken, hold, witness = false, 1, 0, nil
 if consume == 2 then
     -- Every programmatic check of a string-state algorithm: decoded without arithmetic.
     answer_at = true
-elseif consume > 3 then
+elseif consume > 2 then
     local call = consume % 4
-    block_for, answer_at, consume = (consume - call) / 4, call == 2, call
+    if consume > 3 then
+        block_for = (consume - call) / 4
+    end
+    answer_at, consume = call >= 2, call
+    if call == 3 then
+        draw = true
+        calls_taken, hold = struct.unpack('<dd', ARGV[3])
+    end
 end
 consume = consume > 0
 local rules = (#numbers - 24) / 16

@@ -534,13 +534,22 @@ impl RedisBackend {
     /// used (see [`GiveBack`]), in one round trip; nothing for a receipt of nothing or of
     /// another backend. Sent twice, it changes the key once, so it is re-sent like a
     /// sliding-log check.
-    #[allow(dead_code)] // Until the limiter draws allowances.
     pub(crate) async fn give_back(&self, give_back: &GiveBack<'_>) -> Result<(), BackendError> {
         let receipt = &give_back.receipt;
         if receipt.is_empty() || receipt.counted_by != CountedBy::Redis {
             return Ok(());
         }
-        Ok(())
+        let key = give_back.key;
+        let now_us = match give_back.now_us {
+            0 => SystemClock.now_us(),
+            now_us => now_us,
+        };
+        let [evalsha, eval] = script::give_back(give_back, now_us);
+        let deadline = self.deadline(self.config.timeout);
+        self.send_script(key, &evalsha, || Some(eval), true, deadline)
+            .await
+            .map(drop)
+            .map_err(|failure| self.error(key, failure))
     }
 
     /// [`give_back`](Self::give_back) of each of `give_backs`, sent at once (one command

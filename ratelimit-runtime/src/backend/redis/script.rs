@@ -55,7 +55,9 @@ pub(crate) struct Invocation<'r> {
 
 impl<'r> Invocation<'r> {
     pub fn new(request: &'r Request<'r>) -> Self {
-        let needs_id = request.consume && request.algorithm == Algorithm::SlidingLog;
+        // A draw of any algorithm carries one too: its give-back is named by it.
+        let needs_id = request.consume
+            && (request.algorithm == Algorithm::SlidingLog || request.draw.is_some());
         Invocation {
             request,
             id: needs_id.then(next_check),
@@ -88,6 +90,9 @@ impl<'r> Invocation<'r> {
         if let Some(id) = id {
             evalsha.arg(&id[..]);
         }
+        if let Some(draw) = request.draw {
+            evalsha.arg(&draw_numbers(draw)[..]);
+        }
         evalsha
     }
 
@@ -106,6 +111,9 @@ impl<'r> Invocation<'r> {
         if let Some(id) = self.id {
             eval.arg(&check_id(id)[..]);
         }
+        if let Some(draw) = request.draw {
+            eval.arg(&draw_numbers(draw)[..]);
+        }
         eval
     }
 
@@ -121,10 +129,16 @@ impl<'r> Invocation<'r> {
         let (mut raw, at_us) = decode(reply, request.rules)?;
         let refundable = self.id.is_some() || at_us.is_some();
         if raw.allowed && request.consume && refundable {
+            // A token bucket's draw is named by its witness (which the answer carries in
+            // its receipt), its give-back by the id it carried.
+            let id = match (request.draw, request.algorithm) {
+                (Some(_), Algorithm::TokenBucket) => raw.receipt.id,
+                _ => self.id.unwrap_or(0),
+            };
             raw.receipt = Receipt::new(
                 request.cost.get(),
                 at_us.unwrap_or(0),
-                self.id.unwrap_or(0),
+                id,
                 request.algorithm,
                 CountedBy::Redis,
             );
@@ -237,6 +251,12 @@ fn slot_script(request: &Request<'_>) -> &'static (String, Script) {
 /// shape: keys built by the attribute have none) gets `key:slots:N`, the first `N` that
 /// hashes to the slot of `key`.
 pub(crate) fn slots_key(key: &str) -> String {
+    sibling_key(key, "slots")
+}
+
+/// A key beside `key` in its hash slot, named by `suffix`, as [`slots_key`] names the
+/// key's slots (`suffix` in place of `slots`).
+fn sibling_key(key: &str, suffix: &str) -> String {
     let bytes = key.as_bytes();
     let tagged = bytes.iter().position(|&b| b == b'{').is_some_and(|open| {
         let rest = &bytes[open + 1..];
@@ -245,16 +265,99 @@ pub(crate) fn slots_key(key: &str) -> String {
             .is_some_and(|close| close > 0)
     });
     if tagged {
-        return format!("{key}:slots");
+        return format!("{key}:{suffix}");
     }
     if !key.contains('}') {
-        return format!("{{{key}}}:slots");
+        return format!("{{{key}}}:{suffix}");
     }
     let slot = super::cluster::slot(bytes);
     (0u64..)
-        .map(|n| format!("{key}:slots:{n}"))
+        .map(|n| format!("{key}:{suffix}:{n}"))
         .find(|candidate| super::cluster::slot(candidate.as_bytes()) == slot)
         .expect("some suffix hashes to every slot")
+}
+
+/// A draw's give-back (`backend::GiveBack`), as one script: the sliding log's
+/// (`scripts/sliding_log_give_back.lua`) names the draw's members by its id; the others'
+/// (`scripts/give_back.lua`) set a mark named by it beside the key. Either way, sent twice
+/// it changes the key once, so it is re-sent like a sliding-log check. Returns the
+/// `EVALSHA`, then NOSCRIPT's `EVAL`.
+pub(crate) fn give_back(give_back: &crate::backend::GiveBack<'_>, now_us: u64) -> [Cmd; 2] {
+    static SCRIPTS: LazyLock<[Script; 4]> =
+        LazyLock::new(|| Algorithm::ALL.map(|algorithm| Script::new(give_back_source(algorithm))));
+    let receipt = &give_back.receipt;
+    let returned = give_back.returned();
+    let algorithm = receipt.algorithm;
+    let mut numbers = Vec::with_capacity(8 * (3 + 2 * give_back.rules.len()));
+    let head = [returned.at_us, returned.units, 0];
+    let doubles = head
+        .iter()
+        .map(|&n| n as f64)
+        .chain(rule_numbers(give_back.rules));
+    for n in doubles {
+        numbers.extend_from_slice(&n.to_le_bytes());
+    }
+    let id = check_id(receipt.id);
+    let commands = [true, false].map(|by_hash| {
+        let mut cmd = match by_hash {
+            true => redis::cmd("EVALSHA"),
+            false => redis::cmd("EVAL"),
+        };
+        match by_hash {
+            true => cmd.arg(SCRIPTS[algorithm as usize].get_hash()),
+            false => cmd.arg(give_back_source(algorithm)),
+        };
+        if algorithm == Algorithm::SlidingLog {
+            let last_us = returned
+                .last_spend_us
+                .clamp(returned.at_us, returned.held_until_us());
+            let spent = [
+                returned.used_units,
+                returned.units,
+                returned.used_calls,
+                returned.calls,
+                last_us,
+            ];
+            let spent: Vec<u8> = spent
+                .iter()
+                .flat_map(|&n| (n as f64).to_le_bytes())
+                .collect();
+            cmd.arg(1)
+                .arg(give_back.key)
+                .arg(&numbers[..])
+                .arg(&id[..])
+                .arg(spent);
+        } else {
+            let mark = sibling_key(give_back.key, &format!("given:{}", hex(&id)));
+            let mut calls = Vec::with_capacity(16);
+            calls.extend_from_slice(&(returned.calls as f64).to_le_bytes());
+            calls.extend_from_slice(&(returned.id as f64).to_le_bytes());
+            let ms = returned.matters_until_us().saturating_sub(now_us) / 1000 + 1000;
+            cmd.arg(2)
+                .arg(give_back.key)
+                .arg(mark)
+                .arg(&numbers[..])
+                .arg(calls)
+                .arg(ms);
+        }
+        cmd
+    });
+    commands
+}
+
+/// The give-back script of `algorithm`.
+fn give_back_source(algorithm: Algorithm) -> &'static str {
+    match algorithm {
+        Algorithm::SlidingLog => sources::SLIDING_LOG_GIVE_BACK,
+        Algorithm::FixedWindow => sources::FIXED_WINDOW_GIVE_BACK,
+        Algorithm::SlidingWindow => sources::SLIDING_WINDOW_GIVE_BACK,
+        Algorithm::TokenBucket => sources::TOKEN_BUCKET_GIVE_BACK,
+    }
+}
+
+/// `bytes` in lowercase hexadecimal.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A slot's renewal (`scripts/slot_renew.lua`) and NOSCRIPT's EVAL of it.
@@ -328,6 +431,7 @@ impl ToRedisArgs for Numbers<'_> {
         let answer_at = request.refundable && request.algorithm != Algorithm::SlidingLog;
         let call = match (request.consume, answer_at) {
             (false, _) => 0,
+            _ if request.draw.is_some() => 3,
             (true, false) => 1,
             (true, true) => 2,
         };
@@ -339,6 +443,15 @@ impl ToRedisArgs for Numbers<'_> {
         ];
         write_doubles(out, &head, request.rules);
     }
+}
+
+/// A draw's numbers as the scripts read them (ARGV[3], `scripts/preamble.lua`): its calls
+/// and the hold it asks for, little-endian `f64`s.
+fn draw_numbers(draw: &crate::backend::Draw) -> [u8; 16] {
+    let mut numbers = [0; 16];
+    numbers[..8].copy_from_slice(&(draw.calls.get() as f64).to_le_bytes());
+    numbers[8..].copy_from_slice(&(draw.hold_us as f64).to_le_bytes());
+    numbers
 }
 
 /// Each rule's count and window in µs, in turn; the count negated for a rule counting
@@ -394,9 +507,13 @@ pub(crate) fn decode(reply: &Value, rules: &[Rule]) -> Option<(RawDecision, Opti
             (short(whole(n)?)?, Some(whole(at)?))
         }
         Value::Array(items) => {
-            let (figures, at_us) = match items.as_slice() {
-                [figures @ .., at] if items.len() == 6 => (figures, Some(int(at)?)),
-                figures => (figures, None),
+            // A draw's answer carries the token bucket's witness (else 0) after its time.
+            let (figures, at_us, witness) = match items.as_slice() {
+                [figures @ .., at] if items.len() == 6 => (figures, Some(int(at)?), 0),
+                [figures @ .., at, witness] if items.len() == 7 => {
+                    (figures, Some(int(at)?), int(witness)?)
+                }
+                figures => (figures, None, 0),
             };
             let [allowed, rule_index, remaining, reset_after_us, retry_after_us] = figures else {
                 return None;
@@ -414,7 +531,10 @@ pub(crate) fn decode(reply: &Value, rules: &[Rule]) -> Option<(RawDecision, Opti
                     Value::Int(-1) => RawDecision::NEVER,
                     other => int(other)?,
                 },
-                receipt: Receipt::NONE,
+                receipt: Receipt {
+                    id: witness,
+                    ..Receipt::NONE
+                },
             };
             (raw, at_us)
         }
