@@ -86,6 +86,7 @@ if total > 0 then
                 now = newest
                 lag = now - clock
                 stamp = string.format('%d', now)
+                upto = stamp
                 longest = redis.call('ZCOUNT', key, string.format('(%d', now - reach), stamp)
             end
         end

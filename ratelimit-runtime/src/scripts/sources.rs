@@ -108,6 +108,7 @@ pub const TOKEN_BUCKET: &str = concat!(
 /// The fixed window's refund.
 pub const FIXED_WINDOW_REFUND: &str = concat!(
     "local NAME, SIZE, NOW, ARGS = 'fixed_window', 32, false, 1\n",
+    "local calls_taken = 1\n",
     "local TAKE, CAL = false, 8\n",
     include_str!("refund.lua"),
     "local moment = at\n",
@@ -124,6 +125,7 @@ pub const FIXED_WINDOW_REFUND: &str = concat!(
 /// The sliding window's refund.
 pub const SLIDING_WINDOW_REFUND: &str = concat!(
     "local NAME, SIZE, NOW, ARGS = 'sliding_window', 40, false, 1\n",
+    "local calls_taken = 1\n",
     "local TAKE, CAL = false, 8\n",
     include_str!("refund.lua"),
     "local moment = at\n",
@@ -140,6 +142,7 @@ pub const SLIDING_WINDOW_REFUND: &str = concat!(
 /// The token bucket's refund.
 pub const TOKEN_BUCKET_REFUND: &str = concat!(
     "local NAME, SIZE, NOW, ARGS = 'token_bucket', 24, true, 1\n",
+    "local calls_taken = 1\n",
     "local TAKE, CAL = false, 0\n",
     include_str!("refund.lua"),
     "local moment = at\n",
@@ -179,6 +182,7 @@ pub const SLIDING_LOG_REFUND: &str = concat!(
 pub const FIXED_WINDOW_SETTLE: &str = concat!(
     "local NAME, SIZE, NOW, ARGS = 'fixed_window', 32, false, 3\n",
     "local CAL = 8\n",
+    "local calls_taken = 1\n",
     include_str!("settle.lua"),
     include_str!("refund.lua"),
     "local moment = at\n",
@@ -198,6 +202,7 @@ pub const FIXED_WINDOW_SETTLE: &str = concat!(
 pub const SLIDING_WINDOW_SETTLE: &str = concat!(
     "local NAME, SIZE, NOW, ARGS = 'sliding_window', 40, false, 3\n",
     "local CAL = 8\n",
+    "local calls_taken = 1\n",
     include_str!("settle.lua"),
     include_str!("refund.lua"),
     "local moment = at\n",
@@ -217,6 +222,7 @@ pub const SLIDING_WINDOW_SETTLE: &str = concat!(
 pub const TOKEN_BUCKET_SETTLE: &str = concat!(
     "local NAME, SIZE, NOW, ARGS = 'token_bucket', 24, true, 3\n",
     "local CAL = 0\n",
+    "local calls_taken = 1\n",
     include_str!("settle.lua"),
     include_str!("refund.lua"),
     "local moment = at\n",
