@@ -385,7 +385,11 @@ impl Allowances {
         };
         if let Some((id, answered)) = &shared {
             answered.send_replace(true);
-            if held.drawing.as_ref().is_some_and(|(drawing, _)| drawing == id) {
+            if held
+                .drawing
+                .as_ref()
+                .is_some_and(|(drawing, _)| drawing == id)
+            {
                 held.drawing = None;
             }
         }
@@ -663,6 +667,7 @@ const GIVE_BACK_BATCH: Duration = Duration::from_millis(1);
 
 /// Logs a give-back that could not reach the backend (its units stay counted as spent until
 /// their windows pass, the safe side), at most once per [`LogThrottle::INTERVAL`].
+#[cfg(feature = "redis")]
 pub(crate) fn report_give_back_failed(err: &crate::BackendError) {
     static FAILURES: crate::throttle::LogThrottle = crate::throttle::LogThrottle::new();
     if let Some(suppressed) = FAILURES.admit() {
