@@ -111,6 +111,10 @@ async fn fleet_run(
             }
         }
     }
+    let round_trips: u64 = fleet.iter().map(Limiter::allowance_draws).sum();
+    if design != Design::PerCheck && round_trips * 2 > calls {
+        return Err(format!("{round_trips} round trips for {calls} checks: allowances untested"));
+    }
     if admitted.len() < 200 {
         return Err(format!(
             "only {} calls admitted: the workload tests nothing",

@@ -412,7 +412,7 @@ impl Limiter {
         }
     }
 
-    /// Draws allowances the naive way: recorded when drawn, spent for the whole `max_age`
+    /// Draws allowances the naive way: recorded when drawn, spent as long as a real hold
     /// (units then leave a window before they are spent). Only to show that the
     /// differential test catches it.
     #[cfg(feature = "test-clock")]

@@ -71,7 +71,7 @@ pub(crate) struct Allowances {
     giving_back: AtomicBool,
     /// Wakes the give-back task early: something is due.
     wake: Notify,
-    /// Records drawn units when drawn and spends them for the whole `max_age`: the design
+    /// Records drawn units when drawn and spends them for as long as a real hold: the design
     /// that over-admits, kept to show that the differential test catches it.
     naive: AtomicBool,
 }
@@ -145,9 +145,13 @@ struct Sizing {
     known: bool,
     /// Checks of the last cost that the key had room for at its last answer.
     room_checks: u64,
-    /// Checks the last allowance admitted, over how long (µs, local).
-    spent_checks: u64,
-    spent_over_us: u64,
+    /// This instance's pace on the key, in checks per second: an average of the last
+    /// allowance's (its checks over its life) and of the gaps between the checks that came
+    /// to the backend.
+    per_s: f64,
+    /// When a check of the key last came here without an allowance to admit it (local
+    /// µs; 0: never).
+    last_us: u64,
 }
 
 /// An allowance at the end of its life, its give-back to send.
@@ -309,6 +313,8 @@ impl Allowances {
                 let live = held.live.take().expect("just seen");
                 held.sizing.spent(&live, now_us);
                 retired = Some(live);
+            } else {
+                held.sizing.arrived(now_us);
             }
             match &held.drawing {
                 // Its sender gone (a check dropped mid-draw) it wakes nobody: draw again.
@@ -353,7 +359,7 @@ impl Allowances {
         if checks <= 1 || units.get() > Rule::MAX_COUNT {
             return Ticket::plain(request, now_us);
         }
-        let hold_us = (u64::from(max_age_ms) * 1000).min(quarter_of_shortest(request.rules));
+        let hold_us = intended_hold_us(request);
         Ticket {
             draw: Some(Draw {
                 calls: NonZeroU64::new(checks).expect("more than one"),
@@ -405,8 +411,12 @@ impl Allowances {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let hold_us = draw.hold_at(request.rules, request.algorithm, raw.receipt.at_us);
         let lifetime_us = match self.naive.load(Ordering::Relaxed) {
-            // Spent for the whole `max_age`, though recorded when drawn.
-            true => u64::from(request.allowance_ms) * 1000,
+            // Spent as long as a real hold, though recorded when drawn.
+            true => Draw {
+                hold_us: intended_hold_us(request),
+                ..draw
+            }
+            .hold_at(request.rules, request.algorithm, raw.receipt.at_us),
             false => hold_us,
         };
         let mut live = Live {
@@ -804,24 +814,43 @@ impl Sizing {
 
     /// Learns how fast `live`, ended at local `now_us`, was spent.
     fn spent(&mut self, live: &Live, now_us: u64) {
-        let over_us = now_us.min(live.ends_at_us).saturating_sub(live.sent_at_us);
-        self.spent_checks = live.checks;
-        // An allowance spent to its end early says little of the rate: at least 1 ms.
-        self.spent_over_us = over_us.max(1000);
+        // Spent to its end early, it says little of the pace below a millisecond.
+        let over_us = now_us
+            .min(live.ends_at_us)
+            .saturating_sub(live.sent_at_us)
+            .max(1000);
+        self.mix(live.checks as f64 * 1e6 / over_us as f64);
+        self.last_us = now_us;
+    }
+
+    /// Learns the gap before a check that came at local `now_us` with no allowance here.
+    fn arrived(&mut self, now_us: u64) {
+        if self.last_us != 0 {
+            self.mix(1e6 / now_us.saturating_sub(self.last_us).max(1) as f64);
+        }
+        self.last_us = now_us;
+    }
+
+    fn mix(&mut self, per_s: f64) {
+        self.per_s = match self.per_s {
+            0.0 => per_s,
+            before => (before + per_s) / 2.0,
+        };
     }
 
     /// How many checks the next draw of a key stands for, for an allowance living up to
-    /// `lifetime_us` and `demand` checks waiting for it: twice what this instance spent at
-    /// its last allowance's pace over a lifetime, at least the demand and two, never more
-    /// than [`SHARE_OF_ROOM`] of the room the key had.
+    /// `lifetime_us` and `demand` checks waiting for it: twice what this instance's pace
+    /// spends over a lifetime, at least the demand, never more than [`SHARE_OF_ROOM`] of the
+    /// room the key had. One (a plain check) when the pace fills less than two checks of a
+    /// lifetime: a draw would cost its give-back too.
     fn next_checks(&self, lifetime_us: u64, demand: u64) -> u64 {
-        let pace = u128::from(self.spent_checks) * u128::from(lifetime_us)
-            / u128::from(self.spent_over_us.max(1));
-        let wanted = u64::try_from(pace.saturating_mul(2))
-            .unwrap_or(u64::MAX)
-            .max(demand)
-            .max(2);
+        let expected = self.per_s * lifetime_us as f64 / 1e6;
+        let wanted = match expected < 2.0 {
+            true => 1,
+            false => (2.0 * expected).min(MAX_DRAW_CHECKS as f64) as u64,
+        };
         wanted
+            .max(demand)
             .min(self.room_checks / SHARE_OF_ROOM)
             .min(MAX_DRAW_CHECKS)
     }
@@ -844,13 +873,9 @@ impl Ticket {
     }
 }
 
-/// A quarter of the shortest window of `rules` (calendar periods are cut at their end by the
-/// backend), in µs.
-fn quarter_of_shortest(rules: &[Rule]) -> u64 {
-    rules
-        .iter()
-        .filter(|rule| rule.calendar().is_none())
-        .map(|rule| rule.window_us() / 4)
-        .min()
-        .unwrap_or(u64::MAX)
+/// The hold a draw for `request` asks for: its allowance's `max_age` (the backend shortens
+/// it to a quarter of the shortest window and to the end of an aligned window or calendar
+/// period: see `Draw::hold_at`).
+fn intended_hold_us(request: &Request<'_>) -> u64 {
+    u64::from(request.allowance_ms) * 1000
 }
