@@ -486,3 +486,36 @@ async fn a_static_limiter_serves_parallel_tests_2() {
 async fn a_static_limiter_serves_parallel_tests_3() {
     spend_on_the_shared_limiter("shared:3").await;
 }
+
+// The attribute's `allowance`, on a site's own limiter.
+
+static SITE_LIMITER: LazyLock<Limiter> =
+    LazyLock::new(|| support::counting_limiter(support::process_server_url()));
+
+#[redis_ratelimit::rate_limiter(
+    rules("1000/hour"),
+    limit_type = GLOBAL,
+    limiter = SITE_LIMITER,
+    name = "allowances.search",
+    allowance = "5s"
+)]
+async fn search() -> Result<(), redis_ratelimit::RateLimitError> {
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_site_with_an_allowance_is_answered_in_process() {
+    for _ in 0..50 {
+        search().await.unwrap();
+    }
+    // The limiter has no default allowance: the site's own made these few round trips.
+    let round_trips = SITE_LIMITER.allowance_draws();
+    assert!(round_trips <= 3, "{round_trips} round trips for 50 calls");
+    SITE_LIMITER.release_allowances().await.unwrap();
+    let key = "rate_limit:global:allowances.search";
+    let peek = SITE_LIMITER
+        .peek(key, &[Rule::per_hour(1000)])
+        .await
+        .unwrap();
+    assert_eq!(peek.remaining, 1000 - 50);
+}
