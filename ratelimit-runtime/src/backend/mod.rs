@@ -68,7 +68,6 @@ pub(crate) struct Request<'a> {
 /// charge came), the fixed and sliding window's draw number. Its `remaining` is what the
 /// key has left after the draw.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[allow(dead_code)] // Until the limiter draws allowances.
 pub(crate) struct Draw {
     /// What the rules counting calls take: the calls the allowance stands for.
     pub calls: NonZeroU64,
@@ -92,7 +91,6 @@ impl Draw {
 /// as spent at `last_spend_us` instead of at the draw's hold time. Sent twice, it changes
 /// the key once.
 #[derive(Clone, Copy, Debug)]
-#[allow(dead_code)] // Until the limiter draws allowances.
 pub(crate) struct GiveBack<'a> {
     pub key: &'a str,
     /// The draw's rules.

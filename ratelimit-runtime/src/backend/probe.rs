@@ -18,7 +18,7 @@ pub struct Backend(Store);
 enum Store {
     Memory(MemoryBackend),
     #[cfg(feature = "redis")]
-    Redis(super::redis::RedisBackend),
+    Redis(Box<super::redis::RedisBackend>),
 }
 
 /// A draw's answer, and what its give-back needs.
@@ -50,7 +50,9 @@ impl Backend {
     #[cfg(feature = "redis")]
     pub fn redis(url: &str) -> Backend {
         let config = super::redis::RedisConfig::new(url, Duration::from_secs(5)).expect("a URL");
-        Backend(Store::Redis(super::redis::RedisBackend::new(&config)))
+        Backend(Store::Redis(Box::new(super::redis::RedisBackend::new(
+            &config,
+        ))))
     }
 
     async fn run(&self, request: &Request<'_>) -> Result<RawDecision, BackendError> {

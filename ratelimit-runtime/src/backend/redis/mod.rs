@@ -554,7 +554,6 @@ impl RedisBackend {
 
     /// [`give_back`](Self::give_back) of each of `give_backs`, sent at once (one command
     /// per key, each to its key's server), answered in their order.
-    #[allow(dead_code)] // Until the limiter draws allowances.
     pub(crate) async fn give_back_all(
         &self,
         give_backs: &[GiveBack<'_>],
