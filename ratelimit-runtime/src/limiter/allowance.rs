@@ -62,7 +62,7 @@ pub(crate) struct Allowances {
     /// When each live allowance ends (local µs), with its number and key, soonest first:
     /// the give-back task finds what is due without a pass over every key. An allowance
     /// retired earlier leaves its entry behind, skipped when it comes up.
-    ends: Mutex<BinaryHeap<Reverse<(u64, u64, Box<str>)>>>,
+    ends: Mutex<BinaryHeap<Reverse<End>>>,
     /// Numbers the allowances, so that a decision admitted from one names it.
     next_id: AtomicU64,
     /// Draws made (round trips for keys with an allowance), for tests and benchmarks.
@@ -75,6 +75,9 @@ pub(crate) struct Allowances {
     /// that over-admits, kept to show that the differential test catches it.
     naive: AtomicBool,
 }
+
+/// When a live allowance ends (local µs), its number and its key.
+type End = (u64, u64, Box<str>);
 
 /// The local clock allowances end by. On Redis a monotonic one (a wall clock stepping back
 /// would let an allowance be spent past the time its units are recorded at); over the
