@@ -40,6 +40,11 @@ const SHARD_CAPACITY: usize = 8_192;
 /// a few instances cannot strand the rest of a budget.
 const SHARE_OF_ROOM: u64 = 8;
 
+/// A draw pays off when this instance's pace fills at least this many checks of an
+/// allowance's life: a draw left with units unused costs its give-back too, and a draw's
+/// script costs Redis more than a check's.
+const MIN_EXPECTED_CHECKS: f64 = 6.0;
+
 /// The most checks one draw stands for.
 const MAX_DRAW_CHECKS: u64 = 1 << 20;
 
@@ -153,10 +158,11 @@ struct Sizing {
     known: bool,
     /// Checks of the last cost that the key had room for at its last answer.
     room_checks: u64,
-    /// This instance's pace on the key, in checks per second: an average of the last
-    /// allowance's (its checks over its life) and of the gaps between the checks that came
-    /// to the backend.
-    per_s: f64,
+    /// This instance's pace on the key, as the mean time between its checks (µs): an
+    /// average of the last allowance's (its life over its checks) and of the gaps between
+    /// the checks that came without one. Gaps, not rates, are averaged: random arrivals
+    /// have many short gaps, whose rates would overstate the pace.
+    gap_us: f64,
     /// When a check of the key last came here without an allowance to admit it (local
     /// µs; 0: never).
     last_us: u64,
@@ -830,33 +836,38 @@ impl Sizing {
             .min(live.ends_at_us)
             .saturating_sub(live.sent_at_us)
             .max(1000);
-        self.mix(live.checks as f64 * 1e6 / over_us as f64);
+        self.mix(over_us as f64 / live.checks.max(1) as f64);
         self.last_us = now_us;
     }
 
     /// Learns the gap before a check that came at local `now_us` with no allowance here.
     fn arrived(&mut self, now_us: u64) {
         if self.last_us != 0 {
-            self.mix(1e6 / now_us.saturating_sub(self.last_us).max(1) as f64);
+            self.mix(now_us.saturating_sub(self.last_us).max(1) as f64);
         }
         self.last_us = now_us;
     }
 
-    fn mix(&mut self, per_s: f64) {
-        self.per_s = match self.per_s {
-            0.0 => per_s,
-            before => (before + per_s) / 2.0,
+    fn mix(&mut self, gap_us: f64) {
+        self.gap_us = match self.gap_us {
+            0.0 => gap_us,
+            // A quarter of the new gap: one short gap among random arrivals moves it
+            // little.
+            before => before * 0.75 + gap_us * 0.25,
         };
     }
 
     /// How many checks the next draw of a key stands for, for an allowance living up to
     /// `lifetime_us` and `demand` checks waiting for it: twice what this instance's pace
     /// spends over a lifetime, at least the demand, never more than [`SHARE_OF_ROOM`] of the
-    /// room the key had. One (a plain check) when the pace fills less than two checks of a
-    /// lifetime: a draw would cost its give-back too.
+    /// room the key had. One (a plain check) when the pace fills less than
+    /// [`MIN_EXPECTED_CHECKS`] of a lifetime.
     fn next_checks(&self, lifetime_us: u64, demand: u64) -> u64 {
-        let expected = self.per_s * lifetime_us as f64 / 1e6;
-        let wanted = match expected < 2.0 {
+        let expected = match self.gap_us {
+            0.0 => 0.0,
+            gap_us => lifetime_us as f64 / gap_us,
+        };
+        let wanted = match expected < MIN_EXPECTED_CHECKS {
             true => 1,
             false => (2.0 * expected).min(MAX_DRAW_CHECKS as f64) as u64,
         };
