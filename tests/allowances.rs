@@ -519,3 +519,30 @@ async fn a_site_with_an_allowance_is_answered_in_process() {
         .unwrap();
     assert_eq!(peek.remaining, 1000 - 50);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_allowances_draw_and_go_back_per_key() {
+    use support::Topology as _;
+    let cluster = support::cluster::RedisCluster::start();
+    let limiter = support::counting_limiter(&cluster.url()).allowance(MAX_AGE);
+    // Keys on every master, each given back by its own node.
+    let keys: Vec<String> = (0..12).map(|i| format!("cluster-allowance:{i}")).collect();
+    for _ in 0..100 {
+        for key in &keys {
+            assert!(limiter.check(key, &HOT).await.unwrap().allowed);
+        }
+    }
+    let round_trips = limiter.allowance_draws();
+    assert!(
+        round_trips < 600,
+        "{round_trips} round trips for 1,200 checks"
+    );
+    limiter.release_allowances().await.unwrap();
+    for key in &keys {
+        assert_eq!(
+            limiter.peek(key, &HOT).await.unwrap().remaining,
+            100_000 - 100,
+            "{key}"
+        );
+    }
+}
