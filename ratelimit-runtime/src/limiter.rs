@@ -27,7 +27,7 @@ use crate::backend::redis::{Breaker, RedisBackend, RedisConfig};
 use crate::backend::Request;
 use crate::clock::Clock;
 use crate::decision::{CountedBy, RawDecision};
-use crate::observe::{Answer, AnsweredBy, PROGRAMMATIC};
+use crate::observe::{Answer, AnsweredBy};
 use crate::overrides::{path_of, InForce, Overrides, SiteRules, DEFAULT_POLL};
 use crate::slot::Home as SlotHome;
 use crate::throttle::LogThrottle;
@@ -1133,6 +1133,8 @@ impl Limiter {
 
     /// A check that spends an allowance: admitted from the key's allowance, or from the
     /// draw it makes (or waits for), or sent alone near the limit.
+    // Without Redis nothing is waited for: the loop is left at once.
+    #[cfg_attr(not(feature = "redis"), allow(clippy::never_loop))]
     async fn with_allowance(
         &self,
         remote: Remote<'_>,
@@ -1143,9 +1145,10 @@ impl Limiter {
         loop {
             let ticket = match self.allowances.step(request) {
                 Step::Local(raw) => return Ok((raw, AnsweredBy::LOCAL)),
-                Step::Wait(mut drawing) => match remote {
+                Step::Wait(drawing) => match remote {
                     #[cfg(feature = "redis")]
                     Remote::Redis(_) => {
+                        let mut drawing = drawing;
                         // Ends with the draw: answered, failed, or dropped with its check.
                         let _ = drawing.changed().await;
                         match allowance::answered(&drawing) {
@@ -1154,7 +1157,10 @@ impl Limiter {
                         }
                     }
                     // Answered at once: nothing to wait for but another thread's draw.
-                    Remote::Memory(_) => allowance::Ticket::alone(request),
+                    Remote::Memory(_) => {
+                        drop(drawing);
+                        allowance::Ticket::alone(request)
+                    }
                 },
                 Step::Ask(ticket) => ticket,
             };
@@ -1256,7 +1262,8 @@ impl Limiter {
             Some(fallback) if err.kind() != BackendErrorKind::Command => {
                 self.warn_backend_failed(request.key, &err, "counting on the fallback");
                 // Boxed: a fallback on Redis of its own makes the future recursive.
-                let answer = Box::pin(fallback.answer(request, PROGRAMMATIC)).await;
+                let site = crate::observe::PROGRAMMATIC;
+                let answer = Box::pin(fallback.answer(request, site)).await;
                 Answer {
                     by: AnsweredBy {
                         fallback: true,
