@@ -4,14 +4,15 @@
 //! ```text
 //! cargo run --release --example loadgen -- --redis-url redis://127.0.0.1:6379 \
 //!     --keys 10000 --total 200000 --concurrency 64 --limit 100 --window-s 60 \
-//!     [--algorithm token_bucket] [--threads 1] [--deny-cache] [--tls-ca ca.pem]
+//!     [--algorithm token_bucket] [--threads 1] [--deny-cache] [--allowance-ms 250] [--tls-ca ca.pem]
 //! cargo run --release --example loadgen -- --memory ...
 //! ```
 //! `--redis-url` is passed as is to `Limiter::redis`, so it takes every form that does
 //! (see [`URL_FORMS`]); `--tls-ca PATH` trusts the CA certificates in a PEM file for a TLS
 //! URL, and `--deny-cache` turns the limiter's deny cache on.
 //!
-//! prints `RESULT name=redis-ratelimit ops=<checks/s> p50_us=<..> p99_us=<..> allowed=<..> denied=<..>`.
+//! prints `RESULT name=redis-ratelimit ops=<checks/s> p50_us=<..> p99_us=<..> allowed=<..> denied=<..> draws=<..>`
+//! (`draws`: the round trips of checks with an allowance).
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -71,6 +72,10 @@ struct Options {
     /// 1 to 99); 0: no warning.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=99))]
     warn_at: u8,
+    /// Admit checks from local allowances living up to this many ms
+    /// (`Limiter::allowance`); 0: a round trip per check.
+    #[arg(long, default_value_t = 0)]
+    allowance_ms: u64,
 }
 
 /// A whole number of at least 1.
@@ -115,7 +120,9 @@ fn main() -> ExitCode {
 
 async fn run(o: Options) -> ExitCode {
     let limiter = match build_limiter(&o) {
-        Ok(limiter) => limiter.deny_cache(o.deny_cache),
+        Ok(limiter) => limiter
+            .deny_cache(o.deny_cache)
+            .allowance(Duration::from_millis(o.allowance_ms)),
         Err(e) => {
             eprintln!("loadgen: {e}");
             return ExitCode::from(2);
@@ -188,9 +195,10 @@ async fn run(o: Options) -> ExitCode {
     };
     let ops = latencies.len() as f64 / elapsed.as_secs_f64();
     println!(
-        "RESULT name=redis-ratelimit ops={ops:.0} p50_us={} p99_us={} allowed={allowed} denied={denied}",
+        "RESULT name=redis-ratelimit ops={ops:.0} p50_us={} p99_us={} allowed={allowed} denied={denied} draws={}",
         percentile(0.50).copied().unwrap_or(0),
         percentile(0.99).copied().unwrap_or(0),
+        limiter.allowance_draws(),
     );
     if errors > 0 {
         eprintln!("loadgen: {errors} checks failed");

@@ -47,6 +47,8 @@
 //!     `shadow`.
 //!   - [Metered usage](guide::metered): calls and units in one check, costs settled after
 //!     the call, calls in flight, calendar quotas, blocking a key: an LLM gateway.
+//!   - [Local allowances](guide::allowances): a hot key decided in process, a round trip
+//!     per allowance instead of per check, the bound still exact.
 //!   - [Production Redis](guide::production): the limiter, TLS, Cluster, Sentinel, and
 //!     what happens when Redis fails.
 //!   - [Operating it](guide::operating): the `ratelimit` command, metrics and tracing,
@@ -80,7 +82,7 @@ pub use ratelimit_runtime::{
     clock, context, global, init, key, Algorithm, BackendError, BackendErrorKind, BlockState,
     Check, ConfigError, Decision, InitError, KeyState, LimitType, Limiter, LogState, Mode,
     ParseModeError, ParseRuleError, RateLimitError, RequestContext, Rule, RuleState, Setting,
-    REDIS_URL_ENV, STATE_FILE_ENV,
+    ALLOWANCE_ENV, REDIS_URL_ENV, STATE_FILE_ENV,
 };
 pub use ratelimit_runtime::{Acquire, Slot};
 
@@ -120,6 +122,9 @@ pub mod guide {
     #[doc = include_str!("../examples/llm_gateway.rs")]
     #[doc = "```"]
     pub mod metered {}
+
+    #[doc = include_str!("../docs/allowances.md")]
+    pub mod allowances {}
 
     #[doc = include_str!("../docs/production.md")]
     pub mod production {}

@@ -295,3 +295,45 @@ async fn each_refusal_counts_its_rule_and_each_warning_its_rule() {
         ])
     );
 }
+
+#[tokio::test]
+async fn answers_from_an_allowance_are_timed_as_local_and_its_round_trips_counted() {
+    let _turn = turn().await;
+    let server = RedisServer::start();
+    let limiter = redis_limiter(&server).allowance(std::time::Duration::from_secs(5));
+    const HOT: [Rule; 1] = [Rule::per_hour(100_000)];
+    for _ in 0..20 {
+        assert!(limiter.check("hot", &HOT).await.unwrap().allowed);
+    }
+    let round_trips = limiter.allowance_draws();
+    let (mut draws, mut timed) = (0, BTreeMap::<String, usize>::new());
+    for (key, _, _, value) in SNAPSHOTTER.snapshot().into_vec() {
+        let key = key.key();
+        let label = |name: &str| {
+            key.labels()
+                .find(|l| l.key() == name)
+                .map(|l| l.value().to_owned())
+        };
+        match (key.name(), value) {
+            ("ratelimit_allowance_draws_total", DebugValue::Counter(n)) => {
+                assert_eq!(label("site").as_deref(), Some("programmatic"));
+                draws += n;
+            }
+            ("ratelimit_check_duration_seconds", DebugValue::Histogram(samples)) => {
+                *timed.entry(label("backend").unwrap()).or_default() += samples.len();
+            }
+            _ => {}
+        }
+    }
+    // The key's first check alone, then one draw; every other check answered in process.
+    assert_eq!(draws, round_trips);
+    assert!(round_trips <= 3, "{round_trips} round trips for 20 checks");
+    let round_trips = round_trips as usize;
+    assert_eq!(
+        timed,
+        BTreeMap::from([
+            ("local".to_owned(), 20 - round_trips),
+            ("redis".to_owned(), round_trips)
+        ])
+    );
+}

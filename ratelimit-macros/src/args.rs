@@ -41,12 +41,14 @@ mod kw {
     syn::custom_keyword!(concurrency);
     syn::custom_keyword!(lease);
     syn::custom_keyword!(warn_at);
+    syn::custom_keyword!(allowance);
 }
 
 const ARGUMENTS: &str =
     "one of rules, prevent_duplicate, prevent_duplicate_rule, limit_type, by, key, \
                          message, algorithm, on_limit, limiter, crate, name, cost, charge_if, \
-                         settle, block_for, wait, shadow, concurrency, lease, warn_at";
+                         settle, block_for, wait, shadow, concurrency, lease, warn_at, \
+                         allowance";
 
 /// The validated arguments of one `#[rate_limiter(...)]`.
 pub struct Args {
@@ -89,6 +91,8 @@ pub struct Args {
     pub concurrency: Option<(u64, Option<u64>)>,
     /// `warn_at = P`: warn when a call takes a rule to P % of its count (1 to 99).
     pub warn_at: Option<u8>,
+    /// `allowance = "..."`, in milliseconds.
+    pub allowance_ms: Option<u64>,
 }
 
 /// Where the rules come from.
@@ -247,6 +251,7 @@ pub struct RawArgs {
     concurrency: Slot<u64>,
     lease: Slot<u64>,
     warn_at: Slot<u8>,
+    allowance: Slot<u64>,
 }
 
 impl RawArgs {
@@ -275,6 +280,7 @@ impl RawArgs {
             concurrency: Slot::new("concurrency"),
             lease: Slot::new("lease"),
             warn_at: Slot::new("warn_at"),
+            allowance: Slot::new("allowance"),
         }
     }
 
@@ -346,6 +352,9 @@ impl RawArgs {
         } else if lookahead.peek(kw::block_for) {
             self.block_for
                 .parse::<kw::block_for>(input, errors, lockout_durations)?;
+        } else if lookahead.peek(kw::allowance) {
+            self.allowance
+                .parse::<kw::allowance>(input, errors, duration_literal("allowance"))?;
         } else if lookahead.peek(kw::wait) {
             self.wait
                 .parse::<kw::wait>(input, errors, duration_literal("wait"))?;
@@ -471,6 +480,7 @@ impl RawArgs {
                 .into_inner()
                 .map(|max| (max, self.lease.into_inner())),
             warn_at: self.warn_at.into_inner(),
+            allowance_ms: self.allowance.into_inner(),
         })
     }
 }

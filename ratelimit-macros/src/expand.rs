@@ -157,6 +157,7 @@ fn check(args: &Args) -> TokenStream {
         None => quote!(::core::option::Option::None),
     };
     let wait = duration(args.wait_ms);
+    let allowance = duration(args.allowance_ms);
     // Only a site that may give units back or settle them keeps what a call took.
     let refunds = args.charge_if.is_some() || args.settle.is_some();
     let concurrency = match args.concurrency {
@@ -292,6 +293,7 @@ fn check(args: &Args) -> TokenStream {
                     refunds: #refunds,
                     concurrency: #concurrency,
                     warn_at: #warn_at,
+                    allowance: #allowance,
                 },
             )
             #named

@@ -104,6 +104,7 @@ use crate::item::ItemFn;
 /// | `lease = "<duration>"` | how long a slot outlives its holder's last renewal (a running call renews it every third of it): the time a crashed process's slots stay taken; needs `concurrency` | `"30s"` |
 /// | `warn_at = P` | an integer literal from 1 to 99: when a call takes a rule from below P % of its count to at or above it, the limiter's `on_warning` hook runs once, fleet-wide (decided in the backend), with an `INFO` event and counter `ratelimit_warnings_total` | no warning |
 /// | `shadow = bool` | count and report, never refuse | `false` |
+/// | `allowance = "<duration>"` | a local allowance living up to that long: a part of the key's budget reserved in one round trip, the calls that follow in this process admitted from it without one, what is left given back (see [allowances]); the bound stays exact | the limiter's (`Limiter::allowance`), none by default |
 ///
 /// Rule strings take the forms `N/unit`, `N/<k><unit>`, `N per unit` and `N per k units`,
 /// with units `ms`/`msec(s)`/`millisecond(s)`, `s`/`sec(s)`/`second(s)`,
@@ -246,8 +247,9 @@ use crate::item::ItemFn;
 ///   string;
 /// - the identity: an unknown limit type, `by` with `GLOBAL`, `CUSTOM` without `by`;
 /// - the rest: an unknown algorithm, an empty or malformed `name`, a literal `cost = 0`, a
-///   `block_for` or `wait` that is not a duration string, or is 0, too long or malformed;
-///   `block_for = []` (an empty list) or a list holding anything but duration strings;
+///   `block_for`, `wait` or `allowance` that is not a duration string, or is 0, too long
+///   or malformed (leave `allowance` out to take the limiter's default); `block_for = []`
+///   (an empty list) or a list holding anything but duration strings;
 ///   a return type that is not a `Result` without `on_limit`.
 ///
 /// Type errors are reported at the user's tokens: an error type without
@@ -262,6 +264,7 @@ use crate::item::ItemFn;
 /// [keys chapter]: https://docs.rs/redis-ratelimit/*/redis_ratelimit/guide/keys/index.html
 /// [modes]: https://docs.rs/redis-ratelimit/*/redis_ratelimit/guide/operating/index.html#modes
 /// [algorithms]: https://docs.rs/redis-ratelimit/*/redis_ratelimit/guide/algorithms/index.html
+/// [allowances]: https://docs.rs/redis-ratelimit/*/redis_ratelimit/guide/allowances/index.html
 /// [the request context]: https://docs.rs/redis-ratelimit/*/redis_ratelimit/guide/keys/index.html#the-request-context
 #[proc_macro_attribute]
 pub fn rate_limiter(args: TokenStream, item: TokenStream) -> TokenStream {

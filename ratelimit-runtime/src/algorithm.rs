@@ -112,16 +112,15 @@ impl Figures {
 /// `retry_after` (ties: lowest index; a cost that can never pass is the largest), and
 /// `remaining` what it has left now. Every script makes the same choice in its `bind`.
 ///
-/// `rules` are the rules judged: an admitted check's `remaining` is what the binding rule
-/// has left after its own part of the cost (one, for a rule counting calls).
+/// `call`'s rules are the rules judged: an admitted check's `remaining` is what the binding
+/// rule has left after its own part of the cost ([`Call::units`]).
 #[inline]
 pub(crate) fn decide(
     figures: impl IntoIterator<Item = Figures>,
-    rules: &[Rule],
-    cost: u64,
-    consume: bool,
+    call: &Call<'_>,
     lag_us: u64,
 ) -> RawDecision {
+    let Call { rules, consume, .. } = *call;
     let mut denied: Option<(usize, Figures)> = None;
     let mut tightest: Option<(usize, Figures)> = None;
     for (i, f) in figures.into_iter().enumerate() {
@@ -154,7 +153,7 @@ pub(crate) fn decide(
         allowed: true,
         rule_index,
         remaining: if consume {
-            f.left - rules[rule_index].units(cost)
+            f.left - call.units(&rules[rule_index])
         } else {
             f.left
         },
@@ -163,6 +162,28 @@ pub(crate) fn decide(
         receipt: Receipt::NONE,
         crossed: None,
     }
+}
+
+/// The hold of a draw (`backend::Draw::hold_at`) of `rules` by `algorithm` counted at
+/// `at_us`, asked for `hold_us`: never more than a quarter of the shortest window, and
+/// never past the last µs of the aligned window (fixed and sliding window) or, with a rule
+/// counting in calendar periods, of the UTC day `at_us` is in (a period ends at a
+/// midnight), so that the units it records at `at_us + hold` are counted where they are
+/// spent (see `docs/allowances.md`). `scripts/hold.lua` computes the same.
+pub(crate) fn draw_hold_us(rules: &[Rule], algorithm: Algorithm, at_us: u64, hold_us: u64) -> u64 {
+    let aligned = matches!(algorithm, Algorithm::FixedWindow | Algorithm::SlidingWindow);
+    rules.iter().fold(hold_us, |hold, rule| {
+        let end_us = match rule.calendar() {
+            Some(_) => crate::calendar::period_us(crate::Calendar::Day, at_us).1,
+            None if aligned => (at_us / rule.window_us() + 1) * rule.window_us(),
+            None => u64::MAX,
+        };
+        let quarter = match rule.calendar() {
+            Some(_) => u64::MAX,
+            None => rule.window_us() / 4,
+        };
+        hold.min(quarter).min(end_us.saturating_sub(at_us + 1))
+    })
 }
 
 /// How long a key must live after a write, as the scripts' `PEXPIRE` sets it: `needed_us`
@@ -192,14 +213,77 @@ pub(crate) struct Call<'a> {
     pub rules: &'a [Rule],
     /// The caller's clock, µs since the epoch.
     pub now_us: u64,
-    /// Units of every rule counting units: the request's, at least 1; a rule counting
-    /// calls takes one.
+    /// Units of every rule counting units: the request's, at least 1.
     pub cost: u64,
+    /// What a rule counting calls takes: 1, or the calls a draw stands for.
+    pub calls: u64,
+    /// The hold a draw asks for: its units are recorded as spent [`draw_hold_us`] of it
+    /// after the time the call is counted at; 0 for a check.
+    pub hold_us: u64,
     /// `false` for a peek: answer as a check would, write nothing.
     pub consume: bool,
     /// When a consuming check is refused by a rule, the key refuses every check for this
     /// long after (see [`Block`]); `None`: no block.
     pub block_for_us: Option<NonZeroU64>,
+}
+
+impl Call<'_> {
+    /// What the call takes from `rule`: its calls from a rule counting calls, its cost
+    /// from any other.
+    #[inline(always)]
+    pub fn units(&self, rule: &Rule) -> u64 {
+        match rule.counts_calls() {
+            true => self.calls,
+            false => self.cost,
+        }
+    }
+}
+
+/// The end of one draw, as an algorithm applies it (see `backend::GiveBack`): the draw of
+/// `rules` counted at `at_us` under `id` (its receipt's), recorded as spent `hold_us`
+/// later ([`draw_hold_us`]), of which `used_units` units and `used_calls` calls were
+/// spent, the last at `last_spend_us`, and the rest, `units` and `calls`, not at all.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Returned<'a> {
+    pub rules: &'a [Rule],
+    pub at_us: u64,
+    pub id: u64,
+    pub hold_us: u64,
+    pub units: u64,
+    pub calls: u64,
+    pub used_units: u64,
+    pub used_calls: u64,
+    pub last_spend_us: u64,
+}
+
+impl Returned<'_> {
+    /// What of the draw `rule` gets back: calls from a rule counting calls, units from
+    /// any other.
+    pub fn unused(&self, rule: &Rule) -> u64 {
+        match rule.counts_calls() {
+            true => self.calls,
+            false => self.units,
+        }
+    }
+
+    /// When the draw's units are recorded as spent.
+    pub fn held_until_us(&self) -> u64 {
+        self.at_us + self.hold_us
+    }
+
+    /// Until when a give-back of the draw could still change a window's records: the end
+    /// of its calendar periods, two windows after its hold (the sliding window's previous
+    /// count) for the others. A give-back is remembered that long, so that it runs once.
+    pub fn matters_until_us(&self) -> u64 {
+        self.rules
+            .iter()
+            .map(|rule| match rule.calendar() {
+                Some(calendar) => crate::calendar::period_us(calendar, self.at_us).1,
+                None => self.held_until_us() + 2 * rule.window_us(),
+            })
+            .max()
+            .unwrap_or(0)
+    }
 }
 
 /// What one check did to a key's state.
@@ -236,6 +320,10 @@ pub(crate) trait Counter {
     /// Gives back what `receipt` took, as far as the state still holds it (see
     /// [`Receipt`]); `now_us` is the caller's clock.
     fn refund(&mut self, rules: &[Rule], receipt: &Receipt, now_us: u64);
+
+    /// Gives back what a draw did not use and re-times what it used (see [`Returned`]),
+    /// once: sent twice, the second changes nothing; `now_us` is the caller's clock.
+    fn give_back(&mut self, back: &Returned<'_>, now_us: u64);
 
     /// Replaces the cost `receipt` reserved by `actual` in every rule of `rules` counting
     /// units (rules counting calls keep their one): gives back the difference as far as
@@ -509,6 +597,20 @@ impl KeyState {
 }
 
 impl KeyState {
+    /// Gives back what a draw did not use and re-times what it used (see [`Returned`]),
+    /// once; nothing when another algorithm counted it.
+    pub fn give_back(&mut self, algorithm: Algorithm, back: &Returned<'_>, now_us: u64) {
+        if algorithm != self.algorithm() {
+            return;
+        }
+        match &mut self.counts {
+            Counts::SlidingLog(s) => s.give_back(back, now_us),
+            Counts::FixedWindow(s) => s.give_back(back, now_us),
+            Counts::SlidingWindow(s) => s.give_back(back, now_us),
+            Counts::TokenBucket(s) => s.give_back(back, now_us),
+        }
+    }
+
     /// Settles the reservation `receipt` made of `rules` at `actual` units, as far as the
     /// state still counts it; nothing when another algorithm counted it.
     ///
@@ -695,6 +797,8 @@ pub(crate) mod testing {
             rules,
             now_us,
             cost,
+            calls: 1,
+            hold_us: 0,
             consume,
             block_for_us: None,
         }
@@ -742,6 +846,8 @@ mod tests {
                 rules: &rules,
                 now_us: check.now_us,
                 cost: check.cost,
+                calls: 1,
+                hold_us: 0,
                 consume: check.consume,
                 block_for_us: NonZeroU64::new(check.block_for_us),
             };

@@ -122,6 +122,25 @@ impl Receipt {
         }
     }
 
+    /// The receipt of an allowance's draw, named by `id` whatever its algorithm: the token
+    /// bucket's witness, the windows' draw number (see `backend::Draw`), which its give-back
+    /// must find as it was.
+    pub fn of_draw(
+        cost: u64,
+        at_us: u64,
+        id: u64,
+        algorithm: Algorithm,
+        counted_by: CountedBy,
+    ) -> Receipt {
+        Receipt {
+            at_us,
+            id,
+            cost,
+            algorithm,
+            counted_by,
+        }
+    }
+
     /// Whether the decision took nothing, so that a refund of it has nothing to do.
     pub fn is_empty(&self) -> bool {
         self.cost == 0
@@ -157,6 +176,9 @@ pub(crate) enum CountedBy {
     Redis,
     #[default]
     Memory,
+    /// Admitted locally from an allowance (`limiter/allowance.rs`): `id` names the
+    /// allowance; its give-back settles what it used with the backend.
+    Allowance,
 }
 
 /// What a backend's algorithm answers, in the backend's units (µs). Both backends produce

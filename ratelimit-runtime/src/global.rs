@@ -10,6 +10,10 @@ pub const REDIS_URL_ENV: &str = "RATELIMIT_REDIS_URL";
 /// The environment variable naming the state file of the default global limiter on the
 /// embedded backend (see [`Limiter::state_file`]).
 pub const STATE_FILE_ENV: &str = "RATELIMIT_STATE_FILE";
+/// The environment variable giving the default global limiter a local allowance: a
+/// duration in the rules' units (`250ms`, `1s`); see
+/// [`Limiter::allowance`](crate::Limiter::allowance). Unset, or `0ms`: none.
+pub const ALLOWANCE_ENV: &str = "RATELIMIT_ALLOWANCE";
 
 static GLOBAL: OnceLock<Limiter> = OnceLock::new();
 
@@ -30,9 +34,31 @@ pub fn init(limiter: Limiter) -> Result<(), InitError> {
 /// The global limiter; built on first use when [`init`] was not called: Redis at
 /// `$RATELIMIT_REDIS_URL` when set, else the embedded memory backend (with a warning that
 /// limits are then counted per process), keeping its state in the file
-/// `$RATELIMIT_STATE_FILE` when set (see [`Limiter::state_file`]).
+/// `$RATELIMIT_STATE_FILE` when set (see [`Limiter::state_file`]), with the local allowance
+/// `$RATELIMIT_ALLOWANCE` when set.
 pub fn global() -> &'static Limiter {
-    GLOBAL.get_or_init(from_env)
+    GLOBAL.get_or_init(|| with_env_allowance(from_env()))
+}
+
+/// `limiter` with the allowance [`ALLOWANCE_ENV`] names, if any; a malformed one is
+/// logged and ignored (checks then make a round trip each, as without it).
+fn with_env_allowance(limiter: Limiter) -> Limiter {
+    let Ok(text) = std::env::var(ALLOWANCE_ENV) else {
+        return limiter;
+    };
+    if matches!(text.trim(), "0" | "0ms" | "0s") {
+        return limiter;
+    }
+    match ratelimit_rule_text::parse_duration(&text) {
+        Ok(max_age) => limiter.allowance(max_age),
+        Err(err) => {
+            tracing::error!(
+                target: "redis_ratelimit",
+                "{ALLOWANCE_ENV} is invalid ({err}); the global limiter draws no allowances"
+            );
+            limiter
+        }
+    }
 }
 
 fn from_env() -> Limiter {

@@ -214,6 +214,28 @@ impl Guard {
         self
     }
 
+    /// Admits this guard's requests from a local allowance living up to `max_age`, as the
+    /// attribute's `allowance` (default: the limiter's, see [`Limiter::allowance`];
+    /// `Duration::ZERO` turns it off for this guard): a part of the key's budget reserved
+    /// in one round trip, the requests that follow in this process admitted from it without
+    /// one, what is left given back. The bound stays exact; the RateLimit fields then
+    /// describe this instance's view.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_ratelimit::{Guard, LimitType, Rule};
+    ///
+    /// static API: [Rule; 1] = [Rule::per_second(1000)];
+    /// let guard = Guard::new("api", &API)
+    ///     .limit_type(LimitType::Global)
+    ///     .allowance(Duration::from_millis(250));
+    /// # drop(guard);
+    /// ```
+    pub fn allowance(mut self, max_age: Duration) -> Guard {
+        self.config.allowance = Some(max_age);
+        self
+    }
+
     /// At most `n` requests of one caller through this guard at once (a slot each, held
     /// until its response has been sent, so a streamed answer holds it to its end), with
     /// the rules, all or nothing, in the same round trip. The request after the `n`th is

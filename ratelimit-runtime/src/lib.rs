@@ -50,6 +50,10 @@ mod warning;
 mod web;
 
 pub use algorithm_kind::{Algorithm, ParseAlgorithmError};
+/// Draws and give-backs straight on a backend, for the tests of allowances.
+#[cfg(feature = "test-clock")]
+#[doc(hidden)]
+pub use backend::probe as draws;
 #[cfg(feature = "redis")]
 pub use backend::redis::Breaker;
 pub use calendar::Calendar;
@@ -58,7 +62,7 @@ pub use concurrency::{Concurrency, DEFAULT_LEASE};
 pub use context::RequestContext;
 pub use decision::Decision;
 pub use error::{BackendError, BackendErrorKind, ConfigError, InitError, RateLimitError};
-pub use global::{global, init, REDIS_URL_ENV, STATE_FILE_ENV};
+pub use global::{global, init, ALLOWANCE_ENV, REDIS_URL_ENV, STATE_FILE_ENV};
 pub use guard::Guard;
 pub use limit_type::LimitType;
 pub use limiter::Acquire;

@@ -3,6 +3,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod acquire;
+mod allowance;
 mod bans;
 mod check;
 pub(crate) use check::{boxed_in_place, checked_warn_at, decided, decided_with_slot, Begun, Plan};
@@ -20,6 +21,7 @@ pub use inspect::{BlockState, KeyState, LogState, RuleState};
 #[cfg(feature = "redis")]
 pub use stored_overrides::{OverrideError, StoredOverride, StoredOverrides};
 
+use self::allowance::{Allowances, Drawn, Retired, Step};
 use self::deny_cache::DenyCache;
 use self::refunds::Refunds;
 use crate::backend::memory::MemoryBackend;
@@ -28,7 +30,7 @@ use crate::backend::memory_state::StateFile;
 use crate::backend::redis::{Breaker, RedisBackend, RedisConfig};
 use crate::backend::Request;
 use crate::clock::Clock;
-use crate::decision::CountedBy;
+use crate::decision::{CountedBy, RawDecision};
 use crate::observe::{Answer, AnsweredBy};
 use crate::overrides::{path_of, InForce, Overrides, SiteRules, DEFAULT_POLL};
 use crate::slot::Home as SlotHome;
@@ -74,6 +76,12 @@ pub struct Limiter {
     warning_hook: Option<crate::warning::Hook>,
     /// The guarded sites' refusals by identity (`most_limited`).
     refusals: Arc<most_limited::Refusals>,
+    /// The allowance of every check that sets none of its own, in ms (0: none).
+    allowance_ms: u32,
+    /// The live allowances (see `limiter/allowance.rs`); shared with the give-back task.
+    allowances: Arc<Allowances>,
+    /// The embedded backend standing for a remote one, for tests: allowances apply.
+    remote_memory: bool,
 }
 
 enum Store {
@@ -81,7 +89,8 @@ enum Store {
     // variants. Shared with the rule-override poller.
     #[cfg(feature = "redis")]
     Redis(Arc<RedisBackend>),
-    // Shared with the thread that saves its state, if any.
+    // Shared with the thread that saves its state, if any, and by the limiters of a test
+    // that stand for instances over one remote store.
     Memory(Arc<MemoryBackend>),
     /// Built from an invalid environment; every check fails with this error.
     Misconfigured(ConfigError),
@@ -217,6 +226,9 @@ impl Limiter {
             state_file: None,
             warning_hook: None,
             refusals: Arc::default(),
+            allowance_ms: 0,
+            allowances: Arc::new(Allowances::new()),
+            remote_memory: false,
         }
     }
 
@@ -435,6 +447,142 @@ impl Limiter {
     pub fn deny_cache(mut self, enabled: bool) -> Self {
         self.deny_cache = enabled.then(DenyCache::new);
         self
+    }
+
+    /// Lets every check through this limiter draw a **local allowance** of `max_age` (the
+    /// default of every check and guarded site that sets none of its own; a site's or a
+    /// check's own setting wins; `Duration::ZERO`, the default, turns it off).
+    ///
+    /// A check with an allowance reserves part of its key's budget in one round trip (all
+    /// or nothing over every rule, as a check of that cost would take it), and the checks of
+    /// that key and rules that follow in this process are admitted **locally** from it,
+    /// without a round trip, for at most `max_age` (and never past a quarter of the
+    /// shortest rule's window, nor the end of the fixed window or calendar period it was
+    /// drawn in). Then what is left goes back. Refusals still come from the backend. What
+    /// the fleet admits stays within every rule at the moments calls are admitted, exactly
+    /// as with a round trip per check; see the guide's
+    /// [local allowances](https://docs.rs/redis-ratelimit/*/redis_ratelimit/guide/allowances/index.html)
+    /// chapter for what is guaranteed, what changes and how to choose `max_age`. On the
+    /// embedded backend it changes nothing: every check is local already.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_ratelimit::Limiter;
+    ///
+    /// let limiter = Limiter::redis("redis://127.0.0.1:6379")?.allowance(Duration::from_millis(250));
+    /// # Ok::<(), redis_ratelimit::ConfigError>(())
+    /// ```
+    pub fn allowance(mut self, max_age: Duration) -> Self {
+        self.allowance_ms = allowance::max_age_ms(max_age);
+        self
+    }
+
+    /// Gives back, at once, every allowance this limiter holds: what they did not use
+    /// stops counting in the backend, what they used counts as spent when it was. Call it
+    /// at shutdown, after the last check; a check after it draws again. Batched: one round
+    /// trip per key, sent concurrently.
+    ///
+    /// ```
+    /// use redis_ratelimit::Limiter;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = Limiter::memory(); // holds none: nothing to give back
+    /// limiter.release_allowances().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// When a give-back cannot reach the backend: what it held then stays counted as
+    /// spent until its windows pass (the safe side). The others are still given back.
+    pub async fn release_allowances(&self) -> Result<(), BackendError> {
+        self.give_back(self.allowances.release_all()).await
+    }
+
+    /// How many round trips this limiter's checks with an allowance have made (draws, and
+    /// checks sent alone near a limit). For tests and benchmarks.
+    #[doc(hidden)]
+    pub fn allowance_draws(&self) -> u64 {
+        self.allowances.draws()
+    }
+
+    /// A limiter on an embedded backend read by `clock`, standing for a remote store
+    /// (allowances apply), that other limiters share with
+    /// [`sharing_backend`](Self::sharing_backend): instances of a fleet, for differential
+    /// tests.
+    #[cfg(feature = "test-clock")]
+    #[doc(hidden)]
+    pub fn remote_memory_with_clock(clock: impl Clock) -> Limiter {
+        let clock: Arc<dyn Clock> = Arc::new(clock);
+        Limiter {
+            remote_memory: true,
+            allowances: Arc::new(Allowances::on_clock(Arc::clone(&clock))),
+            ..Limiter::with_store(Store::Memory(Arc::new(MemoryBackend::new(clock))))
+        }
+    }
+
+    /// Another instance over this limiter's remote embedded backend (see
+    /// [`remote_memory_with_clock`](Self::remote_memory_with_clock)), with its own
+    /// allowances and the same default allowance.
+    ///
+    /// # Panics
+    ///
+    /// When this limiter is not on a remote embedded backend.
+    #[cfg(feature = "test-clock")]
+    #[doc(hidden)]
+    pub fn sharing_backend(&self, clock: impl Clock) -> Limiter {
+        let Store::Memory(memory) = &self.store else {
+            panic!("sharing_backend: not an embedded backend");
+        };
+        assert!(
+            self.remote_memory,
+            "sharing_backend: not a remote embedded backend"
+        );
+        Limiter {
+            remote_memory: true,
+            allowance_ms: self.allowance_ms,
+            allowances: Arc::new(Allowances::on_clock(Arc::new(clock))),
+            ..Limiter::with_store(Store::Memory(Arc::clone(memory)))
+        }
+    }
+
+    /// Draws allowances the naive way: recorded when drawn, spent as long as a real hold
+    /// (units then leave a window before they are spent). Only to show that the
+    /// differential test catches it.
+    #[cfg(feature = "test-clock")]
+    #[doc(hidden)]
+    pub fn naive_allowances(self, naive: bool) -> Self {
+        self.allowances.set_naive(naive);
+        self
+    }
+
+    /// Gives back the allowances whose life has ended by the local clock, as the give-back
+    /// task does.
+    #[cfg(feature = "test-clock")]
+    #[doc(hidden)]
+    pub async fn give_back_due(&self) -> Result<(), BackendError> {
+        self.give_back(self.allowances.collect_due()).await
+    }
+
+    /// Sends the give-backs of `retired` allowances, concurrently, at the backend's clock.
+    async fn give_back(&self, retired: Vec<Retired>) -> Result<(), BackendError> {
+        if retired.is_empty() {
+            return Ok(());
+        }
+        match &self.store {
+            Store::Memory(memory) => {
+                for retired in &retired {
+                    memory.give_back(&retired.give_back(0));
+                }
+                Ok(())
+            }
+            #[cfg(feature = "redis")]
+            Store::Redis(redis) => {
+                let backs: Vec<_> = retired.iter().map(|r| r.give_back(0)).collect();
+                redis.give_back_all(&backs).await.into_iter().collect()
+            }
+            Store::Misconfigured(err) => Err(misconfigured(err)),
+        }
     }
 
     /// How often this limiter reads the rule overrides stored in Redis (default every
@@ -723,6 +871,7 @@ impl Limiter {
     /// With a [`fallback`](Self::fallback), the key is forgotten there too.
     pub async fn reset(&self, key: &str) -> Result<(), BackendError> {
         self.forget_denial(key);
+        self.allowances.forget(key);
         if let Some(fallback) = &self.fallback {
             Box::pin(fallback.reset(key)).await?;
         }
@@ -811,6 +960,8 @@ impl Limiter {
         if block_for_us == 0 {
             return Ok(());
         }
+        // What this instance holds of the key goes back; its next check meets the block.
+        self.allowances.end(key);
         if let Some(fallback) = &self.fallback {
             Box::pin(fallback.block_at_us(key, duration, now_us)).await?;
         }
@@ -882,6 +1033,11 @@ impl Limiter {
     ) -> Result<(), BackendError> {
         let receipt = decision.receipt();
         if receipt.is_empty() || !self.refunds.first(key, receipt) {
+            return Ok(());
+        }
+        if receipt.counted_by == CountedBy::Allowance {
+            // Back to its allowance while it lives; once given back, the call stays used.
+            self.allowances.settle_local(key, rules, receipt, None);
             return Ok(());
         }
         let counted_here = match (&self.store, receipt.counted_by) {
@@ -1004,6 +1160,12 @@ impl Limiter {
         if receipt.is_empty() || !self.refunds.first_settle(key, receipt) {
             return Ok(*decision);
         }
+        if receipt.counted_by == CountedBy::Allowance {
+            let settled = self
+                .allowances
+                .settle_local(key, rules, receipt, Some(actual));
+            return Ok(settled.map_or(*decision, |raw| raw.into_decision(rules)));
+        }
         let peek = Request {
             algorithm: receipt.algorithm,
             now_us,
@@ -1033,10 +1195,11 @@ impl Limiter {
         Ok(settled.map_or(*decision, |raw| raw.into_decision(rules)))
     }
 
-    /// The answer to `request` when it needs no waiting: a cached denial, or a check of the
-    /// embedded backend, which is synchronous.
+    /// The answer to `request` when it needs no waiting: a cached denial, a call admitted
+    /// from its allowance, or a check of the embedded backend, which is synchronous. `site`
+    /// counts the allowance's draws.
     #[inline]
-    pub(crate) fn answer_now(&self, request: &Request<'_>) -> Now {
+    pub(crate) fn answer_now(&self, request: &Request<'_>, site: &'static str) -> Now {
         if !request.algorithm.takes(request.cost.get()) {
             return Now::Answered(Answer {
                 result: Err(BackendError::cost_too_large(request.cost.get())),
@@ -1046,43 +1209,175 @@ impl Limiter {
         if let Some(denial) = self.deny_cache.as_ref().and_then(|c| c.lookup(request)) {
             return Now::Answered(Answer {
                 result: Ok(denial),
-                by: self.answered_by(),
+                by: AnsweredBy::LOCAL,
             });
         }
+        let spends = spends_allowance(request);
         let raw = match &self.store {
+            Store::Memory(memory) if spends && self.remote_memory => {
+                let remote = Remote::Memory(memory);
+                let answer = self.with_allowance(remote, request, site);
+                let answer = now_or_never(answer).expect("the embedded backend answers at once");
+                for retired in self.allowances.take_retired() {
+                    memory.give_back(&retired.give_back(request.now_us));
+                }
+                return Now::Answered(self.answered(request, answer));
+            }
             Store::Memory(memory) => memory.check_now(request),
             Store::Misconfigured(err) => Err(misconfigured(err)),
             #[cfg(feature = "redis")]
-            Store::Redis(redis) => return Now::Ask(Arc::clone(redis)),
+            Store::Redis(redis) => {
+                if let Some(raw) = spends.then(|| self.allowances.admit(request)).flatten() {
+                    return Now::Answered(Answer {
+                        result: Ok(raw),
+                        by: AnsweredBy::LOCAL,
+                    });
+                }
+                return Now::Ask(Arc::clone(redis));
+            }
         };
         Now::Answered(self.decided(request, raw))
     }
 
-    /// One attempt at `request`: answered now, or asked of Redis (and, when Redis cannot
-    /// answer, of the fallback).
-    pub(crate) async fn answer(&self, request: Request<'_>) -> Answer {
-        match self.answer_now(&request) {
+    /// The allowance of a check whose own (a check's, else its site's) is `own`: that one,
+    /// else this limiter's default. In ms, 0 for none.
+    #[inline]
+    pub(crate) fn allowance_ms(&self, own: Option<Duration>) -> u32 {
+        own.map_or(self.allowance_ms, allowance::max_age_ms)
+    }
+
+    /// One attempt at `request` (made by `site`): answered now, or asked of Redis (and,
+    /// when Redis cannot answer, of the fallback).
+    pub(crate) async fn answer(&self, request: Request<'_>, site: &'static str) -> Answer {
+        match self.answer_now(&request, site) {
             Now::Answered(answer) => answer,
             #[cfg(feature = "redis")]
-            Now::Ask(redis) => self.ask(&redis, request).await,
+            Now::Ask(redis) => self.ask(&redis, request, site).await,
         }
     }
 
     #[cfg(feature = "redis")]
-    async fn ask(&self, redis: &RedisBackend, request: Request<'_>) -> Answer {
-        match redis.check(&request).await {
-            Ok(raw) => self.decided(&request, Ok(raw)),
+    pub(crate) async fn ask(
+        &self,
+        redis: &RedisBackend,
+        request: Request<'_>,
+        site: &'static str,
+    ) -> Answer {
+        let asked = match spends_allowance(&request) {
+            true => {
+                self.with_allowance(Remote::Redis(redis), &request, site)
+                    .await
+            }
+            false => redis
+                .check(&request)
+                .await
+                .map(|raw| (raw, self.answered_by())),
+        };
+        match asked {
+            Ok(answer) => self.answered(&request, Ok(answer)),
             Err(err) => self.on_failure(request, err).await,
+        }
+    }
+
+    /// A check that spends an allowance: admitted from the key's allowance, or from the
+    /// draw it makes (or waits for), or sent alone near the limit.
+    // Without Redis nothing is waited for: the loop is left at once.
+    #[cfg_attr(not(feature = "redis"), allow(clippy::never_loop))]
+    async fn with_allowance(
+        &self,
+        remote: Remote<'_>,
+        request: &Request<'_>,
+        site: &'static str,
+    ) -> Result<(RawDecision, AnsweredBy), BackendError> {
+        let by_backend = self.answered_by();
+        loop {
+            let ticket = match self.allowances.step(request) {
+                Step::Local(raw) => return Ok((raw, AnsweredBy::LOCAL)),
+                Step::Wait(drawing) => match remote {
+                    #[cfg(feature = "redis")]
+                    Remote::Redis(_) => {
+                        let mut drawing = drawing;
+                        // Ends with the draw: answered, failed, or dropped with its check.
+                        let _ = drawing.changed().await;
+                        match allowance::answered(&drawing) {
+                            true => continue,
+                            false => allowance::Ticket::alone(request),
+                        }
+                    }
+                    // Answered at once: nothing to wait for but another thread's draw.
+                    Remote::Memory(_) => {
+                        drop(drawing);
+                        allowance::Ticket::alone(request)
+                    }
+                },
+                Step::Ask(ticket) => ticket,
+            };
+            count_draw(site);
+            #[cfg(feature = "redis")]
+            if let (Remote::Redis(_), Store::Redis(redis)) = (remote, &self.store) {
+                self.ensure_giving_back(redis);
+            }
+            let drawing = Request {
+                draw: ticket.draw.as_ref(),
+                cost: ticket.units,
+                // A draw larger than the check is refused for its size, not the check:
+                // no block, no denial to remember; the check alone is asked next.
+                block_for_us: request.block_for_us.filter(|_| ticket.draw.is_none()),
+                refundable: request.refundable || ticket.draw.is_some(),
+                ..*request
+            };
+            let raw = remote.check(&drawing).await?;
+            match self.allowances.drawn(request, ticket, raw) {
+                Drawn::Answer(raw) => return Ok((raw, by_backend)),
+                Drawn::Retry => {
+                    count_draw(site);
+                    let raw = remote.check(request).await?;
+                    self.allowances.learn(request, &raw);
+                    return Ok((raw, by_backend));
+                }
+            }
+        }
+    }
+
+    /// Starts the task that gives allowances back at the end of their life, on the current
+    /// Tokio runtime, unless it runs (or there is no runtime). Like the overrides poll, it
+    /// holds the limiter's parts weakly and ends with its runtime; the next draw starts it
+    /// again, on its own runtime.
+    #[cfg(feature = "redis")]
+    fn ensure_giving_back(&self, redis: &Arc<RedisBackend>) {
+        if self.allowances.is_giving_back() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if self.allowances.start_giving_back() {
+            runtime.spawn(allowance::give_backs(
+                Arc::downgrade(&self.allowances),
+                Arc::downgrade(redis),
+            ));
+        }
+    }
+
+    /// The answer to `request`, by whoever gave it: a denial the backend gave is
+    /// remembered by the deny cache.
+    fn answered(
+        &self,
+        request: &Request<'_>,
+        asked: Result<(RawDecision, AnsweredBy), BackendError>,
+    ) -> Answer {
+        match asked {
+            Ok((raw, by)) => Answer {
+                by,
+                ..self.decided(request, Ok(raw))
+            },
+            Err(err) => self.decided(request, Err(err)),
         }
     }
 
     /// This limiter's own answer to `request`, from its backend's `raw` one.
     #[inline]
-    fn decided(
-        &self,
-        request: &Request<'_>,
-        raw: Result<crate::decision::RawDecision, BackendError>,
-    ) -> Answer {
+    fn decided(&self, request: &Request<'_>, raw: Result<RawDecision, BackendError>) -> Answer {
         if let (Some(cache), Ok(raw)) = (&self.deny_cache, &raw) {
             // A refusal for want of a slot says nothing of when one frees: not cached.
             if raw.rule_index < request.rules.len() {
@@ -1115,7 +1410,8 @@ impl Limiter {
             Some(fallback) if err.kind() != BackendErrorKind::Command => {
                 self.warn_backend_failed(request.key, &err, "counting on the fallback");
                 // Boxed: a fallback on Redis of its own makes the future recursive.
-                let answer = Box::pin(fallback.answer(request)).await;
+                let site = crate::observe::PROGRAMMATIC;
+                let answer = Box::pin(fallback.answer(request, site)).await;
                 Answer {
                     by: AnsweredBy {
                         fallback: true,
@@ -1159,6 +1455,49 @@ impl Limiter {
                 "rate limiter backend failed; {action}"
             );
         }
+    }
+}
+
+/// Whether `request` spends an allowance: a consuming check that has one and takes no
+/// slot (slots and peeks always go to the backend).
+#[inline]
+fn spends_allowance(request: &Request<'_>) -> bool {
+    request.allowance_ms > 0 && request.consume && request.slot.is_none() && request.draw.is_none()
+}
+
+/// Counts one round trip of a check with an allowance made for `site`.
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+fn count_draw(site: &'static str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("ratelimit_allowance_draws_total", "site" => site).increment(1);
+}
+
+/// The store a check with an allowance asks.
+#[derive(Clone, Copy)]
+enum Remote<'a> {
+    #[cfg(feature = "redis")]
+    Redis(&'a RedisBackend),
+    /// The embedded backend standing for a remote one (tests).
+    Memory(&'a MemoryBackend),
+}
+
+impl Remote<'_> {
+    async fn check(self, request: &Request<'_>) -> Result<RawDecision, BackendError> {
+        match self {
+            #[cfg(feature = "redis")]
+            Remote::Redis(redis) => redis.check(request).await,
+            Remote::Memory(memory) => memory.check_now(request),
+        }
+    }
+}
+
+/// The output of `future` if it is ready at its first poll.
+fn now_or_never<F: std::future::Future>(future: F) -> Option<F::Output> {
+    let future = std::pin::pin!(future);
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    match future.poll(&mut context) {
+        std::task::Poll::Ready(output) => Some(output),
+        std::task::Poll::Pending => None,
     }
 }
 

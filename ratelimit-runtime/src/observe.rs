@@ -24,30 +24,40 @@ pub(crate) const PROGRAMMATIC: &str = "programmatic";
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct AnsweredBy {
     /// Whether the backend that answered, or that failed to, is Redis (else the embedded
-    /// one). Two flags rather than the label itself: an answer is moved along every step of
-    /// a check, and the smaller the cheaper.
+    /// one). Flags rather than the label itself: an answer is moved along every step of a
+    /// check, and the smaller the cheaper.
     pub redis: bool,
     /// Whether the limiter's fallback answered, its own backend failing.
     pub fallback: bool,
+    /// Whether the limiter answered without asking its backend: a denial the deny cache
+    /// kept, a call admitted from an allowance.
+    pub local: bool,
 }
 
 impl AnsweredBy {
     pub const REDIS: AnsweredBy = AnsweredBy {
         redis: true,
         fallback: false,
+        local: false,
     };
     pub const MEMORY: AnsweredBy = AnsweredBy {
         redis: false,
         fallback: false,
+        local: false,
+    };
+    pub const LOCAL: AnsweredBy = AnsweredBy {
+        redis: false,
+        fallback: false,
+        local: true,
     };
 
-    /// The `backend` label: `redis` or `memory`.
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    /// The `backend` label: `redis`, `memory`, or `local` for an answer the limiter gave
+    /// without asking its backend.
     pub fn backend(self) -> &'static str {
-        if self.redis {
-            "redis"
-        } else {
-            "memory"
+        match self {
+            AnsweredBy { local: true, .. } => "local",
+            AnsweredBy { redis: true, .. } => "redis",
+            _ => "memory",
         }
     }
 }
@@ -131,6 +141,7 @@ impl Observation {
                 cost = request.cost.get(),
                 peek = !request.consume,
                 outcome = Empty,
+                answered_by = Empty,
                 remaining = Empty,
                 retry_after_ms = Empty,
             )
@@ -187,6 +198,7 @@ impl Observation {
         let outcome = Outcome::of(answer, self.shadow);
         if let Some(span) = &self.span {
             span.record("outcome", outcome.label());
+            span.record("answered_by", answer.by.backend());
             if let Ok(decision) = &answer.result {
                 let retry_after_ms = decision.retry_after().map(|d| d.as_millis() as u64);
                 span.record("remaining", decision.remaining);
@@ -263,8 +275,8 @@ mod tests {
         let answer = |result, by| Outcome::of(&Answer { result, by }, false);
         let failed = || Err(BackendError::timeout(Duration::from_millis(1)));
         let fallback = AnsweredBy {
-            redis: false,
             fallback: true,
+            ..AnsweredBy::MEMORY
         };
         assert_eq!(
             answer(Ok(decision(true)), AnsweredBy::REDIS),

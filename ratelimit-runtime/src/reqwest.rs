@@ -258,6 +258,25 @@ impl RateLimitMiddleware {
         self
     }
 
+    /// Admits requests from a local allowance living up to `max_age` (default: the
+    /// limiter's, see [`Limiter::allowance`](crate::Limiter::allowance); `Duration::ZERO`
+    /// turns it off): a part of the shared quota reserved in one round trip, the requests
+    /// that follow in this process sent without one, what is left given back. The quota is
+    /// still never exceeded.
+    ///
+    /// ```
+    /// # mod redis_ratelimit { pub use ::redis_ratelimit::*; pub use ratelimit_runtime::reqwest; }
+    /// use std::time::Duration;
+    /// use redis_ratelimit::{reqwest::RateLimitMiddleware, Rule};
+    ///
+    /// static API: [Rule; 1] = [Rule::per_second(500)];
+    /// let middleware = RateLimitMiddleware::new("api", &API).allowance(Duration::from_millis(250));
+    /// ```
+    pub fn allowance(mut self, max_age: Duration) -> RateLimitMiddleware {
+        self.config.allowance = Some(max_age);
+        self
+    }
+
     /// The keys' prefix (default `"rate_limit:"`), also the prefix of the `{prefix}rules`
     /// hash its overrides are read from.
     ///

@@ -338,6 +338,9 @@ impl<'a> Step<'a> {
             refundable: config.refunds,
             slot,
             warn_at: config.warn_at,
+            draw: None,
+            // Resolved once: the site's own, else the limiter's default.
+            allowance_ms: self.limiter.allowance_ms(config.allowance),
         };
         // A shadow site never waits: it refuses nothing.
         let wait = config.wait.filter(|_| !self.shadow);

@@ -43,6 +43,9 @@ pub struct SiteConfig {
     /// Warn when a call takes a rule to this percentage of its count (the attribute's
     /// `warn_at`, 1 to 99); 0: never.
     pub warn_at: u8,
+    /// How long a local allowance of this site's keys lives (the attribute's `allowance`);
+    /// `None`: the limiter's default; `Some(ZERO)`: none.
+    pub allowance: Option<Duration>,
 }
 
 impl SiteConfig {
@@ -70,6 +73,7 @@ impl SiteConfig {
             refunds: false,
             concurrency: None,
             warn_at: 0,
+            allowance: None,
         }
     }
 

@@ -22,6 +22,7 @@
 //!   never mistakes another process's server for its own.
 #![allow(dead_code)] // each test binary uses a different part of this module
 
+pub mod bound;
 pub mod cluster;
 pub mod http;
 pub mod sentinel;

@@ -93,7 +93,13 @@ impl PerRule for FixedWindow {
     }
 
     #[inline(always)]
-    fn judge(stored: Option<Window>, rule: &Rule, now_us: u64, cost: u64) -> Verdict<Window> {
+    fn judge(
+        stored: Option<Window>,
+        rule: &Rule,
+        now_us: u64,
+        cost: u64,
+        _: u64,
+    ) -> Verdict<Window> {
         let (count, window_us) = (rule.count(), rule.window_us());
         let (start_us, calls) = match stored {
             // Still the stored window: its start, without a division.

@@ -17,7 +17,7 @@ use std::fmt;
 use smallvec::SmallVec;
 
 use super::calendar::{self, Period};
-use super::{decide, ttl_us, Block, Call, Clamp, Counter, Figures, Outcome, MARGIN_US};
+use super::{decide, ttl_us, Block, Call, Clamp, Counter, Figures, Outcome, Returned, MARGIN_US};
 use crate::decision::{CountedBy, Receipt};
 use crate::{Algorithm, Rule};
 
@@ -47,11 +47,17 @@ pub(crate) trait PerRule {
     /// Implementations are `#[inline(always)]`: a verdict returned through memory is read
     /// back at once from stores just made field by field, and that copy stalls until they
     /// drain (the sliding window's, left to the compiler, cost a tenth of a check).
+    ///
+    /// `hold_us` is a draw's hold (0 for a check): its units are recorded as spent that
+    /// long after `now_us`. Only the token bucket's record tells times apart within a
+    /// window; the windows' algorithms count a draw in the window of `now_us`, which its
+    /// hold never leaves.
     fn judge(
         stored: Option<Self::Record>,
         rule: &Rule,
         now_us: u64,
         cost: u64,
+        hold_us: u64,
     ) -> Verdict<Self::Record>;
 
     /// The units `record` (of `rule`) holds at `now_us`, uncapped (see
@@ -77,6 +83,25 @@ pub(crate) trait PerRule {
     fn take(record: Self::Record, rule: &Rule, at_us: u64, units: u64, now_us: u64)
         -> Self::Record;
 
+    /// `record` (of `rule`) with `units` of a draw counted at `at_us` that were not used
+    /// given back, when [`unmoved`](Self::unmoved) allows it; by default as a refund.
+    fn give_back(
+        record: Self::Record,
+        rule: &Rule,
+        at_us: u64,
+        units: u64,
+        now_us: u64,
+    ) -> Self::Record {
+        Self::refund(record, rule, at_us, units, units, now_us)
+    }
+
+    /// What tells, in a record a draw wrote, whether a later write has moved it since: the
+    /// token bucket's `tat`; `None` for the windows, whose counts a give-back can lower
+    /// whatever came after.
+    fn witness(_: &Self::Record) -> Option<u64> {
+        None
+    }
+
     /// `record` (of `rule`) with `units` of the `reserved` units counted at `at_us` given
     /// back (all of them for a refund, the difference for a settle below its
     /// reservation), as far as it still holds them at `now_us` (never below zero).
@@ -98,9 +123,10 @@ fn judge<A: PerRule>(
     rule: &Rule,
     now_us: u64,
     cost: u64,
+    hold_us: u64,
 ) -> Verdict<A::Record> {
     let Some(in_calendar) = rule.calendar() else {
-        return A::judge(stored, rule, now_us, cost);
+        return A::judge(stored, rule, now_us, cost, hold_us);
     };
     let v = calendar::judge(
         stored.map(|r| A::period(&r)),
@@ -163,6 +189,11 @@ pub(crate) struct State<A: PerRule> {
     /// When the key expires (0: never written).
     expires_at_us: u64,
     records: Records<A::Record>,
+    /// The number of the next draw, its receipt's id (the token bucket's is its witness).
+    draws: u64,
+    /// The draws given back, as (time counted at, id, until when a give-back of it could
+    /// still change the records), so that a give-back sent twice changes them once.
+    given_back: Vec<(u64, u64, u64)>,
 }
 
 impl<A: PerRule> Default for State<A> {
@@ -170,6 +201,8 @@ impl<A: PerRule> Default for State<A> {
         State {
             expires_at_us: 0,
             records: Records::default(),
+            draws: 0,
+            given_back: Vec::new(),
         }
     }
 }
@@ -209,9 +242,12 @@ impl<A: PerRule> State<A> {
 
     /// The state holding `records`, expiring at `expires_at_us`.
     pub fn from_records(expires_at_us: u64, records: Vec<(Rule, A::Record)>) -> Self {
+        // The embedded backend draws no allowances, so a saved state holds no draw.
         State {
             expires_at_us,
             records: Records(records.into()),
+            draws: 0,
+            given_back: Vec::new(),
         }
     }
 }
@@ -221,6 +257,8 @@ impl<A: PerRule> Clone for State<A> {
         State {
             expires_at_us: self.expires_at_us,
             records: Records(self.records.0.clone()),
+            draws: self.draws,
+            given_back: self.given_back.clone(),
         }
     }
 }
@@ -291,6 +329,7 @@ impl<A: PerRule> State<A> {
         let state = State {
             expires_at_us,
             records: Records(records),
+            ..State::default()
         };
         Some((state, block))
     }
@@ -300,6 +339,28 @@ impl<A: PerRule> State<A> {
 #[cfg(feature = "redis")]
 fn whole(x: f64) -> Option<u64> {
     (x >= 0.0 && x.fract() == 0.0 && x < 2f64.powi(64)).then_some(x as u64)
+}
+
+impl<A: PerRule> State<A> {
+    /// The id of a draw of `rules` just written: the witness of its first rule counting
+    /// in windows, where the algorithm keeps one (the token bucket's `tat`); else the
+    /// key's next draw number.
+    fn draw_id(&mut self, rules: &[Rule]) -> u64 {
+        self.witness(rules).unwrap_or_else(|| {
+            self.draws = self.draws.wrapping_add(1);
+            self.draws
+        })
+    }
+
+    /// The witness of the first rule of `rules` counting in windows (see
+    /// [`PerRule::witness`]), if stored.
+    fn witness(&self, rules: &[Rule]) -> Option<u64> {
+        let (i, rule) = rules
+            .iter()
+            .enumerate()
+            .find(|(_, rule)| rule.calendar().is_none())?;
+        A::witness(&self.records.get(i, rule)?)
+    }
 }
 
 impl<A: PerRule> Counter for State<A> {
@@ -316,12 +377,16 @@ impl<A: PerRule> Counter for State<A> {
             Err(refused) => return refused,
         };
         let Clamp { at_us: now, lag_us } = clamp;
+        let hold_us = match call.hold_us {
+            0 => 0,
+            asked => super::draw_hold_us(rules, A::ALGORITHM, now, asked),
+        };
         // The verdicts of the first rules, kept for the write: judging again would divide
         // again, which costs more than keeping them.
         let mut kept = [None; KEPT];
         let (mut needed_us, mut reach_us) = (0, 0);
         let figures = rules.iter().enumerate().map(|(i, r)| {
-            let v = judge::<A>(self.records.get(i, r), r, now, r.units(cost));
+            let v = judge::<A>(self.records.get(i, r), r, now, call.units(r), hold_us);
             if let Some(slot) = kept.get_mut(i) {
                 *slot = Some(v);
             }
@@ -329,7 +394,7 @@ impl<A: PerRule> Counter for State<A> {
             reach_us = reach_us.max(v.reach_us);
             v.figures
         });
-        let mut decision = decide(figures, rules, cost, consume, lag_us);
+        let mut decision = decide(figures, call, lag_us);
         if !decision.allowed {
             // A block keeps what the key holds too, as far as it may matter.
             let ttl_us = block
@@ -347,9 +412,18 @@ impl<A: PerRule> Counter for State<A> {
         self.records
             .write(rules, |i, rule, stored| match kept.get(i) {
                 Some(&Some(v)) => v.counted,
-                _ => judge::<A>(stored, rule, now, rule.units(cost)).counted,
+                _ => judge::<A>(stored, rule, now, call.units(rule), hold_us).counted,
             });
-        decision.receipt = Receipt::new(cost, now, 0, A::ALGORITHM, CountedBy::Memory);
+        decision.receipt = match call.hold_us {
+            0 => Receipt::new(cost, now, 0, A::ALGORITHM, CountedBy::Memory),
+            _ => Receipt::of_draw(
+                cost,
+                now,
+                self.draw_id(rules),
+                A::ALGORITHM,
+                CountedBy::Memory,
+            ),
+        };
         // From the caller's `now`, which the key's expiry (the script's PX) is relative to.
         let ttl_us = extend_expiry(
             &mut self.expires_at_us,
@@ -368,6 +442,35 @@ impl<A: PerRule> Counter for State<A> {
                 *record = adjust::<A>(*record, rule, at_us, (units, units), now_us, false);
             }
         }
+    }
+
+    fn give_back(&mut self, back: &Returned<'_>, now_us: u64) {
+        self.given_back
+            .retain(|&(_, _, until_us)| until_us > now_us);
+        let given = |&(at_us, id, _): &(u64, u64, u64)| at_us == back.at_us && id == back.id;
+        if self.given_back.iter().any(given) {
+            return;
+        }
+        // The token bucket's draw gives back only while no later charge has moved its
+        // `tat` (see `docs/allowances.md`): what it holds unused then comes back by refill.
+        let unmoved = self.witness(back.rules).is_none_or(|tat| tat == back.id);
+        for (i, rule) in back.rules.iter().enumerate() {
+            let units = back.unused(rule);
+            // A calendar period's count is given back whatever came after.
+            if units == 0 || (!unmoved && rule.calendar().is_none()) {
+                continue;
+            }
+            if let Some(record) = self.records.get_mut(i, rule) {
+                *record = match rule.calendar() {
+                    Some(_) => {
+                        adjust::<A>(*record, rule, back.at_us, (units, units), now_us, false)
+                    }
+                    None => A::give_back(*record, rule, back.at_us, units, now_us),
+                };
+            }
+        }
+        self.given_back
+            .push((back.at_us, back.id, back.matters_until_us()));
     }
 
     fn settle(
@@ -420,7 +523,7 @@ impl<A: PerRule> Counter for State<A> {
     }
 
     fn figures(&self, rule: &Rule, at_us: u64, cost: u64) -> Figures {
-        judge::<A>(self.records.get(usize::MAX, rule), rule, at_us, cost).figures
+        judge::<A>(self.records.get(usize::MAX, rule), rule, at_us, cost, 0).figures
     }
 
     fn held(&self, rule: &Rule, at_us: u64) -> u64 {

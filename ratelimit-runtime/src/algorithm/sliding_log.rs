@@ -37,7 +37,7 @@
 use std::collections::VecDeque;
 
 use super::calendar::{self, Period};
-use super::{decide, ttl_us, Block, Call, Clamp, Counter, Figures, Outcome};
+use super::{decide, ttl_us, Block, Call, Clamp, Counter, Figures, Outcome, Returned};
 use crate::decision::{CountedBy, Receipt};
 use crate::{Algorithm, Rule};
 
@@ -53,9 +53,14 @@ pub(crate) struct State {
     periods: Vec<(Rule, Period)>,
     /// The number of the next admitted check, its receipt's id.
     checks: u64,
-    /// The checks refunded, as (time counted at, number), while entries of that time may
-    /// still be in the log.
+    /// The checks refunded and the draws given back, as (time their entries are at,
+    /// number), while entries of that time may still be in the log.
     refunded: Vec<(u64, u64)>,
+    /// The newest time a write was counted at, once the key has had a draw (0 before):
+    /// a draw's entries are newer than the time it was counted at (units held until
+    /// they may be spent, see [`Returned`]), so from then on the newest entry is no
+    /// longer the key's clock. `scripts/sliding_log.lua` keeps it in a member too.
+    clock_us: u64,
 }
 
 impl State {
@@ -118,6 +123,8 @@ impl State {
             periods,
             checks,
             refunded: Vec::new(),
+            // The embedded backend draws no allowances: its newest entry is its clock.
+            clock_us: 0,
         }
     }
 
@@ -168,6 +175,40 @@ impl State {
             false => &self.log,
         }
     }
+}
+
+/// Adds `n` entries at `at_us` to `log`, in order: at its end but behind a draw's held
+/// entries. One push per unit: `extend` from an iterator costs several times more for the
+/// usual single unit.
+#[inline]
+fn record(log: &mut VecDeque<u64>, at_us: u64, n: u64) {
+    if log.back().is_none_or(|&newest| newest <= at_us) {
+        for _ in 0..n {
+            log.push_back(at_us);
+        }
+    } else {
+        let at = log.partition_point(|&s| s <= at_us);
+        for _ in 0..n {
+            log.insert(at, at_us);
+        }
+    }
+}
+
+/// Of the entries held at `held_us`, removes `unused` and moves `used` to `last_us`, as
+/// far as they are there (entries of one time are alike); returns how many it removed.
+fn settle_held(log: &mut VecDeque<u64>, held_us: u64, unused: u64, used: u64, last_us: u64) -> u64 {
+    let first = log.partition_point(|&s| s < held_us);
+    let alike = (log.partition_point(|&s| s <= held_us) - first) as u64;
+    let gone = alike.min(unused);
+    let moved = (alike - gone).min(used);
+    log.drain(first..first + (gone + moved) as usize);
+    if moved > 0 {
+        let at = log.partition_point(|&s| s <= last_us);
+        for _ in 0..moved {
+            log.insert(at, last_us);
+        }
+    }
+    gone
 }
 
 /// An entry at `s` is inside a window `w` at `now` iff `s > now - w`, written so that it
@@ -230,11 +271,15 @@ impl Counter for State {
             consume,
             ..
         } = *call;
-        let clamp = match block.clamp(call, self.log.back().copied()) {
+        let clamp = match block.clamp(call, self.latest_us()) {
             Ok(clamp) => clamp,
             Err(refused) => return refused,
         };
         let Clamp { at_us: now, lag_us } = clamp;
+        let hold_us = match call.hold_us {
+            0 => 0,
+            asked => super::draw_hold_us(rules, Algorithm::SlidingLog, now, asked),
+        };
         // Stale entries are skipped by every count, as the script's ZCOUNTs do. Whether a
         // rule counts calls or in calendar periods is noted on the way, not found by a
         // second pass; a calendar rule's counter needs the log no longer than the others.
@@ -250,17 +295,15 @@ impl Counter for State {
                         rule,
                         calendar,
                         now,
-                        rule.units(cost),
+                        call.units(rule),
                     );
                     period_end = period_end.max(v.until_end_us);
                     return v.figures;
                 }
                 logged = logged.max(rule.window_us());
-                figures(this.log_of(rule), rule, now, rule.units(cost))
+                figures(this.log_of(rule), rule, now, call.units(rule))
             }),
-            rules,
-            cost,
-            consume,
+            call,
             lag_us,
         );
         // The longest window of the rules counted in the log (at least 1 µs: the
@@ -271,7 +314,7 @@ impl Counter for State {
         let kept = match in_calendar {
             true => longest.max(period_end),
             false => longest,
-        };
+        } + hold_us;
         if !decision.allowed {
             // Every write sets the expiry, as the script's `PEXPIRE` does: for the block,
             // and the entries as long as they may matter.
@@ -289,24 +332,25 @@ impl Counter for State {
             // script's do.
             self.periods.retain(|(rule, _)| rules.contains(rule));
             self.update_periods(rules, |rule, calendar, stored| {
-                Some(calendar::judge(stored, rule, calendar, now, rule.units(cost)).counted)
+                Some(calendar::judge(stored, rule, calendar, now, call.units(rule)).counted)
             });
         }
+        if hold_us > 0 || self.clock_us > 0 {
+            self.clock_us = self.clock_us.max(now);
+        }
+        // A draw's entries are held until they may be spent.
+        let at_us = now + hold_us;
         let log = &mut self.log;
         while log.front().is_some_and(|&s| !in_window(s, longest, now)) {
             log.pop_front();
         }
-        // One push per unit: `extend` from an iterator costs several times more for the
-        // usual single unit.
-        for _ in 0..cost {
-            log.push_back(now);
-        }
+        record(log, at_us, cost);
         if counts_calls {
             let calls = &mut self.calls;
             while calls.front().is_some_and(|&s| !in_window(s, longest, now)) {
                 calls.pop_front();
             }
-            calls.push_back(now);
+            record(calls, at_us, call.calls);
         }
         decision.receipt = Receipt::new(
             cost,
@@ -390,9 +434,47 @@ impl Counter for State {
         None
     }
 
-    /// The newest entry: entries are added at the newest time or later.
+    /// The newest entry: entries are added at the newest time or later; once the key has
+    /// had a draw, the newest time a write was counted at (see [`State::clock_us`]).
     fn latest_us(&self) -> Option<u64> {
-        self.log.back().copied()
+        match self.clock_us {
+            0 => self.log.back().copied(),
+            clock_us => Some(clock_us),
+        }
+    }
+
+    /// The draw's entries and calls, held at `at + hold`: the unused ones removed, the used
+    /// ones moved to the last spend; its units (and calls) in each calendar counter of the
+    /// period it was counted in given back. Named by the time held at and the draw's
+    /// number, as a refund is, so that a second give-back changes nothing.
+    fn give_back(&mut self, back: &Returned<'_>, _: u64) {
+        let held_us = back.held_until_us();
+        if let Some(&oldest) = self.log.front() {
+            self.refunded.retain(|&(at, _)| at >= oldest);
+        }
+        if self.refunded.contains(&(held_us, back.id)) {
+            return;
+        }
+        let last_us = back.last_spend_us.clamp(back.at_us, held_us);
+        let units = settle_held(&mut self.log, held_us, back.units, back.used_units, last_us);
+        let calls = match back.rules.iter().any(Rule::counts_calls) {
+            true => settle_held(
+                &mut self.calls,
+                held_us,
+                back.calls,
+                back.used_calls,
+                last_us,
+            ),
+            false => 0,
+        };
+        self.update_periods(back.rules, |rule, calendar, stored| {
+            let gone = match rule.counts_calls() {
+                true => calls,
+                false => units,
+            };
+            stored.map(|p| calendar::adjust(p, calendar, back.at_us, gone, false))
+        });
+        self.refunded.push((held_us, back.id));
     }
 
     fn figures(&self, rule: &Rule, at_us: u64, cost: u64) -> Figures {

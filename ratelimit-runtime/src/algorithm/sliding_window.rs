@@ -122,7 +122,13 @@ impl PerRule for SlidingWindow {
     }
 
     #[inline(always)]
-    fn judge(stored: Option<Windows>, rule: &Rule, now_us: u64, cost: u64) -> Verdict<Windows> {
+    fn judge(
+        stored: Option<Windows>,
+        rule: &Rule,
+        now_us: u64,
+        cost: u64,
+        _: u64,
+    ) -> Verdict<Windows> {
         let (count, w) = (rule.count(), rule.window_us());
         let (start_us, curr, prev) = match stored {
             // Still the stored window: its start, without a division.

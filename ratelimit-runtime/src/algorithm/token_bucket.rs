@@ -77,11 +77,16 @@ impl PerRule for TokenBucket {
         rule: &Rule,
         now_us: u64,
         cost: u64,
+        hold_us: u64,
     ) -> Verdict<(u64, u64)> {
         let count = rule.count();
         let interval_us = rule.window_us().div_ceil(count);
         let burst_us = count * interval_us;
-        let ahead_us = stored.map_or(0, |(tat, _)| tat.saturating_sub(now_us));
+        // A draw is charged as if at `now + hold`: its slots start no earlier than its
+        // units may be spent, and it must still conform at `now`.
+        let ahead_us = stored
+            .map_or(0, |(tat, _)| tat.saturating_sub(now_us))
+            .max(hold_us);
         // `n <= left` exactly when `d <= count * T`.
         let left = burst_us.saturating_sub(ahead_us) / interval_us;
         // `n * T` only when it cannot pass the burst span: `n <= count`.
@@ -118,6 +123,17 @@ impl PerRule for TokenBucket {
             .max(now_us.max(at_us))
             .saturating_add(units.saturating_mul(interval_us));
         (tat, 0)
+    }
+
+    /// The draw's unused units were its last slots, ending at `tat` (the witness says no
+    /// charge came after it): the frontier moves back over them.
+    fn give_back((tat, _): (u64, u64), rule: &Rule, _: u64, units: u64, _: u64) -> (u64, u64) {
+        let interval_us = rule.window_us().div_ceil(rule.count());
+        (tat.saturating_sub(units.saturating_mul(interval_us)), 0)
+    }
+
+    fn witness(&(tat, _): &(u64, u64)) -> Option<u64> {
+        Some(tat)
     }
 
     /// What of the `units` given back has not refilled yet, counted as if the `reserved`

@@ -32,7 +32,7 @@ type KeyHasher = SeedableRandomState;
 use hashbrown::HashTable;
 
 use super::memory_slots::MemorySlots;
-use super::Request;
+use super::{GiveBack, Request};
 use crate::algorithm::{Call, KeyState};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::{CountedBy, RawDecision, Receipt};
@@ -212,6 +212,31 @@ impl MemoryBackend {
             }
         }
         Some(shard.check(peek, hash, now_us))
+    }
+
+    /// Gives back what the draw `give_back.receipt` names did not use, and re-times what it
+    /// used (see [`GiveBack`]); nothing for a receipt of nothing, of another backend or
+    /// algorithm, or of a key that has expired since. Sent twice, it changes the key once.
+    pub(crate) fn give_back(&self, give_back: &GiveBack<'_>) {
+        let receipt = &give_back.receipt;
+        if receipt.is_empty() || receipt.counted_by != CountedBy::Memory {
+            return;
+        }
+        let hash = self.hash(give_back.key);
+        let mut shard = self.shard(hash);
+        let now_us = match give_back.now_us {
+            0 => self.clock.now_us(),
+            now_us => now_us,
+        };
+        if let Some(id) = shard.find(hash, give_back.key) {
+            let slot = shard.slots[id as usize]
+                .as_mut()
+                .expect("the index lists only slots in use");
+            if slot.expires_at_us > now_us {
+                let returned = give_back.returned();
+                slot.state.give_back(receipt.algorithm, &returned, now_us);
+            }
+        }
     }
 
     /// A copy of `key`'s state, the clock's time and when the key expires (µs); `None`
@@ -694,6 +719,8 @@ mod tests {
             refundable: false,
             slot: None,
             warn_at: 0,
+            draw: None,
+            allowance_ms: 0,
         }
     }
 

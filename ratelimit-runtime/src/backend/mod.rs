@@ -7,13 +7,16 @@
 pub(crate) mod memory;
 pub(crate) mod memory_slots;
 pub(crate) mod memory_state;
+#[cfg(feature = "test-clock")]
+pub mod probe;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
 
 use std::num::NonZeroU64;
 
-use crate::algorithm::Call;
+use crate::algorithm::{Call, Returned};
 use crate::concurrency::SlotAsk;
+use crate::decision::Receipt;
 use crate::{Algorithm, Rule};
 
 /// One check of one key.
@@ -51,6 +54,91 @@ pub(crate) struct Request<'a> {
     /// or above it is told so by the backend (`warning.rs`); 0: no warning, which costs
     /// nothing more.
     pub warn_at: u8,
+    /// An allowance to draw with the check (see [`Draw`]); `None` for a plain check, which
+    /// costs nothing more.
+    pub draw: Option<&'a Draw>,
+    /// How long a local allowance this check may spend from lives, in ms (0: none; see
+    /// `limiter/allowance.rs`). Read by the limiter alone, before any backend sees the
+    /// check; kept here, in what would be padding, so that a check stays within 128 bytes.
+    pub allowance_ms: u32,
+}
+
+/// An allowance drawn by a check: a reservation of `cost` units of every rule counting
+/// units and `calls` calls of every rule counting calls, all or nothing, as a check of
+/// them would take, but recorded as spent at the latest time they may be spent: `hold_us`
+/// after the time the draw is counted at (`d`), shortened by [`hold_at`](Draw::hold_at).
+/// Its answer's receipt names the draw's records for [`GiveBack`]: `at_us` is `d`, `cost`
+/// the units drawn; `id` the sliding log's id, the token bucket's first rule's
+/// theoretical arrival time after the draw (what a give-back finds unmoved when no later
+/// charge came), the fixed and sliding window's draw number. Its `remaining` is what the
+/// key has left after the draw.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Draw {
+    /// What the rules counting calls take: the calls the allowance stands for.
+    pub calls: NonZeroU64,
+    /// How long after the draw its units may be spent, in µs.
+    pub hold_us: u64,
+}
+
+impl Draw {
+    /// The hold a draw of `rules` by `algorithm`, counted at `at_us` (the receipt's), gets:
+    /// its own, never more than a quarter of the shortest window, and never past the end
+    /// (less 1 µs) of the aligned window (fixed and sliding window) it was counted in, nor
+    /// of its UTC day when a rule counts in calendar periods. Its units are recorded at `at_us + hold_at(..)`; an instance spends
+    /// them until then at the latest. Both backends and the limiter compute it here.
+    pub fn hold_at(&self, rules: &[Rule], algorithm: Algorithm, at_us: u64) -> u64 {
+        crate::algorithm::draw_hold_us(rules, algorithm, at_us, self.hold_us)
+    }
+}
+
+/// Giving back what a draw did not use, and re-timing what it did (the end of an
+/// allowance): unused units and calls are no longer counted; the used ones are counted
+/// as spent at `last_spend_us` instead of at the draw's hold time. Sent twice, it changes
+/// the key once.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct GiveBack<'a> {
+    pub key: &'a str,
+    /// The draw's rules.
+    pub rules: &'a [Rule],
+    /// What was drawn (its `calls` and requested `hold_us`).
+    pub draw: Draw,
+    /// The draw's receipt: its algorithm, units (`cost`), time and id.
+    pub receipt: Receipt,
+    /// Calls spent of the draw's `calls` (at most them).
+    pub used_calls: u64,
+    /// Units spent of the draw's units (at most them).
+    pub used_units: u64,
+    /// When the last of them was spent, µs on the backend's clock: at least the draw's
+    /// time, at most its time plus its hold. Unread when nothing was used.
+    pub last_spend_us: u64,
+    /// An explicit time in µs since the epoch, for tests; 0: the backend's clock.
+    pub now_us: u64,
+}
+
+impl GiveBack<'_> {
+    /// The give-back as the algorithms apply it: the draw's hold as [`Draw::hold_at`]
+    /// gave it, and what was not used.
+    pub fn returned(&self) -> Returned<'_> {
+        let receipt = &self.receipt;
+        let units = u64::from(receipt.cost);
+        let (used_units, used_calls) = (
+            self.used_units.min(units),
+            self.used_calls.min(self.draw.calls.get()),
+        );
+        Returned {
+            rules: self.rules,
+            at_us: receipt.at_us,
+            id: receipt.id,
+            hold_us: self
+                .draw
+                .hold_at(self.rules, receipt.algorithm, receipt.at_us),
+            units: units - used_units,
+            calls: self.draw.calls.get() - used_calls,
+            used_units,
+            used_calls,
+            last_spend_us: self.last_spend_us,
+        }
+    }
 }
 
 impl<'a> Request<'a> {
@@ -69,6 +157,8 @@ impl<'a> Request<'a> {
             refundable: consume,
             slot: None,
             warn_at: 0,
+            draw: None,
+            allowance_ms: 0,
         }
     }
 
@@ -89,6 +179,8 @@ impl<'a> Request<'a> {
             rules: self.rules,
             now_us,
             cost: self.cost.get(),
+            calls: self.draw.map_or(1, |draw| draw.calls.get()),
+            hold_us: self.draw.map_or(0, |draw| draw.hold_us),
             consume: self.consume,
             block_for_us: self.block_for_us,
         }

@@ -25,7 +25,8 @@ use crate::{clock, random, Algorithm, BackendError, Decision, Rule};
 
 /// A check (or peek) of one key: returned by [`Limiter::check`] and [`Limiter::peek`],
 /// refined with [`cost`](Check::cost), [`algorithm`](Check::algorithm),
-/// [`wait`](Check::wait) and [`block_for`](Check::block_for), and run when awaited (or
+/// [`wait`](Check::wait), [`block_for`](Check::block_for) and
+/// [`allowance`](Check::allowance), and run when awaited (or
 /// polled, e.g. by `Runtime::block_on`).
 #[must_use = "a check does nothing until it is awaited"]
 pub struct Check<'a> {
@@ -58,12 +59,15 @@ pub(crate) struct Plan<'a> {
     /// The metrics `site` label: the guarded site's path, or [`PROGRAMMATIC`].
     site: &'static str,
     /// How long to wait for room instead of answering a denial at once, in µs (0: not at
-    /// all; see [`wait_us`]). Not an `Option<Duration>`: 8 bytes fewer keep a check within
-    /// 128 bytes with a request that may take a slot.
+    /// all; see [`wait_us`]), or [`SHADOW`]: a shadow site's check, which never waits and
+    /// whose denial is reported as a would-be refusal. One number, not an
+    /// `Option<Duration>` and a flag: 8 bytes fewer keep a check within 128 bytes with a
+    /// request that may take a slot or draw an allowance.
     wait_us: u64,
-    /// Whether a denial is reported as a shadow site's would-be refusal.
-    shadow: bool,
 }
+
+/// [`Plan::wait_us`] of a shadow site's check.
+const SHADOW: u64 = u64::MAX;
 
 /// What the first, synchronous step of a check found.
 pub(crate) enum Begun {
@@ -87,10 +91,12 @@ impl<'a> Check<'a> {
         Check {
             plan: Plan {
                 limiter,
-                request,
+                request: Request {
+                    allowance_ms: limiter.allowance_ms(None),
+                    ..request
+                },
                 site: PROGRAMMATIC,
                 wait_us: 0,
-                shadow: false,
             },
             running: None,
         }
@@ -238,6 +244,28 @@ impl<'a> Check<'a> {
         self
     }
 
+    /// Admits this check, and the checks of its key and rules that follow, from a local
+    /// allowance living up to `max_age`, instead of the limiter's default
+    /// ([`Limiter::allowance`], which says what it does); `Duration::ZERO` turns it off for
+    /// this check. A [`peek`](Limiter::peek) ignores it: it always asks the backend.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_ratelimit::{Limiter, Rule};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// const SEARCH: [Rule; 1] = [Rule::per_second(1000)];
+    /// let limiter = Limiter::memory();
+    /// let d = limiter.check("search:acme", &SEARCH).allowance(Duration::from_millis(250)).await?;
+    /// assert!(d.allowed);
+    /// # Ok(()) }
+    /// ```
+    #[inline]
+    pub fn allowance(mut self, max_age: Duration) -> Self {
+        self.plan.request.allowance_ms = self.plan.limiter.allowance_ms(Some(max_age));
+        self
+    }
+
     /// Runs the check at an explicit time (since the epoch; 0 is the backend's clock)
     /// instead of the backend's clock. For differential tests only.
     #[cfg(feature = "test-clock")]
@@ -263,8 +291,10 @@ impl<'a> Plan<'a> {
             limiter,
             request,
             site,
-            wait_us: wait_us(wait),
-            shadow,
+            wait_us: match shadow {
+                true => SHADOW,
+                false => wait_us(wait),
+            },
         }
     }
 
@@ -281,7 +311,6 @@ impl<'a> Plan<'a> {
             request,
             site: PROGRAMMATIC,
             wait_us: wait_us(wait),
-            shadow: false,
         }
     }
 
@@ -293,8 +322,8 @@ impl<'a> Plan<'a> {
             !self.request.rules.is_empty() || self.request.slot.is_some(),
             "a rate-limit check needs at least one rule"
         );
-        let observation = Observation::start(self.site, &self.request, self.shadow);
-        let now = observation.in_scope(|| self.limiter.answer_now(&self.request));
+        let observation = Observation::start(self.site, &self.request, self.wait_us == SHADOW);
+        let now = observation.in_scope(|| self.limiter.answer_now(&self.request, self.site));
         match now {
             Now::Answered(answer) if !self.waits_after(&answer) => {
                 self.report(&answer);
@@ -324,12 +353,12 @@ impl<'a> Plan<'a> {
         let mut answer = match first {
             Now::Answered(answer) => answer,
             #[cfg(feature = "redis")]
-            Now::Ask(redis) => self.limiter.ask(&redis, self.request).await,
+            Now::Ask(redis) => self.limiter.ask(&redis, self.request, self.site).await,
         };
         if let Some(budget) = self.wait() {
             // Rare, and asleep most of its time: boxed, so that it adds nothing to the
             // size of every check's future.
-            answer = Box::pin(wait_for_room(self.limiter, self.request, budget, answer)).await;
+            answer = Box::pin(wait_for_room(self, budget, answer)).await;
         }
         self.report(&answer);
         observation.finish(&answer, self.request.rules);
@@ -357,7 +386,7 @@ impl<'a> Plan<'a> {
             self.limiter
                 .warned(self.site, self.request.key, self.request.rules, crossings);
         }
-        if !raw.allowed && !self.shadow && self.site != PROGRAMMATIC {
+        if !raw.allowed && self.wait_us != SHADOW && self.site != PROGRAMMATIC {
             self.limiter.refused(self.site, self.request.key);
         }
     }
@@ -365,7 +394,7 @@ impl<'a> Plan<'a> {
     /// How long to wait for room, if at all.
     #[inline]
     fn wait(&self) -> Option<Duration> {
-        (self.wait_us > 0).then(|| Duration::from_micros(self.wait_us))
+        (self.wait_us > 0 && self.wait_us != SHADOW).then(|| Duration::from_micros(self.wait_us))
     }
 
     /// Whether `answer` is a denial this check waits out rather than answers.
@@ -417,7 +446,7 @@ pub(crate) fn checked_warn_at(percent: u8) -> u8 {
 /// A wait budget as a plan keeps it: in µs, at least 1 for any budget (a budget of 0
 /// waits for nothing, as 1 µs does), 0 for none.
 fn wait_us(wait: Option<Duration>) -> u64 {
-    wait.map_or(0, |budget| clock::micros(budget).max(1))
+    wait.map_or(0, |budget| clock::micros(budget).clamp(1, SHADOW - 1))
 }
 
 /// [`decided`] for a check that took a slot: it may be bound by its limit on calls in
@@ -431,16 +460,11 @@ pub(crate) fn decided_with_slot(
 
 /// Waits up to `budget` for room after `answer`: sleeps while it is a denial that fits in
 /// what is left of the budget, and checks again.
-async fn wait_for_room(
-    limiter: &Limiter,
-    request: Request<'_>,
-    budget: Duration,
-    mut answer: Answer,
-) -> Answer {
+async fn wait_for_room(plan: Plan<'_>, budget: Duration, mut answer: Answer) -> Answer {
     let deadline = tokio::time::Instant::now() + budget;
     while let Some(pause) = pause(&answer, deadline - tokio::time::Instant::now()) {
         tokio::time::sleep(pause).await;
-        answer = limiter.answer(request).await;
+        answer = plan.limiter.answer(plan.request, plan.site).await;
     }
     answer
 }

@@ -146,6 +146,8 @@ mod tests {
             refundable: false,
             slot: None,
             warn_at: 0,
+            draw: None,
+            allowance_ms: 0,
         }
     }
 

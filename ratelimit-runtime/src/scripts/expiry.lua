@@ -8,7 +8,7 @@
 local ms
 if consume and (not denied or block_for)
     and (expires < clock + needed + lag + 1000000 or not redis.REDIS_VERSION_NUM) then
-    local span = reach + lag
+    local span = reach + lag + hold
     local r = span % 1000
     if r < 0 then
         r = r + 1000

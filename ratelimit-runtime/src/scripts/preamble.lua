@@ -24,10 +24,11 @@
 -- ARGV[1]  the numbers of the check, each a little-endian double (struct '<d'):
 --            1: the call: 0 to peek (write nothing), 1 to consume (record the call if
 --               admitted), 2 to consume and answer with the time the check was counted
---               at (a string-state algorithm's refund needs it; see reply.lua); plus
---               4 * block_for in µs: a consuming check refused by a rule then blocks
---               the key that long (block.lua); all negated for an escalating lock-out,
---               whose schedule is then ARGV[4] (block.lua);
+--               at (a string-state algorithm's refund needs it; see reply.lua), 3 to
+--               draw an allowance (ARGV[5]); plus 4 * block_for in µs: a consuming
+--               check refused by a rule then blocks the key that long (block.lua); all
+--               negated for an escalating lock-out, whose schedule is then ARGV[4]
+--               (block.lua);
 --            2: now in µs since the epoch, or 0 to read Redis TIME (explicit times are
 --               for tests);
 --            3: the call's cost, in units of every rule (at least 1);
@@ -38,9 +39,15 @@
 --          Binary, because Redis parses text numbers slower than a check's arithmetic;
 --          block_for shares the first number so that a check of one rule stays within
 --          44 bytes, which Redis keeps in one allocation.
--- ARGV[2]  the sliding log's id of a consuming check (see sliding_log.lua)
+-- ARGV[2]  the sliding log's id of a consuming check (see sliding_log.lua); any id for a
+--          draw of another algorithm (unread)
 -- ARGV[3]  a consuming check's warn_at, one byte (warn_args.lua)
 -- ARGV[4]  an escalating lock-out's schedule (block.lua)
+-- ARGV[5]  a draw's (backend::Draw) struct '<dd': the calls it takes of a rule counting
+--          calls, and the hold it asks for in µs (hold.lua shortens it): its units are
+--          recorded as spent that long after the time it is counted at. It answers as a
+--          string-state check asking for its time does, as a table with a seventh number:
+--          the token bucket's witness (token_bucket.lua), else 0 (reply.lua).
 --          Each optional argument has its place; one before a place that is sent goes
 --          empty, and a check needing none sends none (backend/redis/script.rs).
 -- Returns  {allowed (1|0), rule_index (0-based binding rule), remaining, reset_after_us,
@@ -69,16 +76,26 @@ local consume, now, cost, count0, window0 = struct.unpack('<ddddd', numbers)
 -- time the check was counted at (reply.lua). A plain check has neither, and pays for
 -- neither: every variable a check does not use stays nil, set by one instruction.
 local block_for, answer_at, escalating
+-- A draw: the calls it takes of each rule counting calls (1 for a check), its hold (0 for
+-- a check), and the token bucket's witness (token_bucket.lua).
+local draw, calls_taken, hold, witness = false, 1, 0, nil
 if consume == 2 then
     -- Every programmatic check of a string-state algorithm: decoded without arithmetic.
     answer_at = true
-elseif consume > 3 then
+elseif consume > 2 or consume < 0 then
+    -- Negated: an escalating lock-out (block.lua).
+    if consume < 0 then
+        consume, escalating = -consume, true
+    end
     local call = consume % 4
-    block_for, answer_at, consume = (consume - call) / 4, call == 2, call
-elseif consume < 0 then
-    local call = -consume % 4
-    block_for, answer_at, consume = (-consume - call) / 4, call == 2, call
-    escalating = true
+    if consume > 3 then
+        block_for = (consume - call) / 4
+    end
+    answer_at, consume = call >= 2, call
+    if call == 3 then
+        draw = true
+        calls_taken, hold = struct.unpack('<dd', ARGV[5])
+    end
 end
 consume = consume > 0
 local rules = (#numbers - 24) / 16

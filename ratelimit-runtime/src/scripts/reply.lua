@@ -25,6 +25,9 @@ reset = reset + lag
 -- sends the time it was counted at: the short form and that time as struct '<dd' (a
 -- string costs Redis far less to make than a table, but still about as much as a tenth
 -- of the check's arithmetic), or the table with the time as a sixth number.
+if draw then
+    return {1, binding, remaining, reset, 0, now, witness or 0}
+end
 local short = reset * (binding_count + 1) + remaining
 if binding < 64 and short < 140737488355328 then
     if answer_at then

@@ -45,8 +45,15 @@ end
 -- then is the top member read (and the one below it, under a block), and the window
 -- counted again at the newest entry's time. `newest` is otherwise read only by a denial,
 -- which needs it. `last` is the newest entry's rank, below a block.
+--
+-- A key that has had a draw holds entries after the time they were counted at (units held
+-- until they may be spent, sliding_log_add.lua), and so keeps its clock apart: the member
+-- 'K' scored 2^52 + the newest time a write was counted at (above every entry, below a
+-- block). Its entries above `now` are then held units, counted by every rule (`upto`,
+-- and the calls' range in sliding_log_rules.lua), not a clock stepped back.
 local total = redis.call('ZCARD', key)
 local longest, stale, newest, block, last = 0, false, nil, nil, '-1'
+local upto, clocked = stamp, false
 if total > 0 then
     longest = redis.call('ZCOUNT', key, string.format('(%d', now - reach), stamp)
     if longest < total then
@@ -61,11 +68,25 @@ if total > 0 then
                     top = redis.call('ZRANGE', key, last, last, 'WITHSCORES')
                 end
             end
-            if above > 0 then
+            if above > 0 and top[1] == 'K' then
+                clocked, upto, total = true, '(4503599627370496', total - 1
+                last = '-2'
+                if block then
+                    last = '-3'
+                end
+                local counted = tonumber(top[2]) - 4503599627370496
+                if counted > now then
+                    now = counted
+                    lag = now - clock
+                    stamp = string.format('%d', now)
+                end
+                longest = redis.call('ZCOUNT', key, string.format('(%d', now - reach), upto)
+            elseif above > 0 then
                 newest = tonumber(top[2])
                 now = newest
                 lag = now - clock
                 stamp = string.format('%d', now)
+                upto = stamp
                 longest = redis.call('ZCOUNT', key, string.format('(%d', now - reach), stamp)
             end
         end

@@ -9,6 +9,12 @@
 -- A re-run (the id is present: the first run was admitted) writes nothing either, and
 -- answers admitted as the first run did: its own entries, counted above, were not there
 -- then, so each rule had `cost` more left (a re-run found denied: sliding_log_rerun.lua).
+-- A draw's entries (and calls) are scored `hold` after `now`, and it moves the key's
+-- clock member (sliding_log.lua), as every later write does.
+local held = stamp
+if draw then
+    held = string.format('%d', now + hold)
+end
 if ms then
     if denied then
         if block then
@@ -17,7 +23,7 @@ if ms then
         redis.call('ZADD', key, '+inf',
             'B' .. struct.pack('<dd', blocked_until, blocked_rule + 65536 * blocked_strikes))
         redis.call('PEXPIRE', key, string.format('%d', ms))
-    elseif redis.call('ZADD', key, 'NX', stamp, id) == 1 then
+    elseif redis.call('ZADD', key, 'NX', held, id) == 1 then
         if block and not streak then
             redis.call('ZREM', key, block)
         end
@@ -36,7 +42,13 @@ if ms then
             redis.call('ZADD', key, unpack(periods))
         end
         if has_calls then
-            redis.call('ZADD', key, '-' .. stamp, id .. 'c')
+            redis.call('ZADD', key, '-' .. held, id .. 'c')
+            for k = 2, calls_taken do
+                redis.call('ZADD', key, '-' .. held, id .. 'c' .. k)
+            end
+        end
+        if clocked or draw then
+            redis.call('ZADD', key, 'GT', string.format('%d', 4503599627370496 + now), 'K')
         end
         if cost > 1 then
             -- In batches, as Lua's stack bounds the arguments of one call.
@@ -45,7 +57,7 @@ if ms then
             while k <= cost do
                 local n = 0
                 while k <= cost and n < 1000 do
-                    args[2 * n + 1] = stamp
+                    args[2 * n + 1] = held
                     args[2 * n + 2] = id .. k
                     n, k = n + 1, k + 1
                 end

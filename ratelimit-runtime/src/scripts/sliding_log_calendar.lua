@@ -12,7 +12,7 @@
         local signed = count
         units = cost
         if signed < 0 then
-            count, units = -signed, 1
+            count, units = -signed, calls_taken
         end
         local member = 'P' .. struct.pack('<dd', signed, window)
         local held = redis.call('ZSCORE', key, member)

@@ -20,12 +20,16 @@ for i = 0, rules - 1 do
     end
     local inside, units, calls = 0, cost, nil
     if count < 0 and window > 0 then
-        count, units, calls, has_calls = -count, 1, true, true
-        inside = redis.call('ZCOUNT', key, '-' .. stamp, string.format('(%d', window - now))
+        count, units, calls, has_calls = -count, calls_taken, true, true
+        local from = '-' .. stamp
+        if clocked then
+            from = '(-4503599627370496'
+        end
+        inside = redis.call('ZCOUNT', key, from, string.format('(%d', window - now))
     elseif window == reach then
         inside = longest
     elseif window > empty then
-        inside = redis.call('ZCOUNT', key, string.format('(%d', now - window), stamp)
+        inside = redis.call('ZCOUNT', key, string.format('(%d', now - window), upto)
         if inside == 0 then
             empty = window
         end

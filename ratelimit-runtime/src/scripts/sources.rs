@@ -13,6 +13,7 @@ pub const SLIDING_LOG: &str = concat!(
     include_str!("warn_args.lua"),
     include_str!("sliding_log.lua"),
     include_str!("blocked.lua"),
+    include_str!("hold.lua"),
     "local moment, periods, period_reach = now, nil, 0\n",
     include_str!("sliding_log_rules.lua"),
     include_str!("calendar.lua"),
@@ -100,6 +101,7 @@ pub const TOKEN_BUCKET: &str = concat!(
     "local CAL = 0\n",
     include_str!("state.lua"),
     include_str!("blocked.lua"),
+    include_str!("hold.lua"),
     "local moment = now\n",
     include_str!("records.lua"),
     include_str!("token_bucket_calendar.lua"),
@@ -126,6 +128,7 @@ pub const TOKEN_BUCKET: &str = concat!(
 /// The fixed window's refund.
 pub const FIXED_WINDOW_REFUND: &str = concat!(
     "local NAME, SIZE, NOW, ARGS = 'fixed_window', 32, false, 1\n",
+    "local calls_taken = 1\n",
     "local TAKE, CAL = false, 8\n",
     include_str!("refund.lua"),
     "local moment = at\n",
@@ -142,6 +145,7 @@ pub const FIXED_WINDOW_REFUND: &str = concat!(
 /// The sliding window's refund.
 pub const SLIDING_WINDOW_REFUND: &str = concat!(
     "local NAME, SIZE, NOW, ARGS = 'sliding_window', 40, false, 1\n",
+    "local calls_taken = 1\n",
     "local TAKE, CAL = false, 8\n",
     include_str!("refund.lua"),
     "local moment = at\n",
@@ -158,6 +162,7 @@ pub const SLIDING_WINDOW_REFUND: &str = concat!(
 /// The token bucket's refund.
 pub const TOKEN_BUCKET_REFUND: &str = concat!(
     "local NAME, SIZE, NOW, ARGS = 'token_bucket', 24, true, 1\n",
+    "local calls_taken = 1\n",
     "local TAKE, CAL = false, 0\n",
     include_str!("refund.lua"),
     "local moment = at\n",
@@ -197,6 +202,7 @@ pub const SLIDING_LOG_REFUND: &str = concat!(
 pub const FIXED_WINDOW_SETTLE: &str = concat!(
     "local NAME, SIZE, NOW, ARGS = 'fixed_window', 32, false, 3\n",
     "local CAL = 8\n",
+    "local calls_taken = 1\n",
     include_str!("settle.lua"),
     include_str!("refund.lua"),
     "local moment = at\n",
@@ -216,6 +222,7 @@ pub const FIXED_WINDOW_SETTLE: &str = concat!(
 pub const SLIDING_WINDOW_SETTLE: &str = concat!(
     "local NAME, SIZE, NOW, ARGS = 'sliding_window', 40, false, 3\n",
     "local CAL = 8\n",
+    "local calls_taken = 1\n",
     include_str!("settle.lua"),
     include_str!("refund.lua"),
     "local moment = at\n",
@@ -235,6 +242,7 @@ pub const SLIDING_WINDOW_SETTLE: &str = concat!(
 pub const TOKEN_BUCKET_SETTLE: &str = concat!(
     "local NAME, SIZE, NOW, ARGS = 'token_bucket', 24, true, 3\n",
     "local CAL = 0\n",
+    "local calls_taken = 1\n",
     include_str!("settle.lua"),
     include_str!("refund.lua"),
     "local moment = at\n",
@@ -249,6 +257,67 @@ pub const TOKEN_BUCKET_SETTLE: &str = concat!(
     "else\n",
     include_str!("token_bucket_refund.lua"),
     "end\nend\nend\nsettle()\n",
+);
+
+/// Gives back a draw of the sliding log (backend::GiveBack).
+pub const SLIDING_LOG_GIVE_BACK: &str = concat!(
+    include_str!("sliding_log_give_back.lua"),
+    include_str!("sliding_log_periods.lua"),
+    include_str!("calendar.lua"),
+    include_str!("sliding_log_period.lua"),
+    "return removed\n",
+);
+
+/// Gives back a draw of the fixed window, once.
+pub const FIXED_WINDOW_GIVE_BACK: &str = concat!(
+    "local NAME, SIZE, NOW, ARGS = 'fixed_window', 32, false, 1\n",
+    "local TAKE, CAL = false, 8\n",
+    include_str!("give_back.lua"),
+    include_str!("refund.lua"),
+    "local moment = at\n",
+    include_str!("calendar.lua"),
+    include_str!("find.lua"),
+    include_str!("calls.lua"),
+    "if period_start then\n",
+    include_str!("calendar_settle.lua"),
+    "else\n",
+    include_str!("fixed_window_refund.lua"),
+    "end\nend\nreturn given\n",
+);
+
+/// Gives back a draw of the sliding window, once.
+pub const SLIDING_WINDOW_GIVE_BACK: &str = concat!(
+    "local NAME, SIZE, NOW, ARGS = 'sliding_window', 40, false, 1\n",
+    "local TAKE, CAL = false, 8\n",
+    include_str!("give_back.lua"),
+    include_str!("refund.lua"),
+    "local moment = at\n",
+    include_str!("calendar.lua"),
+    include_str!("find.lua"),
+    include_str!("calls.lua"),
+    "if period_start then\n",
+    include_str!("calendar_settle.lua"),
+    "else\n",
+    include_str!("sliding_window_refund.lua"),
+    "end\nend\nreturn given\n",
+);
+
+/// Gives back a draw of the token bucket, once.
+pub const TOKEN_BUCKET_GIVE_BACK: &str = concat!(
+    "local NAME, SIZE, NOW, ARGS = 'token_bucket', 24, false, 1\n",
+    "local TAKE, CAL = false, 0\n",
+    include_str!("give_back.lua"),
+    include_str!("refund.lua"),
+    "local moment = at\n",
+    include_str!("calendar.lua"),
+    include_str!("find.lua"),
+    include_str!("calls.lua"),
+    include_str!("token_interval.lua"),
+    "if period_start then\n",
+    include_str!("calendar_settle.lua"),
+    "else\n",
+    include_str!("token_bucket_give_back.lua"),
+    "end\nend\nreturn given\n",
 );
 
 // Calls in flight (slot.rs): a check's script that also takes a slot is

@@ -16,6 +16,10 @@
             ahead = tat - now
         end
     end
+    -- A draw is charged as if at `now + hold` (it must still conform at `now`).
+    if ahead < hold then
+        ahead = hold
+    end
     -- floor((burst - ahead) / T): units left now.
     local left = burst - ahead
     if left < 0 then
@@ -40,6 +44,11 @@
         needed = after
     end
     if consume then
+        -- A draw's witness: its first such rule's `tat`, which a give-back finds unmoved
+        -- while no later charge came.
+        if draw and not witness then
+            witness = now + after
+        end
         if i == 0 then
             r1, r2, r3 = signed, window, now + after
         else

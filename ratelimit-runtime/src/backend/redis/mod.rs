@@ -77,9 +77,9 @@ mod write_counter;
 pub use breaker::Breaker;
 pub(crate) use config::RedisConfig;
 
-use super::Request;
+use super::{GiveBack, Request};
 use crate::clock::{Clock, SystemClock};
-use crate::decision::{RawDecision, Receipt};
+use crate::decision::{CountedBy, RawDecision, Receipt};
 use crate::{BackendError, Rule};
 use breaker::Health;
 use cluster::Cluster;
@@ -529,6 +529,37 @@ impl RedisBackend {
                 ),
             )
         })
+    }
+
+    /// Gives back what the draw `give_back.receipt` names did not use, and re-times what it
+    /// used (see [`GiveBack`]), in one round trip; nothing for a receipt of nothing or of
+    /// another backend. Sent twice, it changes the key once, so it is re-sent like a
+    /// sliding-log check.
+    pub(crate) async fn give_back(&self, give_back: &GiveBack<'_>) -> Result<(), BackendError> {
+        let receipt = &give_back.receipt;
+        if receipt.is_empty() || receipt.counted_by != CountedBy::Redis {
+            return Ok(());
+        }
+        let key = give_back.key;
+        let now_us = match give_back.now_us {
+            0 => SystemClock.now_us(),
+            now_us => now_us,
+        };
+        let [evalsha, eval] = script::give_back(give_back, now_us);
+        let deadline = self.deadline(self.config.timeout);
+        self.send_script(key, &evalsha, || Some(eval), true, deadline)
+            .await
+            .map(drop)
+            .map_err(|failure| self.error(key, failure))
+    }
+
+    /// [`give_back`](Self::give_back) of each of `give_backs`, sent at once (one command
+    /// per key, each to its key's server), answered in their order.
+    pub(crate) async fn give_back_all(
+        &self,
+        give_backs: &[GiveBack<'_>],
+    ) -> Vec<Result<(), BackendError>> {
+        futures_util::future::join_all(give_backs.iter().map(|g| self.give_back(g))).await
     }
 
     /// Forgets `key`.

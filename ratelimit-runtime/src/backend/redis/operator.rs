@@ -159,6 +159,8 @@ fn log_state(members: &[Value]) -> Result<KeyState, String> {
             continue;
         }
         match score.parse::<f64>() {
+            // The clock of a key that has had a draw (scripts/sliding_log.lua): no entry.
+            Ok(x) if x >= TWO_52 && member.as_slice() == b"K" => {}
             // A calendar rule's counter (scripts/sliding_log_calendar.lua): 'P', its count
             // and its record's window, scored -(2^52 + units).
             Ok(x) if x <= -TWO_52 && x.fract() == 0.0 => {

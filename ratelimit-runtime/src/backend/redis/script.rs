@@ -57,7 +57,9 @@ pub(crate) struct Invocation<'r> {
 
 impl<'r> Invocation<'r> {
     pub fn new(request: &'r Request<'r>) -> Self {
-        let needs_id = request.consume && request.algorithm == Algorithm::SlidingLog;
+        // A draw of any algorithm carries one too: its give-back is named by it.
+        let needs_id = request.consume
+            && (request.algorithm == Algorithm::SlidingLog || request.draw.is_some());
         Invocation {
             request,
             id: needs_id.then(next_check),
@@ -107,18 +109,20 @@ impl<'r> Invocation<'r> {
     /// The arguments after the check's numbers, each at a place of its own so that every
     /// fragment finds its own: ARGV[2] the sliding log's id (`sliding_log.lua`), ARGV[3] a
     /// consuming check's `warn_at`, one byte (`warn_args.lua`), ARGV[4] an escalating
-    /// lock-out's schedule (`block.lua`). A place before one that is sent goes empty; a check
-    /// that needs none of them sends nothing more.
+    /// lock-out's schedule (`block.lua`), ARGV[5] an allowance's draw (`preamble.lua`). A
+    /// place before one that is sent goes empty; a check that needs none of them sends
+    /// nothing more.
     #[inline]
     fn optional_args(&self, cmd: &mut Cmd) {
         let request = self.request;
         let warn_at = (request.warn_at != 0 && request.consume).then_some([request.warn_at]);
         let schedule = Schedule::of(request);
-        let places = match (self.id, warn_at, &schedule) {
-            (_, _, Some(_)) => 3,
-            (_, Some(_), None) => 2,
-            (Some(_), None, None) => 1,
-            (None, None, None) => return,
+        let places = match (self.id, warn_at, &schedule, request.draw) {
+            (_, _, _, Some(_)) => 4,
+            (_, _, Some(_), None) => 3,
+            (_, Some(_), None, None) => 2,
+            (Some(_), None, None, None) => 1,
+            (None, None, None, None) => return,
         };
         match self.id {
             Some(id) => cmd.arg(&check_id(id)[..]),
@@ -127,8 +131,14 @@ impl<'r> Invocation<'r> {
         if places >= 2 {
             cmd.arg(warn_at.as_ref().map_or(&b""[..], |byte| &byte[..]));
         }
-        if let Some(schedule) = schedule {
-            cmd.arg(schedule);
+        if places >= 3 {
+            match schedule {
+                Some(schedule) => cmd.arg(schedule),
+                None => cmd.arg(&b""[..]),
+            };
+        }
+        if let Some(draw) = request.draw {
+            cmd.arg(&draw_numbers(draw)[..]);
         }
     }
 
@@ -144,13 +154,32 @@ impl<'r> Invocation<'r> {
         let (mut raw, at_us) = decode(reply, request.rules)?;
         let refundable = self.id.is_some() || at_us.is_some();
         if raw.allowed && request.consume && refundable {
-            raw.receipt = Receipt::new(
-                request.cost.get(),
-                at_us.unwrap_or(0),
-                self.id.unwrap_or(0),
-                request.algorithm,
-                CountedBy::Redis,
-            );
+            // A token bucket's draw is named by its witness (which the answer carries in
+            // its receipt), its give-back by the id it carried.
+            let (cost, at_us) = (request.cost.get(), at_us.unwrap_or(0));
+            raw.receipt = match (request.draw, request.algorithm) {
+                (Some(_), Algorithm::TokenBucket) => Receipt::of_draw(
+                    cost,
+                    at_us,
+                    raw.receipt.id,
+                    request.algorithm,
+                    CountedBy::Redis,
+                ),
+                (Some(_), _) => Receipt::of_draw(
+                    cost,
+                    at_us,
+                    self.id.unwrap_or(0),
+                    request.algorithm,
+                    CountedBy::Redis,
+                ),
+                (None, _) => Receipt::new(
+                    cost,
+                    at_us,
+                    self.id.unwrap_or(0),
+                    request.algorithm,
+                    CountedBy::Redis,
+                ),
+            };
         }
         Some(raw)
     }
@@ -258,6 +287,12 @@ fn slot_script(request: &Request<'_>) -> &'static (String, Script) {
 /// shape: keys built by the attribute have none) gets `key:slots:N`, the first `N` that
 /// hashes to the slot of `key`.
 pub(crate) fn slots_key(key: &str) -> String {
+    sibling_key(key, "slots")
+}
+
+/// A key beside `key` in its hash slot, named by `suffix`, as [`slots_key`] names the
+/// key's slots (`suffix` in place of `slots`).
+fn sibling_key(key: &str, suffix: &str) -> String {
     let bytes = key.as_bytes();
     let tagged = bytes.iter().position(|&b| b == b'{').is_some_and(|open| {
         let rest = &bytes[open + 1..];
@@ -266,16 +301,99 @@ pub(crate) fn slots_key(key: &str) -> String {
             .is_some_and(|close| close > 0)
     });
     if tagged {
-        return format!("{key}:slots");
+        return format!("{key}:{suffix}");
     }
     if !key.contains('}') {
-        return format!("{{{key}}}:slots");
+        return format!("{{{key}}}:{suffix}");
     }
     let slot = super::cluster::slot(bytes);
     (0u64..)
-        .map(|n| format!("{key}:slots:{n}"))
+        .map(|n| format!("{key}:{suffix}:{n}"))
         .find(|candidate| super::cluster::slot(candidate.as_bytes()) == slot)
         .expect("some suffix hashes to every slot")
+}
+
+/// A draw's give-back (`backend::GiveBack`), as one script: the sliding log's
+/// (`scripts/sliding_log_give_back.lua`) names the draw's members by its id; the others'
+/// (`scripts/give_back.lua`) set a mark named by it beside the key. Either way, sent twice
+/// it changes the key once, so it is re-sent like a sliding-log check. Returns the
+/// `EVALSHA`, then NOSCRIPT's `EVAL`.
+pub(crate) fn give_back(give_back: &crate::backend::GiveBack<'_>, now_us: u64) -> [Cmd; 2] {
+    static SCRIPTS: LazyLock<[Script; 4]> =
+        LazyLock::new(|| Algorithm::ALL.map(|algorithm| Script::new(give_back_source(algorithm))));
+    let receipt = &give_back.receipt;
+    let returned = give_back.returned();
+    let algorithm = receipt.algorithm;
+    let mut numbers = Vec::with_capacity(8 * (3 + 2 * give_back.rules.len()));
+    let head = [returned.at_us, returned.units, 0];
+    let doubles = head
+        .iter()
+        .map(|&n| n as f64)
+        .chain(rule_numbers(give_back.rules));
+    for n in doubles {
+        numbers.extend_from_slice(&n.to_le_bytes());
+    }
+    let id = check_id(receipt.id);
+    let commands = [true, false].map(|by_hash| {
+        let mut cmd = match by_hash {
+            true => redis::cmd("EVALSHA"),
+            false => redis::cmd("EVAL"),
+        };
+        match by_hash {
+            true => cmd.arg(SCRIPTS[algorithm as usize].get_hash()),
+            false => cmd.arg(give_back_source(algorithm)),
+        };
+        if algorithm == Algorithm::SlidingLog {
+            let last_us = returned
+                .last_spend_us
+                .clamp(returned.at_us, returned.held_until_us());
+            let spent = [
+                returned.used_units,
+                returned.units,
+                returned.used_calls,
+                returned.calls,
+                last_us,
+            ];
+            let spent: Vec<u8> = spent
+                .iter()
+                .flat_map(|&n| (n as f64).to_le_bytes())
+                .collect();
+            cmd.arg(1)
+                .arg(give_back.key)
+                .arg(&numbers[..])
+                .arg(&id[..])
+                .arg(spent);
+        } else {
+            let mark = sibling_key(give_back.key, &format!("given:{}", hex(&id)));
+            let mut calls = Vec::with_capacity(16);
+            calls.extend_from_slice(&(returned.calls as f64).to_le_bytes());
+            calls.extend_from_slice(&(returned.id as f64).to_le_bytes());
+            let ms = returned.matters_until_us().saturating_sub(now_us) / 1000 + 1000;
+            cmd.arg(2)
+                .arg(give_back.key)
+                .arg(mark)
+                .arg(&numbers[..])
+                .arg(calls)
+                .arg(ms);
+        }
+        cmd
+    });
+    commands
+}
+
+/// The give-back script of `algorithm`.
+fn give_back_source(algorithm: Algorithm) -> &'static str {
+    match algorithm {
+        Algorithm::SlidingLog => sources::SLIDING_LOG_GIVE_BACK,
+        Algorithm::FixedWindow => sources::FIXED_WINDOW_GIVE_BACK,
+        Algorithm::SlidingWindow => sources::SLIDING_WINDOW_GIVE_BACK,
+        Algorithm::TokenBucket => sources::TOKEN_BUCKET_GIVE_BACK,
+    }
+}
+
+/// `bytes` in lowercase hexadecimal.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A slot's renewal (`scripts/slot_renew.lua`) and NOSCRIPT's EVAL of it.
@@ -349,6 +467,7 @@ impl ToRedisArgs for Numbers<'_> {
         let answer_at = request.refundable && request.algorithm != Algorithm::SlidingLog;
         let call = match (request.consume, answer_at) {
             (false, _) => 0,
+            _ if request.draw.is_some() => 3,
             (true, false) => 1,
             (true, true) => 2,
         };
@@ -386,6 +505,15 @@ impl ToRedisArgs for Schedule {
             arg.write_all(&us.to_le_bytes()).expect("writing to memory");
         }
     }
+}
+
+/// A draw's numbers as the scripts read them (ARGV[5], `scripts/preamble.lua`): its calls
+/// and the hold it asks for, little-endian `f64`s.
+fn draw_numbers(draw: &crate::backend::Draw) -> [u8; 16] {
+    let mut numbers = [0; 16];
+    numbers[..8].copy_from_slice(&(draw.calls.get() as f64).to_le_bytes());
+    numbers[8..].copy_from_slice(&(draw.hold_us as f64).to_le_bytes());
+    numbers
 }
 
 /// Each rule's count and window in µs, in turn; the count negated for a rule counting
@@ -442,16 +570,21 @@ pub(crate) fn decode(reply: &Value, rules: &[Rule]) -> Option<(RawDecision, Opti
             (short(whole(n)?)?, Some(whole(at)?))
         }
         Value::Array(items) => {
-            // A check that crossed a rule's warning share (`warn_reply.lua`).
+            // A check that crossed a rule's warning share (`warn_reply.lua`) ends with its
+            // crossings; a draw's answer carries the token bucket's witness (else 0) after
+            // its time.
             let (items, crossed) = match items.as_slice() {
-                [figures @ .., Value::BulkString(crossings)] if items.len() == 7 => {
+                [figures @ .., Value::BulkString(crossings)] if items.len() >= 7 => {
                     (figures, Some(decode_crossings(crossings)?))
                 }
                 items => (items, None),
             };
-            let (figures, at_us) = match items {
-                [figures @ .., at] if items.len() == 6 => (figures, Some(int(at)?)),
-                figures => (figures, None),
+            let (figures, at_us, witness) = match items {
+                [figures @ .., at] if items.len() == 6 => (figures, Some(int(at)?), 0),
+                [figures @ .., at, witness] if items.len() == 7 => {
+                    (figures, Some(int(at)?), int(witness)?)
+                }
+                figures => (figures, None, 0),
             };
             let [allowed, rule_index, remaining, reset_after_us, retry_after_us] = figures else {
                 return None;
@@ -469,7 +602,10 @@ pub(crate) fn decode(reply: &Value, rules: &[Rule]) -> Option<(RawDecision, Opti
                     Value::Int(-1) => RawDecision::NEVER,
                     other => int(other)?,
                 },
-                receipt: Receipt::NONE,
+                receipt: Receipt {
+                    id: witness,
+                    ..Receipt::NONE
+                },
                 crossed,
             };
             (raw, at_us)
@@ -786,6 +922,8 @@ mod tests {
             refundable: false,
             slot: None,
             warn_at: 0,
+            draw: None,
+            allowance_ms: 0,
         }
     }
 

@@ -1,0 +1,548 @@
+//! Local allowances: several instances admitting calls from allowances never admit more
+//! than each algorithm's exact bound at the times the calls were admitted (the
+//! differential test, on a test clock, and on a real Redis with real instances); nothing is
+//! lost or stranded; blocks, failures and concurrency behave as the contract says.
+
+mod support;
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis_ratelimit::clock::ManualClock;
+use redis_ratelimit::{Algorithm, BackendError, Limiter, Rule};
+
+use support::bound::check_bound;
+use support::RedisServer;
+
+const ALGORITHMS: [Algorithm; 4] = [
+    Algorithm::SlidingLog,
+    Algorithm::FixedWindow,
+    Algorithm::SlidingWindow,
+    Algorithm::TokenBucket,
+];
+
+/// A short window the workload crosses many times, a longer one it fills, and calls beside
+/// units.
+static RULES: [Rule; 3] = [
+    Rule::new(400, Duration::from_millis(200)),
+    Rule::new(3_000, Duration::from_secs(2)),
+    Rule::new(1_200, Duration::from_secs(1)).calls(),
+];
+
+const MAX_AGE: Duration = Duration::from_millis(250);
+
+/// A small deterministic generator (xorshift64*), so that a failing seed replays.
+struct Random(u64);
+
+impl Random {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
+    }
+}
+
+/// The pause before the next call: bursts, a steady pace, lulls, changing every few hundred
+/// calls, so that allowances are drawn, spent late, exhausted, and left to end unused.
+fn pause(random: &mut Random, step: u64) -> Duration {
+    let micros = match (step / 300) % 4 {
+        0 => random.below(300),
+        1 => random.below(4_000),
+        2 => random.below(1_500),
+        _ => match random.below(20) {
+            0 => 50_000 + random.below(100_000),
+            _ => random.below(2_000),
+        },
+    };
+    Duration::from_micros(micros)
+}
+
+/// How the fleet of a differential run draws.
+#[derive(Clone, Copy, PartialEq)]
+enum Design {
+    /// A round trip per check: the 0.4 path.
+    PerCheck,
+    /// Allowances as built.
+    Allowances,
+    /// Units recorded when drawn, spent until the allowance ends.
+    Naive,
+}
+
+/// Three instances over one backend (the embedded one standing for a remote store) on a
+/// test clock, `calls` random checks of one key: the time (µs) and cost of every admitted
+/// call, checked against `algorithm`'s exact bound.
+async fn fleet_run(
+    algorithm: Algorithm,
+    design: Design,
+    seed: u64,
+    calls: u64,
+) -> Result<(), String> {
+    let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
+    let max_age = match design {
+        Design::PerCheck => Duration::ZERO,
+        _ => MAX_AGE,
+    };
+    let first = Limiter::remote_memory_with_clock(clock.clone()).allowance(max_age);
+    let fleet: Vec<Limiter> = (0..3)
+        .map(|_| first.sharing_backend(clock.clone()))
+        .map(|instance| instance.naive_allowances(design == Design::Naive))
+        .collect();
+    let mut random = Random(seed);
+    let mut now = Duration::from_secs(1_700_000_000);
+    let mut admitted = Vec::new();
+    for step in 0..calls {
+        now += pause(&mut random, step);
+        clock.set(now);
+        let instance = &fleet[random.below(3) as usize];
+        let cost = 1 + random.below(3);
+        let decision = instance
+            .check("fleet", &RULES)
+            .algorithm(algorithm)
+            .cost(cost)
+            .await
+            .map_err(|err| err.to_string())?;
+        if decision.allowed {
+            admitted.push((now.as_micros() as u64, cost));
+        }
+        if step % 16 == 0 {
+            for instance in &fleet {
+                instance.give_back_due().await.map_err(|e| e.to_string())?;
+            }
+        }
+    }
+    // The workload must exercise what it checks (a failure here is not a bound's).
+    let round_trips: u64 = fleet.iter().map(Limiter::allowance_draws).sum();
+    assert!(
+        design == Design::PerCheck || round_trips * 4 < calls * 3,
+        "{round_trips} round trips for {calls} checks: allowances untested"
+    );
+    assert!(
+        admitted.len() > 200,
+        "the workload admits too little to test"
+    );
+    check_bound(algorithm, &RULES, &admitted)
+}
+
+#[tokio::test]
+async fn a_fleet_with_allowances_never_admits_over_any_bound() {
+    for algorithm in ALGORITHMS {
+        for seed in 1..=4 {
+            if let Err(over) = fleet_run(algorithm, Design::Allowances, seed, 4_000).await {
+                panic!("{algorithm:?}, seed {seed}: {over}");
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_checker_passes_the_per_check_path() {
+    for algorithm in ALGORITHMS {
+        for seed in 1..=2 {
+            if let Err(over) = fleet_run(algorithm, Design::PerCheck, seed, 4_000).await {
+                panic!("{algorithm:?}, seed {seed}: {over}");
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_checker_catches_units_recorded_when_drawn() {
+    // The sliding log forgets drawn units a window after the draw, though they are spent
+    // up to a quarter of a window later.
+    let mut caught = 0;
+    for seed in 1..=4 {
+        if fleet_run(Algorithm::SlidingLog, Design::Naive, seed, 4_000)
+            .await
+            .is_err()
+        {
+            caught += 1;
+        }
+    }
+    assert!(caught > 0, "no seed showed the naive design over the bound");
+}
+
+#[tokio::test]
+async fn an_allowance_answers_checks_locally() {
+    let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
+    let limiter = Limiter::remote_memory_with_clock(clock.clone()).allowance(MAX_AGE);
+    static LOOSE: [Rule; 1] = [Rule::per_minute(100_000)];
+    for _ in 0..1_000 {
+        clock.advance(Duration::from_micros(50));
+        assert!(limiter.check("hot", &LOOSE).await.unwrap().allowed);
+    }
+    // The first check alone, then draws growing with the pace: a few round trips.
+    let draws = limiter.allowance_draws();
+    assert!(draws <= 10, "{draws} round trips for 1,000 checks");
+    // Without an allowance each check is one.
+    let per_check = Limiter::remote_memory_with_clock(clock.clone());
+    for _ in 0..100 {
+        assert!(per_check.check("hot", &LOOSE).await.unwrap().allowed);
+    }
+    assert_eq!(per_check.allowance_draws(), 0);
+}
+
+#[tokio::test]
+async fn near_the_limit_every_check_is_a_round_trip() {
+    let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
+    let limiter = Limiter::remote_memory_with_clock(clock.clone()).allowance(MAX_AGE);
+    static TIGHT: [Rule; 1] = [Rule::per_minute(12)];
+    let mut checks = 0;
+    loop {
+        clock.advance(Duration::from_millis(1));
+        checks += 1;
+        if !limiter.check("tight", &TIGHT).await.unwrap().allowed {
+            break;
+        }
+    }
+    assert_eq!(checks, 13, "12 admitted, then refused");
+    assert_eq!(limiter.allowance_draws(), checks);
+}
+
+#[tokio::test]
+async fn a_refund_goes_back_to_the_allowance() {
+    let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
+    let limiter = Limiter::remote_memory_with_clock(clock.clone()).allowance(MAX_AGE);
+    static LOOSE: [Rule; 1] = [Rule::per_minute(100_000)];
+    // Warm the key up so that checks are answered locally.
+    for _ in 0..50 {
+        clock.advance(Duration::from_micros(100));
+        limiter.check("refunds", &LOOSE).await.unwrap();
+    }
+    let draws = limiter.allowance_draws();
+    let decision = limiter.check("refunds", &LOOSE).cost(5).await.unwrap();
+    assert_eq!(
+        limiter.allowance_draws(),
+        draws,
+        "answered from the allowance"
+    );
+    let before = decision.remaining;
+    limiter.refund("refunds", &LOOSE, &decision).await.unwrap();
+    let after = limiter.check("refunds", &LOOSE).await.unwrap();
+    assert_eq!(
+        after.remaining,
+        before + 5 - 1,
+        "the 5 units are back, 1 taken"
+    );
+    // Everything given back: the key counts exactly the 51 calls admitted and kept.
+    limiter.release_allowances().await.unwrap();
+    let peek = limiter.peek("refunds", &LOOSE).await.unwrap();
+    assert_eq!(peek.remaining, 100_000 - 51);
+}
+
+// On a real Redis, with real instances.
+
+static HOT: [Rule; 1] = [Rule::new(100_000, Duration::from_secs(30 * 86_400))];
+
+fn instance(url: &str) -> Limiter {
+    support::counting_limiter(url).allowance(MAX_AGE)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_release_a_key_counts_exactly_what_was_admitted() {
+    let server = RedisServer::start();
+    for algorithm in ALGORITHMS {
+        let key = format!("released:{algorithm:?}");
+        let fleet: Vec<Limiter> = (0..3).map(|_| instance(&server.url())).collect();
+        let mut admitted = 0;
+        for round in 0..300 {
+            let instance = &fleet[round % 3];
+            let decision = instance
+                .check(&key, &HOT)
+                .algorithm(algorithm)
+                .await
+                .unwrap();
+            admitted += u64::from(decision.allowed);
+        }
+        assert_eq!(admitted, 300);
+        let draws: u64 = fleet.iter().map(Limiter::allowance_draws).sum();
+        assert!(
+            draws < 300,
+            "{algorithm:?}: {draws} round trips, no allowance spent"
+        );
+        for instance in &fleet {
+            instance.release_allowances().await.unwrap();
+        }
+        let peek = fleet[0]
+            .peek(&key, &HOT)
+            .algorithm(algorithm)
+            .await
+            .unwrap();
+        match algorithm {
+            // A token bucket's frontier moved by a later draw keeps the unused units of the
+            // earlier ones (they come back by refill): never fewer counted than admitted.
+            Algorithm::TokenBucket => assert!(peek.remaining <= 100_000 - 300),
+            _ => assert_eq!(peek.remaining, 100_000 - 300, "{algorithm:?}"),
+        }
+    }
+    // One instance alone: its last draw is the frontier's, so the token bucket is exact too.
+    let alone = instance(&server.url());
+    for _ in 0..300 {
+        let check = alone
+            .check("released:alone", &HOT)
+            .algorithm(Algorithm::TokenBucket);
+        assert!(check.await.unwrap().allowed);
+    }
+    alone.release_allowances().await.unwrap();
+    let peek = alone
+        .peek("released:alone", &HOT)
+        .algorithm(Algorithm::TokenBucket);
+    assert_eq!(peek.await.unwrap().remaining, 100_000 - 300);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unused_units_come_back_without_further_checks() {
+    let server = RedisServer::start();
+    let limiter = instance(&server.url());
+    for _ in 0..200 {
+        assert!(limiter.check("idle", &HOT).await.unwrap().allowed);
+    }
+    // The allowance holds more than was spent; the instance goes quiet.
+    let held = limiter.peek("idle", &HOT).await.unwrap().remaining;
+    assert!(held < 100_000 - 200, "nothing held beyond what was spent");
+    support::eventually("the unused units back", Duration::from_secs(30), || async {
+        let remaining = limiter
+            .peek("idle", &HOT)
+            .await
+            .map_err(|e| e.to_string())?
+            .remaining;
+        match remaining == 100_000 - 200 {
+            true => Ok(()),
+            false => Err(format!("{remaining} left")),
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_block_reaches_an_instance_spending_an_allowance() {
+    let server = RedisServer::start();
+    let spender = instance(&server.url());
+    let operator = support::counting_limiter(&server.url());
+    for _ in 0..100 {
+        assert!(spender.check("blocked", &HOT).await.unwrap().allowed);
+    }
+    operator
+        .block("blocked", Duration::from_secs(600))
+        .await
+        .unwrap();
+    support::eventually(
+        "the block to reach the spender",
+        Duration::from_secs(30),
+        || async {
+            let decision = spender
+                .check("blocked", &HOT)
+                .await
+                .map_err(|e| e.to_string())?;
+            match decision.allowed {
+                false => Ok(()),
+                true => Err("still admitted".to_owned()),
+            }
+        },
+    )
+    .await;
+    // A reset lifts it, for the spender too.
+    operator.reset("blocked").await.unwrap();
+    support::eventually(
+        "the reset to reach the spender",
+        Duration::from_secs(30),
+        || async {
+            let decision = spender
+                .check("blocked", &HOT)
+                .await
+                .map_err(|e| e.to_string())?;
+            match decision.allowed {
+                true => Ok(()),
+                false => Err("still refused".to_owned()),
+            }
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_gone_an_instance_spends_what_it_holds_then_fails() {
+    let mut server = RedisServer::start();
+    let limiter = Limiter::redis(&server.url())
+        .unwrap()
+        .timeout(Duration::from_millis(200))
+        .allowance(Duration::from_secs(2));
+    for _ in 0..500 {
+        assert!(limiter.check("outage", &HOT).await.unwrap().allowed);
+    }
+    server.kill();
+    // What it holds is spent locally...
+    let mut local = 0;
+    let failure = loop {
+        match limiter.check("outage", &HOT).await {
+            Ok(decision) => {
+                assert!(decision.allowed);
+                local += 1;
+            }
+            Err(err) => break err,
+        }
+        assert!(local < 10_000_000, "never failed");
+    };
+    assert!(local > 0, "nothing spent from the allowance held");
+    // ...then the configured failure behaviour: here, the error.
+    let _: BackendError = failure;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_checks_of_a_cold_key_share_one_draw() {
+    let server = RedisServer::start();
+    let limiter = support::leak(instance(&server.url()));
+    let checks: Vec<_> = (0..64)
+        .map(|_| tokio::spawn(async move { limiter.check("cold", &HOT).await }))
+        .collect();
+    for check in checks {
+        assert!(check.await.unwrap().unwrap().allowed);
+    }
+    // The key's first check alone (it tells the room), then one draw for those waiting.
+    let draws = limiter.allowance_draws();
+    assert!(draws <= 3, "{draws} round trips for 64 concurrent checks");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn near_the_limit_on_redis_every_check_is_a_round_trip() {
+    let server = RedisServer::start();
+    let limiter = instance(&server.url());
+    static TIGHT: [Rule; 1] = [Rule::per_hour(10)];
+    let mut checks = 0;
+    while limiter.check("tight", &TIGHT).await.unwrap().allowed {
+        checks += 1;
+        assert!(checks <= 10);
+    }
+    assert_eq!(checks, 10);
+    assert_eq!(limiter.allowance_draws(), 11);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_on_redis_never_admits_over_any_bound() {
+    let server = RedisServer::start();
+    for algorithm in ALGORITHMS {
+        // Real instances on a real server, on explicit times so that every admission's time
+        // is known exactly.
+        let fleet: Vec<Limiter> = (0..3).map(|_| instance(&server.url())).collect();
+        let key = format!("fleet:{algorithm:?}");
+        let mut random = Random(7);
+        let mut now = Duration::from_secs(1_700_000_000);
+        let mut admitted = Vec::new();
+        for step in 0..2_000 {
+            now += pause(&mut random, step);
+            let cost = 1 + random.below(3);
+            let instance = &fleet[random.below(3) as usize];
+            let decision = instance
+                .check(&key, &RULES)
+                .algorithm(algorithm)
+                .cost(cost)
+                .at(now)
+                .await
+                .unwrap();
+            if decision.allowed {
+                admitted.push((now.as_micros() as u64, cost));
+            }
+        }
+        assert!(
+            admitted.len() > 200,
+            "{algorithm:?}: the workload tests nothing"
+        );
+        let round_trips: u64 = fleet.iter().map(Limiter::allowance_draws).sum();
+        assert!(
+            round_trips < 1_000,
+            "{round_trips} round trips: allowances untested"
+        );
+        if let Err(over) = check_bound(algorithm, &RULES, &admitted) {
+            panic!("{algorithm:?}: {over}");
+        }
+    }
+}
+
+// One static limiter, shared by parallel tests as an application shares one.
+
+static SHARED: LazyLock<Limiter> =
+    LazyLock::new(|| support::counting_limiter(support::process_server_url()).allowance(MAX_AGE));
+
+async fn spend_on_the_shared_limiter(key: &str) {
+    for _ in 0..300 {
+        assert!(SHARED.check(key, &HOT).await.unwrap().allowed);
+    }
+    SHARED.release_allowances().await.unwrap();
+    let peek = SHARED.peek(key, &HOT).await.unwrap();
+    assert_eq!(peek.remaining, 100_000 - 300);
+}
+
+#[tokio::test]
+async fn a_static_limiter_serves_parallel_tests_1() {
+    spend_on_the_shared_limiter("shared:1").await;
+}
+
+#[tokio::test]
+async fn a_static_limiter_serves_parallel_tests_2() {
+    spend_on_the_shared_limiter("shared:2").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_static_limiter_serves_parallel_tests_3() {
+    spend_on_the_shared_limiter("shared:3").await;
+}
+
+// The attribute's `allowance`, on a site's own limiter.
+
+static SITE_LIMITER: LazyLock<Limiter> =
+    LazyLock::new(|| support::counting_limiter(support::process_server_url()));
+
+#[redis_ratelimit::rate_limiter(
+    rules("1000/hour"),
+    limit_type = GLOBAL,
+    limiter = SITE_LIMITER,
+    name = "allowances.search",
+    allowance = "5s"
+)]
+async fn search() -> Result<(), redis_ratelimit::RateLimitError> {
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_site_with_an_allowance_is_answered_in_process() {
+    for _ in 0..50 {
+        search().await.unwrap();
+    }
+    // The limiter has no default allowance: the site's own made these few round trips.
+    let round_trips = SITE_LIMITER.allowance_draws();
+    assert!(round_trips <= 3, "{round_trips} round trips for 50 calls");
+    SITE_LIMITER.release_allowances().await.unwrap();
+    let key = "rate_limit:global:allowances.search";
+    let peek = SITE_LIMITER
+        .peek(key, &[Rule::per_hour(1000)])
+        .await
+        .unwrap();
+    assert_eq!(peek.remaining, 1000 - 50);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_allowances_draw_and_go_back_per_key() {
+    use support::Topology as _;
+    let cluster = support::cluster::RedisCluster::start();
+    let limiter = support::counting_limiter(&cluster.url()).allowance(MAX_AGE);
+    // Keys on every master, each given back by its own node.
+    let keys: Vec<String> = (0..12).map(|i| format!("cluster-allowance:{i}")).collect();
+    for _ in 0..100 {
+        for key in &keys {
+            assert!(limiter.check(key, &HOT).await.unwrap().allowed);
+        }
+    }
+    let round_trips = limiter.allowance_draws();
+    assert!(
+        round_trips < 600,
+        "{round_trips} round trips for 1,200 checks"
+    );
+    limiter.release_allowances().await.unwrap();
+    for key in &keys {
+        assert_eq!(
+            limiter.peek(key, &HOT).await.unwrap().remaining,
+            100_000 - 100,
+            "{key}"
+        );
+    }
+}
