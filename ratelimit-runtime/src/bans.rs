@@ -187,6 +187,7 @@ impl Bans {
     }
 
     /// Replaces what was read from `prefix`'s `{prefix}bans` hash with `bans`.
+    #[cfg(feature = "redis")]
     pub fn set_stored(&self, prefix: &str, bans: HashMap<String, u64>) {
         self.change(|sources| {
             sources.stored.insert(prefix.to_owned(), bans);
@@ -195,6 +196,7 @@ impl Bans {
 
     /// Changes one ban read from `prefix`'s hash (`None`: lifts it), as a write there
     /// does, until the next read.
+    #[cfg(feature = "redis")]
     pub fn change_stored(&self, prefix: &str, banned: &Banned, until_us: Option<u64>) {
         self.change(|sources| {
             let stored = sources.stored.entry(prefix.to_owned()).or_default();
@@ -237,6 +239,7 @@ impl Bans {
 
 /// A `{prefix}bans` hash's fields as read: each identity and its end (ms since the epoch,
 /// integer text), the malformed ones and those that have ended left out.
+#[cfg(feature = "redis")]
 pub(crate) fn read_stored(fields: Vec<(String, String)>) -> HashMap<String, u64> {
     let now = now_us();
     fields
@@ -305,6 +308,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "redis")]
     fn stored_bans_are_read_leaving_out_the_malformed_and_the_ended() {
         let hour_ms = (now_us() + 3_600_000_000) / 1000;
         let read = read_stored(vec![

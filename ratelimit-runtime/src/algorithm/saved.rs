@@ -216,12 +216,12 @@ impl KeyState {
 }
 
 fn save_log(log: &sliding_log::State, out: &mut Writer<'_>) {
-    let (checks, entries, calls, periods) = log.parts();
-    out.number(checks);
-    out.times(entries.iter());
-    out.times(calls.iter());
-    out.number(periods.len() as u64);
-    for (rule, period) in periods {
+    let parts = log.parts();
+    out.number(parts.checks);
+    out.times(parts.log.iter());
+    out.times(parts.calls.iter());
+    out.number(parts.periods.len() as u64);
+    for (rule, period) in parts.periods {
         out.rule(rule);
         period.save(out);
     }

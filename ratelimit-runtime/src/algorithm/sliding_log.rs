@@ -106,8 +106,13 @@ impl State {
     /// What the state file keeps of the log (`super::saved`): the next check's number, the
     /// entries, the calls and the calendar counters. What a refund needs of checks counted
     /// before a restart is not kept: their callers are gone with the process.
-    pub fn parts(&self) -> (u64, &VecDeque<u64>, &VecDeque<u64>, &[(Rule, Period)]) {
-        (self.checks, &self.log, &self.calls, &self.periods)
+    pub fn parts(&self) -> Parts<'_> {
+        Parts {
+            checks: self.checks,
+            log: &self.log,
+            calls: &self.calls,
+            periods: &self.periods,
+        }
     }
 
     /// The log of those [`parts`](Self::parts).
@@ -209,6 +214,14 @@ fn settle_held(log: &mut VecDeque<u64>, held_us: u64, unused: u64, used: u64, la
         }
     }
     gone
+}
+
+/// What the state file keeps of a log ([`State::parts`]).
+pub(crate) struct Parts<'a> {
+    pub checks: u64,
+    pub log: &'a VecDeque<u64>,
+    pub calls: &'a VecDeque<u64>,
+    pub periods: &'a [(Rule, Period)],
 }
 
 /// An entry at `s` is inside a window `w` at `now` iff `s > now - w`, written so that it
