@@ -227,7 +227,11 @@ async fn a_site_keeps_its_heaviest_thousand_identities_a_minute() {
             .unwrap();
         // 1,000 a minute: a run across a minute's end has two minutes of them.
         let minutes = this_minute() - started + 1;
-        assert!(all.len() as u64 <= 1_000 * minutes, "{} identities kept", all.len());
+        assert!(
+            all.len() as u64 <= 1_000 * minutes,
+            "{} identities kept",
+            all.len()
+        );
         assert!(all.len() > 900, "{} identities kept", all.len());
     }
 }
