@@ -219,8 +219,11 @@ impl Observation {
         }
         #[cfg(feature = "metrics")]
         {
-            if let (Outcome::Limited, Ok(decision)) = (outcome, &answer.result) {
-                limited_total(self.site, rules, decision);
+            // Every refusal, the fallback's too; a shadow site refuses nothing.
+            if let Ok(decision) = &answer.result {
+                if !decision.allowed && !self.shadow {
+                    limited_total(self.site, rules, decision);
+                }
             }
             metrics::counter!(
                 "ratelimit_checks_total",
