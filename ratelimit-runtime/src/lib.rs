@@ -27,6 +27,7 @@ mod limit_type;
 mod limiter;
 mod lockout;
 mod mode;
+mod most_limited_keys;
 mod observe;
 mod overrides;
 mod random;
