@@ -120,7 +120,7 @@ impl GiveBack<'_> {
     /// gave it, and what was not used.
     pub fn returned(&self) -> Returned<'_> {
         let receipt = &self.receipt;
-        let units = u64::from(receipt.cost);
+        let units = receipt.cost;
         let (used_units, used_calls) = (
             self.used_units.min(units),
             self.used_calls.min(self.draw.calls.get()),

@@ -202,7 +202,7 @@ impl Retired {
     /// the end of the hold, at most `max_age` after they were spent: the safe side); a hot
     /// key then costs one command per allowance, the draw.
     fn changes_nothing(&self) -> bool {
-        self.used_units == u64::from(self.receipt.cost) && self.used_calls == self.draw.calls.get()
+        self.used_units == self.receipt.cost && self.used_calls == self.draw.calls.get()
     }
 }
 
@@ -508,7 +508,7 @@ impl Allowances {
         if held.algorithm != receipt.algorithm || *held.rules != *rules {
             return None;
         }
-        let reserved = u64::from(receipt.cost);
+        let reserved = receipt.cost;
         match actual {
             None => {
                 live.units_left += reserved;
@@ -801,7 +801,7 @@ impl Live {
     /// earlier than that spend (the backend counted the draw at `d`, after it was sent) and
     /// no later than its record time.
     fn retired(self, key: &str, rules: &[Rule]) -> Retired {
-        let units_drawn = u64::from(self.receipt.cost);
+        let units_drawn = self.receipt.cost;
         let used_units = units_drawn.saturating_sub(self.units_left);
         let used_calls = self.draw.calls.get().saturating_sub(self.calls_left);
         let since_sent = self.last_spend_us.saturating_sub(self.sent_at_us);
