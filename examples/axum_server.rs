@@ -85,8 +85,17 @@ impl<S: Send + Sync> FromRequestParts<S> for ApiKey {
     }
 }
 
-/// Per API key: 10,000 searches a second.
-#[rate_limiter(rules("10000/second"), limit_type = CUSTOM, by = api_key.0, limiter = limiter)]
+/// Per API key: 10,000 searches a second, under the site name `v1::search` (keys
+/// `rate_limit:custom:<key>:v1::search`). A limit this high is best kept by a token bucket:
+/// the default sliding log stores one entry per request in the window.
+#[rate_limiter(
+    rules("10000/second"),
+    algorithm = TOKEN_BUCKET,
+    limit_type = CUSTOM,
+    by = api_key.0,
+    name = "v1::search",
+    limiter = limiter,
+)]
 async fn search_by_key(
     State(limiter): State<&'static Limiter>,
     api_key: ApiKey,
