@@ -80,7 +80,10 @@ impl<S: Send + Sync> FromRequestParts<S> for ApiKey {
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
         match parts.headers.get("x-api-key").map(|v| v.to_str()) {
             Some(Ok(key)) if !key.is_empty() => Ok(ApiKey(key.to_owned())),
-            _ => Err((StatusCode::UNAUTHORIZED, "an x-api-key header is required\n")),
+            _ => Err((
+                StatusCode::UNAUTHORIZED,
+                "an x-api-key header is required\n",
+            )),
         }
     }
 }

@@ -108,10 +108,20 @@ async fn v1_search_is_counted_per_api_key_whatever_the_address() {
     let url = format!("{}/v1/search?q=rust", served.base);
     let (first, second) = (client_from("127.0.0.1"), client_from("127.0.0.2"));
     for n in 1..=61 {
-        let response = first.get(&url).header("x-api-key", "k1").send().await.unwrap();
+        let response = first
+            .get(&url)
+            .header("x-api-key", "k1")
+            .send()
+            .await
+            .unwrap();
         assert_eq!(response.status(), StatusCode::OK, "call {n}");
     }
-    let response = second.get(&url).header("x-api-key", "k1").send().await.unwrap();
+    let response = second
+        .get(&url)
+        .header("x-api-key", "k1")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     let keyless = first.get(&url).send().await.unwrap();
     assert_eq!(keyless.status(), StatusCode::UNAUTHORIZED);
