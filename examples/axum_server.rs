@@ -1,5 +1,5 @@
-//! A small HTTP API rate-limited per client IP and per user, with axum: a guard on the
-//! router for every API request, and attributes on the handlers for their own limits.
+//! A small HTTP API rate-limited per client IP, per user and per API key, with axum: a guard
+//! on the router for every API request, and attributes on the handlers for their own limits.
 //!
 //! ```text
 //! cargo run --example axum_server                                    # embedded backend
