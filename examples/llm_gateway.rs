@@ -85,6 +85,8 @@ pub fn tokens_used(answer: &Result<Json<Completion>, GatewayError>) -> u64 {
 /// tokens a calendar month, 4 in flight.
 #[rate_limiter(
     rules("60 calls/minute", "90000/minute", "2000000 per calendar month"),
+    // Any reservation in constant time; the default sliding log takes at most 10,000.
+    algorithm = TOKEN_BUCKET,
     limit_type = USER_ID,
     cost = prompt.max_tokens.max(1),
     settle = tokens_used,

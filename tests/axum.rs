@@ -15,7 +15,7 @@ use std::time::Duration;
 use axum::extract::{ConnectInfo, Request};
 use redis_ratelimit::axum::{ProxyHeader, RateLimitLayer};
 use redis_ratelimit::clock::ManualClock;
-use redis_ratelimit::Limiter;
+use redis_ratelimit::{Algorithm, Limiter, Rule};
 use reqwest::StatusCode;
 use support::http::{
     client_from, header, serve_axum, ExampleApi, Served, Setup, GENERIC_500, PROBLEM, SMS_POLICY,
@@ -90,6 +90,50 @@ async fn a_misconfigured_site_answers_a_generic_500_and_logs_what_to_configure_o
     assert_eq!(site, 1, "{logged}");
     let remedy = "give RateLimitLayer::user_id a closure that finds it";
     assert_eq!(logged.matches(remedy).count(), 1, "{logged}");
+}
+
+/// `/v1/search` counts each API key alone, whatever address calls with it, outside the
+/// per-IP guard: 61 calls from one address all pass (the guard allows 60 a minute), and
+/// another address's call with the same key counts in the same budget; a call without a
+/// key answers 401 and counts nothing. The clock stands still, so the one-second window
+/// holds every call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v1_search_is_counted_per_api_key_whatever_the_address() {
+    let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
+    let limiter: &'static Limiter = Box::leak(Box::new(Limiter::memory_with_clock(clock)));
+    let served = serve_axum(
+        axum_server::app(limiter, axum_server::rate_limit_layer()),
+        "127.0.0.1",
+    );
+    let url = format!("{}/v1/search?q=rust", served.base);
+    let (first, second) = (client_from("127.0.0.1"), client_from("127.0.0.2"));
+    for n in 1..=61 {
+        let response = first
+            .get(&url)
+            .header("x-api-key", "k1")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "call {n}");
+    }
+    let response = second
+        .get(&url)
+        .header("x-api-key", "k1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let keyless = first.get(&url).send().await.unwrap();
+    assert_eq!(keyless.status(), StatusCode::UNAUTHORIZED);
+
+    let rules = [Rule::per_second(10_000)];
+    let remaining = |key: &'static str| async move {
+        let key = format!("rate_limit:custom:{key}:v1::search");
+        let peek = limiter.peek(&key, &rules).algorithm(Algorithm::TokenBucket);
+        peek.await.unwrap().remaining
+    };
+    assert_eq!(remaining("k1").await, 10_000 - 62);
+    assert_eq!(remaining("k2").await, 10_000);
 }
 
 /// With the duplicate rule out of the way (calls 6 s apart on a manual clock), the

@@ -4,10 +4,13 @@
 -- Each request carries X-Forwarded-For with the next of BENCH_IPS client addresses in turn
 -- (10.x.y.z; the server trusts loopback's forwarded address), and an x-user-id never used
 -- before in the run (BENCH_TAG, the thread, a counter), so a per-user limit never binds.
+-- With BENCH_API_KEYS set, each request carries instead x-api-key with the next of that
+-- many keys in turn (key-0, key-1, ...): a few busy programs.
 -- At the end, one line: STATUS ok=<200s> limited=<429s> other=<anything else>.
 
 local ips = tonumber(os.getenv("BENCH_IPS") or "10000")
 local tag = os.getenv("BENCH_TAG") or "w"
+local api_keys = tonumber(os.getenv("BENCH_API_KEYS") or "0")
 local threads = {}
 
 function setup(thread)
@@ -20,6 +23,9 @@ ok, limited, other = 0, 0, 0
 
 function request()
     n = n + 1
+    if api_keys > 0 then
+        return wrk.format(nil, nil, { ["x-api-key"] = "key-" .. (n % api_keys) })
+    end
     local a = n % ips
     return wrk.format(nil, nil, {
         ["X-Forwarded-For"] = string.format("10.%d.%d.%d",
