@@ -23,6 +23,7 @@ mod global;
 mod guard;
 pub mod key;
 mod limit_type;
+mod limited_keys;
 mod limiter;
 mod mode;
 mod observe;

@@ -30,13 +30,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+pub(crate) use crate::limited_keys::{CAP, KEPT_MINUTES};
 use crate::sync::lock;
-
-/// The most identities a site's minute keeps.
-pub(crate) const CAP: usize = 1_000;
-
-/// How long a minute is kept: an hour, the longest `since` read.
-pub(crate) const KEPT_MINUTES: u64 = 60;
 
 /// How often a Redis limiter sends the refusals counted since its last flush.
 pub(crate) const FLUSH_EVERY: Duration = Duration::from_secs(1);
@@ -73,11 +68,6 @@ pub(crate) fn this_minute() -> u64 {
 pub(crate) fn minutes(since: Duration, now: u64) -> std::ops::RangeInclusive<u64> {
     let n = since.as_secs().div_ceil(60).clamp(1, KEPT_MINUTES);
     (now + 1 - n.min(now + 1))..=now
-}
-
-/// The Redis key of a site's minute.
-pub(crate) fn minute_key(prefix: &str, site: &str, minute: u64) -> String {
-    format!("{prefix}limited:{{{site}}}:{minute}")
 }
 
 /// The `n` heaviest of `counts`, most first (ties: in byte order).

@@ -9,7 +9,7 @@ use std::time::Duration;
 use redis::Script;
 
 use super::{Failure, RedisBackend};
-use crate::limiter::most_limited::{minute_key, CAP, KEPT_MINUTES};
+use crate::limited_keys::{minute_key, CAP, KEPT_MINUTES};
 use crate::BackendError;
 
 const ADD: &str = include_str!("../../scripts/most_limited_add.lua");
