@@ -31,36 +31,7 @@ fn hooked(limiter: Limiter) -> (Limiter, Heard) {
     (limiter, heard)
 }
 
-/// Each scenario, run on a fresh `redis-server` and on the embedded backend.
-macro_rules! on_both_backends {
-    ($( async fn $name:ident($limiter:ident: Limiter) $body:block )*) => {
-        $(
-            async fn $name($limiter: Limiter) $body
-        )*
-        mod redis_backend {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let server = crate::support::RedisServer::start();
-                    let limiter = redis_ratelimit::Limiter::redis(&server.url())
-                        .unwrap()
-                        .timeout(crate::support::CHECK_TIMEOUT);
-                    super::$name(limiter).await;
-                }
-            )*
-        }
-        mod memory_backend {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(redis_ratelimit::Limiter::memory()).await;
-                }
-            )*
-        }
-    };
-}
-
-on_both_backends! {
+backend_tests! {
     async fn a_warning_and_an_escalating_lock_out_ride_one_check(limiter: Limiter) {
         // Both send an argument of their own to the scripts: each must find its own.
         static LOCKOUTS: [Duration; 2] = [Duration::from_secs(60), Duration::from_secs(600)];

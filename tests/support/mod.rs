@@ -769,15 +769,30 @@ pub fn process_server_url() -> &'static str {
 
 /// Writes each scenario once and runs it against both backends:
 /// `redis_backend::<name>` on a fresh `redis-server`, `memory_backend::<name>` in process.
+/// A scenario without arguments reads its limiter from [`limiter()`]; one that names a
+/// `Limiter` argument is given it, to own (e.g. to add a hook).
 ///
 /// ```ignore
 /// backend_tests! {
 ///     async fn denied_calls_consume_nothing() { let l = support::limiter(); ... }
 /// }
+/// backend_tests! {
+///     async fn warns(limiter: Limiter) { let limiter = limiter.on_warning(...); ... }
+/// }
 /// ```
 #[macro_export]
 macro_rules! backend_tests {
     ($( $(#[$meta:meta])* async fn $name:ident() $body:block )*) => {
+        $crate::backend_tests! {
+            @both $( $(#[$meta])* $name(limiter) {
+                $crate::support::with_limiter(limiter, async move $body).await;
+            } )*
+        }
+    };
+    ($( $(#[$meta:meta])* async fn $name:ident($limiter:ident: Limiter) $body:block )*) => {
+        $crate::backend_tests! { @both $( $(#[$meta])* $name($limiter) $body )* }
+    };
+    (@both $( $(#[$meta:meta])* $name:ident($limiter:ident) $run:block )*) => {
         mod redis_backend {
             #[allow(unused_imports)]
             use super::*;
@@ -788,10 +803,10 @@ macro_rules! backend_tests {
                     let server = $crate::support::RedisServer::start();
                     // Scenarios test counting, not latency: a loaded machine running an
                     // unoptimised build must not turn a slow answer into a failure.
-                    let limiter = ::redis_ratelimit::Limiter::redis(&server.url())
+                    let $limiter = ::redis_ratelimit::Limiter::redis(&server.url())
                         .unwrap()
                         .timeout($crate::support::CHECK_TIMEOUT);
-                    $crate::support::with_limiter(limiter, async move $body).await;
+                    $run
                     drop(server);
                 }
             )*
@@ -803,8 +818,8 @@ macro_rules! backend_tests {
                 $(#[$meta])*
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    let limiter = ::redis_ratelimit::Limiter::memory();
-                    $crate::support::with_limiter(limiter, async move $body).await;
+                    let $limiter = ::redis_ratelimit::Limiter::memory();
+                    $run
                 }
             )*
         }
