@@ -338,56 +338,25 @@ backend_tests! {
 /// The shape users write: one `static` limiter, shared by tests running in parallel.
 static SHARED: std::sync::LazyLock<Limiter> = std::sync::LazyLock::new(Limiter::memory);
 
+/// Whether [`SHARED`] admits a check of `cost` for `key`, under 2 calls and 50 units a minute.
+async fn shared_admits(key: &str, cost: u64) -> bool {
+    static RULES: [Rule; 2] = [Rule::per_minute(2).calls(), Rule::per_minute(50)];
+    SHARED.check(key, &RULES).cost(cost).await.unwrap().allowed
+}
+
 #[tokio::test]
 async fn a_shared_limiter_counts_calls_per_key_for_parallel_tests_a() {
-    let rules = [Rule::per_minute(2).calls(), Rule::per_minute(50)];
     for cost in [20, 20] {
-        assert!(
-            SHARED
-                .check("metered:shared:a", &rules)
-                .cost(cost)
-                .await
-                .unwrap()
-                .allowed
-        );
+        assert!(shared_admits("metered:shared:a", cost).await);
     }
-    assert!(
-        !SHARED
-            .check("metered:shared:a", &rules)
-            .cost(1)
-            .await
-            .unwrap()
-            .allowed
-    );
+    assert!(!shared_admits("metered:shared:a", 1).await);
 }
 
 #[tokio::test]
 async fn a_shared_limiter_counts_calls_per_key_for_parallel_tests_b() {
-    let rules = [Rule::per_minute(2).calls(), Rule::per_minute(50)];
-    assert!(
-        SHARED
-            .check("metered:shared:b", &rules)
-            .cost(45)
-            .await
-            .unwrap()
-            .allowed
-    );
-    assert!(
-        !SHARED
-            .check("metered:shared:b", &rules)
-            .cost(6)
-            .await
-            .unwrap()
-            .allowed
-    );
-    assert!(
-        SHARED
-            .check("metered:shared:b", &rules)
-            .cost(5)
-            .await
-            .unwrap()
-            .allowed
-    );
+    assert!(shared_admits("metered:shared:b", 45).await);
+    assert!(!shared_admits("metered:shared:b", 6).await);
+    assert!(shared_admits("metered:shared:b", 5).await);
 }
 
 /// Connections killed (`CLIENT KILL` from another connection, again and again) while many
