@@ -377,9 +377,6 @@ async fn settles_on_connections_killed_mid_call_are_never_counted_twice() {
 }
 
 async fn settles_killed_mid_call(algorithm: Algorithm) {
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-    use std::sync::Arc;
-
     use redis_ratelimit::{BackendErrorKind, Breaker};
 
     const KILLS: usize = 30;
@@ -402,34 +399,14 @@ async fn settles_killed_mid_call(algorithm: Algorithm) {
             .unwrap();
         reserved.push((key, d));
     }
-    let reserved = Arc::new(reserved);
+    let reserved: &'static [_] = reserved.leak();
 
-    let (killing, next) = (
-        Arc::new(AtomicBool::new(true)),
-        Arc::new(AtomicUsize::new(0)),
-    );
-    let workers: Vec<_> = (0..IN_FLIGHT)
-        .map(|_| {
-            let (killing, next, reserved) = (killing.clone(), next.clone(), reserved.clone());
-            tokio::spawn(async move {
-                let mut outcomes = Vec::new();
-                while killing.load(Ordering::SeqCst) {
-                    let Some((key, d)) = reserved.get(next.fetch_add(1, Ordering::SeqCst)) else {
-                        break;
-                    };
-                    let outcome = limiter.settle(key, &TEN_PER_DAY, d, 8).await;
-                    outcomes.push((key.clone(), outcome));
-                }
-                outcomes
-            })
+    let (killed, outcomes) = server
+        .calls_while_killing(KILLS, IN_FLIGHT, move |n| async move {
+            let (key, d) = reserved.get(n)?;
+            Some((key.clone(), limiter.settle(key, &TEN_PER_DAY, d, 8).await))
         })
-        .collect();
-    let killed = tokio::task::block_in_place(|| server.kill_clients_repeatedly(KILLS));
-    killing.store(false, Ordering::SeqCst);
-    let mut outcomes = Vec::new();
-    for worker in workers {
-        outcomes.extend(worker.await.unwrap());
-    }
+        .await;
 
     let (mut settled, mut failed) = (0, 0);
     for (key, outcome) in &outcomes {

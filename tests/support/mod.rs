@@ -184,6 +184,52 @@ impl RedisServer {
         killed
     }
 
+    /// Calls in flight while [connections are killed](Self::kill_clients_repeatedly)
+    /// `kills` times: `workers` tasks each call `call` with the next number (0, 1, …) until
+    /// the killing ends or `call` has nothing left to do (`None`). Returns how many
+    /// connections were closed and what every call returned.
+    pub async fn calls_while_killing<T, F, Fut>(
+        &self,
+        kills: usize,
+        workers: usize,
+        call: F,
+    ) -> (u64, Vec<T>)
+    where
+        F: Fn(usize) -> Fut + Clone + Send + 'static,
+        Fut: Future<Output = Option<T>> + Send,
+        T: Send + 'static,
+    {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        use std::sync::Arc;
+
+        let (killing, next) = (
+            Arc::new(AtomicBool::new(true)),
+            Arc::new(AtomicUsize::new(0)),
+        );
+        let workers: Vec<_> = (0..workers)
+            .map(|_| {
+                let (killing, next, call) = (killing.clone(), next.clone(), call.clone());
+                tokio::spawn(async move {
+                    let mut outcomes = Vec::new();
+                    while killing.load(Ordering::SeqCst) {
+                        let Some(outcome) = call(next.fetch_add(1, Ordering::SeqCst)).await else {
+                            break;
+                        };
+                        outcomes.push(outcome);
+                    }
+                    outcomes
+                })
+            })
+            .collect();
+        let killed = tokio::task::block_in_place(|| self.kill_clients_repeatedly(kills));
+        killing.store(false, Ordering::SeqCst);
+        let mut outcomes = Vec::new();
+        for worker in workers {
+            outcomes.extend(worker.await.unwrap());
+        }
+        (killed, outcomes)
+    }
+
     fn running(&self) -> &RedisProcess {
         self.process.as_ref().expect("the server is not running")
     }
