@@ -377,7 +377,7 @@ async fn settles_on_connections_killed_mid_call_are_never_counted_twice() {
 }
 
 async fn settles_killed_mid_call(algorithm: Algorithm) {
-    use redis_ratelimit::{BackendErrorKind, Breaker};
+    use redis_ratelimit::Breaker;
 
     const KILLS: usize = 30;
     const IN_FLIGHT: usize = 32;
@@ -410,12 +410,7 @@ async fn settles_killed_mid_call(algorithm: Algorithm) {
 
     let (mut settled, mut failed) = (0, 0);
     for (key, outcome) in &outcomes {
-        let left = limiter
-            .peek(key, &TEN_PER_DAY)
-            .algorithm(algorithm)
-            .await
-            .unwrap()
-            .remaining;
+        let left = support::remaining(limiter, algorithm, key, &TEN_PER_DAY).await;
         match outcome {
             Ok(after) => {
                 assert_eq!(
@@ -428,13 +423,7 @@ async fn settles_killed_mid_call(algorithm: Algorithm) {
                 settled += 1;
             }
             Err(err) => {
-                assert!(
-                    matches!(
-                        err.kind(),
-                        BackendErrorKind::Unavailable | BackendErrorKind::Timeout
-                    ),
-                    "{err}"
-                );
+                support::assert_lost_reply(&err);
                 assert!(
                     left == 5 || left == 2,
                     "{key} ({algorithm}) failed and holds {}",

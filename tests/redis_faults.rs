@@ -307,12 +307,7 @@ async fn killed_mid_call(algorithm: Algorithm) -> Killed {
     let (mut admitted, mut failed, mut failed_but_ran) = (0, 0, 0);
     for (key, outcome) in &outcomes {
         // What is left now tells how often the check ran.
-        let left = limiter
-            .peek(key, &TWO_PER_DAY)
-            .algorithm(algorithm)
-            .await
-            .unwrap()
-            .remaining;
+        let left = support::remaining(limiter, algorithm, key, &TWO_PER_DAY).await;
         let ran = 2 - left;
         match outcome {
             Ok(d) => {
@@ -321,14 +316,7 @@ async fn killed_mid_call(algorithm: Algorithm) -> Killed {
                 admitted += 1;
             }
             Err(err) => {
-                // A reply lost with its connection, or (on a loaded machine) a late one.
-                assert!(
-                    matches!(
-                        err.kind(),
-                        BackendErrorKind::Unavailable | BackendErrorKind::Timeout
-                    ),
-                    "{err}"
-                );
+                support::assert_lost_reply(&err);
                 assert!(ran <= 1, "{key} failed and was counted {ran} times");
                 failed += 1;
                 failed_but_ran += ran;

@@ -872,6 +872,29 @@ macro_rules! backend_tests {
     };
 }
 
+/// What a peek of `rules` for `key` with `algorithm` finds left.
+pub async fn remaining(
+    limiter: &Limiter,
+    algorithm: redis_ratelimit::Algorithm,
+    key: &str,
+    rules: &[redis_ratelimit::Rule],
+) -> u64 {
+    limiter
+        .peek(key, rules)
+        .algorithm(algorithm)
+        .await
+        .unwrap()
+        .remaining
+}
+
+/// Asserts that `err` is a reply lost with its connection, or (on a loaded machine) a late
+/// one.
+#[track_caller]
+pub fn assert_lost_reply(err: &redis_ratelimit::BackendError) {
+    use redis_ratelimit::BackendErrorKind::{Timeout, Unavailable};
+    assert!(matches!(err.kind(), Unavailable | Timeout), "{err}");
+}
+
 /// A check (`consume`) or a peek of `rules` for `key` with `algorithm`, at the explicit time
 /// `now` instead of the backend's clock.
 pub async fn run_at(
