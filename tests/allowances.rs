@@ -162,11 +162,19 @@ async fn the_checker_catches_units_recorded_when_drawn() {
     assert!(caught > 0, "no seed showed the naive design over the bound");
 }
 
-#[tokio::test]
-async fn an_allowance_answers_checks_locally() {
+/// A rule the checks below stay far from.
+static LOOSE: [Rule; 1] = [Rule::per_minute(100_000)];
+
+/// A limiter with allowances on the remote memory backend, and the clock it reads.
+fn clocked_allowance() -> (ManualClock, Limiter) {
     let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
     let limiter = Limiter::remote_memory_with_clock(clock.clone()).allowance(MAX_AGE);
-    static LOOSE: [Rule; 1] = [Rule::per_minute(100_000)];
+    (clock, limiter)
+}
+
+#[tokio::test]
+async fn an_allowance_answers_checks_locally() {
+    let (clock, limiter) = clocked_allowance();
     for _ in 0..1_000 {
         clock.advance(Duration::from_micros(50));
         assert!(limiter.check("hot", &LOOSE).await.unwrap().allowed);
@@ -184,8 +192,7 @@ async fn an_allowance_answers_checks_locally() {
 
 #[tokio::test]
 async fn near_the_limit_every_check_is_a_round_trip() {
-    let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
-    let limiter = Limiter::remote_memory_with_clock(clock.clone()).allowance(MAX_AGE);
+    let (clock, limiter) = clocked_allowance();
     static TIGHT: [Rule; 1] = [Rule::per_minute(12)];
     let mut checks = 0;
     loop {
@@ -201,9 +208,7 @@ async fn near_the_limit_every_check_is_a_round_trip() {
 
 #[tokio::test]
 async fn a_refund_goes_back_to_the_allowance() {
-    let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
-    let limiter = Limiter::remote_memory_with_clock(clock.clone()).allowance(MAX_AGE);
-    static LOOSE: [Rule; 1] = [Rule::per_minute(100_000)];
+    let (clock, limiter) = clocked_allowance();
     // Warm the key up so that checks are answered locally.
     for _ in 0..50 {
         clock.advance(Duration::from_micros(100));
