@@ -800,10 +800,7 @@ mod limits {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn redis_the_deny_cache_follows_settles_refunds_and_blocks() {
         let server = support::RedisServer::start();
-        let limiter = Limiter::redis(&server.url())
-            .unwrap()
-            .timeout(support::CHECK_TIMEOUT)
-            .deny_cache(true);
+        let limiter = support::redis_limiter(&server.url()).deny_cache(true);
         the_deny_cache_follows_settles_refunds_and_blocks(&limiter).await;
         support::with_limiter(limiter, a_login_given_back_clears_the_deny_cache()).await;
     }

@@ -53,7 +53,7 @@ fn rate_limit_error(err: &reqwest_middleware::Error) -> Option<&RateLimitError> 
 
 /// A limiter on the Redis at `url`, patient enough for a loaded machine.
 fn redis_limiter(url: &str) -> &'static Limiter {
-    support::leak(Limiter::redis(url).unwrap().timeout(support::CHECK_TIMEOUT))
+    support::leak(support::redis_limiter(url))
 }
 
 // ---------------------------------------------------------------------------------------

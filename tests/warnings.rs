@@ -247,13 +247,7 @@ backend_tests! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_never_both_warn_for_one_crossing() {
     let server = support::RedisServer::start();
-    let instance = || {
-        hooked(
-            Limiter::redis(&server.url())
-                .unwrap()
-                .timeout(support::CHECK_TIMEOUT),
-        )
-    };
+    let instance = || hooked(support::redis_limiter(&server.url()));
     let ((a, heard_a), (b, heard_b)) = (instance(), instance());
     let (a, b): (&'static Limiter, &'static Limiter) =
         (Box::leak(Box::new(a)), Box::leak(Box::new(b)));
@@ -281,9 +275,7 @@ async fn two_instances_never_both_warn_for_one_crossing() {
 static HEARD: LazyLock<Heard> = LazyLock::new(Heard::default);
 static SHARED: LazyLock<Limiter> = LazyLock::new(|| {
     let heard = HEARD.clone();
-    Limiter::redis(support::process_server_url())
-        .unwrap()
-        .timeout(support::CHECK_TIMEOUT)
+    support::redis_limiter(support::process_server_url())
         .on_warning(move |w| heard.0.lock().unwrap().push(w.clone()))
 });
 

@@ -75,6 +75,11 @@ pub fn cli_binary() -> PathBuf {
 /// checks, not time them.
 pub const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// A limiter on `url` with [`CHECK_TIMEOUT`].
+pub fn redis_limiter(url: &str) -> Limiter {
+    Limiter::redis(url).unwrap().timeout(CHECK_TIMEOUT)
+}
+
 /// A fail-closed limiter on `url` with [`CHECK_TIMEOUT`]: a backend error shows as one,
 /// never as a call let through.
 pub fn counting_limiter(url: &str) -> Limiter {
@@ -849,9 +854,7 @@ macro_rules! backend_tests {
                     let server = $crate::support::RedisServer::start();
                     // Scenarios test counting, not latency: a loaded machine running an
                     // unoptimised build must not turn a slow answer into a failure.
-                    let $limiter = ::redis_ratelimit::Limiter::redis(&server.url())
-                        .unwrap()
-                        .timeout($crate::support::CHECK_TIMEOUT);
+                    let $limiter = $crate::support::redis_limiter(&server.url());
                     $run
                     drop(server);
                 }
