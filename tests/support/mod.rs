@@ -929,6 +929,11 @@ impl Logs {
 /// What `tracing` logs while the returned guard lives, on this thread (a current-thread
 /// runtime's tasks included).
 pub fn capture_logs() -> (Logs, impl Sized) {
+    capture_logs_up_to(tracing_subscriber::fmt::Subscriber::DEFAULT_MAX_LEVEL)
+}
+
+/// [`capture_logs`], of the events up to `level`.
+pub fn capture_logs_up_to(level: tracing_subscriber::filter::LevelFilter) -> (Logs, impl Sized) {
     use std::sync::{Arc, Mutex};
     use tracing_subscriber::util::SubscriberInitExt as _;
 
@@ -946,6 +951,7 @@ pub fn capture_logs() -> (Logs, impl Sized) {
     let logs = Arc::new(Mutex::new(Vec::new()));
     let buffer = Buffer(logs.clone());
     let guard = tracing_subscriber::fmt()
+        .with_max_level(level)
         .with_writer(move || buffer.clone())
         .without_time()
         .finish()
