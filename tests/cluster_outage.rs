@@ -233,6 +233,9 @@ fn sum(tallies: &[Tally]) -> Tally {
     })
 }
 
+/// A task on one master's tag: `load` or `fresh_keys`.
+type MasterTask<M, T> = fn(Arc<Limiter>, String, Arc<AtomicU8>, Arc<AtomicBool>, Arc<M>) -> T;
+
 /// `task` (`load` or `fresh_keys`) started for each master's tag, with the phase, the stop
 /// flag and a mark of its own; the marks and the tasks.
 fn per_master<M: Default, T>(
@@ -240,7 +243,7 @@ fn per_master<M: Default, T>(
     tags: &[(String, u16)],
     phase: &Arc<AtomicU8>,
     stop: &Arc<AtomicBool>,
-    task: fn(Arc<Limiter>, String, Arc<AtomicU8>, Arc<AtomicBool>, Arc<M>) -> T,
+    task: MasterTask<M, T>,
 ) -> (Vec<Arc<M>>, Vec<T>) {
     let marks: Vec<Arc<M>> = tags.iter().map(|_| Arc::default()).collect();
     let tasks = tags

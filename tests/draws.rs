@@ -218,7 +218,7 @@ async fn simulate(
         // Heavy around each second's start, light in between: the per-second rule fills
         // at the end of one window and again at the start of the next.
         let phase = (now - T0) % SEC;
-        now += match phase < SEC * 3 / 100 || phase >= SEC * 97 / 100 {
+        now += match !(SEC * 3 / 100..SEC * 97 / 100).contains(&phase) {
             true => next() % 1_000,
             false => next() % 200_000,
         };

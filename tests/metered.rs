@@ -423,7 +423,7 @@ async fn settles_killed_mid_call(algorithm: Algorithm) {
                 settled += 1;
             }
             Err(err) => {
-                support::assert_lost_reply(&err);
+                support::assert_lost_reply(err);
                 assert!(
                     left == 5 || left == 2,
                     "{key} ({algorithm}) failed and holds {}",

@@ -316,7 +316,7 @@ async fn killed_mid_call(algorithm: Algorithm) -> Killed {
                 admitted += 1;
             }
             Err(err) => {
-                support::assert_lost_reply(&err);
+                support::assert_lost_reply(err);
                 assert!(ran <= 1, "{key} failed and was counted {ran} times");
                 failed += 1;
                 failed_but_ran += ran;
