@@ -551,6 +551,20 @@ where
     }
 }
 
+/// [`eventually`] for a count: until `count()` is at least `at_least`.
+pub async fn until_counted<N>(what: &str, timeout: Duration, at_least: N, count: impl Fn() -> N)
+where
+    N: PartialOrd + std::fmt::Display,
+{
+    eventually(what, timeout, || async {
+        match count() {
+            n if n >= at_least => Ok(()),
+            n => Err(format!("{n} of {at_least}")),
+        }
+    })
+    .await
+}
+
 /// Checks fresh keys `{prefix}:{n}` until one is answered and `landed(key)` says it was
 /// counted where it should be, for at most 30 s (a topology that changed may take a few
 /// seconds to route again on a loaded machine); how long that took.
