@@ -124,11 +124,12 @@ async fn fleet_run(
     check_bound(algorithm, &RULES, &admitted)
 }
 
-#[tokio::test]
-async fn a_fleet_with_allowances_never_admits_over_any_bound() {
+/// Asserts that fleets of `design` with every algorithm, seeded 1 to `seeds`, admit within
+/// every bound.
+async fn assert_within_bounds(design: Design, seeds: u64) {
     for algorithm in ALGORITHMS {
-        for seed in 1..=4 {
-            if let Err(over) = fleet_run(algorithm, Design::Allowances, seed, 4_000).await {
+        for seed in 1..=seeds {
+            if let Err(over) = fleet_run(algorithm, design, seed, 4_000).await {
                 panic!("{algorithm:?}, seed {seed}: {over}");
             }
         }
@@ -136,14 +137,13 @@ async fn a_fleet_with_allowances_never_admits_over_any_bound() {
 }
 
 #[tokio::test]
+async fn a_fleet_with_allowances_never_admits_over_any_bound() {
+    assert_within_bounds(Design::Allowances, 4).await;
+}
+
+#[tokio::test]
 async fn the_checker_passes_the_per_check_path() {
-    for algorithm in ALGORITHMS {
-        for seed in 1..=2 {
-            if let Err(over) = fleet_run(algorithm, Design::PerCheck, seed, 4_000).await {
-                panic!("{algorithm:?}, seed {seed}: {over}");
-            }
-        }
-    }
+    assert_within_bounds(Design::PerCheck, 2).await;
 }
 
 #[tokio::test]
@@ -162,11 +162,19 @@ async fn the_checker_catches_units_recorded_when_drawn() {
     assert!(caught > 0, "no seed showed the naive design over the bound");
 }
 
-#[tokio::test]
-async fn an_allowance_answers_checks_locally() {
+/// A rule the checks below stay far from.
+static LOOSE: [Rule; 1] = [Rule::per_minute(100_000)];
+
+/// A limiter with allowances on the remote memory backend, and the clock it reads.
+fn clocked_allowance() -> (ManualClock, Limiter) {
     let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
     let limiter = Limiter::remote_memory_with_clock(clock.clone()).allowance(MAX_AGE);
-    static LOOSE: [Rule; 1] = [Rule::per_minute(100_000)];
+    (clock, limiter)
+}
+
+#[tokio::test]
+async fn an_allowance_answers_checks_locally() {
+    let (clock, limiter) = clocked_allowance();
     for _ in 0..1_000 {
         clock.advance(Duration::from_micros(50));
         assert!(limiter.check("hot", &LOOSE).await.unwrap().allowed);
@@ -184,8 +192,7 @@ async fn an_allowance_answers_checks_locally() {
 
 #[tokio::test]
 async fn near_the_limit_every_check_is_a_round_trip() {
-    let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
-    let limiter = Limiter::remote_memory_with_clock(clock.clone()).allowance(MAX_AGE);
+    let (clock, limiter) = clocked_allowance();
     static TIGHT: [Rule; 1] = [Rule::per_minute(12)];
     let mut checks = 0;
     loop {
@@ -201,9 +208,7 @@ async fn near_the_limit_every_check_is_a_round_trip() {
 
 #[tokio::test]
 async fn a_refund_goes_back_to_the_allowance() {
-    let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
-    let limiter = Limiter::remote_memory_with_clock(clock.clone()).allowance(MAX_AGE);
-    static LOOSE: [Rule; 1] = [Rule::per_minute(100_000)];
+    let (clock, limiter) = clocked_allowance();
     // Warm the key up so that checks are answered locally.
     for _ in 0..50 {
         clock.advance(Duration::from_micros(100));
@@ -326,37 +331,22 @@ async fn a_block_reaches_an_instance_spending_an_allowance() {
         .block("blocked", Duration::from_secs(600))
         .await
         .unwrap();
-    support::eventually(
-        "the block to reach the spender",
-        Duration::from_secs(30),
-        || async {
-            let decision = spender
-                .check("blocked", &HOT)
-                .await
-                .map_err(|e| e.to_string())?;
-            match decision.allowed {
-                false => Ok(()),
-                true => Err("still admitted".to_owned()),
-            }
-        },
-    )
-    .await;
+    until_admits(&spender, "blocked", false, "the block to reach the spender").await;
     // A reset lifts it, for the spender too.
     operator.reset("blocked").await.unwrap();
-    support::eventually(
-        "the reset to reach the spender",
-        Duration::from_secs(30),
-        || async {
-            let decision = spender
-                .check("blocked", &HOT)
-                .await
-                .map_err(|e| e.to_string())?;
-            match decision.allowed {
-                true => Ok(()),
-                false => Err("still refused".to_owned()),
-            }
-        },
-    )
+    until_admits(&spender, "blocked", true, "the reset to reach the spender").await;
+}
+
+/// Waits until `limiter`'s checks of `key` are `admitted` (or not).
+async fn until_admits(limiter: &Limiter, key: &str, admitted: bool, what: &str) {
+    support::eventually(what, Duration::from_secs(30), || async {
+        let decision = limiter.check(key, &HOT).await.map_err(|e| e.to_string())?;
+        match decision.allowed == admitted {
+            true => Ok(()),
+            false if admitted => Err("still refused".to_owned()),
+            false => Err("still admitted".to_owned()),
+        }
+    })
     .await;
 }
 

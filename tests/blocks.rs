@@ -20,20 +20,14 @@ static RULES: [Rule; 2] = [Rule::per_hour(5), Rule::per_minute(4)];
 
 /// A consuming check of `RULES` by `algorithm` at `T0 + at`.
 async fn check_at(limiter: &Limiter, algorithm: Algorithm, key: &str, at: Duration) -> Decision {
-    limiter
-        .check(key, &RULES)
-        .algorithm(algorithm)
-        .at(T0 + at)
+    support::run_at(limiter, algorithm, key, &RULES, true, T0 + at)
         .await
         .expect("check")
 }
 
 /// A peek of `RULES` by `algorithm` at `T0 + at`.
 async fn peek_at(limiter: &Limiter, algorithm: Algorithm, key: &str, at: Duration) -> Decision {
-    limiter
-        .peek(key, &RULES)
-        .algorithm(algorithm)
-        .at(T0 + at)
+    support::run_at(limiter, algorithm, key, &RULES, false, T0 + at)
         .await
         .expect("peek")
 }

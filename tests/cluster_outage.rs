@@ -148,15 +148,7 @@ async fn a_hung_master_fails_only_its_own_keys_fast_and_is_probed_back() {
         Arc::new(AtomicU8::new(BEFORE)),
         Arc::new(AtomicBool::new(false)),
     );
-    let backs: Vec<Arc<AtomicBool>> = tags.iter().map(|_| Arc::default()).collect();
-    let loads: Vec<_> = tags
-        .iter()
-        .zip(&backs)
-        .map(|((tag, _), back)| {
-            let (phase, stop) = (phase.clone(), stop.clone());
-            load(limiter.clone(), tag.clone(), phase, stop, back.clone())
-        })
-        .collect();
+    let (backs, loads) = per_master(&limiter, &tags, &phase, &stop, load);
     tokio::time::sleep(Duration::from_millis(100)).await;
 
     let hung = tags[0].1;
@@ -241,6 +233,35 @@ fn sum(tallies: &[Tally]) -> Tally {
     })
 }
 
+/// A task on one master's tag: `load` or `fresh_keys`.
+type MasterTask<M, T> = fn(Arc<Limiter>, String, Arc<AtomicU8>, Arc<AtomicBool>, Arc<M>) -> T;
+
+/// `task` (`load` or `fresh_keys`) started for each master's tag, with the phase, the stop
+/// flag and a mark of its own; the marks and the tasks.
+fn per_master<M: Default, T>(
+    limiter: &Arc<Limiter>,
+    tags: &[(String, u16)],
+    phase: &Arc<AtomicU8>,
+    stop: &Arc<AtomicBool>,
+    task: MasterTask<M, T>,
+) -> (Vec<Arc<M>>, Vec<T>) {
+    let marks: Vec<Arc<M>> = tags.iter().map(|_| Arc::default()).collect();
+    let tasks = tags
+        .iter()
+        .zip(&marks)
+        .map(|((tag, _), mark)| {
+            task(
+                limiter.clone(),
+                tag.clone(),
+                phase.clone(),
+                stop.clone(),
+                mark.clone(),
+            )
+        })
+        .collect();
+    (marks, tasks)
+}
+
 /// One check of a fresh key; which phase it started in and whether it passed.
 struct Checked {
     key: String,
@@ -306,15 +327,7 @@ async fn a_killed_master_sends_only_its_keys_to_the_fallback_until_its_replica_t
         Arc::new(AtomicU8::new(BEFORE)),
         Arc::new(AtomicBool::new(false)),
     );
-    let made: Vec<Arc<AtomicU64>> = tags.iter().map(|_| Arc::default()).collect();
-    let loads: Vec<_> = tags
-        .iter()
-        .zip(&made)
-        .map(|((tag, _), made)| {
-            let (phase, stop) = (phase.clone(), stop.clone());
-            fresh_keys(limiter.clone(), tag.clone(), phase, stop, made.clone())
-        })
-        .collect();
+    let (made, loads) = per_master(&limiter, &tags, &phase, &stop, fresh_keys);
     let made_by_all = |n: u64| made.iter().all(|made| made.load(Ordering::SeqCst) >= n);
     until("checks on every master", Duration::from_secs(30), || {
         made_by_all(20)

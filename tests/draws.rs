@@ -7,7 +7,7 @@ mod support;
 
 use std::time::Duration;
 
-use ratelimit_runtime::draws::Backend;
+use ratelimit_runtime::draws::{Backend, Drawn};
 use redis_ratelimit::{Algorithm, Rule};
 
 use support::bound::check_bound;
@@ -45,6 +45,19 @@ macro_rules! on_both_backends {
     };
 }
 
+/// A draw of 6 units over `calls` calls at `T0`, held a second.
+async fn draw_a_second(
+    b: &Backend,
+    key: &str,
+    rules: &[Rule],
+    algorithm: Algorithm,
+    calls: u64,
+) -> Drawn {
+    b.draw(key, rules, algorithm, 6, calls, Duration::from_secs(1), T0)
+        .await
+        .unwrap()
+}
+
 /// What `rule` alone has left at `now` (a peek).
 async fn left(b: &Backend, key: &str, rule: Rule, algorithm: Algorithm, now: u64) -> u64 {
     b.check(key, &[rule], algorithm, 1, false, now)
@@ -60,10 +73,7 @@ on_both_backends! {
         let rules = [units, calls];
         for algorithm in ALL {
             let key = format!("used:{algorithm}");
-            let drawn = b
-                .draw(&key, &rules, algorithm, 6, 3, Duration::from_secs(1), T0)
-                .await
-                .unwrap();
+            let drawn = draw_a_second(b, &key, &rules, algorithm, 3).await;
             assert!(drawn.allowed, "{algorithm:?}");
             assert_eq!((drawn.at_us, drawn.hold_us), (T0, SEC), "{algorithm:?}");
             b.give_back(&drawn, 1, 2, T0 + SEC / 2, T0 + SEC).await.unwrap();
@@ -78,10 +88,7 @@ on_both_backends! {
         let rules = [Rule::per_minute(10), Rule::per_minute(5).calls()];
         for algorithm in ALL {
             let key = format!("twice:{algorithm}");
-            let drawn = b
-                .draw(&key, &rules, algorithm, 6, 3, Duration::from_secs(1), T0)
-                .await
-                .unwrap();
+            let drawn = draw_a_second(b, &key, &rules, algorithm, 3).await;
             for _ in 0..2 {
                 b.give_back(&drawn, 1, 2, T0 + SEC / 2, T0 + SEC).await.unwrap();
                 let r = T0 + SEC;
@@ -94,10 +101,7 @@ on_both_backends! {
     async fn the_used_units_of_a_sliding_log_draw_leave_a_window_after_their_last_spend(b: &Backend) {
         let rule = Rule::per_minute(10);
         let algorithm = Algorithm::SlidingLog;
-        let drawn = b
-            .draw("retimed", &[rule], algorithm, 6, 1, Duration::from_secs(1), T0)
-            .await
-            .unwrap();
+        let drawn = draw_a_second(b, "retimed", &[rule], algorithm, 1).await;
         b.give_back(&drawn, 1, 2, T0 + SEC / 2, T0 + SEC).await.unwrap();
         let leave = T0 + SEC / 2 + 60 * SEC;
         assert_eq!(left(b, "retimed", rule, algorithm, leave - 1).await, 8);
@@ -108,10 +112,7 @@ on_both_backends! {
         let rules = [Rule::per_minute(10)];
         for algorithm in ALL {
             let key = format!("held:{algorithm}");
-            let drawn = b
-                .draw(&key, &rules, algorithm, 6, 1, Duration::from_secs(1), T0)
-                .await
-                .unwrap();
+            let drawn = draw_a_second(b, &key, &rules, algorithm, 1).await;
             assert!(drawn.allowed && drawn.remaining <= 4, "{algorithm:?}: {drawn:?}");
             let now = T0 + SEC / 10;
             let more = drawn.remaining + 1;

@@ -338,56 +338,25 @@ backend_tests! {
 /// The shape users write: one `static` limiter, shared by tests running in parallel.
 static SHARED: std::sync::LazyLock<Limiter> = std::sync::LazyLock::new(Limiter::memory);
 
+/// Whether [`SHARED`] admits a check of `cost` for `key`, under 2 calls and 50 units a minute.
+async fn shared_admits(key: &str, cost: u64) -> bool {
+    static RULES: [Rule; 2] = [Rule::per_minute(2).calls(), Rule::per_minute(50)];
+    SHARED.check(key, &RULES).cost(cost).await.unwrap().allowed
+}
+
 #[tokio::test]
 async fn a_shared_limiter_counts_calls_per_key_for_parallel_tests_a() {
-    let rules = [Rule::per_minute(2).calls(), Rule::per_minute(50)];
     for cost in [20, 20] {
-        assert!(
-            SHARED
-                .check("metered:shared:a", &rules)
-                .cost(cost)
-                .await
-                .unwrap()
-                .allowed
-        );
+        assert!(shared_admits("metered:shared:a", cost).await);
     }
-    assert!(
-        !SHARED
-            .check("metered:shared:a", &rules)
-            .cost(1)
-            .await
-            .unwrap()
-            .allowed
-    );
+    assert!(!shared_admits("metered:shared:a", 1).await);
 }
 
 #[tokio::test]
 async fn a_shared_limiter_counts_calls_per_key_for_parallel_tests_b() {
-    let rules = [Rule::per_minute(2).calls(), Rule::per_minute(50)];
-    assert!(
-        SHARED
-            .check("metered:shared:b", &rules)
-            .cost(45)
-            .await
-            .unwrap()
-            .allowed
-    );
-    assert!(
-        !SHARED
-            .check("metered:shared:b", &rules)
-            .cost(6)
-            .await
-            .unwrap()
-            .allowed
-    );
-    assert!(
-        SHARED
-            .check("metered:shared:b", &rules)
-            .cost(5)
-            .await
-            .unwrap()
-            .allowed
-    );
+    assert!(shared_admits("metered:shared:b", 45).await);
+    assert!(!shared_admits("metered:shared:b", 6).await);
+    assert!(shared_admits("metered:shared:b", 5).await);
 }
 
 /// Connections killed (`CLIENT KILL` from another connection, again and again) while many
@@ -408,10 +377,7 @@ async fn settles_on_connections_killed_mid_call_are_never_counted_twice() {
 }
 
 async fn settles_killed_mid_call(algorithm: Algorithm) {
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-    use std::sync::Arc;
-
-    use redis_ratelimit::{BackendErrorKind, Breaker};
+    use redis_ratelimit::Breaker;
 
     const KILLS: usize = 30;
     const IN_FLIGHT: usize = 32;
@@ -433,43 +399,18 @@ async fn settles_killed_mid_call(algorithm: Algorithm) {
             .unwrap();
         reserved.push((key, d));
     }
-    let reserved = Arc::new(reserved);
+    let reserved: &'static [_] = reserved.leak();
 
-    let (killing, next) = (
-        Arc::new(AtomicBool::new(true)),
-        Arc::new(AtomicUsize::new(0)),
-    );
-    let workers: Vec<_> = (0..IN_FLIGHT)
-        .map(|_| {
-            let (killing, next, reserved) = (killing.clone(), next.clone(), reserved.clone());
-            tokio::spawn(async move {
-                let mut outcomes = Vec::new();
-                while killing.load(Ordering::SeqCst) {
-                    let Some((key, d)) = reserved.get(next.fetch_add(1, Ordering::SeqCst)) else {
-                        break;
-                    };
-                    let outcome = limiter.settle(key, &TEN_PER_DAY, d, 8).await;
-                    outcomes.push((key.clone(), outcome));
-                }
-                outcomes
-            })
+    let (killed, outcomes) = server
+        .calls_while_killing(KILLS, IN_FLIGHT, move |n| async move {
+            let (key, d) = reserved.get(n)?;
+            Some((key.clone(), limiter.settle(key, &TEN_PER_DAY, d, 8).await))
         })
-        .collect();
-    let killed = tokio::task::block_in_place(|| server.kill_clients_repeatedly(KILLS));
-    killing.store(false, Ordering::SeqCst);
-    let mut outcomes = Vec::new();
-    for worker in workers {
-        outcomes.extend(worker.await.unwrap());
-    }
+        .await;
 
     let (mut settled, mut failed) = (0, 0);
     for (key, outcome) in &outcomes {
-        let left = limiter
-            .peek(key, &TEN_PER_DAY)
-            .algorithm(algorithm)
-            .await
-            .unwrap()
-            .remaining;
+        let left = support::remaining(limiter, algorithm, key, &TEN_PER_DAY).await;
         match outcome {
             Ok(after) => {
                 assert_eq!(
@@ -482,13 +423,7 @@ async fn settles_killed_mid_call(algorithm: Algorithm) {
                 settled += 1;
             }
             Err(err) => {
-                assert!(
-                    matches!(
-                        err.kind(),
-                        BackendErrorKind::Unavailable | BackendErrorKind::Timeout
-                    ),
-                    "{err}"
-                );
+                support::assert_lost_reply(err);
                 assert!(
                     left == 5 || left == 2,
                     "{key} ({algorithm}) failed and holds {}",
@@ -865,10 +800,7 @@ mod limits {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn redis_the_deny_cache_follows_settles_refunds_and_blocks() {
         let server = support::RedisServer::start();
-        let limiter = Limiter::redis(&server.url())
-            .unwrap()
-            .timeout(support::CHECK_TIMEOUT)
-            .deny_cache(true);
+        let limiter = support::redis_limiter(&server.url()).deny_cache(true);
         the_deny_cache_follows_settles_refunds_and_blocks(&limiter).await;
         support::with_limiter(limiter, a_login_given_back_clears_the_deny_cache()).await;
     }

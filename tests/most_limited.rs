@@ -109,11 +109,7 @@ backend_tests! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refusals_are_counted_across_instances() {
     let server = support::RedisServer::start();
-    let instance = || {
-        Limiter::redis(&server.url())
-            .unwrap()
-            .timeout(support::CHECK_TIMEOUT)
-    };
+    let instance = || support::redis_limiter(&server.url());
     let (a, b) = (support::leak(instance()), support::leak(instance()));
     #[rate_limiter(rules("1/minute"), limit_type = CUSTOM, by = user, name = "fleet", limiter = limiter)]
     async fn fleet(limiter: &'static Limiter, user: &str) -> Result<(), RateLimitError> {
@@ -131,12 +127,7 @@ async fn refusals_are_counted_across_instances() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refusals_of_the_deny_cache_count() {
     let server = support::RedisServer::start();
-    let limiter = support::leak(
-        Limiter::redis(&server.url())
-            .unwrap()
-            .timeout(support::CHECK_TIMEOUT)
-            .deny_cache(true),
-    );
+    let limiter = support::leak(support::redis_limiter(&server.url()).deny_cache(true));
     #[rate_limiter(rules("1/minute"), limit_type = CUSTOM, by = user, name = "cached", limiter = limiter)]
     async fn cached(limiter: &'static Limiter, user: &str) -> Result<(), RateLimitError> {
         Ok(())
@@ -154,11 +145,7 @@ async fn refusals_of_the_deny_cache_count() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admitted_checks_add_no_round_trip() {
     let server = support::RedisServer::start();
-    let limiter = support::leak(
-        Limiter::redis(&server.url())
-            .unwrap()
-            .timeout(support::CHECK_TIMEOUT),
-    );
+    let limiter = support::leak(support::redis_limiter(&server.url()));
     #[rate_limiter(rules("1/minute"), limit_type = CUSTOM, by = user, name = "quiet", limiter = limiter)]
     async fn quiet(limiter: &'static Limiter, user: &str) -> Result<(), RateLimitError> {
         Ok(())
@@ -187,12 +174,7 @@ async fn admitted_checks_add_no_round_trip() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_site_keeps_its_heaviest_thousand_identities_a_minute() {
     let server = support::RedisServer::start();
-    for limiter in [
-        Limiter::memory(),
-        Limiter::redis(&server.url())
-            .unwrap()
-            .timeout(support::CHECK_TIMEOUT),
-    ] {
+    for limiter in [Limiter::memory(), support::redis_limiter(&server.url())] {
         let limiter = support::leak(limiter);
         #[rate_limiter(rules("1/minute"), limit_type = IP, by = ip, name = "scan", limiter = limiter)]
         async fn scan(limiter: &'static Limiter, ip: String) -> Result<(), RateLimitError> {
@@ -246,11 +228,8 @@ fn this_minute() -> u64 {
 }
 
 /// One `static` limiter shared by parallel tests, as an application shares one.
-static SHARED: LazyLock<Limiter> = LazyLock::new(|| {
-    Limiter::redis(support::process_server_url())
-        .unwrap()
-        .timeout(support::CHECK_TIMEOUT)
-});
+static SHARED: LazyLock<Limiter> =
+    LazyLock::new(|| support::redis_limiter(support::process_server_url()));
 
 #[rate_limiter(rules("1/minute"), limit_type = USER_ID, by = user, limiter = &*SHARED)]
 async fn upload(user: u64) -> Result<(), RateLimitError> {

@@ -149,10 +149,7 @@ async fn a_password_refused_at_connect_is_tried_again_at_the_next_check() {
     let mut admin = server.connection();
     support::require_password(&mut admin, "old-secret");
     let url = format!("redis://:new-secret@127.0.0.1:{}/", server.port());
-    let limiter = Limiter::redis(&url)
-        .unwrap()
-        .timeout(support::CHECK_TIMEOUT)
-        .breaker(Breaker::never());
+    let limiter = support::redis_limiter(&url).breaker(Breaker::never());
     let err = limiter.check("k", &FIVE_PER_MINUTE).await.unwrap_err();
     assert_eq!(err.kind(), BackendErrorKind::Misconfigured, "{err}");
     assert!(err.to_string().contains("password"), "{err}");

@@ -53,7 +53,7 @@ fn rate_limit_error(err: &reqwest_middleware::Error) -> Option<&RateLimitError> 
 
 /// A limiter on the Redis at `url`, patient enough for a loaded machine.
 fn redis_limiter(url: &str) -> &'static Limiter {
-    support::leak(Limiter::redis(url).unwrap().timeout(support::CHECK_TIMEOUT))
+    support::leak(support::redis_limiter(url))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -641,17 +641,8 @@ async fn with_redis_down_fail_open_sends_and_fail_closed_fails_unsent() {
 #[tokio::test]
 async fn an_outbound_check_is_traced_as_the_site_out_name() {
     static RULES: [Rule; 1] = [Rule::per_minute(1)];
-    use tracing_subscriber::filter::LevelFilter;
-    use tracing_subscriber::util::SubscriberInitExt as _;
-
-    let logs = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let sink = logs.clone();
-    let _guard = tracing_subscriber::fmt()
-        .with_max_level(LevelFilter::DEBUG)
-        .with_writer(move || Sink(sink.clone()))
-        .without_time()
-        .finish()
-        .set_default();
+    let (logs, _guard) =
+        support::capture_logs_up_to(tracing_subscriber::filter::LevelFilter::DEBUG);
     let api = FakeApi::start();
     let client = client(
         RateLimitMiddleware::new("outbound.traced", &RULES)
@@ -660,7 +651,7 @@ async fn an_outbound_check_is_traced_as_the_site_out_name() {
     );
     client.get(api.url("/traced")).send().await.unwrap();
     client.get(api.url("/traced")).send().await.unwrap_err();
-    let text = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
+    let text = logs.text();
     assert!(
         text.contains("ratelimit.check") && text.contains("site=\"out:outbound.traced\""),
         "{text}"
@@ -755,17 +746,4 @@ async fn an_outbound_decision_never_reaches_the_served_request_s_headers() {
         .await
         .unwrap();
     assert_eq!(d.remaining, 9);
-}
-
-/// A writer into a shared buffer.
-struct Sink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Sink {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }

@@ -6,8 +6,6 @@ mod support;
 
 use std::borrow::Cow;
 use std::num::NonZeroU64;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis_ratelimit::__private::{CallSite, SiteConfig};
@@ -298,38 +296,18 @@ async fn killed_mid_call(algorithm: Algorithm) -> Killed {
         .await
         .unwrap();
 
-    let killing = Arc::new(AtomicBool::new(true));
-    let issued = Arc::new(AtomicUsize::new(0));
-    let workers: Vec<_> = (0..IN_FLIGHT)
-        .map(|_| {
-            let (killing, issued) = (killing.clone(), issued.clone());
-            tokio::spawn(async move {
-                let mut outcomes = Vec::new();
-                while killing.load(Ordering::SeqCst) {
-                    let key = format!("killed:{}", issued.fetch_add(1, Ordering::SeqCst));
-                    let outcome = limiter.check(&key, &TWO_PER_DAY).algorithm(algorithm).await;
-                    outcomes.push((key, outcome));
-                }
-                outcomes
-            })
+    let (killed, outcomes) = server
+        .calls_while_killing(KILLS, IN_FLIGHT, move |n| async move {
+            let key = format!("killed:{n}");
+            let outcome = limiter.check(&key, &TWO_PER_DAY).algorithm(algorithm).await;
+            Some((key, outcome))
         })
-        .collect();
-    let killed = tokio::task::block_in_place(|| server.kill_clients_repeatedly(KILLS));
-    killing.store(false, Ordering::SeqCst);
-    let mut outcomes = Vec::new();
-    for worker in workers {
-        outcomes.extend(worker.await.unwrap());
-    }
+        .await;
 
     let (mut admitted, mut failed, mut failed_but_ran) = (0, 0, 0);
     for (key, outcome) in &outcomes {
         // What is left now tells how often the check ran.
-        let left = limiter
-            .peek(key, &TWO_PER_DAY)
-            .algorithm(algorithm)
-            .await
-            .unwrap()
-            .remaining;
+        let left = support::remaining(limiter, algorithm, key, &TWO_PER_DAY).await;
         let ran = 2 - left;
         match outcome {
             Ok(d) => {
@@ -338,14 +316,7 @@ async fn killed_mid_call(algorithm: Algorithm) -> Killed {
                 admitted += 1;
             }
             Err(err) => {
-                // A reply lost with its connection, or (on a loaded machine) a late one.
-                assert!(
-                    matches!(
-                        err.kind(),
-                        BackendErrorKind::Unavailable | BackendErrorKind::Timeout
-                    ),
-                    "{err}"
-                );
+                support::assert_lost_reply(err);
                 assert!(ran <= 1, "{key} failed and was counted {ran} times");
                 failed += 1;
                 failed_but_ran += ran;

@@ -107,11 +107,8 @@ async fn checks_move_to_the_new_master_at_once_after_a_failover() {
             }
         }
     });
-    support::eventually("the load to run", GIVE_UP_AFTER, || async {
-        match checks.load(Ordering::Relaxed) {
-            100.. => Ok(()),
-            n => Err(format!("{n} checks")),
-        }
+    support::until_counted("the load to run", GIVE_UP_AFTER, 100, || {
+        checks.load(Ordering::Relaxed)
     })
     .await;
 

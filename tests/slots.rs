@@ -564,11 +564,8 @@ async fn a_test_holds_one_of_three() {
         .unwrap()
         .expect("one of 3 slots");
     HOLDING.fetch_add(1, Ordering::SeqCst);
-    support::eventually("every test to hold its slot", GIVE_UP_AFTER, || async {
-        match HOLDING.load(Ordering::SeqCst) {
-            3.. => Ok(()),
-            n => Err(format!("{n} holding")),
-        }
+    support::until_counted("every test to hold its slot", GIVE_UP_AFTER, 3, || {
+        HOLDING.load(Ordering::SeqCst)
     })
     .await;
     assert_eq!(SHARED.slots_in_use(key).await.unwrap(), 3);
@@ -576,11 +573,8 @@ async fn a_test_holds_one_of_three() {
     // Every test has seen all three before any lets go.
     static CHECKED: AtomicUsize = AtomicUsize::new(0);
     CHECKED.fetch_add(1, Ordering::SeqCst);
-    support::eventually("every test to have checked", GIVE_UP_AFTER, || async {
-        match CHECKED.load(Ordering::SeqCst) {
-            3.. => Ok(()),
-            n => Err(format!("{n} checked")),
-        }
+    support::until_counted("every test to have checked", GIVE_UP_AFTER, 3, || {
+        CHECKED.load(Ordering::SeqCst)
     })
     .await;
     // Released before this test's runtime ends: a slot dropped after it would lapse.

@@ -8,7 +8,8 @@ use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use redis_ratelimit::{
-    rate_limiter, Algorithm, Calendar, Guard, Limiter, RateLimitError, Rule, Warning,
+    rate_limiter, Algorithm, BackendError, Calendar, Decision, Guard, Limiter, RateLimitError,
+    Rule, Warning,
 };
 
 const T0: Duration = Duration::from_secs(1_700_000_000);
@@ -21,6 +22,50 @@ impl Heard {
     fn take(&self) -> Vec<Warning> {
         std::mem::take(&mut *self.0.lock().unwrap())
     }
+
+    /// The rules heard of, each with what it left used.
+    fn rules_used(&self) -> Vec<(Rule, u64)> {
+        self.take().into_iter().map(|w| (w.rule, w.used)).collect()
+    }
+}
+
+/// A check of `cost` at `T0` that warns at `percent`.
+async fn warned_check(
+    limiter: &Limiter,
+    key: &str,
+    rules: &[Rule],
+    algorithm: Algorithm,
+    cost: u64,
+    percent: u8,
+) -> Result<Decision, BackendError> {
+    limiter
+        .check(key, rules)
+        .algorithm(algorithm)
+        .cost(cost)
+        .warn_at(percent)
+        .at(T0)
+        .await
+}
+
+/// A task that makes `calls` checks in a row, each warning at `percent`.
+fn spawn_checks(
+    limiter: &'static Limiter,
+    key: &'static str,
+    rules: &'static [Rule],
+    algorithm: Algorithm,
+    percent: u8,
+    calls: usize,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        for _ in 0..calls {
+            limiter
+                .check(key, rules)
+                .algorithm(algorithm)
+                .warn_at(percent)
+                .await
+                .unwrap();
+        }
+    })
 }
 
 /// `limiter` with a hook that keeps what it hears.
@@ -31,36 +76,7 @@ fn hooked(limiter: Limiter) -> (Limiter, Heard) {
     (limiter, heard)
 }
 
-/// Each scenario, run on a fresh `redis-server` and on the embedded backend.
-macro_rules! on_both_backends {
-    ($( async fn $name:ident($limiter:ident: Limiter) $body:block )*) => {
-        $(
-            async fn $name($limiter: Limiter) $body
-        )*
-        mod redis_backend {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let server = crate::support::RedisServer::start();
-                    let limiter = redis_ratelimit::Limiter::redis(&server.url())
-                        .unwrap()
-                        .timeout(crate::support::CHECK_TIMEOUT);
-                    super::$name(limiter).await;
-                }
-            )*
-        }
-        mod memory_backend {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(redis_ratelimit::Limiter::memory()).await;
-                }
-            )*
-        }
-    };
-}
-
-on_both_backends! {
+backend_tests! {
     async fn a_warning_and_an_escalating_lock_out_ride_one_check(limiter: Limiter) {
         // Both send an argument of their own to the scripts: each must find its own.
         static LOCKOUTS: [Duration; 2] = [Duration::from_secs(60), Duration::from_secs(600)];
@@ -122,14 +138,7 @@ on_both_backends! {
         let rules = [Rule::per_minute(10)];
         for algorithm in Algorithm::ALL {
             let key = format!("warn:what:{algorithm}");
-            let check = |cost| {
-                limiter
-                    .check(&key, &rules)
-                    .algorithm(algorithm)
-                    .cost(cost)
-                    .warn_at(50)
-                    .at(T0)
-            };
+            let check = |cost| warned_check(&limiter, &key, &rules, algorithm, cost, 50);
             assert!(check(4).await.unwrap().allowed);
             assert_eq!(heard.take(), []);
             // From 4 used to 7: past 50 % in one check, which reports what it left used.
@@ -152,37 +161,19 @@ on_both_backends! {
         let rules = [Rule::per_second(10), Rule::per_minute(100), Rule::per_minute(10).calls()];
         for algorithm in Algorithm::ALL {
             let key = format!("warn:every:{algorithm}");
-            let check = |cost| {
-                limiter
-                    .check(&key, &rules)
-                    .algorithm(algorithm)
-                    .cost(cost)
-                    .warn_at(50)
-                    .at(T0)
-            };
+            let check = |cost| warned_check(&limiter, &key, &rules, algorithm, cost, 50);
             assert!(check(4).await.unwrap().allowed);
             assert_eq!(heard.take(), []);
             // 4 -> 5 of 10 units and 1 -> 2 of 10 calls: only the first rule.
             assert!(check(1).await.unwrap().allowed);
-            let rules_warned: Vec<(Rule, u64)> =
-                heard.take().into_iter().map(|w| (w.rule, w.used)).collect();
-            assert_eq!(rules_warned, [(rules[0], 5)], "{algorithm}");
+            assert_eq!(heard.rules_used(), [(rules[0], 5)], "{algorithm}");
             // Then 5 -> 50 of 100 and 2 -> 3 calls... and the second rule crosses with the first
             // already past: one warning.
             let key = format!("warn:both:{algorithm}");
             let both = [Rule::per_second(10), Rule::per_minute(20)];
-            let d = limiter
-                .check(&key, &both)
-                .algorithm(algorithm)
-                .cost(10)
-                .warn_at(50)
-                .at(T0)
-                .await
-                .unwrap();
+            let d = warned_check(&limiter, &key, &both, algorithm, 10, 50).await.unwrap();
             assert!(d.allowed);
-            let rules_warned: Vec<(Rule, u64)> =
-                heard.take().into_iter().map(|w| (w.rule, w.used)).collect();
-            assert_eq!(rules_warned, [(both[0], 10), (both[1], 10)], "{algorithm}");
+            assert_eq!(heard.rules_used(), [(both[0], 10), (both[1], 10)], "{algorithm}");
         }
     }
 
@@ -194,22 +185,13 @@ on_both_backends! {
         ];
         for algorithm in Algorithm::ALL {
             let key = format!("warn:calendar:{algorithm}");
-            let check = |cost| {
-                limiter
-                    .check(&key, &rules)
-                    .algorithm(algorithm)
-                    .cost(cost)
-                    .warn_at(75)
-                    .at(T0)
-            };
+            let check = |cost| warned_check(&limiter, &key, &rules, algorithm, cost, 75);
             assert!(check(2).await.unwrap().allowed);
             assert!(check(2).await.unwrap().allowed);
             assert_eq!(heard.take(), []);
             // 4 -> 8 of 10 (75 % is 7.5) and the 3rd call of 4 (75 % is 3).
             assert!(check(4).await.unwrap().allowed);
-            let rules_warned: Vec<(Rule, u64)> =
-                heard.take().into_iter().map(|w| (w.rule, w.used)).collect();
-            assert_eq!(rules_warned, [(rules[0], 8), (rules[1], 3)], "{algorithm}");
+            assert_eq!(heard.rules_used(), [(rules[0], 8), (rules[1], 3)], "{algorithm}");
         }
     }
 
@@ -248,18 +230,7 @@ on_both_backends! {
         for algorithm in Algorithm::ALL {
             let key: &'static str = Box::leak(format!("warn:race:{algorithm}").into_boxed_str());
             let tasks: Vec<_> = (0..8)
-                .map(|_| {
-                    tokio::spawn(async move {
-                        for _ in 0..20 {
-                            limiter
-                                .check(key, &RULES)
-                                .algorithm(algorithm)
-                                .warn_at(90)
-                                .await
-                                .unwrap();
-                        }
-                    })
-                })
+                .map(|_| spawn_checks(limiter, key, &RULES, algorithm, 90, 20))
                 .collect();
             for task in tasks {
                 task.await.unwrap();
@@ -276,31 +247,14 @@ on_both_backends! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_never_both_warn_for_one_crossing() {
     let server = support::RedisServer::start();
-    let instance = || {
-        hooked(
-            Limiter::redis(&server.url())
-                .unwrap()
-                .timeout(support::CHECK_TIMEOUT),
-        )
-    };
+    let instance = || hooked(support::redis_limiter(&server.url()));
     let ((a, heard_a), (b, heard_b)) = (instance(), instance());
     let (a, b): (&'static Limiter, &'static Limiter) =
         (Box::leak(Box::new(a)), Box::leak(Box::new(b)));
     static RULES: [Rule; 2] = [Rule::per_minute(50), Rule::per_hour(60)];
     for algorithm in Algorithm::ALL {
         let key: &'static str = Box::leak(format!("warn:fleet:{algorithm}").into_boxed_str());
-        let run = |limiter: &'static Limiter| {
-            tokio::spawn(async move {
-                for _ in 0..40 {
-                    limiter
-                        .check(key, &RULES)
-                        .algorithm(algorithm)
-                        .warn_at(50)
-                        .await
-                        .unwrap();
-                }
-            })
-        };
+        let run = |limiter| spawn_checks(limiter, key, &RULES, algorithm, 50, 40);
         let (ta, tb) = (run(a), run(b));
         ta.await.unwrap();
         tb.await.unwrap();
@@ -321,9 +275,7 @@ async fn two_instances_never_both_warn_for_one_crossing() {
 static HEARD: LazyLock<Heard> = LazyLock::new(Heard::default);
 static SHARED: LazyLock<Limiter> = LazyLock::new(|| {
     let heard = HEARD.clone();
-    Limiter::redis(support::process_server_url())
-        .unwrap()
-        .timeout(support::CHECK_TIMEOUT)
+    support::redis_limiter(support::process_server_url())
         .on_warning(move |w| heard.0.lock().unwrap().push(w.clone()))
 });
 

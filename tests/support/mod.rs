@@ -75,6 +75,11 @@ pub fn cli_binary() -> PathBuf {
 /// checks, not time them.
 pub const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// A limiter on `url` with [`CHECK_TIMEOUT`].
+pub fn redis_limiter(url: &str) -> Limiter {
+    Limiter::redis(url).unwrap().timeout(CHECK_TIMEOUT)
+}
+
 /// A fail-closed limiter on `url` with [`CHECK_TIMEOUT`]: a backend error shows as one,
 /// never as a call let through.
 pub fn counting_limiter(url: &str) -> Limiter {
@@ -182,6 +187,52 @@ impl RedisServer {
             killed += n;
         }
         killed
+    }
+
+    /// Calls in flight while [connections are killed](Self::kill_clients_repeatedly)
+    /// `kills` times: `workers` tasks each call `call` with the next number (0, 1, …) until
+    /// the killing ends or `call` has nothing left to do (`None`). Returns how many
+    /// connections were closed and what every call returned.
+    pub async fn calls_while_killing<T, F, Fut>(
+        &self,
+        kills: usize,
+        workers: usize,
+        call: F,
+    ) -> (u64, Vec<T>)
+    where
+        F: Fn(usize) -> Fut + Clone + Send + 'static,
+        Fut: Future<Output = Option<T>> + Send,
+        T: Send + 'static,
+    {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        use std::sync::Arc;
+
+        let (killing, next) = (
+            Arc::new(AtomicBool::new(true)),
+            Arc::new(AtomicUsize::new(0)),
+        );
+        let workers: Vec<_> = (0..workers)
+            .map(|_| {
+                let (killing, next, call) = (killing.clone(), next.clone(), call.clone());
+                tokio::spawn(async move {
+                    let mut outcomes = Vec::new();
+                    while killing.load(Ordering::SeqCst) {
+                        let Some(outcome) = call(next.fetch_add(1, Ordering::SeqCst)).await else {
+                            break;
+                        };
+                        outcomes.push(outcome);
+                    }
+                    outcomes
+                })
+            })
+            .collect();
+        let killed = tokio::task::block_in_place(|| self.kill_clients_repeatedly(kills));
+        killing.store(false, Ordering::SeqCst);
+        let mut outcomes = Vec::new();
+        for worker in workers {
+            outcomes.extend(worker.await.unwrap());
+        }
+        (killed, outcomes)
     }
 
     fn running(&self) -> &RedisProcess {
@@ -500,6 +551,20 @@ where
     }
 }
 
+/// [`eventually`] for a count: until `count()` is at least `at_least`.
+pub async fn until_counted<N>(what: &str, timeout: Duration, at_least: N, count: impl Fn() -> N)
+where
+    N: PartialOrd + std::fmt::Display,
+{
+    eventually(what, timeout, || async {
+        match count() {
+            n if n >= at_least => Ok(()),
+            n => Err(format!("{n} of {at_least}")),
+        }
+    })
+    .await
+}
+
 /// Checks fresh keys `{prefix}:{n}` until one is answered and `landed(key)` says it was
 /// counted where it should be, for at most 30 s (a topology that changed may take a few
 /// seconds to route again on a loaded machine); how long that took.
@@ -769,15 +834,30 @@ pub fn process_server_url() -> &'static str {
 
 /// Writes each scenario once and runs it against both backends:
 /// `redis_backend::<name>` on a fresh `redis-server`, `memory_backend::<name>` in process.
+/// A scenario without arguments reads its limiter from [`limiter()`]; one that names a
+/// `Limiter` argument is given it, to own (e.g. to add a hook).
 ///
 /// ```ignore
 /// backend_tests! {
 ///     async fn denied_calls_consume_nothing() { let l = support::limiter(); ... }
 /// }
+/// backend_tests! {
+///     async fn warns(limiter: Limiter) { let limiter = limiter.on_warning(...); ... }
+/// }
 /// ```
 #[macro_export]
 macro_rules! backend_tests {
     ($( $(#[$meta:meta])* async fn $name:ident() $body:block )*) => {
+        $crate::backend_tests! {
+            @both $( $(#[$meta])* $name(limiter) {
+                $crate::support::with_limiter(limiter, async move $body).await;
+            } )*
+        }
+    };
+    ($( $(#[$meta:meta])* async fn $name:ident($limiter:ident: Limiter) $body:block )*) => {
+        $crate::backend_tests! { @both $( $(#[$meta])* $name($limiter) $body )* }
+    };
+    (@both $( $(#[$meta:meta])* $name:ident($limiter:ident) $run:block )*) => {
         mod redis_backend {
             #[allow(unused_imports)]
             use super::*;
@@ -788,10 +868,8 @@ macro_rules! backend_tests {
                     let server = $crate::support::RedisServer::start();
                     // Scenarios test counting, not latency: a loaded machine running an
                     // unoptimised build must not turn a slow answer into a failure.
-                    let limiter = ::redis_ratelimit::Limiter::redis(&server.url())
-                        .unwrap()
-                        .timeout($crate::support::CHECK_TIMEOUT);
-                    $crate::support::with_limiter(limiter, async move $body).await;
+                    let $limiter = $crate::support::redis_limiter(&server.url());
+                    $run
                     drop(server);
                 }
             )*
@@ -803,12 +881,35 @@ macro_rules! backend_tests {
                 $(#[$meta])*
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    let limiter = ::redis_ratelimit::Limiter::memory();
-                    $crate::support::with_limiter(limiter, async move $body).await;
+                    let $limiter = ::redis_ratelimit::Limiter::memory();
+                    $run
                 }
             )*
         }
     };
+}
+
+/// What a peek of `rules` for `key` with `algorithm` finds left.
+pub async fn remaining(
+    limiter: &Limiter,
+    algorithm: redis_ratelimit::Algorithm,
+    key: &str,
+    rules: &[redis_ratelimit::Rule],
+) -> u64 {
+    limiter
+        .peek(key, rules)
+        .algorithm(algorithm)
+        .await
+        .unwrap()
+        .remaining
+}
+
+/// Asserts that `err` is a reply lost with its connection, or (on a loaded machine) a late
+/// one.
+#[track_caller]
+pub fn assert_lost_reply(err: &redis_ratelimit::BackendError) {
+    use redis_ratelimit::BackendErrorKind::{Timeout, Unavailable};
+    assert!(matches!(err.kind(), Unavailable | Timeout), "{err}");
 }
 
 /// A check (`consume`) or a peek of `rules` for `key` with `algorithm`, at the explicit time
@@ -842,6 +943,11 @@ impl Logs {
 /// What `tracing` logs while the returned guard lives, on this thread (a current-thread
 /// runtime's tasks included).
 pub fn capture_logs() -> (Logs, impl Sized) {
+    capture_logs_up_to(tracing_subscriber::fmt::Subscriber::DEFAULT_MAX_LEVEL)
+}
+
+/// [`capture_logs`], of the events up to `level`.
+pub fn capture_logs_up_to(level: tracing_subscriber::filter::LevelFilter) -> (Logs, impl Sized) {
     use std::sync::{Arc, Mutex};
     use tracing_subscriber::util::SubscriberInitExt as _;
 
@@ -859,6 +965,7 @@ pub fn capture_logs() -> (Logs, impl Sized) {
     let logs = Arc::new(Mutex::new(Vec::new()));
     let buffer = Buffer(logs.clone());
     let guard = tracing_subscriber::fmt()
+        .with_max_level(level)
         .with_writer(move || buffer.clone())
         .without_time()
         .finish()

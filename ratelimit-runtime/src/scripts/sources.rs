@@ -7,10 +7,124 @@
 // The string-state algorithms describe their value for state.lua in one line here (see
 // state.lua).
 
+// The fragments that several scripts share, composed once here (`concat!` takes only
+// literals, so the shared runs are macros that expand to one).
+
+/// A check's head: the arguments and the warnings' arguments.
+macro_rules! check_head {
+    () => {
+        concat!(include_str!("preamble.lua"), include_str!("warn_args.lua"))
+    };
+}
+
+/// What follows a rule's decision: its warning, then its binding.
+macro_rules! decided {
+    () => {
+        concat!(include_str!("warn.lua"), include_str!("bind.lua"))
+    };
+}
+
+/// A check's tail: the block, the expiry and the streak, then what stores the state, then
+/// the reply.
+macro_rules! check_tail {
+    ($($store:expr),+) => {
+        concat!(
+            include_str!("block.lua"),
+            include_str!("expiry.lua"),
+            include_str!("streak.lua"),
+            $($store,)+
+            include_str!("warn_reply.lua"),
+            include_str!("reply.lua"),
+        )
+    };
+}
+
+/// The check of a string-state algorithm (state.lua): its calendar rules, then, when none
+/// decided, the algorithm's own part. `state` comes before state.lua, `blocked` after
+/// blocked.lua and `calendar` before calendar.lua.
+macro_rules! state_check {
+    (
+        $name:literal, $size:literal, $latest:literal, $head:literal, $own:literal, CAL $cal:literal,
+        state [$($state:expr),*], blocked [$($blocked:expr),*], calendar [$($calendar:expr),*],
+        algorithm [$($algorithm:expr),+]
+    ) => {
+        concat!(
+            check_head!(),
+            "local NAME, SIZE, LATEST, HEAD, OWN = '", $name, "', ", $size, ", ", $latest,
+            ", '", $head, "', '", $own, "'\n",
+            "local CAL = ", $cal, "\n",
+            $($state,)*
+            include_str!("state.lua"),
+            include_str!("blocked.lua"),
+            $($blocked,)*
+            "local moment = now\n",
+            include_str!("records.lua"),
+            $($calendar,)*
+            include_str!("calendar.lua"),
+            include_str!("find.lua"),
+            include_str!("calls.lua"),
+            include_str!("calendar_check.lua"),
+            decided!(),
+            "if not period_start then\n",
+            $($algorithm,)+
+            decided!(),
+            "end\n",
+            check_tail!(include_str!("save.lua")),
+        )
+    };
+}
+
+/// The first line of a string-state algorithm's refund, settle or give-back (refund.lua).
+macro_rules! refund_name {
+    ($name:literal, $size:literal, $now:literal, $args:literal) => {
+        concat!("local NAME, SIZE, NOW, ARGS = '", $name, "', ", $size, ", ", $now, ", ", $args, "\n")
+    };
+}
+
+/// The reservation's calls found at its moment (refund.lua); `located` comes after them.
+macro_rules! located {
+    ($($located:expr),*) => {
+        concat!(
+            include_str!("refund.lua"),
+            "local moment = at\n",
+            include_str!("calendar.lua"),
+            include_str!("find.lua"),
+            include_str!("calls.lua"),
+            $($located,)*
+        )
+    };
+}
+
+/// Gives calls back: to their calendar counter when a calendar rule holds them, else by
+/// the algorithm's `give_back` part.
+macro_rules! give_calls_back {
+    ($give_back:expr) => {
+        concat!(
+            "if period_start then\n",
+            include_str!("calendar_settle.lua"),
+            "else\n",
+            $give_back,
+            "end\nend\nreturn given\n",
+        )
+    };
+}
+
+/// The sliding log's settle, refund and give-back end alike: the calendar counters of the
+/// calls removed.
+macro_rules! sliding_log_periods {
+    ($($last:expr),*) => {
+        concat!(
+            include_str!("sliding_log_periods.lua"),
+            include_str!("calendar.lua"),
+            include_str!("sliding_log_period.lua"),
+            $($last,)*
+        )
+    };
+}
+
 /// The sliding log's script.
 pub const SLIDING_LOG: &str = concat!(
-    include_str!("preamble.lua"),
-    include_str!("warn_args.lua"),
+    check_head!(),
     include_str!("sliding_log.lua"),
     include_str!("blocked.lua"),
     include_str!("hold.lua"),
@@ -18,306 +132,133 @@ pub const SLIDING_LOG: &str = concat!(
     include_str!("sliding_log_rules.lua"),
     include_str!("calendar.lua"),
     include_str!("sliding_log_calendar.lua"),
-    include_str!("warn.lua"),
-    include_str!("bind.lua"),
+    decided!(),
     include_str!("sliding_log_rerun.lua"),
     // The log is trimmed to its rules' longest window (at least 1 µs, so that a check's
     // own entries, added before the trim, stay when every rule is a calendar rule); the
     // key lives as long as the calendar rules' periods too.
     "local trim = reach\nif period_reach > reach then\n    reach = period_reach\n    if trim < 1 then\n        trim = 1\n    end\nend\n",
-    include_str!("block.lua"),
-    include_str!("expiry.lua"),
-    include_str!("streak.lua"),
-    include_str!("warn_rerun.lua"),
-    include_str!("sliding_log_add.lua"),
-    include_str!("warn_reply.lua"),
-    include_str!("reply.lua"),
+    check_tail!(include_str!("warn_rerun.lua"), include_str!("sliding_log_add.lua")),
 );
 
 /// The fixed window's script.
-pub const FIXED_WINDOW: &str = concat!(
-    include_str!("preamble.lua"),
-    include_str!("warn_args.lua"),
-    "local NAME, SIZE, LATEST, HEAD, OWN = 'fixed_window', 32, true, '<c12ddddd', '<dd'\n",
-    "local CAL = 8\n",
-    include_str!("state.lua"),
-    include_str!("blocked.lua"),
-    "local moment = now\n",
-    include_str!("records.lua"),
-    include_str!("calendar.lua"),
-    include_str!("find.lua"),
-    include_str!("calls.lua"),
-    include_str!("calendar_check.lua"),
-    include_str!("warn.lua"),
-    include_str!("bind.lua"),
-    "if not period_start then\n",
-    include_str!("fixed_window.lua"),
-    include_str!("warn.lua"),
-    include_str!("bind.lua"),
-    "end\n",
-    include_str!("block.lua"),
-    include_str!("expiry.lua"),
-    include_str!("streak.lua"),
-    include_str!("save.lua"),
-    include_str!("warn_reply.lua"),
-    include_str!("reply.lua"),
-);
+pub const FIXED_WINDOW: &str = state_check! {
+    "fixed_window", 32, true, "<c12ddddd", "<dd", CAL 8,
+    state [], blocked [], calendar [], algorithm [include_str!("fixed_window.lua")]
+};
 
 /// The sliding window's script.
-pub const SLIDING_WINDOW: &str = concat!(
-    include_str!("preamble.lua"),
-    include_str!("warn_args.lua"),
-    "local NAME, SIZE, LATEST, HEAD, OWN = 'sliding_window', 40, true, '<c14dddddd', '<ddd'\n",
-    "local CAL = 8\n",
-    include_str!("muldiv.lua"),
-    include_str!("state.lua"),
-    include_str!("blocked.lua"),
-    "local moment = now\n",
-    include_str!("records.lua"),
-    include_str!("calendar.lua"),
-    include_str!("find.lua"),
-    include_str!("calls.lua"),
-    include_str!("calendar_check.lua"),
-    include_str!("warn.lua"),
-    include_str!("bind.lua"),
-    "if not period_start then\n",
-    include_str!("sliding_window.lua"),
-    include_str!("warn.lua"),
-    include_str!("bind.lua"),
-    "end\n",
-    include_str!("block.lua"),
-    include_str!("expiry.lua"),
-    include_str!("streak.lua"),
-    include_str!("save.lua"),
-    include_str!("warn_reply.lua"),
-    include_str!("reply.lua"),
-);
+pub const SLIDING_WINDOW: &str = state_check! {
+    "sliding_window", 40, true, "<c14dddddd", "<ddd", CAL 8,
+    state [include_str!("muldiv.lua")], blocked [], calendar [],
+    algorithm [include_str!("sliding_window.lua")]
+};
 
 /// The token bucket's script.
-pub const TOKEN_BUCKET: &str = concat!(
-    include_str!("preamble.lua"),
-    include_str!("warn_args.lua"),
-    "local NAME, SIZE, LATEST, HEAD, OWN = 'token_bucket', 24, false, '<c12dddd', '<d'\n",
-    "local CAL = 0\n",
-    include_str!("state.lua"),
-    include_str!("blocked.lua"),
-    include_str!("hold.lua"),
-    "local moment = now\n",
-    include_str!("records.lua"),
-    include_str!("token_bucket_calendar.lua"),
-    include_str!("calendar.lua"),
-    include_str!("find.lua"),
-    include_str!("calls.lua"),
-    include_str!("calendar_check.lua"),
-    include_str!("warn.lua"),
-    include_str!("bind.lua"),
-    "if not period_start then\n",
-    include_str!("token_interval.lua"),
-    include_str!("token_bucket.lua"),
-    include_str!("warn.lua"),
-    include_str!("bind.lua"),
-    "end\n",
-    include_str!("block.lua"),
-    include_str!("expiry.lua"),
-    include_str!("streak.lua"),
-    include_str!("save.lua"),
-    include_str!("warn_reply.lua"),
-    include_str!("reply.lua"),
-);
+pub const TOKEN_BUCKET: &str = state_check! {
+    "token_bucket", 24, false, "<c12dddd", "<d", CAL 0,
+    state [], blocked [include_str!("hold.lua")],
+    calendar [include_str!("token_bucket_calendar.lua")],
+    algorithm [include_str!("token_interval.lua"), include_str!("token_bucket.lua")]
+};
+
+/// The refund of a string-state algorithm's check.
+macro_rules! refund {
+    ($name:literal, $size:literal, $now:literal, CAL $cal:literal $(, $located:expr)?) => {
+        concat!(
+            refund_name!($name, $size, $now, 1),
+            "local calls_taken = 1\n",
+            "local TAKE, CAL = false, ", $cal, "\n",
+            located!($($located)?),
+            give_calls_back!(include_str!(concat!($name, "_refund.lua"))),
+        )
+    };
+}
 
 /// The fixed window's refund.
-pub const FIXED_WINDOW_REFUND: &str = concat!(
-    "local NAME, SIZE, NOW, ARGS = 'fixed_window', 32, false, 1\n",
-    "local calls_taken = 1\n",
-    "local TAKE, CAL = false, 8\n",
-    include_str!("refund.lua"),
-    "local moment = at\n",
-    include_str!("calendar.lua"),
-    include_str!("find.lua"),
-    include_str!("calls.lua"),
-    "if period_start then\n",
-    include_str!("calendar_settle.lua"),
-    "else\n",
-    include_str!("fixed_window_refund.lua"),
-    "end\nend\nreturn given\n",
-);
+pub const FIXED_WINDOW_REFUND: &str = refund!("fixed_window", 32, false, CAL 8);
 
 /// The sliding window's refund.
-pub const SLIDING_WINDOW_REFUND: &str = concat!(
-    "local NAME, SIZE, NOW, ARGS = 'sliding_window', 40, false, 1\n",
-    "local calls_taken = 1\n",
-    "local TAKE, CAL = false, 8\n",
-    include_str!("refund.lua"),
-    "local moment = at\n",
-    include_str!("calendar.lua"),
-    include_str!("find.lua"),
-    include_str!("calls.lua"),
-    "if period_start then\n",
-    include_str!("calendar_settle.lua"),
-    "else\n",
-    include_str!("sliding_window_refund.lua"),
-    "end\nend\nreturn given\n",
-);
+pub const SLIDING_WINDOW_REFUND: &str = refund!("sliding_window", 40, false, CAL 8);
 
 /// The token bucket's refund.
-pub const TOKEN_BUCKET_REFUND: &str = concat!(
-    "local NAME, SIZE, NOW, ARGS = 'token_bucket', 24, true, 1\n",
-    "local calls_taken = 1\n",
-    "local TAKE, CAL = false, 0\n",
-    include_str!("refund.lua"),
-    "local moment = at\n",
-    include_str!("calendar.lua"),
-    include_str!("find.lua"),
-    include_str!("calls.lua"),
-    include_str!("token_interval.lua"),
-    "if period_start then\n",
-    include_str!("calendar_settle.lua"),
-    "else\n",
-    include_str!("token_bucket_refund.lua"),
-    "end\nend\nreturn given\n",
-);
+pub const TOKEN_BUCKET_REFUND: &str =
+    refund!("token_bucket", 24, true, CAL 0, include_str!("token_interval.lua"));
 
 // The settles: each settles a reservation, then runs the algorithm's check script above
 // as a peek of cost 1, which answers (backend/redis/script.rs appends it, once per
 // process).
 
 /// The sliding log's settle: the reservation settled by name, then its calendar counters.
-pub const SLIDING_LOG_SETTLE: &str = concat!(
-    include_str!("sliding_log_settle.lua"),
-    include_str!("sliding_log_periods.lua"),
-    include_str!("calendar.lua"),
-    include_str!("sliding_log_period.lua"),
-);
+pub const SLIDING_LOG_SETTLE: &str =
+    concat!(include_str!("sliding_log_settle.lua"), sliding_log_periods!());
 
 /// The sliding log's refund of a check with calendar rules (others are a ZREM).
-pub const SLIDING_LOG_REFUND: &str = concat!(
-    include_str!("sliding_log_refund.lua"),
-    include_str!("sliding_log_periods.lua"),
-    include_str!("calendar.lua"),
-    include_str!("sliding_log_period.lua"),
-    "return removed\n",
-);
+pub const SLIDING_LOG_REFUND: &str =
+    concat!(include_str!("sliding_log_refund.lua"), sliding_log_periods!("return removed\n"));
+
+/// The settle (settle.lua) of a string-state algorithm.
+macro_rules! settle {
+    ($name:literal, $size:literal, $now:literal, CAL $cal:literal $(, $located:expr)?) => {
+        concat!(
+            refund_name!($name, $size, $now, 3),
+            "local CAL = ", $cal, "\n",
+            "local calls_taken = 1\n",
+            include_str!("settle.lua"),
+            located!($($located)?),
+            "if signed < 0 then\nelseif period_start then\n",
+            include_str!("calendar_settle.lua"),
+            "elseif TAKE then\n",
+            include_str!(concat!($name, "_take.lua")),
+            "else\n",
+            include_str!(concat!($name, "_refund.lua")),
+            "end\nend\nend\nsettle()\n",
+        )
+    };
+}
 
 /// The fixed window's settle (settle.lua).
-pub const FIXED_WINDOW_SETTLE: &str = concat!(
-    "local NAME, SIZE, NOW, ARGS = 'fixed_window', 32, false, 3\n",
-    "local CAL = 8\n",
-    "local calls_taken = 1\n",
-    include_str!("settle.lua"),
-    include_str!("refund.lua"),
-    "local moment = at\n",
-    include_str!("calendar.lua"),
-    include_str!("find.lua"),
-    include_str!("calls.lua"),
-    "if signed < 0 then\nelseif period_start then\n",
-    include_str!("calendar_settle.lua"),
-    "elseif TAKE then\n",
-    include_str!("fixed_window_take.lua"),
-    "else\n",
-    include_str!("fixed_window_refund.lua"),
-    "end\nend\nend\nsettle()\n",
-);
+pub const FIXED_WINDOW_SETTLE: &str = settle!("fixed_window", 32, false, CAL 8);
 
 /// The sliding window's settle (settle.lua).
-pub const SLIDING_WINDOW_SETTLE: &str = concat!(
-    "local NAME, SIZE, NOW, ARGS = 'sliding_window', 40, false, 3\n",
-    "local CAL = 8\n",
-    "local calls_taken = 1\n",
-    include_str!("settle.lua"),
-    include_str!("refund.lua"),
-    "local moment = at\n",
-    include_str!("calendar.lua"),
-    include_str!("find.lua"),
-    include_str!("calls.lua"),
-    "if signed < 0 then\nelseif period_start then\n",
-    include_str!("calendar_settle.lua"),
-    "elseif TAKE then\n",
-    include_str!("sliding_window_take.lua"),
-    "else\n",
-    include_str!("sliding_window_refund.lua"),
-    "end\nend\nend\nsettle()\n",
-);
+pub const SLIDING_WINDOW_SETTLE: &str = settle!("sliding_window", 40, false, CAL 8);
 
 /// The token bucket's settle (settle.lua).
-pub const TOKEN_BUCKET_SETTLE: &str = concat!(
-    "local NAME, SIZE, NOW, ARGS = 'token_bucket', 24, true, 3\n",
-    "local CAL = 0\n",
-    "local calls_taken = 1\n",
-    include_str!("settle.lua"),
-    include_str!("refund.lua"),
-    "local moment = at\n",
-    include_str!("calendar.lua"),
-    include_str!("find.lua"),
-    include_str!("calls.lua"),
-    include_str!("token_interval.lua"),
-    "if signed < 0 then\nelseif period_start then\n",
-    include_str!("calendar_settle.lua"),
-    "elseif TAKE then\n",
-    include_str!("token_bucket_take.lua"),
-    "else\n",
-    include_str!("token_bucket_refund.lua"),
-    "end\nend\nend\nsettle()\n",
-);
+pub const TOKEN_BUCKET_SETTLE: &str =
+    settle!("token_bucket", 24, true, CAL 0, include_str!("token_interval.lua"));
 
 /// Gives back a draw of the sliding log (backend::GiveBack).
-pub const SLIDING_LOG_GIVE_BACK: &str = concat!(
-    include_str!("sliding_log_give_back.lua"),
-    include_str!("sliding_log_periods.lua"),
-    include_str!("calendar.lua"),
-    include_str!("sliding_log_period.lua"),
-    "return removed\n",
-);
+pub const SLIDING_LOG_GIVE_BACK: &str =
+    concat!(include_str!("sliding_log_give_back.lua"), sliding_log_periods!("return removed\n"));
+
+/// Gives back a draw of a string-state algorithm, once.
+macro_rules! give_back {
+    ($name:literal, $size:literal, CAL $cal:literal, $give_back:expr $(, $located:expr)?) => {
+        concat!(
+            refund_name!($name, $size, false, 1),
+            "local TAKE, CAL = false, ", $cal, "\n",
+            include_str!("give_back.lua"),
+            located!($($located)?),
+            give_calls_back!($give_back),
+        )
+    };
+}
 
 /// Gives back a draw of the fixed window, once.
-pub const FIXED_WINDOW_GIVE_BACK: &str = concat!(
-    "local NAME, SIZE, NOW, ARGS = 'fixed_window', 32, false, 1\n",
-    "local TAKE, CAL = false, 8\n",
-    include_str!("give_back.lua"),
-    include_str!("refund.lua"),
-    "local moment = at\n",
-    include_str!("calendar.lua"),
-    include_str!("find.lua"),
-    include_str!("calls.lua"),
-    "if period_start then\n",
-    include_str!("calendar_settle.lua"),
-    "else\n",
-    include_str!("fixed_window_refund.lua"),
-    "end\nend\nreturn given\n",
-);
+pub const FIXED_WINDOW_GIVE_BACK: &str =
+    give_back!("fixed_window", 32, CAL 8, include_str!("fixed_window_refund.lua"));
 
 /// Gives back a draw of the sliding window, once.
-pub const SLIDING_WINDOW_GIVE_BACK: &str = concat!(
-    "local NAME, SIZE, NOW, ARGS = 'sliding_window', 40, false, 1\n",
-    "local TAKE, CAL = false, 8\n",
-    include_str!("give_back.lua"),
-    include_str!("refund.lua"),
-    "local moment = at\n",
-    include_str!("calendar.lua"),
-    include_str!("find.lua"),
-    include_str!("calls.lua"),
-    "if period_start then\n",
-    include_str!("calendar_settle.lua"),
-    "else\n",
-    include_str!("sliding_window_refund.lua"),
-    "end\nend\nreturn given\n",
-);
+pub const SLIDING_WINDOW_GIVE_BACK: &str =
+    give_back!("sliding_window", 40, CAL 8, include_str!("sliding_window_refund.lua"));
 
 /// Gives back a draw of the token bucket, once.
-pub const TOKEN_BUCKET_GIVE_BACK: &str = concat!(
-    "local NAME, SIZE, NOW, ARGS = 'token_bucket', 24, false, 1\n",
-    "local TAKE, CAL = false, 0\n",
-    include_str!("give_back.lua"),
-    include_str!("refund.lua"),
-    "local moment = at\n",
-    include_str!("calendar.lua"),
-    include_str!("find.lua"),
-    include_str!("calls.lua"),
-    include_str!("token_interval.lua"),
-    "if period_start then\n",
-    include_str!("calendar_settle.lua"),
-    "else\n",
+pub const TOKEN_BUCKET_GIVE_BACK: &str = give_back!(
+    "token_bucket",
+    24,
+    CAL 0,
     include_str!("token_bucket_give_back.lua"),
-    "end\nend\nreturn given\n",
+    include_str!("token_interval.lua")
 );
 
 // Calls in flight (slot.rs): a check's script that also takes a slot is
