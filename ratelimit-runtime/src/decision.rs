@@ -110,21 +110,16 @@ impl Receipt {
         algorithm: Algorithm,
         counted_by: CountedBy,
     ) -> Receipt {
-        Receipt {
-            at_us,
-            id: match algorithm {
-                Algorithm::SlidingLog => id,
-                _ => unique_id(),
-            },
-            cost,
-            algorithm,
-            counted_by,
-        }
+        let id = match algorithm {
+            Algorithm::SlidingLog => id,
+            _ => unique_id(),
+        };
+        Receipt::of_draw(cost, at_us, id, algorithm, counted_by)
     }
 
     /// The receipt of an allowance's draw, named by `id` whatever its algorithm: the token
     /// bucket's witness, the windows' draw number (see `backend::Draw`), which its give-back
-    /// must find as it was.
+    /// must find as it was. (Every receipt is made here.)
     pub fn of_draw(
         cost: u64,
         at_us: u64,
