@@ -1032,12 +1032,19 @@ impl Limiter {
         now_us: Option<u64>,
     ) -> Result<(), BackendError> {
         let receipt = decision.receipt();
-        if receipt.is_empty() || !self.refunds.first(key, receipt) {
+        if receipt.is_empty() {
             return Ok(());
         }
         if receipt.counted_by == CountedBy::Allowance {
-            // Back to its allowance while it lives; once given back, the call stays used.
-            self.allowances.settle_local(key, rules, receipt, None);
+            // Back to its allowance while it lives, once: an allowance, unlike the sliding
+            // log's entries, has no names to make a second refund a no-op. Once given back,
+            // the call stays used.
+            if self.refunds.first_settle(key, receipt) {
+                self.allowances.settle_local(key, rules, receipt, None);
+            }
+            return Ok(());
+        }
+        if !self.refunds.first(key, receipt) {
             return Ok(());
         }
         let counted_here = match (&self.store, receipt.counted_by) {

@@ -782,10 +782,13 @@ impl Live {
             remaining: self.room_after_draw.saturating_add(held),
             reset_after_us: self.reset_after_us.saturating_sub(elapsed_us),
             retry_after_us: 0,
+            // Named by the allowance (a settle finds it by that, and never reaches a later
+            // one), and numbered by the check within it where a backend's receipt has its
+            // time, so that each check's refund or settle is recorded once.
             receipt: match admitted {
-                true => Receipt::new(
+                true => Receipt::of_draw(
                     cost,
-                    self.last_spend_us,
+                    self.checks,
                     self.id,
                     self.receipt.algorithm,
                     CountedBy::Allowance,
