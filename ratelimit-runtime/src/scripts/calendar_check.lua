@@ -1,10 +1,10 @@
     -- A calendar rule (calendar.lua): a fixed window from period_start to period_end,
     -- judged here in place of the algorithm's arithmetic; sources.rs composes
-    -- `if period_start then <this> <bind.lua> if not period_start then <the algorithm>
-    -- <bind.lua> end`, bind.lua's `end` closing each `if`, and the last `end` the loop. Its
-    -- record holds the units counted in the period, the CAL-th byte after the record's
-    -- window (sources.rs): after the period's start where the algorithm's record starts
-    -- with a time (LATEST), alone in the token bucket's.
+    -- `if period_start then <this> <fixed_count.lua> <bind.lua> if not period_start then
+    -- <the algorithm> <bind.lua> end`, bind.lua's `end` closing each `if`, and the last
+    -- `end` the loop. Its record holds the units counted in the period, the CAL-th byte
+    -- after the record's window (sources.rs): after the period's start where the
+    -- algorithm's record starts with a time (LATEST), alone in the token bucket's.
     if period_start then
         local held = 0
         if p then
@@ -17,16 +17,7 @@
                 held = struct.unpack('<d', state, p + 16 + CAL)
             end
         end
-        local left, reset_after, retry = count - held, period_end - now, 0
-        -- A settle past the reservation may leave the period in debt (Limiter::settle).
-        if left < 0 then
-            left = 0
-        end
-        if units > count then
-            retry = NEVER
-        elseif units > left then
-            retry = reset_after
-        end
+        local reset_after = period_end - now
         if reset_after > needed then
             needed = reset_after
         end
@@ -48,3 +39,5 @@
                     .. struct.pack(OWN, period_start, held + units, 0)
             end
         end
+        -- What is left, judged by fixed_count.lua, which sources.rs composes next.
+        local left, retry = count - held, 0

@@ -17,16 +17,6 @@
             calls = k
         end
     end
-    local left, retry = count - calls, 0
-    -- A settle past the reservation may leave the window in debt (Limiter::settle).
-    if left < 0 then
-        left = 0
-    end
-    if units > count then
-        retry = NEVER
-    elseif units > left then
-        retry = reset_after
-    end
     -- Until the last rule's current window ends.
     if reset_after > needed then
         needed, reach = reset_after, reset_after
@@ -38,3 +28,5 @@
             records = records .. struct.pack('<dddd', signed, window, start, calls + units)
         end
     end
+    -- What is left, judged by fixed_count.lua, which sources.rs composes next.
+    local left, retry = count - calls, 0

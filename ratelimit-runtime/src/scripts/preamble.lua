@@ -12,6 +12,8 @@
 --   calendar_check.lua  a calendar rule's arithmetic, in place of the algorithm's
 --                  (sliding_log_calendar.lua for the sliding log);
 --   <algorithm>    the algorithm's arithmetic for one rule;
+--   fixed_count.lua  what is left of a count fixed until a reset, after calendar_check.lua,
+--                  sliding_log_calendar.lua and the fixed window's fixed_window.lua;
 --   bind.lua       the binding rule's choice, and the end of the loop;
 --   sliding_log_rerun.lua  (the sliding log) a re-sent check answers as it did;
 --   block.lua      a refusal that starts a block;

@@ -21,16 +21,7 @@
         else
             held = 0
         end
-        left, reset_after, retry = count - held, period_end - now, 0
-        -- A settle past the reservation may leave the period in debt (Limiter::settle).
-        if left < 0 then
-            left = 0
-        end
-        if units > count then
-            retry = NEVER
-        elseif units > left then
-            retry = reset_after
-        end
+        reset_after = period_end - now
         if reset_after > period_reach then
             period_reach = reset_after
         end
@@ -41,4 +32,6 @@
             periods[#periods + 1] = string.format('%d', -4503599627370496 - held - units)
             periods[#periods + 1] = member
         end
-    end
+        -- What is left, judged by fixed_count.lua, which sources.rs composes next (and the
+        -- `end` of this `if`).
+        left, retry = count - held, 0

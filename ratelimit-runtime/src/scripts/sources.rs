@@ -64,6 +64,7 @@ macro_rules! state_check {
             include_str!("find.lua"),
             include_str!("calls.lua"),
             include_str!("calendar_check.lua"),
+            include_str!("fixed_count.lua"),
             decided!(),
             "if not period_start then\n",
             $($algorithm,)+
@@ -132,6 +133,9 @@ pub const SLIDING_LOG: &str = concat!(
     include_str!("sliding_log_rules.lua"),
     include_str!("calendar.lua"),
     include_str!("sliding_log_calendar.lua"),
+    include_str!("fixed_count.lua"),
+    // The end of sliding_log_calendar.lua's `if period_start`.
+    "    end\n",
     decided!(),
     include_str!("sliding_log_rerun.lua"),
     // The log is trimmed to its rules' longest window (at least 1 µs, so that a check's
@@ -144,7 +148,8 @@ pub const SLIDING_LOG: &str = concat!(
 /// The fixed window's script.
 pub const FIXED_WINDOW: &str = state_check! {
     "fixed_window", 32, true, "<c12ddddd", "<dd", CAL 8,
-    state [], blocked [], calendar [], algorithm [include_str!("fixed_window.lua")]
+    state [], blocked [], calendar [],
+    algorithm [include_str!("fixed_window.lua"), include_str!("fixed_count.lua")]
 };
 
 /// The sliding window's script.
