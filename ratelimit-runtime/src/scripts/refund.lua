@@ -1,8 +1,9 @@
 -- Gives back the units of one admitted check of a string-state algorithm, as far as the
 -- key still holds them (algorithm::Counter::refund, which documents the arithmetic; keep
 -- the two in step). scripts/sources.rs composes it: NAME and SIZE (as for state.lua),
--- NOW (whether it reads the time), ARGS (which argument holds its numbers: 1; a settle's
--- are its third, see settle.lua), this fragment, find.lua, the algorithm's
+-- ARGS (which argument holds its numbers: 1; a settle's are its third, see settle.lua),
+-- this fragment, time.lua where the algorithm reads the time (the token bucket),
+-- refund_rules.lua (the loop over the rules), find.lua, the algorithm's
 -- <algorithm>_refund.lua, and the end of the loop.
 --
 -- KEYS[1]  the key
@@ -31,13 +32,4 @@ if name ~= NAME and name ~= string.upper(NAME) then
     return 0
 end
 local c0, w0 = struct.unpack('<dd', state, first)
-if NOW and now == 0 then
-    if not redis.REDIS_VERSION_NUM then
-        redis.replicate_commands()
-    end
-    local time = redis.call('TIME')
-    now = time[1] * 1000000 + time[2]
-end
-local given = 0
-for i = 0, rules - 1 do
-    local count, window = struct.unpack('<dd', numbers, 16 * i + 25)
+-- Then (sources.rs) time.lua where the algorithm reads it, then refund_rules.lua.

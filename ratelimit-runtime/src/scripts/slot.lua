@@ -22,39 +22,5 @@ local slots = KEYS[2]
 local slot = ARGV[#ARGV]
 local most, lease = struct.unpack('<dd', slot)
 local slot_id = string.sub(slot, 17)
-local at = struct.unpack('<d', ARGV[1], 9)
-if at == 0 then
-    if not redis.REDIS_VERSION_NUM then
-        redis.replicate_commands()
-    end
-    local time = redis.call('TIME')
-    at = time[1] * 1000000 + time[2]
-end
--- Lapsed slots are dropped only when they could be in the way: a set with room admits
--- whatever lapsed, and holds at most `most` slots.
-local in_use = redis.call('ZCARD', slots)
-if in_use >= most then
-    redis.call('ZREMRANGEBYSCORE', slots, '-inf', string.format('%d', at))
-    in_use = redis.call('ZCARD', slots)
-    if redis.call('ZSCORE', slots, slot_id) then
-        in_use = in_use - 1
-    elseif in_use >= most then
-        return {-1, in_use}
-    end
-end
-local answer
-if check then
-    answer = check()
-else
-    answer = {-2, most - in_use - 1}
-end
-local t = type(answer)
-if t == 'number' or t == 'string' or answer[1] ~= 0 then
-    redis.call('ZADD', slots, string.format('%d', at + lease), slot_id)
-    -- The set outlives its longest lease by a second, and no holder shortens it.
-    local ms = math.floor(lease / 1000) + 1000
-    if redis.call('PTTL', slots) < ms then
-        redis.call('PEXPIRE', slots, ms)
-    end
-end
-return answer
+local now = struct.unpack('<d', ARGV[1], 9)
+-- Then (sources.rs) time.lua, then slot_take.lua.

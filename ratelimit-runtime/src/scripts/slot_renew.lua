@@ -14,20 +14,4 @@ local ends = redis.call('ZSCORE', slots, ARGV[2])
 if not ends then
     return 0
 end
-if now == 0 then
-    if not redis.REDIS_VERSION_NUM then
-        redis.replicate_commands()
-    end
-    local time = redis.call('TIME')
-    now = time[1] * 1000000 + time[2]
-end
-if tonumber(ends) <= now then
-    redis.call('ZREM', slots, ARGV[2])
-    return 0
-end
-redis.call('ZADD', slots, string.format('%d', now + lease), ARGV[2])
-local ms = math.floor(lease / 1000) + 1000
-if redis.call('PTTL', slots) < ms then
-    redis.call('PEXPIRE', slots, ms)
-end
-return 1
+-- Then (sources.rs) time.lua, then slot_renew_lease.lua.

@@ -77,16 +77,30 @@ macro_rules! state_check {
 
 /// The first line of a string-state algorithm's refund, settle or give-back (refund.lua).
 macro_rules! refund_name {
-    ($name:literal, $size:literal, $now:literal, $args:literal) => {
-        concat!("local NAME, SIZE, NOW, ARGS = '", $name, "', ", $size, ", ", $now, ", ", $args, "\n")
+    ($name:literal, $size:literal, $args:literal) => {
+        concat!("local NAME, SIZE, ARGS = '", $name, "', ", $size, ", ", $args, "\n")
     };
 }
 
-/// The reservation's calls found at its moment (refund.lua); `located` comes after them.
+/// Whether a refund, settle or give-back reads the time (`now`, refund.lua): the token
+/// bucket's refund and settle do.
+macro_rules! refund_time {
+    (true) => {
+        include_str!("time.lua")
+    };
+    (false) => {
+        ""
+    };
+}
+
+/// The reservation's calls found at its moment (refund.lua), `now` read as `$now` says;
+/// `located` comes after them.
 macro_rules! located {
-    ($($located:expr),*) => {
+    ($now:tt $(, $located:expr)*) => {
         concat!(
             include_str!("refund.lua"),
+            refund_time!($now),
+            include_str!("refund_rules.lua"),
             "local moment = at\n",
             include_str!("calendar.lua"),
             include_str!("find.lua"),
@@ -169,12 +183,12 @@ pub const TOKEN_BUCKET: &str = state_check! {
 
 /// The refund of a string-state algorithm's check.
 macro_rules! refund {
-    ($name:literal, $size:literal, $now:literal, CAL $cal:literal $(, $located:expr)?) => {
+    ($name:literal, $size:literal, $now:tt, CAL $cal:literal $(, $located:expr)?) => {
         concat!(
-            refund_name!($name, $size, $now, 1),
+            refund_name!($name, $size, 1),
             "local calls_taken = 1\n",
             "local TAKE, CAL = false, ", $cal, "\n",
-            located!($($located)?),
+            located!($now $(, $located)?),
             give_calls_back!(include_str!(concat!($name, "_refund.lua"))),
         )
     };
@@ -204,13 +218,13 @@ pub const SLIDING_LOG_REFUND: &str =
 
 /// The settle (settle.lua) of a string-state algorithm.
 macro_rules! settle {
-    ($name:literal, $size:literal, $now:literal, CAL $cal:literal $(, $located:expr)?) => {
+    ($name:literal, $size:literal, $now:tt, CAL $cal:literal $(, $located:expr)?) => {
         concat!(
-            refund_name!($name, $size, $now, 3),
+            refund_name!($name, $size, 3),
             "local CAL = ", $cal, "\n",
             "local calls_taken = 1\n",
             include_str!("settle.lua"),
-            located!($($located)?),
+            located!($now $(, $located)?),
             "if signed < 0 then\nelseif period_start then\n",
             include_str!("calendar_settle.lua"),
             "elseif TAKE then\n",
@@ -240,10 +254,10 @@ pub const SLIDING_LOG_GIVE_BACK: &str =
 macro_rules! give_back {
     ($name:literal, $size:literal, CAL $cal:literal, $give_back:expr $(, $located:expr)?) => {
         concat!(
-            refund_name!($name, $size, false, 1),
+            refund_name!($name, $size, 1),
             "local TAKE, CAL = false, ", $cal, "\n",
             include_str!("give_back.lua"),
-            located!($($located)?),
+            located!(false $(, $located)?),
             give_calls_back!($give_back),
         )
     };
@@ -274,12 +288,25 @@ pub const TOKEN_BUCKET_GIVE_BACK: &str = give_back!(
 
 /// The slot's part of a check that takes one (see slot.lua).
 #[allow(dead_code)] // the tests that EVAL the check scripts do not use it
-pub const SLOT: &str = include_str!("slot.lua");
+pub const SLOT: &str =
+    concat!(include_str!("slot.lua"), include_str!("time.lua"), include_str!("slot_take.lua"));
 
 /// A slot's renewal.
 #[allow(dead_code)] // the tests that EVAL the check scripts do not use it
-pub const SLOT_RENEW: &str = include_str!("slot_renew.lua");
+pub const SLOT_RENEW: &str = concat!(
+    include_str!("slot_renew.lua"),
+    include_str!("time.lua"),
+    include_str!("slot_renew_lease.lua"),
+);
 
 /// How many slots of a key are held.
 #[allow(dead_code)] // the tests that EVAL the check scripts do not use it
 pub const SLOTS_IN_USE: &str = include_str!("slots_in_use.lua");
+
+/// `Limiter::block`'s script (backend/redis/block.rs).
+#[allow(dead_code)] // the tests that EVAL the check scripts do not use it
+pub const BLOCK_KEY: &str = concat!(
+    include_str!("block_key.lua"),
+    include_str!("time.lua"),
+    include_str!("block_key_write.lua"),
+);

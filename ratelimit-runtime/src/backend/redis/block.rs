@@ -10,9 +10,9 @@ use super::RedisBackend;
 use crate::clock::{Clock, SystemClock};
 use crate::BackendError;
 
-/// `scripts/block_key.lua`, hashed once per process.
+/// `scripts/block_key.lua` (composed by scripts/sources.rs), hashed once per process.
 static BLOCK: LazyLock<Script> = LazyLock::new(|| Script::new(SOURCE));
-const SOURCE: &str = include_str!("../../scripts/block_key.lua");
+const SOURCE: &str = super::script::sources::BLOCK_KEY;
 
 impl RedisBackend {
     /// Blocks `key` for `block_for_us` from `now_us` (`None`: the server's time, or this

@@ -16,7 +16,7 @@ use crate::warning::Crossing;
 use crate::{random, Algorithm, Rule};
 
 /// The scripts' sources, composed from shared fragments.
-mod sources {
+pub(super) mod sources {
     include!("../../scripts/sources.rs");
 }
 
