@@ -1,7 +1,5 @@
-    -- Fixed window: only while the record still counts the window the units were
-    -- counted in.
-    if p then
-        local start, calls = struct.unpack('<dd', state, p + 16)
+        -- Fixed window: only while the record still counts the window the units were
+        -- counted in.
         if start <= at and at < start + window and calls > 0 then
             calls = calls - units
             if calls < 0 then
@@ -10,4 +8,3 @@
             redis.call('SETRANGE', key, p + 23, struct.pack('<d', calls))
             given = given + 1
         end
-    end

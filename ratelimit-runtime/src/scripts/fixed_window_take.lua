@@ -1,9 +1,6 @@
-    -- Fixed window: into the window the reservation was counted in, while the record
-    -- still counts it.
-    if p then
-        local start, calls = struct.unpack('<dd', state, p + 16)
+        -- Fixed window: into the window the reservation was counted in, while the record
+        -- still counts it.
         if start <= at and at < start + window then
             redis.call('SETRANGE', key, p + 23, struct.pack('<d', calls + units))
             given = given + 1
         end
-    end

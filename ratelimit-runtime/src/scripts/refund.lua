@@ -4,7 +4,7 @@
 -- ARGS (which argument holds its numbers: 1; a settle's are its third, see settle.lua),
 -- this fragment, time.lua where the algorithm reads the time (the token bucket),
 -- refund_rules.lua (the loop over the rules), find.lua, the algorithm's
--- <algorithm>_refund.lua, and the end of the loop.
+-- <algorithm>_found.lua and <algorithm>_refund.lua, and the end of the loop.
 --
 -- KEYS[1]  the key
 -- ARGV[1]  little-endian doubles (struct '<d'): the time the check was counted at (µs),

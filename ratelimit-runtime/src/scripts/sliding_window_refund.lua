@@ -1,13 +1,5 @@
-    -- Sliding window: from the current window's count while the units were counted in
-    -- it, from the previous one's once a window has started since.
-    if p then
-        local start, curr, prev = struct.unpack('<ddd', state, p + 16)
-        local n, at_byte = 0, nil
-        if start <= at and at < start + window then
-            n, at_byte = curr, p + 23
-        elseif at < start and start - at <= window then
-            n, at_byte = prev, p + 31
-        end
+        -- Sliding window: from the current window's count while the units were counted in
+        -- it, from the previous one's once a window has started since.
         if n > 0 then
             n = n - units
             if n < 0 then
@@ -16,4 +8,3 @@
             redis.call('SETRANGE', key, at_byte, struct.pack('<d', n))
             given = given + 1
         end
-    end

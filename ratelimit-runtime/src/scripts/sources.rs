@@ -110,6 +110,15 @@ macro_rules! located {
     };
 }
 
+/// An algorithm's part of a refund, settle or give-back, for one rule: its record read
+/// where find.lua found it (`<name>_found.lua`, which opens `if p then`), then `part`,
+/// then the `end` of that `if`.
+macro_rules! on_record {
+    ($name:literal, $($part:expr),+) => {
+        concat!(include_str!(concat!($name, "_found.lua")), $($part,)+ "    end\n")
+    };
+}
+
 /// Gives calls back: to their calendar counter when a calendar rule holds them, else by
 /// the algorithm's `give_back` part.
 macro_rules! give_calls_back {
@@ -181,15 +190,29 @@ pub const TOKEN_BUCKET: &str = state_check! {
     algorithm [include_str!("token_interval.lua"), include_str!("token_bucket.lua")]
 };
 
-/// The refund of a string-state algorithm's check.
-macro_rules! refund {
-    ($name:literal, $size:literal, $now:tt, CAL $cal:literal $(, $located:expr)?) => {
+/// Gives back units and calls of a string-state algorithm, `head` having read which (a
+/// refund's, a give-back's): `part` for each rule.
+macro_rules! gives_back {
+    (
+        $name:literal, $size:literal, $now:tt, CAL $cal:literal, $head:expr, $part:expr
+        $(, $located:expr)?
+    ) => {
         concat!(
             refund_name!($name, $size, 1),
-            "local calls_taken = 1\n",
             "local TAKE, CAL = false, ", $cal, "\n",
+            $head,
             located!($now $(, $located)?),
-            give_calls_back!(include_str!(concat!($name, "_refund.lua"))),
+            give_calls_back!(on_record!($name, $part)),
+        )
+    };
+}
+
+/// The refund of a string-state algorithm's check: its cost, and one call.
+macro_rules! refund {
+    ($name:literal, $size:literal, $now:tt, CAL $cal:literal $(, $located:expr)?) => {
+        gives_back!(
+            $name, $size, $now, CAL $cal, "local calls_taken = 1\n",
+            include_str!(concat!($name, "_refund.lua")) $(, $located)?
         )
     };
 }
@@ -227,10 +250,15 @@ macro_rules! settle {
             located!($now $(, $located)?),
             "if signed < 0 then\nelseif period_start then\n",
             include_str!("calendar_settle.lua"),
-            "elseif TAKE then\n",
-            include_str!(concat!($name, "_take.lua")),
             "else\n",
-            include_str!(concat!($name, "_refund.lua")),
+            on_record!(
+                $name,
+                "if TAKE then\n",
+                include_str!(concat!($name, "_take.lua")),
+                "else\n",
+                include_str!(concat!($name, "_refund.lua")),
+                "end\n"
+            ),
             "end\nend\nend\nsettle()\n",
         )
     };
@@ -250,15 +278,12 @@ pub const TOKEN_BUCKET_SETTLE: &str =
 pub const SLIDING_LOG_GIVE_BACK: &str =
     concat!(include_str!("sliding_log_give_back.lua"), sliding_log_periods!("return removed\n"));
 
-/// Gives back a draw of a string-state algorithm, once.
+/// Gives back a draw of a string-state algorithm, once (give_back.lua).
 macro_rules! give_back {
     ($name:literal, $size:literal, CAL $cal:literal, $give_back:expr $(, $located:expr)?) => {
-        concat!(
-            refund_name!($name, $size, 1),
-            "local TAKE, CAL = false, ", $cal, "\n",
-            include_str!("give_back.lua"),
-            located!(false $(, $located)?),
-            give_calls_back!($give_back),
+        gives_back!(
+            $name, $size, false, CAL $cal, include_str!("give_back.lua"), $give_back
+            $(, $located)?
         )
     };
 }

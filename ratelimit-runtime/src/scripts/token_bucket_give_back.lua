@@ -1,8 +1,6 @@
-    -- The draw's unused units were its last slots, ending at the `tat` it left (its
-    -- witness, which its first such rule still holds when no later charge came): the
-    -- frontier moves back over them. Otherwise they come back by refill.
-    if p then
-        local tat = struct.unpack('<d', state, p + 16)
+        -- The draw's unused units were its last slots, ending at the `tat` it left (its
+        -- witness, which its first such rule still holds when no later charge came): the
+        -- frontier moves back over them. Otherwise they come back by refill.
         if moved == nil then
             moved = tat ~= witness
         end
@@ -10,4 +8,3 @@
             redis.call('SETRANGE', key, p + 15, struct.pack('<d', tat - units * interval))
             given = given + 1
         end
-    end

@@ -1,10 +1,8 @@
-    -- Token bucket: what of the units given back has not refilled yet, as if the m units
-    -- of the reservation they are part of were the last to drain from a bucket full
-    -- before them, and these the last of those: all n until at + (m - n) * T, then less
-    -- what has passed since, none after at + m * T; the tat never goes below now (a full
-    -- bucket). Keep in step with algorithm/token_bucket.rs.
-    if p then
-        local tat = struct.unpack('<d', state, p + 16)
+        -- Token bucket: what of the units given back has not refilled yet, as if the m
+        -- units of the reservation they are part of were the last to drain from a bucket
+        -- full before them, and these the last of those: all n until at + (m - n) * T,
+        -- then less what has passed since, none after at + m * T; the tat never goes
+        -- below now (a full bucket). Keep in step with algorithm/token_bucket.rs.
         local from = now
         if at > from then
             from = at
@@ -29,4 +27,3 @@
             redis.call('SETRANGE', key, p + 15, struct.pack('<d', tat))
             given = given + 1
         end
-    end

@@ -1,7 +1,6 @@
-    -- Token bucket: the excess taken from now (or from the reservation, if later): the
-    -- tat moves on by units * T from there, in debt past the burst span if need be.
-    if p then
-        local tat = struct.unpack('<d', state, p + 16)
+        -- Token bucket: the excess taken from now (or from the reservation, if later):
+        -- the tat moves on by units * T from there, in debt past the burst span if need
+        -- be.
         local from = now
         if at > from then
             from = at
@@ -29,4 +28,3 @@
             moved = now + ms * 1000
             redis.call('SETRANGE', key, #NAME, struct.pack('<d', moved))
         end
-    end
