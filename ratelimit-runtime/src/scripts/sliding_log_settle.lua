@@ -1,6 +1,6 @@
 -- Settles a reservation of the sliding log, then answers as a peek of cost 1
--- (Limiter::settle): this fragment, then the sliding log's check script, which answers
--- the peek. scripts/sources.rs composes it.
+-- (Limiter::settle): sliding_log_members.lua, this fragment, then the sliding log's
+-- check script, which answers the peek. scripts/sources.rs composes it.
 --
 -- KEYS[1]  the key
 -- ARGV[1]  the peek's numbers, as preamble.lua reads them (a peek of cost 1 of every rule)
@@ -29,32 +29,12 @@ local function settle()
         -- Its entries are gone: nothing is counted any more, nothing to give back.
         return 0, 0
     end
-    -- In batches, as Lua's stack bounds the arguments of one call.
-    local args, n, changed = {}, 0, 0
-    local from, to = actual + 1, reserved
+    -- The members above the actual removed, or those above the reservation added at the
+    -- check's time (sliding_log_members.lua).
     if take then
-        from, to = reserved + 1, actual
+        return members(key, id, reserved + 1, actual, '', stamp, 'NX'), tonumber(stamp)
     end
-    for k = from, to do
-        local member = id
-        if k > 1 then
-            member = id .. k
-        end
-        if take then
-            args[n + 1], args[n + 2], n = stamp, member, n + 2
-        else
-            args[n + 1], n = member, n + 1
-        end
-        if n >= 1000 or k == to then
-            if take then
-                changed = changed + redis.call('ZADD', key, 'NX', unpack(args, 1, n))
-            else
-                changed = changed - redis.call('ZREM', key, unpack(args, 1, n))
-            end
-            n = 0
-        end
-    end
-    return changed, tonumber(stamp)
+    return -members(key, id, actual + 1, reserved, '', nil), tonumber(stamp)
 end
 local delta, moment = settle()
 local period_numbers, delta_calls = ARGV[1], 0

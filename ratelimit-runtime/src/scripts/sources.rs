@@ -146,6 +146,18 @@ macro_rules! sliding_log_periods {
     };
 }
 
+/// The sliding log's settle and give-back, which change a check's or draw's members by
+/// name: `members` (sliding_log_members.lua) for `$script`, then the calendar counters.
+macro_rules! sliding_log_by_name {
+    ($script:literal $(, $last:expr)?) => {
+        concat!(
+            include_str!("sliding_log_members.lua"),
+            include_str!($script),
+            sliding_log_periods!($($last)?),
+        )
+    };
+}
+
 /// The sliding log's script.
 pub const SLIDING_LOG: &str = concat!(
     check_head!(),
@@ -232,8 +244,7 @@ pub const TOKEN_BUCKET_REFUND: &str =
 // process).
 
 /// The sliding log's settle: the reservation settled by name, then its calendar counters.
-pub const SLIDING_LOG_SETTLE: &str =
-    concat!(include_str!("sliding_log_settle.lua"), sliding_log_periods!());
+pub const SLIDING_LOG_SETTLE: &str = sliding_log_by_name!("sliding_log_settle.lua");
 
 /// The sliding log's refund of a check with calendar rules (others are a ZREM).
 pub const SLIDING_LOG_REFUND: &str =
@@ -276,7 +287,7 @@ pub const TOKEN_BUCKET_SETTLE: &str =
 
 /// Gives back a draw of the sliding log (backend::GiveBack).
 pub const SLIDING_LOG_GIVE_BACK: &str =
-    concat!(include_str!("sliding_log_give_back.lua"), sliding_log_periods!("return removed\n"));
+    sliding_log_by_name!("sliding_log_give_back.lua", "return removed\n");
 
 /// Gives back a draw of a string-state algorithm, once (give_back.lua).
 macro_rules! give_back {
