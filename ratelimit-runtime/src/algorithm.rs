@@ -394,11 +394,21 @@ impl Block {
     }
 
     /// The time `call` is counted at, `latest_us` being the newest time the key's state
-    /// records (see [`Clamp`]); or, while the block lasts, the call's refusal.
-    fn clamp(&self, call: &Call<'_>, latest_us: Option<u64>) -> Result<Clamp, Outcome> {
+    /// records (see [`Clamp`]), and the hold a draw by `algorithm` gets there
+    /// ([`draw_hold_us`]; 0 for a check); or, while the block lasts, the call's refusal.
+    fn clamp(
+        &self,
+        call: &Call<'_>,
+        latest_us: Option<u64>,
+        algorithm: Algorithm,
+    ) -> Result<(Clamp, u64), Outcome> {
         let clamp = Clamp::new(call.now_us, latest_us);
         if clamp.at_us >= self.until_us {
-            return Ok(clamp);
+            let hold_us = match call.hold_us {
+                0 => 0,
+                asked => draw_hold_us(call.rules, algorithm, clamp.at_us, asked),
+            };
+            return Ok((clamp, hold_us));
         }
         let left_us = self.until_us - clamp.at_us + clamp.lag_us;
         Err(Outcome::unwritten(RawDecision {

@@ -372,15 +372,11 @@ impl<A: PerRule> Counter for State<A> {
             consume,
             ..
         } = *call;
-        let clamp = match block.clamp(call, self.latest_us()) {
-            Ok(clamp) => clamp,
+        let (clamp, hold_us) = match block.clamp(call, self.latest_us(), A::ALGORITHM) {
+            Ok(counted) => counted,
             Err(refused) => return refused,
         };
         let Clamp { at_us: now, lag_us } = clamp;
-        let hold_us = match call.hold_us {
-            0 => 0,
-            asked => super::draw_hold_us(rules, A::ALGORITHM, now, asked),
-        };
         // The verdicts of the first rules, kept for the write: judging again would divide
         // again, which costs more than keeping them.
         let mut kept = [None; KEPT];

@@ -284,15 +284,11 @@ impl Counter for State {
             consume,
             ..
         } = *call;
-        let clamp = match block.clamp(call, self.latest_us()) {
-            Ok(clamp) => clamp,
+        let (clamp, hold_us) = match block.clamp(call, self.latest_us(), Algorithm::SlidingLog) {
+            Ok(counted) => counted,
             Err(refused) => return refused,
         };
         let Clamp { at_us: now, lag_us } = clamp;
-        let hold_us = match call.hold_us {
-            0 => 0,
-            asked => super::draw_hold_us(rules, Algorithm::SlidingLog, now, asked),
-        };
         // Stale entries are skipped by every count, as the script's ZCOUNTs do. Whether a
         // rule counts calls or in calendar periods is noted on the way, not found by a
         // second pass; a calendar rule's counter needs the log no longer than the others.
