@@ -709,18 +709,9 @@ mod tests {
 
     fn request(key: &str, algorithm: Algorithm, consume: bool) -> Request<'_> {
         Request {
-            key,
-            rules: &RULES,
             algorithm,
-            cost: NonZeroU64::MIN,
-            consume,
-            now_us: 0,
-            block_for_us: None,
             refundable: false,
-            slot: None,
-            warn_at: 0,
-            draw: None,
-            allowance_ms: 0,
+            ..Request::new(key, &RULES, consume)
         }
     }
 

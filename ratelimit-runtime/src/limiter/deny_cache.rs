@@ -136,18 +136,9 @@ mod tests {
 
     fn request(key: &str, cost: u64) -> Request<'_> {
         Request {
-            key,
-            rules: &RULES,
-            algorithm: Algorithm::SlidingLog,
             cost: NonZeroU64::new(cost).unwrap(),
-            consume: true,
-            now_us: 0,
-            block_for_us: None,
             refundable: false,
-            slot: None,
-            warn_at: 0,
-            draw: None,
-            allowance_ms: 0,
+            ..Request::new(key, &RULES, true)
         }
     }
 

@@ -912,18 +912,10 @@ mod tests {
 
     fn request(rules: &[Rule], algorithm: Algorithm, consume: bool) -> Request<'_> {
         Request {
-            key: "k",
-            rules,
             algorithm,
             cost: NonZeroU64::new(2).unwrap(),
-            consume,
-            now_us: 0,
-            block_for_us: None,
             refundable: false,
-            slot: None,
-            warn_at: 0,
-            draw: None,
-            allowance_ms: 0,
+            ..Request::new("k", rules, consume)
         }
     }
 
