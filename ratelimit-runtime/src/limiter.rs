@@ -1047,13 +1047,7 @@ impl Limiter {
         if !self.refunds.first(key, receipt) {
             return Ok(());
         }
-        let counted_here = match (&self.store, receipt.counted_by) {
-            (Store::Memory(_), CountedBy::Memory) => true,
-            #[cfg(feature = "redis")]
-            (Store::Redis(_), CountedBy::Redis) => true,
-            _ => false,
-        };
-        if !counted_here {
+        if !self.counted_here(receipt.counted_by) {
             return match &self.fallback {
                 Some(fallback) => {
                     Box::pin(fallback.refund_at_us(key, rules, decision, now_us)).await
@@ -1069,6 +1063,17 @@ impl Limiter {
         }
         self.forget_denial(key);
         Ok(())
+    }
+
+    /// Whether this limiter's own store counted a receipt counted by `counted_by`: one
+    /// counted elsewhere (by its fallback) is refunded or settled there.
+    fn counted_here(&self, counted_by: CountedBy) -> bool {
+        match (&self.store, counted_by) {
+            (Store::Memory(_), CountedBy::Memory) => true,
+            #[cfg(feature = "redis")]
+            (Store::Redis(_), CountedBy::Redis) => true,
+            _ => false,
+        }
     }
 
     /// Forgets the deny cache's denial of `key` once a settle, refund, block or reset
@@ -1178,13 +1183,7 @@ impl Limiter {
             now_us,
             ..Request::new(key, rules, false)
         };
-        let counted_here = match (&self.store, receipt.counted_by) {
-            (Store::Memory(_), CountedBy::Memory) => true,
-            #[cfg(feature = "redis")]
-            (Store::Redis(_), CountedBy::Redis) => true,
-            _ => false,
-        };
-        if !counted_here {
+        if !self.counted_here(receipt.counted_by) {
             return match &self.fallback {
                 Some(fallback) => {
                     Box::pin(fallback.settle_at_us(key, rules, decision, actual, now_us)).await
