@@ -38,24 +38,21 @@ pub struct Decision {
     pub(crate) receipt: Receipt,
 }
 
-impl PartialEq for Decision {
-    fn eq(&self, other: &Self) -> bool {
-        let figures = |d: &Decision| {
-            (
-                d.allowed,
-                d.limit,
-                d.remaining,
-                d.reset_after,
-                d.retry_after,
-                d.rule,
-                d.rule_index,
-            )
-        };
-        figures(self) == figures(other)
-    }
+/// `PartialEq` and `Eq` of a decision by the figures named: what it says, not the receipt
+/// (nor the crossings) that name what was counted.
+macro_rules! eq_by_figures {
+    ($decision:ty: $($figure:ident),+) => {
+        impl PartialEq for $decision {
+            fn eq(&self, other: &Self) -> bool {
+                $(self.$figure == other.$figure)&&+
+            }
+        }
+
+        impl Eq for $decision {}
+    };
 }
 
-impl Eq for Decision {}
+eq_by_figures!(Decision: allowed, limit, remaining, reset_after, retry_after, rule, rule_index);
 
 impl Decision {
     /// What a refund of this decision needs.
@@ -196,22 +193,7 @@ pub(crate) struct RawDecision {
     pub crossed: Crossings,
 }
 
-impl PartialEq for RawDecision {
-    fn eq(&self, other: &Self) -> bool {
-        let figures = |d: &RawDecision| {
-            (
-                d.allowed,
-                d.rule_index,
-                d.remaining,
-                d.reset_after_us,
-                d.retry_after_us,
-            )
-        };
-        figures(self) == figures(other)
-    }
-}
-
-impl Eq for RawDecision {}
+eq_by_figures!(RawDecision: allowed, rule_index, remaining, reset_after_us, retry_after_us);
 
 impl RawDecision {
     /// `retry_after_us` of a call that can never pass (the scripts answer -1).
