@@ -69,6 +69,25 @@ pub struct Guard {
     limiter: Option<&'static Limiter>,
 }
 
+/// Panics, as `ctor` does (`Guard::new`, `RateLimitMiddleware::new`), when `name` (its
+/// `noun` in the message) is malformed or `rules` is empty; the message suggests `example`.
+#[track_caller]
+pub(crate) fn assert_named_rules(
+    ctor: &str,
+    noun: &str,
+    name: &str,
+    rules: &[Rule],
+    example: &str,
+) {
+    if let Err(why) = check_name(name) {
+        panic!("{ctor}: malformed {noun} {name:?}: {why}; {NAME_FORM}");
+    }
+    assert!(
+        !rules.is_empty(),
+        "{ctor}(\"{name}\", ..): no rules; give at least one rule (e.g. [{example}])"
+    );
+}
+
 impl Guard {
     /// A guard named `name` checking `rules`, per client IP, with the sliding log, on the
     /// [global limiter](crate::global), under the key prefix `"rate_limit:"`.
@@ -80,13 +99,12 @@ impl Guard {
     /// key's last part, a metric label and a Redis hash field. Both are usually written in
     /// the code, like routes.
     pub fn new(name: &'static str, rules: &'static [Rule]) -> Guard {
-        if let Err(why) = check_name(name) {
-            panic!("Guard::new: malformed guard name {name:?}: {why}; {NAME_FORM}");
-        }
-        assert!(
-            !rules.is_empty(),
-            "Guard::new(\"{name}\", ..): no rules; give at least one rule (e.g. \
-             [Rule::per_minute(100)])"
+        assert_named_rules(
+            "Guard::new",
+            "guard name",
+            name,
+            rules,
+            "Rule::per_minute(100)",
         );
         Guard {
             name,

@@ -28,7 +28,6 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use http::Extensions;
-use ratelimit_rule_text::{check_name, NAME_FORM};
 use reqwest::header::{HeaderValue, RETRY_AFTER};
 use reqwest::{Request, Response, StatusCode};
 use reqwest_middleware::{Middleware, Next};
@@ -161,13 +160,12 @@ impl RateLimitMiddleware {
     /// digits, `_`, `.` and `-` separated by `::` or `/` (a guard's name): it is part of a
     /// key, a metric label and a Redis hash field.
     pub fn new(name: &'static str, rules: &'static [Rule]) -> RateLimitMiddleware {
-        if let Err(why) = check_name(name) {
-            panic!("RateLimitMiddleware::new: malformed name {name:?}: {why}; {NAME_FORM}");
-        }
-        assert!(
-            !rules.is_empty(),
-            "RateLimitMiddleware::new(\"{name}\", ..): no rules; give at least one rule (e.g. \
-             [Rule::per_second(50)])"
+        crate::guard::assert_named_rules(
+            "RateLimitMiddleware::new",
+            "name",
+            name,
+            rules,
+            "Rule::per_second(50)",
         );
         RateLimitMiddleware {
             name,
