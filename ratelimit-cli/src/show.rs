@@ -199,10 +199,6 @@ pub fn overrides(hash: &str, fields: &[StoredOverride], json: bool) {
         print_json(&json!({ "hash": hash, "overrides": fields }));
         return;
     }
-    if fields.is_empty() {
-        println!("no overrides in {hash}");
-        return;
-    }
     let rows = fields
         .iter()
         .map(|f| {
@@ -216,8 +212,7 @@ pub fn overrides(hash: &str, fields: &[StoredOverride], json: bool) {
             ]
         })
         .collect();
-    println!("{hash}:");
-    print!("{}", table(&["field", "value", "in force"], rows));
+    hash_table(hash, "overrides", &["field", "value", "in force"], rows);
 }
 
 /// The bans in force: identity and time left.
@@ -230,16 +225,21 @@ pub fn bans(hash: &str, bans: &[(String, Duration)], json: bool) {
         print_json(&json!({ "hash": hash, "bans": bans }));
         return;
     }
-    if bans.is_empty() {
-        println!("no bans in {hash}");
-        return;
-    }
     let rows = bans
         .iter()
         .map(|(identity, left)| vec![identity.clone(), duration(*left)])
         .collect();
+    hash_table(hash, "bans", &["identity", "ends in"], rows);
+}
+
+/// What `hash` holds of `what`, one row each under `headers`; none: says so.
+fn hash_table(hash: &str, what: &str, headers: &[&str], rows: Vec<Vec<String>>) {
+    if rows.is_empty() {
+        println!("no {what} in {hash}");
+        return;
+    }
     println!("{hash}:");
-    print!("{}", table(&["identity", "ends in"], rows));
+    print!("{}", table(headers, rows));
 }
 
 /// What a stored value sets, in the rules' own words.
