@@ -30,24 +30,11 @@ impl RedisBackend {
             None if self.client_clock.load(Ordering::Relaxed) => SystemClock.now_us(),
             None => 0,
         };
-        let mut evalsha = redis::cmd("EVALSHA");
-        evalsha
-            .arg(BLOCK.get_hash())
-            .arg(1)
-            .arg(key)
-            .arg(block_for_us)
-            .arg(now_us);
-        let eval = || {
-            let mut eval = redis::cmd("EVAL");
-            eval.arg(SOURCE)
-                .arg(1)
-                .arg(key)
-                .arg(block_for_us)
-                .arg(now_us);
-            Some(eval)
+        let args = |cmd: &mut redis::Cmd| {
+            cmd.arg(1).arg(key).arg(block_for_us).arg(now_us);
         };
         let deadline = self.deadline(self.config.timeout);
-        self.send_script(key, &evalsha, eval, true, deadline)
+        self.run_script(key, (&BLOCK, SOURCE), args, true, deadline)
             .await
             .map(drop)
             .map_err(|failure| self.error(key, failure))

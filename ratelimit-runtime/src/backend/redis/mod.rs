@@ -52,7 +52,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{Cmd, Value};
+use redis::{Cmd, Script, Value};
 use tokio::time::{timeout_at, Instant};
 
 mod block;
@@ -253,6 +253,28 @@ impl RedisBackend {
             },
             reply => reply,
         }
+    }
+
+    /// Runs `script`, whose body is `source`, for `key` with `args` after the script (see
+    /// [`send_script`](Self::send_script)): its `EVALSHA`, and its `EVAL`, made only when
+    /// the server does not know the script.
+    async fn run_script(
+        &self,
+        key: &str,
+        (script, source): (&Script, &str),
+        args: impl Fn(&mut Cmd),
+        harmless: bool,
+        deadline: Instant,
+    ) -> Result<Value, Failure> {
+        let mut evalsha = redis::cmd("EVALSHA");
+        args(evalsha.arg(script.get_hash()));
+        let eval = || {
+            let mut eval = redis::cmd("EVAL");
+            args(eval.arg(source));
+            Some(eval)
+        };
+        self.send_script(key, &evalsha, eval, harmless, deadline)
+            .await
     }
 
     async fn run(&self, request: &Request<'_>, deadline: Instant) -> Result<RawDecision, Failure> {

@@ -28,24 +28,15 @@ impl RedisBackend {
     ) -> Result<(), BackendError> {
         let key = minute_key(prefix, site, minute);
         let expires_at = (minute + 1 + KEPT_MINUTES) * 60;
-        let command = |mut cmd: redis::Cmd| {
+        let args = |cmd: &mut redis::Cmd| {
             cmd.arg(1).arg(&key).arg(CAP).arg(expires_at);
             for (identity, n) in counts {
                 cmd.arg(identity).arg(*n);
             }
-            cmd
-        };
-        let mut evalsha = redis::cmd("EVALSHA");
-        evalsha.arg(ADD_SCRIPT.get_hash());
-        let evalsha = command(evalsha);
-        let eval = || {
-            let mut eval = redis::cmd("EVAL");
-            eval.arg(ADD);
-            Some(command(eval))
         };
         let deadline = self.deadline(self.config.timeout.max(Duration::from_secs(1)));
         // Not harmless: run twice, it would add the refusals twice.
-        self.send_script(&key, &evalsha, eval, false, deadline)
+        self.run_script(&key, (&ADD_SCRIPT, ADD), args, false, deadline)
             .await
             .map_err(|failure| self.error(&key, failure))?;
         Ok(())
@@ -61,22 +52,13 @@ impl RedisBackend {
         n: usize,
     ) -> Result<Vec<(String, u64)>, BackendError> {
         let keys: Vec<String> = minutes.map(|m| minute_key(prefix, site, m)).collect();
-        let command = |mut cmd: redis::Cmd| {
+        let args = |cmd: &mut redis::Cmd| {
             cmd.arg(keys.len()).arg(&keys).arg(n);
-            cmd
-        };
-        let mut evalsha = redis::cmd("EVALSHA");
-        evalsha.arg(READ_SCRIPT.get_hash());
-        let evalsha = command(evalsha);
-        let eval = || {
-            let mut eval = redis::cmd("EVAL");
-            eval.arg(READ);
-            Some(command(eval))
         };
         let key = &keys[0];
         let deadline = self.deadline(self.config.timeout.max(Duration::from_secs(1)));
         let reply = self
-            .send_script(key, &evalsha, eval, true, deadline)
+            .run_script(key, (&READ_SCRIPT, READ), args, true, deadline)
             .await
             .map_err(|failure| self.error(key, failure))?;
         let unexpected = |what: String| self.error(key, Failure::Unexpected(what.into()));

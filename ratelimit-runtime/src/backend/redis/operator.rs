@@ -48,16 +48,12 @@ impl RedisBackend {
     /// What `key` holds, decoded by the algorithms' own code; `None` when it is absent. An
     /// error when it holds something the limiter does not write.
     pub(crate) async fn read_key(&self, key: &str) -> Result<Option<Held>, BackendError> {
-        let mut evalsha = redis::cmd("EVALSHA");
-        evalsha.arg(INSPECT.get_hash()).arg(1).arg(key);
-        let eval = || {
-            let mut eval = redis::cmd("EVAL");
-            eval.arg(SOURCE).arg(1).arg(key);
-            Some(eval)
+        let args = |cmd: &mut Cmd| {
+            cmd.arg(1).arg(key);
         };
         let deadline = self.operator_deadline();
         let reply = self
-            .send_script(key, &evalsha, eval, true, deadline)
+            .run_script(key, (&INSPECT, SOURCE), args, true, deadline)
             .await
             .map_err(|failure| self.error(key, failure))?;
         let unexpected = |what: String| self.error(key, Failure::Unexpected(what.into()));
