@@ -295,29 +295,32 @@ mod tests {
 
     #[test]
     fn the_identity_is_the_part_between_the_prefix_and_the_site() {
-        let of = |key, site| identity_of(key, site);
-        assert_eq!(
-            of("rate_limit:ip:203.0.113.9:my_app::send", "my_app::send"),
-            Some(("rate_limit:", "ip:203.0.113.9".to_owned()))
-        );
-        assert_eq!(
-            of("app:user:42:export", "export"),
-            Some(("app:", "user:42".to_owned()))
-        );
-        assert_eq!(
-            of("custom:alice:search", "search"),
-            Some(("", "custom:alice".to_owned()))
-        );
-        assert_eq!(
-            of("rate_limit:global:api", "api"),
-            Some(("rate_limit:", "global".to_owned()))
-        );
-        assert_eq!(
-            of("rate_limit:ip:2001%3Adb8%3A%3A1:api", "api"),
-            Some(("rate_limit:", "ip:2001%3Adb8%3A%3A1".to_owned()))
-        );
-        assert_eq!(of("hist:tom:reply", "programmatic"), None);
-        assert_eq!(of("rate_limit:out:payments", "out:payments"), None);
+        // (key, site, its prefix and identity)
+        let cases = [
+            (
+                "rate_limit:ip:203.0.113.9:my_app::send",
+                "my_app::send",
+                Some(("rate_limit:", "ip:203.0.113.9")),
+            ),
+            ("app:user:42:export", "export", Some(("app:", "user:42"))),
+            ("custom:alice:search", "search", Some(("", "custom:alice"))),
+            (
+                "rate_limit:global:api",
+                "api",
+                Some(("rate_limit:", "global")),
+            ),
+            (
+                "rate_limit:ip:2001%3Adb8%3A%3A1:api",
+                "api",
+                Some(("rate_limit:", "ip:2001%3Adb8%3A%3A1")),
+            ),
+            ("hist:tom:reply", "programmatic", None),
+            ("rate_limit:out:payments", "out:payments", None),
+        ];
+        for (key, site, found) in cases {
+            let found = found.map(|(prefix, identity)| (prefix, identity.to_owned()));
+            assert_eq!(identity_of(key, site), found, "{key} for {site}");
+        }
     }
 
     #[test]
