@@ -35,7 +35,7 @@ use reqwest_middleware::{Middleware, Next};
 use crate::key::push_identity;
 use crate::site_config::SiteConfig;
 use crate::sync::lock;
-use crate::throttle::LogThrottle;
+use crate::throttle::throttled;
 use crate::{context, registry, site, Algorithm, LimitType, Limiter, RateLimitError, Rule};
 
 /// A [`reqwest_middleware::Middleware`] that sends a request only once the API's budget
@@ -390,32 +390,22 @@ impl RateLimitMiddleware {
         let delay = match retry_after(value, SystemTime::now()) {
             Some(delay) => delay.min(Rule::MAX_WINDOW),
             None => {
-                static MALFORMED: LogThrottle = LogThrottle::new();
-                if let Some(suppressed) = MALFORMED.admit() {
-                    tracing::warn!(
-                        target: "redis_ratelimit",
-                        key,
-                        retry_after = ?value,
-                        suppressed,
-                        "ignoring a malformed Retry-After (neither delay-seconds nor an \
-                         HTTP-date); the API's budget is not blocked",
-                    );
-                }
+                throttled!(
+                    warn,
+                    [key, retry_after = ?value],
+                    "ignoring a malformed Retry-After (neither delay-seconds nor an \
+                     HTTP-date); the API's budget is not blocked",
+                );
                 return;
             }
         };
         if let Err(err) = limiter.block(key, delay).await {
-            static FAILED: LogThrottle = LogThrottle::new();
-            if let Some(suppressed) = FAILED.admit() {
-                tracing::warn!(
-                    target: "redis_ratelimit",
-                    key,
-                    error = %err,
-                    suppressed,
-                    "could not block the API's budget after its Retry-After; other processes \
-                     may keep calling it",
-                );
-            }
+            throttled!(
+                warn,
+                [key, error = %err],
+                "could not block the API's budget after its Retry-After; other processes \
+                 may keep calling it",
+            );
         }
     }
 }

@@ -20,7 +20,7 @@ use crate::limiter::{boxed_in_place, decided, decided_with_slot, Begun, Plan};
 use crate::overrides::{intern, SiteRules};
 pub use crate::site_config::SiteConfig;
 use crate::slot::{warn_release_failed, Slot};
-use crate::throttle::{LogThrottle, OnceEach};
+use crate::throttle::{throttled, OnceEach};
 use crate::{
     registry, BackendError, BackendErrorKind, Decision, LimitType, Limiter, Mode, RateLimitError,
     Rule,
@@ -437,24 +437,20 @@ impl<'a> Step<'a> {
     }
 }
 
-/// Logs a shadow site's would-be refusal, at most once per [`LogThrottle::INTERVAL`] in
-/// the process.
+/// Logs a shadow site's would-be refusal, at most once per
+/// [`LogThrottle::INTERVAL`](crate::throttle::LogThrottle::INTERVAL) in the process.
 fn report_shadow_refusal(key: &str, decision: &Decision) {
-    static REPORTS: LogThrottle = LogThrottle::new();
-    if let Some(suppressed) = REPORTS.admit() {
-        tracing::info!(
-            target: "redis_ratelimit",
+    throttled!(
+        info,
+        [
             key,
             rule = %decision.rule,
-            retry_after_ms = decision.retry_after.map(|d| d.as_millis() as u64),
-            suppressed,
-            "shadow rate limit: this call would have been refused; it went on",
-        );
-    }
+            retry_after_ms = decision.retry_after.map(|d| d.as_millis() as u64)
+        ],
+        "shadow rate limit: this call would have been refused; it went on",
+    );
 }
 
-/// Logs a shadow site's call that an enforcing site would refuse as misconfigured, at
-/// most once per [`LogThrottle::INTERVAL`] in the process.
 /// Names a site refusing calls for want of an identity, once per site: the refusal
 /// answers the client a generic 500 (`web/problem.rs`), so the log is where an operator
 /// learns what to configure.
@@ -470,16 +466,15 @@ fn report_misconfiguration(path: &str, missing: &RateLimitError) {
     }
 }
 
+/// Logs a shadow site's call that an enforcing site would refuse as misconfigured, at
+/// most once per [`LogThrottle::INTERVAL`](crate::throttle::LogThrottle::INTERVAL) in the
+/// process.
 fn report_shadow_misconfiguration(path: &str, missing: &RateLimitError) {
-    static REPORTS: LogThrottle = LogThrottle::new();
-    if let Some(suppressed) = REPORTS.admit() {
-        tracing::warn!(
-            target: "redis_ratelimit",
-            site = path,
-            suppressed,
-            "shadow rate limit: this call went on unchecked; enforcing, it would fail: {missing}",
-        );
-    }
+    throttled!(
+        warn,
+        [site = path],
+        "shadow rate limit: this call went on unchecked; enforcing, it would fail: {missing}",
+    );
 }
 
 /// What a guarded call took: given back by [`settle`](Permit::settle) when the call is not
@@ -589,19 +584,14 @@ async fn release(slot: Option<Slot>) {
 }
 
 /// Logs a refund or settle that could not reach the backend, at most once per
-/// [`LogThrottle::INTERVAL`] in the process.
+/// [`LogThrottle::INTERVAL`](crate::throttle::LogThrottle::INTERVAL) in the process.
 fn report_unsettled(key: &str, err: &BackendError) {
-    static FAILURES: LogThrottle = LogThrottle::new();
-    if let Some(suppressed) = FAILURES.admit() {
-        tracing::warn!(
-            target: "redis_ratelimit",
-            key,
-            error = %err,
-            suppressed,
-            "could not give a call's units back or settle its cost (charge_if, settle); \
-             what it reserved stays used",
-        );
-    }
+    throttled!(
+        warn,
+        [key, error = %err],
+        "could not give a call's units back or settle its cost (charge_if, settle); \
+         what it reserved stays used",
+    );
 }
 
 /// Checks that `f` is a `charge_if` for a function returning `R`: the attribute's

@@ -24,7 +24,7 @@ use crate::backend::memory_slots::MemorySlots;
 #[cfg(feature = "redis")]
 use crate::backend::redis::RedisBackend;
 use crate::concurrency::{SlotAsk, SlotId, SLOT_RETRY_HINT};
-use crate::throttle::LogThrottle;
+use crate::throttle::throttled;
 use crate::BackendError;
 
 /// One of the slots of a key, held while a call runs: taken by
@@ -166,17 +166,14 @@ impl Drop for Slot {
 }
 
 /// Logs a release that could not reach the backend, at most once per
-/// [`LogThrottle::INTERVAL`] in the process: the slot lapses when its lease ends.
+/// [`LogThrottle::INTERVAL`](crate::throttle::LogThrottle::INTERVAL) in the process: the
+/// slot lapses when its lease ends.
 pub(crate) fn warn_release_failed(err: &BackendError) {
-    static FAILURES: LogThrottle = LogThrottle::new();
-    if let Some(suppressed) = FAILURES.admit() {
-        tracing::warn!(
-            target: "redis_ratelimit",
-            error = %err,
-            suppressed,
-            "could not release a slot; it lapses when its lease ends",
-        );
-    }
+    throttled!(
+        warn,
+        [error = %err],
+        "could not release a slot; it lapses when its lease ends",
+    );
 }
 
 /// Renews the slot every third of its lease until it is aborted, or the slot is found
@@ -193,30 +190,21 @@ async fn renew(home: Home, key: String, id: SlotId, lease_us: u64) {
         match held {
             Ok(true) => {}
             Ok(false) => {
-                static LAPSED: LogThrottle = LogThrottle::new();
-                if let Some(suppressed) = LAPSED.admit() {
-                    tracing::warn!(
-                        target: "redis_ratelimit",
-                        key = %key,
-                        suppressed,
-                        "a running call's slot lapsed or was reset before it was renewed; \
-                         the call goes on without it (raise the lease if renewals are late)",
-                    );
-                }
+                throttled!(
+                    warn,
+                    [key = %key],
+                    "a running call's slot lapsed or was reset before it was renewed; \
+                     the call goes on without it (raise the lease if renewals are late)",
+                );
                 return;
             }
             // The next renewal may get through; the lease covers two more tries.
             Err(err) => {
-                static FAILURES: LogThrottle = LogThrottle::new();
-                if let Some(suppressed) = FAILURES.admit() {
-                    tracing::warn!(
-                        target: "redis_ratelimit",
-                        key = %key,
-                        error = %err,
-                        suppressed,
-                        "could not renew a slot's lease",
-                    );
-                }
+                throttled!(
+                    warn,
+                    [key = %key, error = %err],
+                    "could not renew a slot's lease",
+                );
             }
         }
     }

@@ -6,6 +6,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
+/// Logs `tracing::$level!(fields, suppressed, message)` under the crate's target, at most
+/// once per [`LogThrottle::INTERVAL`] from the place it is written: `suppressed` is how
+/// many lines it held back since the last.
+macro_rules! throttled {
+    ($level:ident, [$($field:tt)+], $($message:tt)+) => {{
+        static THROTTLE: $crate::throttle::LogThrottle = $crate::throttle::LogThrottle::new();
+        if let Some(suppressed) = THROTTLE.admit() {
+            tracing::$level!(target: "redis_ratelimit", $($field)+, suppressed, $($message)+);
+        }
+    }};
+}
+pub(crate) use throttled;
+
 /// Lets one log line through per [`INTERVAL`](Self::INTERVAL) and counts the ones it holds
 /// back.
 pub(crate) struct LogThrottle {

@@ -1,7 +1,7 @@
 //! What a [`RateLimitError`] answers: a status and an RFC 9457 problem body, the same for
 //! every framework.
 
-use crate::throttle::{LogThrottle, OnceEach};
+use crate::throttle::{throttled, OnceEach};
 #[cfg(any(feature = "axum", feature = "tonic"))]
 use crate::web::peer::PeerSource;
 use crate::{LimitType, RateLimitError, RequestContext};
@@ -189,18 +189,14 @@ impl Problem {
 }
 
 /// Logs a fail-closed refusal's cause, which the client is not told: once per
-/// [`LogThrottle::INTERVAL`], with how many were held back, as an outage refuses every
-/// request.
+/// [`LogThrottle::INTERVAL`](crate::throttle::LogThrottle::INTERVAL), with how many were
+/// held back, as an outage refuses every request.
 pub(crate) fn log_backend_failure(cause: &crate::BackendError) {
-    static THROTTLE: LogThrottle = LogThrottle::new();
-    if let Some(suppressed) = THROTTLE.admit() {
-        tracing::error!(
-            target: "redis_ratelimit",
-            error = %cause,
-            suppressed,
-            "rate limiter backend failed; refusing the call (fail-closed)"
-        );
-    }
+    throttled!(
+        error,
+        [error = %cause],
+        "rate limiter backend failed; refusing the call (fail-closed)",
+    );
 }
 
 /// Logs what a request that reached a guarded call without its identity lacked, and how
