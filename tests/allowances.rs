@@ -550,3 +550,78 @@ async fn on_a_cluster_allowances_draw_and_go_back_per_key() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_sentinel_allowances_draw_from_the_master_and_go_back() {
+    use support::Topology as _;
+    let sentinels = support::sentinel::RedisSentinels::start();
+    let limiter = support::counting_limiter(&sentinels.url()).allowance(MAX_AGE);
+    for _ in 0..200 {
+        assert!(
+            limiter
+                .check("sentinel-allowance", &HOT)
+                .await
+                .unwrap()
+                .allowed
+        );
+    }
+    let round_trips = limiter.allowance_draws();
+    assert!(
+        round_trips < 200,
+        "{round_trips} round trips for 200 checks"
+    );
+    limiter.release_allowances().await.unwrap();
+    let peek = limiter.peek("sentinel-allowance", &HOT).await.unwrap();
+    assert_eq!(peek.remaining, 100_000 - 200);
+    // Counted on the master the sentinels name.
+    let on_master: bool = redis::cmd("EXISTS")
+        .arg("sentinel-allowance")
+        .query(&mut sentinels.connection(sentinels.master()))
+        .unwrap();
+    assert!(on_master);
+}
+
+// The global limiter built from the environment, in child processes of this test binary
+// (the environment is read once per process).
+
+const ALLOWANCE_ENV: &str = redis_ratelimit::ALLOWANCE_ENV;
+
+#[test]
+fn the_global_limiter_takes_its_allowance_from_the_environment() {
+    let server = RedisServer::start();
+    for (allowance, drawn) in [("250ms", true), ("0ms", false), ("soon", false)] {
+        let envs = [
+            (redis_ratelimit::REDIS_URL_ENV, server.url()),
+            (ALLOWANCE_ENV, allowance.to_string()),
+        ];
+        let child = support::ChildTest::spawn(&["child_of_the_environment", "--exact"], &envs);
+        let report = child.finish("global:");
+        let (draws, remaining) = report
+            .split_once(' ')
+            .map(|(d, r)| (d.parse::<u64>().unwrap(), r.parse::<u64>().unwrap()))
+            .unwrap_or_else(|| panic!("{allowance}: the child said {report:?}"));
+        // Round trips of checks with an allowance: some, and fewer than the checks, when
+        // it is set; none when it is off or malformed (logged, and ignored).
+        assert_eq!(
+            draws > 0 && draws < 200,
+            drawn,
+            "{allowance}: {draws} draws"
+        );
+        assert_eq!(remaining, 100_000 - 200, "{allowance}: counted exactly");
+    }
+}
+
+#[tokio::test]
+#[ignore = "child of the_global_limiter_takes_its_allowance_from_the_environment"]
+async fn child_of_the_environment() {
+    let allowance = support::from_parent(ALLOWANCE_ENV);
+    let limiter = redis_ratelimit::global();
+    let key = format!("global-allowance:{allowance}");
+    for _ in 0..200 {
+        assert!(limiter.check(&key, &HOT).await.unwrap().allowed);
+    }
+    let draws = limiter.allowance_draws();
+    limiter.release_allowances().await.unwrap();
+    let remaining = limiter.peek(&key, &HOT).await.unwrap().remaining;
+    println!("global: {draws} {remaining}");
+}

@@ -183,6 +183,59 @@ on_both_backends! {
     }
 }
 
+/// Once a sliding-log draw's hold has passed, its key is checked as one that never drew:
+/// the script runs the same Redis commands (a key holding units keeps a clock of its own,
+/// which costs a check four more commands while it is needed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn once_its_hold_has_passed_a_key_costs_what_a_key_that_never_drew_costs() {
+    let server = support::RedisServer::start();
+    let b = &Backend::redis(&server.url());
+    let mut redis = support::connect(server.port());
+    let rules = [Rule::per_minute(10)];
+    let algorithm = Algorithm::SlidingLog;
+    let drawn = draw_a_second(b, "drew", &rules, algorithm, 1).await;
+    b.give_back(&drawn, 1, 2, T0 + SEC / 2, T0 + SEC)
+        .await
+        .unwrap();
+    b.check("never", &rules, algorithm, 2, true, T0)
+        .await
+        .unwrap();
+    let mut costs = Vec::new();
+    for key in ["drew", "never"] {
+        // The first check after the hold, then the one measured.
+        b.check(key, &rules, algorithm, 1, true, T0 + 2 * SEC)
+            .await
+            .unwrap();
+        redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .exec(&mut redis)
+            .unwrap();
+        b.check(key, &rules, algorithm, 1, true, T0 + 3 * SEC)
+            .await
+            .unwrap();
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut redis)
+            .unwrap();
+        costs.push(commands_run_by_scripts(&stats));
+    }
+    assert_eq!(
+        costs[0], costs[1],
+        "commands of a check of a key that drew, and of one that never did"
+    );
+}
+
+/// The commands the scripts ran, from `INFO commandstats` (scripts' and the test's own
+/// commands left out).
+fn commands_run_by_scripts(stats: &str) -> u64 {
+    stats
+        .lines()
+        .filter_map(|line| line.strip_prefix("cmdstat_")?.split_once(":calls="))
+        .filter(|(command, _)| !["evalsha", "eval", "info", "config"].contains(command))
+        .map(|(_, rest)| rest.split(',').next().unwrap().parse::<u64>().unwrap())
+        .sum()
+}
+
 /// One instance's allowance: what it drew, spent and when.
 struct Held {
     drawn: ratelimit_runtime::draws::Drawn,

@@ -56,10 +56,11 @@ pub(crate) struct State {
     /// The checks refunded and the draws given back, as (time their entries are at,
     /// number), while entries of that time may still be in the log.
     refunded: Vec<(u64, u64)>,
-    /// The newest time a write was counted at, once the key has had a draw (0 before):
-    /// a draw's entries are newer than the time it was counted at (units held until
-    /// they may be spent, see [`Returned`]), so from then on the newest entry is no
-    /// longer the key's clock. `scripts/sliding_log.lua` keeps it in a member too.
+    /// The newest time a write was counted at while the key holds a draw's units (0
+    /// otherwise): a draw's entries are newer than the time it was counted at (units held
+    /// until they may be spent, see [`Returned`]), so until they are all in the past the
+    /// newest entry is not the key's clock. `scripts/sliding_log.lua` keeps it in a member
+    /// too.
     clock_us: u64,
 }
 
@@ -345,7 +346,13 @@ impl Counter for State {
             });
         }
         if hold_us > 0 || self.clock_us > 0 {
-            self.clock_us = self.clock_us.max(now);
+            // Once no held unit is above `now`, the newest entry is the clock again (the
+            // script drops its clock member): later checks take the common path.
+            let unheld = hold_us == 0 && lag_us == 0 && self.log.back().is_none_or(|&s| s <= now);
+            self.clock_us = match unheld {
+                true => 0,
+                false => self.clock_us.max(now),
+            };
         }
         // A draw's entries are held until they may be spent.
         let at_us = now + hold_us;

@@ -717,17 +717,18 @@ impl Shard {
     /// key starts over (a change of the site's rules ends an allowance: its give-back is
     /// then sent by the give-back task's sweep). `None` when the shard is full.
     fn entry(&mut self, request: &Request<'_>) -> Option<&mut Held> {
-        if !self.held.contains_key(request.key) && self.held.len() >= SHARD_CAPACITY {
-            self.held
-                .retain(|_, held| held.live.is_some() || held.drawing.is_some());
+        // Looked up by `&str` first: a key already here costs no allocation.
+        if !self.held.contains_key(request.key) {
             if self.held.len() >= SHARD_CAPACITY {
-                return None;
+                self.held
+                    .retain(|_, held| held.live.is_some() || held.drawing.is_some());
+                if self.held.len() >= SHARD_CAPACITY {
+                    return None;
+                }
             }
+            self.held.insert(Box::from(request.key), Held::new(request));
         }
-        let held = self
-            .held
-            .entry(Box::from(request.key))
-            .or_insert_with(|| Held::new(request));
+        let held = self.held.get_mut(request.key).expect("just inserted");
         if held.algorithm != request.algorithm || *held.rules != *request.rules {
             // Kept until the sweep gives the old allowance back: only its sizing resets.
             if held.live.is_none() && held.drawing.is_none() {

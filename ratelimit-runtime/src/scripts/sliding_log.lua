@@ -51,9 +51,11 @@ end
 -- 'K' scored 2^52 + the newest time a write was counted at (above every entry, below a
 -- block). Its entries above `now` are then held units, counted by every rule (`upto`,
 -- and the calls' range in sliding_log_rules.lua), not a clock stepped back.
+-- Once no held unit is above `now` (`unheld`), the newest entry is the clock again: an
+-- admitted write removes 'K'.
 local total = redis.call('ZCARD', key)
 local longest, stale, newest, block, last = 0, false, nil, nil, '-1'
-local upto, clocked = stamp, false
+local upto, clocked, unheld = stamp, false, false
 if total > 0 then
     longest = redis.call('ZCOUNT', key, string.format('(%d', now - reach), stamp)
     if longest < total then
@@ -79,8 +81,15 @@ if total > 0 then
                     now = counted
                     lag = now - clock
                     stamp = string.format('%d', now)
+                    longest = redis.call('ZCOUNT', key, string.format('(%d', now - reach), upto)
+                elseif above == 1 then
+                    -- Nothing held above `now` (the draws' holds have passed): the window
+                    -- counted above is all, and a write drops 'K' (sliding_log_add.lua), so
+                    -- that the key's later checks take the common path again.
+                    unheld = true
+                else
+                    longest = redis.call('ZCOUNT', key, string.format('(%d', now - reach), upto)
                 end
-                longest = redis.call('ZCOUNT', key, string.format('(%d', now - reach), upto)
             elseif above > 0 then
                 newest = tonumber(top[2])
                 now = newest

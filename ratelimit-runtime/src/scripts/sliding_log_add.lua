@@ -47,7 +47,9 @@ if ms then
                 redis.call('ZADD', key, '-' .. held, id .. 'c' .. k)
             end
         end
-        if clocked or draw then
+        if unheld and not draw then
+            redis.call('ZREM', key, 'K')
+        elseif clocked or draw then
             redis.call('ZADD', key, 'GT', string.format('%d', 4503599627370496 + now), 'K')
         end
         if cost > 1 then
