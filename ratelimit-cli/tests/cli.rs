@@ -8,7 +8,9 @@ mod support;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use redis_ratelimit::{rate_limiter, Algorithm, Calendar, Limiter, Mode, RateLimitError, Rule};
+use redis_ratelimit::{
+    rate_limiter, Algorithm, Calendar, Decision, Limiter, Mode, RateLimitError, Rule,
+};
 use serde_json::Value;
 use support::{counting_limiter, leak, RedisServer};
 
@@ -49,6 +51,30 @@ fn json(server: &RedisServer, args: &[&str]) -> Value {
     serde_json::from_str(&stdout).unwrap_or_else(|err| panic!("{args:?} printed {stdout:?}: {err}"))
 }
 
+/// A check of `cost` units of `rules` for `key` with `algorithm`, which must be answered.
+async fn check(
+    limiter: &Limiter,
+    key: &str,
+    rules: &[Rule],
+    algorithm: Algorithm,
+    cost: u64,
+) -> Decision {
+    limiter
+        .check(key, rules)
+        .cost(cost)
+        .algorithm(algorithm)
+        .await
+        .unwrap()
+}
+
+/// `inspect key` (with `--rules rules` when given): its JSON document and its table.
+fn inspect(server: &RedisServer, key: &str, rules: Option<&str>) -> (Value, String) {
+    let mut args = vec!["inspect", key];
+    args.extend(rules.into_iter().flat_map(|rules| ["--rules", rules]));
+    let state = json(server, &[&args[..], &["--json"]].concat());
+    (state, ok(server, &args))
+}
+
 fn describe(out: &Output) -> String {
     format!(
         "{}\nstdout: {}\nstderr: {}",
@@ -82,24 +108,12 @@ async fn inspect_reads_each_algorithms_key_as_its_checks_left_it() {
     let limiter = counting_limiter(&server.url());
     for algorithm in Algorithm::ALL {
         let key = format!("rate_limit:user:42:app::{}", algorithm.label());
-        let d = limiter
-            .check(&key, &RULES)
-            .cost(3)
-            .algorithm(algorithm)
-            .await
-            .unwrap();
+        let d = check(&limiter, &key, &RULES, algorithm, 3).await;
         assert!(d.allowed);
-        limiter
-            .check(&key, &RULES)
-            .algorithm(algorithm)
-            .await
-            .unwrap();
+        check(&limiter, &key, &RULES, algorithm, 1).await;
         // The sliding log's entries carry no rule: they are counted under --rules.
-        let mut args = vec!["inspect", key.as_str()];
-        if algorithm == Algorithm::SlidingLog {
-            args.extend(["--rules", "5/minute, 20/hour"]);
-        }
-        let state = json(&server, &[&args[..], &["--json"]].concat());
+        let rules = (algorithm == Algorithm::SlidingLog).then_some("5/minute, 20/hour");
+        let (state, table) = inspect(&server, &key, rules);
         assert_eq!(state["exists"], true);
         assert_eq!(state["algorithm"], algorithm.label());
         assert_eq!(used(&state), [(4, 5), (4, 20)], "{algorithm}");
@@ -124,7 +138,6 @@ async fn inspect_reads_each_algorithms_key_as_its_checks_left_it() {
             _ => assert_eq!(state["rules_from"], "state", "{algorithm}"),
         }
         // The table says the same.
-        let table = ok(&server, &args);
         assert!(table.contains(algorithm.name()), "{table}");
         assert!(
             table.contains("4 / 5") && table.contains("4 / 20"),
@@ -142,23 +155,14 @@ async fn inspect_shows_rules_counting_calls_and_debt() {
     let rules = [Rule::per_minute(3).calls(), Rule::per_minute(10)];
     for algorithm in Algorithm::ALL {
         let key = format!("rate_limit:user:7:app::metered_{}", algorithm.label());
-        let d = limiter
-            .check(&key, &rules)
-            .cost(4)
-            .algorithm(algorithm)
-            .await
-            .unwrap();
+        let d = check(&limiter, &key, &rules, algorithm, 4).await;
         limiter.settle(&key, &rules, &d, 13).await.unwrap();
-        let mut args = vec!["inspect", key.as_str()];
-        if algorithm == Algorithm::SlidingLog {
-            args.extend(["--rules", "3 calls/minute, 10/minute"]);
-        }
-        let state = json(&server, &[&args[..], &["--json"]].concat());
+        let rules = (algorithm == Algorithm::SlidingLog).then_some("3 calls/minute, 10/minute");
+        let (state, table) = inspect(&server, &key, rules);
         assert_eq!(used(&state), [(1, 3), (13, 10)], "{algorithm}");
         assert_eq!(state["rules"][0]["counts_calls"], true, "{algorithm}");
         assert_eq!(state["rules"][1]["debt"], 3, "{algorithm}");
         assert_eq!(state["rules"][1]["remaining"], 0, "{algorithm}");
-        let table = ok(&server, &args);
         assert!(table.contains("3 calls per 60s"), "{table}");
         assert!(table.contains("13 / 10 (in debt by 3)"), "{table}");
     }
@@ -176,20 +180,13 @@ async fn inspect_shows_calendar_rules() {
     ];
     for algorithm in Algorithm::ALL {
         let key = format!("rate_limit:user:7:app::calendar_{}", algorithm.label());
-        let d = limiter
-            .check(&key, &rules)
-            .cost(1_500)
-            .algorithm(algorithm)
-            .await
-            .unwrap();
+        let d = check(&limiter, &key, &rules, algorithm, 1_500).await;
         assert!(d.allowed, "{algorithm}");
-        let args = ["inspect", key.as_str()];
-        let state = json(&server, &[&args[..], &["--json"]].concat());
+        let (state, table) = inspect(&server, &key, None);
         assert_eq!(used(&state), [(1_500, 2_000_000), (1, 5)], "{algorithm}");
         assert_eq!(state["rules"][0]["calendar"], "month", "{algorithm}");
         assert_eq!(state["rules"][1]["calendar"], "day", "{algorithm}");
         assert_eq!(state["rules"][1]["counts_calls"], true, "{algorithm}");
-        let table = ok(&server, &args);
         assert!(table.contains("2000000 per calendar month"), "{table}");
         assert!(table.contains("5 calls per calendar day"), "{table}");
     }
@@ -202,12 +199,12 @@ async fn a_sliding_log_is_counted_under_the_rules_stored_for_its_site() {
     let key = "rate_limit:ip:203.0.113.9:app::send_code";
     limiter.check(key, &RULES).cost(2).await.unwrap();
     // Without rules: the entries alone, and how to count them.
-    let state = json(&server, &["inspect", key, "--json"]);
+    let (state, table) = inspect(&server, key, None);
     assert_eq!(
         (state["rules_from"].clone(), state["log"]["entries"].clone()),
         (Value::Null, 2.into())
     );
-    assert!(ok(&server, &["inspect", key]).contains("--rules"));
+    assert!(table.contains("--rules"), "{table}");
     ok(&server, &["rules", "set", "app::send_code", "3/minute"]);
     let state = json(&server, &["inspect", key, "--json"]);
     assert_eq!(state["rules_from"], "override:app::send_code");
@@ -241,8 +238,7 @@ async fn a_blocked_key_shows_its_block_and_reset_lifts_it() {
             refused,
             "{algorithm}: the second check in a window is refused"
         );
-        let args = ["inspect", key.as_str(), "--json", "--rules", "1/minute"];
-        let state = json(&server, &args);
+        let (state, table) = inspect(&server, &key, Some("1/minute"));
         let ends_in = state["block"]["ends_in_secs"].as_f64().expect("a block");
         assert!(
             ends_in > 14.0 * 60.0 && ends_in <= 15.0 * 60.0,
@@ -250,16 +246,11 @@ async fn a_blocked_key_shows_its_block_and_reset_lifts_it() {
         );
         assert_eq!(state["block"]["rule_index"], 0);
         assert_eq!(used(&state), [(1, 1)], "{algorithm}");
-        let table = ok(&server, &["inspect", &key, "--rules", "1/minute"]);
         assert!(table.contains("blocked    yes, 1"), "{table}");
 
         ok(&server, &["reset", &key]);
         assert!(ok(&server, &["inspect", &key]).starts_with("no state"));
-        let d = limiter
-            .check(&key, &rules)
-            .algorithm(algorithm)
-            .await
-            .unwrap();
+        let d = check(&limiter, &key, &rules, algorithm, 1).await;
         assert!(d.allowed, "{algorithm}: reset lifts the block");
     }
 }
@@ -451,11 +442,7 @@ async fn block_refuses_every_check_of_a_key_until_reset_lifts_it() {
         for counted in [true, false] {
             let key = format!("{key}:{counted}");
             if counted {
-                let d = limiter
-                    .check(&key, &RULES)
-                    .algorithm(algorithm)
-                    .await
-                    .unwrap();
+                let d = check(&limiter, &key, &RULES, algorithm, 1).await;
                 assert!(d.allowed);
             }
             let said = ok(&server, &["block", &key, "15 minutes"]);
@@ -463,11 +450,7 @@ async fn block_refuses_every_check_of_a_key_until_reset_lifts_it() {
                 said.contains("blocked") && said.contains("15m00s"),
                 "{said}"
             );
-            let refused = limiter
-                .check(&key, &RULES)
-                .algorithm(algorithm)
-                .await
-                .unwrap();
+            let refused = check(&limiter, &key, &RULES, algorithm, 1).await;
             assert!(!refused.allowed, "{algorithm}, counted: {counted}");
             let left = refused.retry_after.expect("the block's end");
             assert!(
@@ -479,22 +462,14 @@ async fn block_refuses_every_check_of_a_key_until_reset_lifts_it() {
             assert!(ends_in > 14.0 * 60.0 && ends_in <= 15.0 * 60.0, "{ends_in}");
             // A shorter block leaves the longer one in place.
             ok(&server, &["block", &key, "1s"]);
-            let still = limiter
-                .check(&key, &RULES)
-                .algorithm(algorithm)
-                .await
-                .unwrap();
+            let still = check(&limiter, &key, &RULES, algorithm, 1).await;
             assert!(
                 still.retry_after > Some(Duration::from_secs(14 * 60)),
                 "{still:?}"
             );
 
             ok(&server, &["reset", &key]);
-            let d = limiter
-                .check(&key, &RULES)
-                .algorithm(algorithm)
-                .await
-                .unwrap();
+            let d = check(&limiter, &key, &RULES, algorithm, 1).await;
             assert!(d.allowed, "{algorithm}: reset lifts the block");
         }
     }
