@@ -56,6 +56,34 @@ fn redis_limiter(url: &str) -> &'static Limiter {
     support::leak(support::redis_limiter(url))
 }
 
+/// For a multi-process test: a server, a fake API (served by the runtime returned), and
+/// the environment that tells a child where both are.
+fn parent() -> (
+    RedisServer,
+    tokio::runtime::Runtime,
+    FakeApi,
+    [(&'static str, String); 2],
+) {
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let api = runtime.block_on(async { FakeApi::start() });
+    let envs = [(URL_ENV, server.url()), (API_ENV, api.base.clone())];
+    (server, runtime, api, envs)
+}
+
+/// In a child of [`parent`]: a limiter on the parent's server, and the fake API's base URL.
+fn from_parent() -> (&'static Limiter, String) {
+    let limiter = redis_limiter(&support::from_parent(URL_ENV));
+    (limiter, support::from_parent(API_ENV))
+}
+
+/// In a child of [`parent`]: connects and loads the scripts (a peek of `rules`), says
+/// "ready", and waits for the parent's "go".
+async fn ready_for_go(limiter: &Limiter, rules: &[Rule]) {
+    limiter.peek("warm-up", rules).await.unwrap();
+    support::tell_parent_then_await("ready", "go").await;
+}
+
 // ---------------------------------------------------------------------------------------
 // One quota, several processes.
 
@@ -73,10 +101,7 @@ const QUOTA_CHILD: &str = "child_sends_through_its_clients";
 
 #[test]
 fn clients_in_two_processes_share_one_quota_through_redis() {
-    let server = RedisServer::start();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let api = runtime.block_on(async { FakeApi::start() });
-    let envs = [(URL_ENV, server.url()), (API_ENV, api.base.clone())];
+    let (_server, _runtime, api, envs) = parent();
     let mut children: Vec<ChildTest> = (0..CHILDREN)
         .map(|_| ChildTest::spawn(&[QUOTA_CHILD, "--exact"], &envs))
         .collect();
@@ -106,8 +131,7 @@ fn clients_in_two_processes_share_one_quota_through_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "child of clients_in_two_processes_share_one_quota_through_redis"]
 async fn child_sends_through_its_clients() {
-    let limiter = redis_limiter(&support::from_parent(URL_ENV));
-    let api = support::from_parent(API_ENV);
+    let (limiter, api) = from_parent();
     let middleware = || {
         RateLimitMiddleware::new(SHARED_NAME, &SHARED_QUOTA)
             .limiter(limiter)
@@ -116,12 +140,7 @@ async fn child_sends_through_its_clients() {
     let clients: Vec<ClientWithMiddleware> = (0..CLIENTS_PER_CHILD)
         .map(|_| client(middleware()))
         .collect();
-    // Connected, and the scripts loaded, before the parent says go.
-    limiter.peek("warm-up", &SHARED_QUOTA).await.unwrap();
-    println!("ready");
-    tokio::task::spawn_blocking(|| support::parent_says("go"))
-        .await
-        .unwrap();
+    ready_for_go(limiter, &SHARED_QUOTA).await;
     let tasks: Vec<_> = clients
         .into_iter()
         .map(|client| {
@@ -150,10 +169,7 @@ const PUSHBACK_CHILD: &str = "child_is_held_back_by_the_block";
 
 #[test]
 fn a_retry_after_from_the_api_holds_back_the_other_process() {
-    let server = RedisServer::start();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let api = runtime.block_on(async { FakeApi::start() });
-    let envs = [(URL_ENV, server.url()), (API_ENV, api.base.clone())];
+    let (server, runtime, api, envs) = parent();
     let mut child = ChildTest::spawn(&[PUSHBACK_CHILD, "--exact"], &envs);
     child.wait_for("ready");
 
@@ -202,18 +218,13 @@ fn a_retry_after_from_the_api_holds_back_the_other_process() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "child of a_retry_after_from_the_api_holds_back_the_other_process"]
 async fn child_is_held_back_by_the_block() {
-    let limiter = redis_limiter(&support::from_parent(URL_ENV));
-    let api = support::from_parent(API_ENV);
+    let (limiter, api) = from_parent();
     let client = client(
         RateLimitMiddleware::new(PUSHBACK_NAME, &PUSHBACK_RULES)
             .limiter(limiter)
             .wait(Duration::from_secs(60)),
     );
-    limiter.peek("warm-up", &PUSHBACK_RULES).await.unwrap();
-    println!("ready");
-    tokio::task::spawn_blocking(|| support::parent_says("go"))
-        .await
-        .unwrap();
+    ready_for_go(limiter, &PUSHBACK_RULES).await;
     // The other process's 429 blocks this one's budget ...
     let seen = limiter.peek(PUSHBACK_KEY, &PUSHBACK_RULES).await.unwrap();
     assert!(!seen.allowed, "{seen:?}");

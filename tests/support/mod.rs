@@ -697,6 +697,15 @@ pub fn parent_says(line: &str) {
     assert_eq!(got.trim(), line, "the parent said something else");
 }
 
+/// In a [`ChildTest`]: prints `marker` for the parent's [`ChildTest::wait_for`], then
+/// waits for the parent to send `line`, on a blocking thread so that the runtime's tasks go on.
+pub async fn tell_parent_then_await(marker: &str, line: &'static str) {
+    println!("{marker}");
+    tokio::task::spawn_blocking(move || parent_says(line))
+        .await
+        .unwrap();
+}
+
 /// A plain synchronous connection to the server on 127.0.0.1:`port`.
 pub fn connect(port: u16) -> redis::Connection {
     redis::Client::open(format!("redis://127.0.0.1:{port}/"))
