@@ -898,6 +898,25 @@ macro_rules! backend_tests {
     };
 }
 
+/// Guarded sites charging `tokens` units a call to `who`, on the scenario's [`limiter()`]:
+/// each `name(policies);` is `async fn name(who: &str, tokens: u64)` with those policies,
+/// `cost = tokens, limit_type = CUSTOM, by = who`.
+#[macro_export]
+macro_rules! metered_sites {
+    ($($name:ident($($policy:tt)*);)*) => {$(
+        #[::redis_ratelimit::rate_limiter(
+            $($policy)*,
+            cost = tokens,
+            limit_type = CUSTOM,
+            by = who,
+            limiter = $crate::support::limiter()
+        )]
+        async fn $name(who: &str, tokens: u64) -> Result<(), ::redis_ratelimit::RateLimitError> {
+            Ok(())
+        }
+    )*};
+}
+
 /// What a peek of `rules` for `key` with `algorithm` finds left.
 pub async fn remaining(
     limiter: &Limiter,
