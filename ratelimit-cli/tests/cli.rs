@@ -8,9 +8,7 @@ mod support;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use redis_ratelimit::{
-    rate_limiter, Algorithm, Calendar, Decision, Limiter, Mode, RateLimitError, Rule,
-};
+use redis_ratelimit::{Algorithm, Calendar, Decision, Limiter, Mode, RateLimitError, Rule};
 use serde_json::Value;
 use support::{counting_limiter, leak, RedisServer};
 
@@ -270,9 +268,8 @@ fn an_absent_key_has_no_state() {
     assert_eq!(state["exists"], false);
 }
 
-#[rate_limiter(rules("100/minute"), limit_type = CUSTOM, by = who, limiter = limiter, name = "cli.calendar")]
-async fn guarded_calendar(limiter: &'static Limiter, who: &str) -> Result<(), RateLimitError> {
-    Ok(())
+custom_sites! {
+    guarded_calendar(rules("100/minute"), name = "cli.calendar");
 }
 
 /// Calendar rules in an override: `rules set` stores them as written, and a running
@@ -311,9 +308,8 @@ async fn overrides_take_calendar_rules() {
     ));
 }
 
-#[rate_limiter(rules("100/minute"), limit_type = CUSTOM, by = who, limiter = limiter, name = "cli.site")]
-async fn guarded(limiter: &'static Limiter, who: &str) -> Result<(), RateLimitError> {
-    Ok(())
+custom_sites! {
+    guarded(rules("100/minute"), name = "cli.site");
 }
 
 #[tokio::test]
@@ -628,9 +624,8 @@ async fn inspect_shows_the_slots_in_use() {
     assert!(!ok(&server, &["inspect", key]).contains("slots in use"));
 }
 
-#[rate_limiter(rules("1/minute"), limit_type = CUSTOM, by = who, name = "cli.top", limiter = limiter)]
-async fn watched(limiter: &'static Limiter, who: &str) -> Result<(), RateLimitError> {
-    Ok(())
+custom_sites! {
+    watched(rules("1/minute"), name = "cli.top");
 }
 
 #[tokio::test]

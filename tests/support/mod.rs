@@ -917,6 +917,22 @@ macro_rules! metered_sites {
     )*};
 }
 
+/// Guarded sites counting `who`'s calls on the limiter each call is given: each
+/// `name(policies);` is `async fn name(limiter: &'static Limiter, who: &str)` returning
+/// `Ok(())`, with those policies, `limit_type = CUSTOM, by = who`.
+#[macro_export]
+macro_rules! custom_sites {
+    ($($name:ident($($policy:tt)*);)*) => {$(
+        #[::redis_ratelimit::rate_limiter($($policy)*, limit_type = CUSTOM, by = who, limiter = limiter)]
+        async fn $name(
+            limiter: &'static ::redis_ratelimit::Limiter,
+            who: &str,
+        ) -> Result<(), ::redis_ratelimit::RateLimitError> {
+            Ok(())
+        }
+    )*};
+}
+
 /// What a peek of `rules` for `key` with `algorithm` finds left.
 pub async fn remaining(
     limiter: &Limiter,
