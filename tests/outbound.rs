@@ -552,12 +552,13 @@ async fn rules_stored_in_redis_for_out_name_apply_to_every_client() {
         .arg("5/minute")
         .exec(&mut server.connection())
         .unwrap();
-    support::eventually("the stored rules", Duration::from_secs(30), || async {
-        match limiter.rules_in_force("out:outbound.stored")[..] {
-            [rule] if rule == Rule::per_minute(5) => Ok(()),
-            ref other => Err(format!("{other:?}")),
-        }
-    })
+    let stored = [Rule::per_minute(5)];
+    support::until_rules_in_force(
+        limiter,
+        "out:outbound.stored",
+        &stored,
+        Duration::from_secs(30),
+    )
     .await;
     for _ in 0..4 {
         assert!(client.get(api.url("/stored")).send().await.is_ok());

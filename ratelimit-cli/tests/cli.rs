@@ -9,7 +9,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use redis_ratelimit::{Algorithm, Calendar, Decision, Limiter, Mode, RateLimitError, Rule};
-use serde_json::Value;
+use serde_json::{json, Value};
 use support::{counting_limiter, leak, RedisServer};
 
 /// How long an override may take to reach a running limiter before a test gives up: an
@@ -92,6 +92,24 @@ fn used(state: &Value) -> Vec<(u64, u64)> {
         .collect()
 }
 
+/// Asserts that each `(rule, field, value)` holds in an `inspect --json` document: its
+/// rule `rule` has `field` = `value`.
+#[track_caller]
+fn assert_rule_fields(state: &Value, expected: &[(usize, &str, Value)], case: &str) {
+    for (rule, field, value) in expected {
+        let found = &state["rules"][rule][field];
+        assert_eq!(found, value, "{case}: rule {rule}'s {field}");
+    }
+}
+
+/// Asserts that an `inspect` table shows each of `lines`.
+#[track_caller]
+fn assert_shows(table: &str, lines: &[&str]) {
+    for line in lines {
+        assert!(table.contains(line), "{line:?} not in {table}");
+    }
+}
+
 fn hash_field(server: &RedisServer, field: &str) -> Option<String> {
     redis::cmd("HGET")
         .arg("rate_limit:rules")
@@ -158,11 +176,13 @@ async fn inspect_shows_rules_counting_calls_and_debt() {
         let rules = (algorithm == Algorithm::SlidingLog).then_some("3 calls/minute, 10/minute");
         let (state, table) = inspect(&server, &key, rules);
         assert_eq!(used(&state), [(1, 3), (13, 10)], "{algorithm}");
-        assert_eq!(state["rules"][0]["counts_calls"], true, "{algorithm}");
-        assert_eq!(state["rules"][1]["debt"], 3, "{algorithm}");
-        assert_eq!(state["rules"][1]["remaining"], 0, "{algorithm}");
-        assert!(table.contains("3 calls per 60s"), "{table}");
-        assert!(table.contains("13 / 10 (in debt by 3)"), "{table}");
+        let fields = [
+            (0, "counts_calls", json!(true)),
+            (1, "debt", json!(3)),
+            (1, "remaining", json!(0)),
+        ];
+        assert_rule_fields(&state, &fields, algorithm.name());
+        assert_shows(&table, &["3 calls per 60s", "13 / 10 (in debt by 3)"]);
     }
 }
 
@@ -182,11 +202,16 @@ async fn inspect_shows_calendar_rules() {
         assert!(d.allowed, "{algorithm}");
         let (state, table) = inspect(&server, &key, None);
         assert_eq!(used(&state), [(1_500, 2_000_000), (1, 5)], "{algorithm}");
-        assert_eq!(state["rules"][0]["calendar"], "month", "{algorithm}");
-        assert_eq!(state["rules"][1]["calendar"], "day", "{algorithm}");
-        assert_eq!(state["rules"][1]["counts_calls"], true, "{algorithm}");
-        assert!(table.contains("2000000 per calendar month"), "{table}");
-        assert!(table.contains("5 calls per calendar day"), "{table}");
+        let fields = [
+            (0, "calendar", json!("month")),
+            (1, "calendar", json!("day")),
+            (1, "counts_calls", json!(true)),
+        ];
+        assert_rule_fields(&state, &fields, algorithm.name());
+        assert_shows(
+            &table,
+            &["2000000 per calendar month", "5 calls per calendar day"],
+        );
     }
 }
 
@@ -289,17 +314,7 @@ async fn overrides_take_calendar_rules() {
         Rule::per_calendar(2, Calendar::Day),
         Rule::per_calendar(100, Calendar::Month).calls(),
     ];
-    support::eventually(
-        "the override to reach the limiter",
-        GIVE_UP_AFTER,
-        || async {
-            match limiter.rules_in_force("cli.calendar") {
-                rules if rules == overridden => Ok(()),
-                rules => Err(format!("{rules:?}")),
-            }
-        },
-    )
-    .await;
+    support::until_rules_in_force(limiter, "cli.calendar", &overridden, GIVE_UP_AFTER).await;
     guarded_calendar(limiter, "bob").await.unwrap();
     guarded_calendar(limiter, "bob").await.unwrap();
     assert!(matches!(
@@ -340,17 +355,7 @@ async fn overrides_round_trip_and_a_running_limiter_applies_them() {
         Rule::per_minute(1),
         Rule::new(10, Duration::from_secs(2 * 3600)),
     ];
-    support::eventually(
-        "the override to reach the limiter",
-        GIVE_UP_AFTER,
-        || async {
-            match limiter.rules_in_force("cli.site") {
-                rules if rules == overridden => Ok(()),
-                rules => Err(format!("{rules:?}")),
-            }
-        },
-    )
-    .await;
+    support::until_rules_in_force(limiter, "cli.site", &overridden, GIVE_UP_AFTER).await;
     assert!(guarded(limiter, "bob").await.is_ok());
     assert!(matches!(
         guarded(limiter, "bob").await,

@@ -565,6 +565,24 @@ where
     .await
 }
 
+/// Waits, for at most `timeout`, until `limiter` applies `rules` at the site `path` (an
+/// override it reads in the background).
+pub async fn until_rules_in_force(
+    limiter: &Limiter,
+    path: &str,
+    rules: &[redis_ratelimit::Rule],
+    timeout: Duration,
+) {
+    let what = format!("the rules of {path} to reach the limiter");
+    eventually(&what, timeout, || async {
+        match limiter.rules_in_force(path) {
+            in_force if in_force == rules => Ok(()),
+            in_force => Err(format!("{in_force:?}")),
+        }
+    })
+    .await
+}
+
 /// Checks fresh keys `{prefix}:{n}` until one is answered and `landed(key)` says it was
 /// counted where it should be, for at most 30 s (a topology that changed may take a few
 /// seconds to route again on a loaded machine); how long that took.
