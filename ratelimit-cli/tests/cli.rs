@@ -43,6 +43,20 @@ fn ok(server: &RedisServer, args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("UTF-8")
 }
 
+/// Runs the binary on `server` with `args`, which must exit with `status` (2: a usage
+/// error, 1: a failure); its output.
+#[track_caller]
+fn fails(server: &RedisServer, args: &[&str], status: i32) -> Output {
+    let out = run(server, args);
+    assert_eq!(
+        out.status.code(),
+        Some(status),
+        "{args:?}: {}",
+        describe(&out)
+    );
+    out
+}
+
 /// `ok`, read as the one JSON document it prints.
 fn json(server: &RedisServer, args: &[&str]) -> Value {
     let stdout = ok(server, args);
@@ -295,6 +309,12 @@ fn an_absent_key_has_no_state() {
 
 custom_sites! {
     guarded_calendar(rules("100/minute"), name = "cli.calendar");
+    guarded(rules("100/minute"), name = "cli.site");
+}
+
+/// A limiter on `server` that reads the overrides and modes every 50 ms.
+fn polling_limiter(server: &RedisServer) -> &'static Limiter {
+    leak(counting_limiter(&server.url()).rules_poll(Some(Duration::from_millis(50))))
 }
 
 /// Calendar rules in an override: `rules set` stores them as written, and a running
@@ -302,7 +322,7 @@ custom_sites! {
 #[tokio::test]
 async fn overrides_take_calendar_rules() {
     let server = RedisServer::start();
-    let limiter = leak(counting_limiter(&server.url()).rules_poll(Some(Duration::from_millis(50))));
+    let limiter = polling_limiter(&server);
     guarded_calendar(limiter, "ann").await.unwrap();
     let text = "2 per calendar day, 100 calls per calendar month";
     ok(&server, &["rules", "set", "cli.calendar", text]);
@@ -323,14 +343,10 @@ async fn overrides_take_calendar_rules() {
     ));
 }
 
-custom_sites! {
-    guarded(rules("100/minute"), name = "cli.site");
-}
-
 #[tokio::test]
 async fn overrides_round_trip_and_a_running_limiter_applies_them() {
     let server = RedisServer::start();
-    let limiter = leak(counting_limiter(&server.url()).rules_poll(Some(Duration::from_millis(50))));
+    let limiter = polling_limiter(&server);
     guarded(limiter, "ann").await.unwrap(); // starts the limiter's reads of rate_limit:rules
     assert!(ok(&server, &["rules", "list"]).starts_with("no overrides in rate_limit:rules"));
 
@@ -383,7 +399,7 @@ async fn overrides_round_trip_and_a_running_limiter_applies_them() {
 #[tokio::test]
 async fn ban_shuts_an_identity_out_of_every_instance_until_unban() {
     let server = RedisServer::start();
-    let limiter = leak(counting_limiter(&server.url()).rules_poll(Some(Duration::from_millis(50))));
+    let limiter = polling_limiter(&server);
     guarded(limiter, "eve").await.unwrap(); // starts the limiter's reads of rate_limit:*
     assert!(ok(&server, &["bans"]).starts_with("no bans in rate_limit:bans"));
 
@@ -420,10 +436,8 @@ async fn ban_shuts_an_identity_out_of_every_instance_until_unban() {
     })
     .await;
 
-    let refused = run(&server, &["ban", "host:eve", "1 hour"]);
-    assert_eq!(refused.status.code(), Some(2), "{}", describe(&refused));
-    let refused = run(&server, &["ban", "custom:eve", "soon"]);
-    assert_eq!(refused.status.code(), Some(2), "{}", describe(&refused));
+    fails(&server, &["ban", "host:eve", "1 hour"], 2);
+    fails(&server, &["ban", "custom:eve", "soon"], 2);
     assert_eq!(
         json(&server, &["bans", "--json"])["bans"]
             .as_array()
@@ -480,8 +494,7 @@ async fn block_refuses_every_check_of_a_key_until_reset_lifts_it() {
 fn a_malformed_block_duration_is_a_usage_error_and_blocks_nothing() {
     let server = RedisServer::start();
     for duration in ["soon", "0s", "15 fortnights"] {
-        let out = run(&server, &["block", "rate_limit:out:cli.bad", duration]);
-        assert_eq!(out.status.code(), Some(2), "{duration}: {}", describe(&out));
+        let out = fails(&server, &["block", "rate_limit:out:cli.bad", duration], 2);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(duration), "{stderr}");
     }
@@ -502,8 +515,7 @@ fn bad_rule_text_or_mode_is_a_usage_error_and_writes_nothing() {
         &["mode", "cli.site", "loud"],
         &["inspect", "k", "--rules", "often"],
     ] {
-        let out = run(&server, args);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", describe(&out));
+        let out = fails(&server, args, 2);
         assert!(
             !out.stderr.is_empty() && out.stdout.is_empty(),
             "{}",
@@ -535,8 +547,7 @@ fn a_dead_redis_fails_with_status_1_and_says_what_to_do() {
         &["block", "k", "1 minute"],
         &["mode", "p", "off"],
     ] {
-        let out = run(&server, args);
-        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", describe(&out));
+        let out = fails(&server, args, 1);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains("cannot reach"), "{stderr}");
         assert!(stderr.contains("Check that Redis is running"), "{stderr}");
@@ -670,14 +681,6 @@ async fn top_lists_the_most_refused_identities_of_a_site() {
          1  custom:mallory  5\n"
     );
     // More than the hour refusals are kept is a usage error; --watch needs a terminal.
-    assert_eq!(
-        run(&server, &["top", "cli.top", "--since", "2h"])
-            .status
-            .code(),
-        Some(2)
-    );
-    assert_eq!(
-        run(&server, &["top", "cli.top", "--watch"]).status.code(),
-        Some(2)
-    );
+    fails(&server, &["top", "cli.top", "--since", "2h"], 2);
+    fails(&server, &["top", "cli.top", "--watch"], 2);
 }
