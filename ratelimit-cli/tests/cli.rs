@@ -124,6 +124,14 @@ fn assert_shows(table: &str, lines: &[&str]) {
     }
 }
 
+/// What `command key` answers on `server`, a number (`EXISTS`, `HLEN`).
+fn number(server: &RedisServer, command: &str, key: &str) -> u64 {
+    redis::cmd(command)
+        .arg(key)
+        .query(&mut server.connection())
+        .unwrap()
+}
+
 fn hash_field(server: &RedisServer, field: &str) -> Option<String> {
     redis::cmd("HGET")
         .arg("rate_limit:rules")
@@ -498,10 +506,7 @@ fn a_malformed_block_duration_is_a_usage_error_and_blocks_nothing() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(duration), "{stderr}");
     }
-    let exists: u64 = redis::cmd("EXISTS")
-        .arg("rate_limit:out:cli.bad")
-        .query(&mut server.connection())
-        .unwrap();
+    let exists = number(&server, "EXISTS", "rate_limit:out:cli.bad");
     assert_eq!(exists, 0, "nothing written");
 }
 
@@ -529,10 +534,7 @@ fn bad_rule_text_or_mode_is_a_usage_error_and_writes_nothing() {
         stderr.contains("not written") && stderr.contains("10/minute"),
         "{stderr}"
     );
-    let fields: u64 = redis::cmd("HLEN")
-        .arg("rate_limit:rules")
-        .query(&mut server.connection())
-        .unwrap();
+    let fields = number(&server, "HLEN", "rate_limit:rules");
     assert_eq!(fields, 0, "nothing written");
 }
 
