@@ -88,14 +88,12 @@ fn denied(rules: &[Rule], rule_index: usize, reset_after: Duration, retry: Durat
     }
 }
 
+/// A consuming check at `T0 + at`, and what it must answer: `(at, expected)`.
+type Step = (Duration, Expected);
+
 /// Consuming checks of `key` at `T0 + at` for each `(at, expected)` in turn, each answered
 /// as expected.
-async fn assert_checks(
-    limiter: &Limiter,
-    key: &str,
-    rules: &[Rule],
-    steps: &[(Duration, Expected)],
-) {
+async fn assert_checks(limiter: &Limiter, key: &str, rules: &[Rule], steps: &[Step]) {
     for (step, (at, expected)) in steps.iter().enumerate() {
         let at = *at;
         let decision = check_at(limiter, key, rules, at).await;
@@ -111,7 +109,7 @@ backend_tests! {
         let one = [Rule::new(3, secs(10))];
         let two = [Rule::new(5, secs(1)), Rule::new(3, secs(60))];
         let even = [Rule::new(2, secs(10)), Rule::new(2, secs(20))];
-        let cases: [(&str, &[Rule], Vec<(Duration, Expected)>); 3] = [
+        let cases: [(&str, &[Rule], Vec<Step>); 3] = [
             ("one rule", &one, vec![
                 (secs(0), allowed(&one, 0, 2, secs(10))),
                 (secs(1), allowed(&one, 0, 1, secs(10))),
