@@ -28,6 +28,13 @@ fn ratelimit(args: &[&str]) -> Command {
     command
 }
 
+/// A fresh server, and a fail-closed limiter on it.
+fn server_and_limiter() -> (RedisServer, Limiter) {
+    let server = RedisServer::start();
+    let limiter = counting_limiter(&server.url());
+    (server, limiter)
+}
+
 /// Runs the binary on `server` with `args`.
 fn run(server: &RedisServer, args: &[&str]) -> Output {
     let url = server.url();
@@ -142,8 +149,7 @@ fn hash_field(server: &RedisServer, field: &str) -> Option<String> {
 
 #[tokio::test]
 async fn inspect_reads_each_algorithms_key_as_its_checks_left_it() {
-    let server = RedisServer::start();
-    let limiter = counting_limiter(&server.url());
+    let (server, limiter) = server_and_limiter();
     for algorithm in Algorithm::ALL {
         let key = format!("rate_limit:user:42:app::{}", algorithm.label());
         let d = check(&limiter, &key, &RULES, algorithm, 3).await;
@@ -188,8 +194,7 @@ async fn inspect_reads_each_algorithms_key_as_its_checks_left_it() {
 /// algorithm: `inspect` shows each rule's calls or units, and the debt.
 #[tokio::test]
 async fn inspect_shows_rules_counting_calls_and_debt() {
-    let server = RedisServer::start();
-    let limiter = counting_limiter(&server.url());
+    let (server, limiter) = server_and_limiter();
     let rules = [Rule::per_minute(3).calls(), Rule::per_minute(10)];
     for algorithm in Algorithm::ALL {
         let key = format!("rate_limit:user:7:app::metered_{}", algorithm.label());
@@ -212,8 +217,7 @@ async fn inspect_shows_rules_counting_calls_and_debt() {
 /// units this month or day (the sliding log's without `--rules`: its counters name them).
 #[tokio::test]
 async fn inspect_shows_calendar_rules() {
-    let server = RedisServer::start();
-    let limiter = counting_limiter(&server.url());
+    let (server, limiter) = server_and_limiter();
     let rules = [
         Rule::per_calendar(2_000_000, Calendar::Month),
         Rule::per_calendar(5, Calendar::Day).calls(),
@@ -239,8 +243,7 @@ async fn inspect_shows_calendar_rules() {
 
 #[tokio::test]
 async fn a_sliding_log_is_counted_under_the_rules_stored_for_its_site() {
-    let server = RedisServer::start();
-    let limiter = counting_limiter(&server.url());
+    let (server, limiter) = server_and_limiter();
     let key = "rate_limit:ip:203.0.113.9:app::send_code";
     limiter.check(key, &RULES).cost(2).await.unwrap();
     // Without rules: the entries alone, and how to count them.
@@ -258,8 +261,7 @@ async fn a_sliding_log_is_counted_under_the_rules_stored_for_its_site() {
 
 #[tokio::test]
 async fn a_blocked_key_shows_its_block_and_reset_lifts_it() {
-    let server = RedisServer::start();
-    let limiter = counting_limiter(&server.url());
+    let (server, limiter) = server_and_limiter();
     let rules = [Rule::per_minute(1)];
     let block = Duration::from_secs(15 * 60);
     for algorithm in Algorithm::ALL {
@@ -457,8 +459,7 @@ async fn ban_shuts_an_identity_out_of_every_instance_until_unban() {
 
 #[tokio::test]
 async fn block_refuses_every_check_of_a_key_until_reset_lifts_it() {
-    let server = RedisServer::start();
-    let limiter = counting_limiter(&server.url());
+    let (server, limiter) = server_and_limiter();
     for algorithm in Algorithm::ALL {
         let key = format!("rate_limit:out:cli.block_{}", algorithm.label());
         // A key with state, and one without: both are blocked.
@@ -612,8 +613,7 @@ fn every_command_has_help() {
 
 #[tokio::test]
 async fn inspect_shows_the_slots_in_use() {
-    let server = RedisServer::start();
-    let limiter = counting_limiter(&server.url());
+    let (server, limiter) = server_and_limiter();
     let key = "rate_limit:user:7:app::complete";
     let a = limiter.acquire(key, 4).await.unwrap().expect("a free slot");
     let b = limiter.acquire(key, 4).await.unwrap().expect("a second");
