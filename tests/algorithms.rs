@@ -1629,12 +1629,33 @@ mod differential {
 
     /// What a differential test drives: a fresh redis-server, a runtime, a limiter on it and
     /// one in memory, and a proptest runner of `cases` cases.
-    fn differential(cases: u32) -> (RedisServer, tokio::runtime::Runtime, Backends, TestRunner) {
-        let server = RedisServer::start();
-        let runtime = tokio::runtime::Builder::new_current_thread()
+    /// A current-thread runtime for driving the cases.
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .unwrap();
+            .unwrap()
+    }
+
+    /// A runner of `cases` cases, persisting no failures.
+    fn runner(cases: u32) -> TestRunner {
+        TestRunner::new(Config {
+            cases,
+            failure_persistence: None,
+            ..Config::default()
+        })
+    }
+
+    /// [`run_cases`] on `cases` cases of `strategy`, comparing a fresh `redis-server` with
+    /// the memory backend.
+    fn differential(
+        cases: u32,
+        strategy: impl Strategy<Value = Case>,
+        algorithms: &[Algorithm],
+        name: &str,
+        changing_rules: bool,
+    ) -> Ran {
+        let server = RedisServer::start();
         let backends = Backends {
             // Generous: a loaded machine must not turn a slow reply into a failure.
             redis: Box::leak(Box::new(
@@ -1644,19 +1665,13 @@ mod differential {
             )),
             memory: Box::leak(Box::new(Limiter::memory())),
         };
-        let runner = TestRunner::new(Config {
-            cases,
-            failure_persistence: None,
-            ..Config::default()
-        });
-        (server, runtime, backends, runner)
+        let drive = (&runtime(), &backends, &mut runner(cases));
+        run_cases(drive, strategy, algorithms, name, changing_rules)
     }
 
     #[test]
     fn backends_agree_and_every_algorithm_keeps_its_bound() {
-        let (_server, runtime, backends, mut runner) = differential(64);
-        let drive = (&runtime, &backends, &mut runner);
-        let ran = run_cases(drive, case(), &ALGORITHMS, "differential", false);
+        let ran = differential(64, case(), &ALGORITHMS, "differential", false);
         // The generated calls must reach denials, or the retry checks prove nothing.
         assert!(ran.refused > 300, "only {} denials", ran.refused);
     }
@@ -1666,9 +1681,7 @@ mod differential {
     /// algorithm keeps each rule's bound (in calls, or in units).
     #[test]
     fn backends_agree_on_rules_counting_calls() {
-        let (_server, runtime, backends, mut runner) = differential(48);
-        let drive = (&runtime, &backends, &mut runner);
-        let ran = run_cases(drive, cases_counting_calls(), &ALGORITHMS, "calls", false);
+        let ran = differential(48, cases_counting_calls(), &ALGORITHMS, "calls", false);
         assert!(ran.refused > 200, "only {} denials", ran.refused);
         assert!(ran.refunded > 30, "only {} refunds", ran.refunded);
     }
@@ -1678,9 +1691,7 @@ mod differential {
     /// (calls rules keeping their one).
     #[test]
     fn backends_agree_on_settles_and_every_algorithm_keeps_its_bound() {
-        let (_server, runtime, backends, mut runner) = differential(48);
-        let drive = (&runtime, &backends, &mut runner);
-        let ran = run_cases(drive, cases_settled(false), &ALGORITHMS, "settled", false);
+        let ran = differential(48, cases_settled(false), &ALGORITHMS, "settled", false);
         assert!(ran.settled > 300, "only {} settles", ran.settled);
         assert!(ran.refused > 100, "only {} denials", ran.refused);
     }
@@ -1689,9 +1700,7 @@ mod differential {
     /// and refuse and answer alike after it (no bound: an excess may pass a count).
     #[test]
     fn backends_agree_on_settles_past_the_reservation() {
-        let (_server, runtime, backends, mut runner) = differential(48);
-        let drive = (&runtime, &backends, &mut runner);
-        let ran = run_cases(drive, cases_settled(true), &ALGORITHMS, "debt", true);
+        let ran = differential(48, cases_settled(true), &ALGORITHMS, "debt", true);
         assert!(ran.settled > 300, "only {} settles", ran.settled);
     }
 
@@ -1701,10 +1710,8 @@ mod differential {
     /// period holds more than its count, on every algorithm.
     #[test]
     fn backends_agree_on_calendar_rules_across_their_boundaries() {
-        let (_server, runtime, backends, mut runner) = differential(48);
-        let drive = (&runtime, &backends, &mut runner);
         let cases = cases_in_calendar_periods();
-        let ran = run_cases(drive, cases, &ALGORITHMS, "calendar", false);
+        let ran = differential(48, cases, &ALGORITHMS, "calendar", false);
         assert!(ran.refused > 200, "only {} denials", ran.refused);
         assert!(ran.refunded > 20, "only {} refunds", ran.refunded);
         assert!(ran.settled > 20, "only {} settles", ran.settled);
@@ -1714,10 +1721,8 @@ mod differential {
     /// algorithm keeps its bound over the calls that stay counted.
     #[test]
     fn backends_agree_on_blocks_and_refunds() {
-        let (_server, runtime, backends, mut runner) = differential(32);
-        let drive = (&runtime, &backends, &mut runner);
         let cases = cases(call_with_blocks_and_refunds());
-        let ran = run_cases(drive, cases, &ALGORITHMS, "policies", false);
+        let ran = differential(32, cases, &ALGORITHMS, "policies", false);
         // The generated calls must refund and block, or the agreement proves nothing.
         assert!(ran.refunded > 100, "only {} refunds", ran.refunded);
         assert!(ran.blocking > 20, "only {} blocks started", ran.blocking);
@@ -1728,26 +1733,12 @@ mod differential {
     /// limiters stand in for the two backends, so their answers are compared too.)
     #[test]
     fn memory_keeps_every_bound_through_clocks_that_go_back() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
         let backends = Backends {
             redis: Box::leak(Box::new(Limiter::memory())),
             memory: Box::leak(Box::new(Limiter::memory())),
         };
-        let mut runner = TestRunner::new(Config {
-            cases: 256,
-            failure_persistence: None,
-            ..Config::default()
-        });
-        let ran = run_cases(
-            (&runtime, &backends, &mut runner),
-            case(),
-            &ALGORITHMS,
-            "memory",
-            false,
-        );
+        let drive = (&runtime(), &backends, &mut runner(256));
+        let ran = run_cases(drive, case(), &ALGORITHMS, "memory", false);
         // Counted once per algorithm.
         assert!(
             ran.behind > 4 * 500,
@@ -1761,13 +1752,11 @@ mod differential {
     /// keep, start and forget exactly the same counts.
     #[test]
     fn backends_agree_when_the_rules_of_a_key_change() {
-        let (_server, runtime, backends, mut runner) = differential(32);
-        let drive = (&runtime, &backends, &mut runner);
         // Not the sliding log: its TTL, set for the rules of each write, drops entries
         // that other rules still count, so the backends part when explicit times outrun
         // the Redis server's clock.
         let cases = cases(call_with_some_rules());
-        let ran = run_cases(drive, cases, &ALGORITHMS[1..], "changing", true);
+        let ran = differential(32, cases, &ALGORITHMS[1..], "changing", true);
         assert!(ran.refused > 100, "only {} denials", ran.refused);
     }
 }

@@ -82,19 +82,37 @@ fn ran(calls: &AtomicUsize) -> usize {
 
 /// Guarded functions as the scenarios declare them: on the scenario's limiter, and with
 /// `#[counted_in(CALLS)]` adding one to `CALLS` each time the body runs, so that a scenario
-/// proves a refused call never runs it.
+/// proves a refused call never runs it. `async fn name(params);` returns `Ok(())`.
 macro_rules! guarded {
-    ($(
+    () => {};
+    (
+        #[rate_limiter($($arg:tt)*)]
+        $(#[counted_in($calls:ident)])?
+        async fn $name:ident($($params:tt)*);
+        $($rest:tt)*
+    ) => {
+        guarded! {
+            #[rate_limiter($($arg)*)]
+            $(#[counted_in($calls)])?
+            async fn $name($($params)*) -> Result<(), RateLimitError> {
+                Ok(())
+            }
+            $($rest)*
+        }
+    };
+    (
         #[rate_limiter($($arg:tt)*)]
         $(#[counted_in($calls:ident)])?
         async fn $name:ident($($params:tt)*) $(-> $ret:ty)? $body:block
-    )+) => {$(
+        $($rest:tt)*
+    ) => {
         #[rate_limiter(limiter = support::limiter(), $($arg)*)]
         async fn $name($($params)*) $(-> $ret)? {
             $($calls.fetch_add(1, Ordering::SeqCst);)?
             $body
         }
-    )+};
+        guarded! { $($rest)* }
+    };
 }
 
 backend_tests! {
@@ -122,24 +140,16 @@ backend_tests! {
     async fn rule_units_and_rule_strings_give_the_same_rule() {
         guarded! {
             #[rate_limiter(rules(rule(count = 1, time = 2, unit = minutes)), limit_type = GLOBAL)]
-            async fn by_call() -> Result<(), RateLimitError> {
-                Ok(())
-            }
+            async fn by_call();
             #[rate_limiter(rules("1 per 2 minutes"), limit_type = GLOBAL)]
-            async fn by_words() -> Result<(), RateLimitError> {
-                Ok(())
-            }
+            async fn by_words();
             #[rate_limiter(rules("1/120s"), limit_type = GLOBAL)]
-            async fn by_slash() -> Result<(), RateLimitError> {
-                Ok(())
-            }
+            async fn by_slash();
             #[rate_limiter(
                 rules(rule(count = 1, time = 120000, unit = MILLISECONDS)),
                 limit_type = GLOBAL,
             )]
-            async fn by_millis() -> Result<(), RateLimitError> {
-                Ok(())
-            }
+            async fn by_millis();
         }
 
         let two_minutes = Rule::new(1, Duration::from_secs(120));
@@ -158,9 +168,7 @@ backend_tests! {
         guarded! {
             #[rate_limiter(rules("2 per 2 s", rule(count = 3, time = 60)), limit_type = GLOBAL)]
             #[counted_in(CALLS)]
-            async fn guarded() -> Result<(), RateLimitError> {
-                Ok(())
-            }
+            async fn guarded();
         }
 
         // Windows of seconds, not milliseconds: a loaded machine may take a while between
@@ -183,9 +191,7 @@ backend_tests! {
         guarded! {
             #[rate_limiter(prevent_duplicate = true, limit_type = CUSTOM, by = form)]
             #[counted_in(CALLS)]
-            async fn submit(form: &str) -> Result<(), RateLimitError> {
-                Ok(())
-            }
+            async fn submit(form: &str);
         }
 
         let before = Instant::now();
@@ -210,9 +216,7 @@ backend_tests! {
                 limit_type = GLOBAL,
             )]
             #[counted_in(CALLS)]
-            async fn submit() -> Result<(), RateLimitError> {
-                Ok(())
-            }
+            async fn submit();
         }
 
         let duplicate = Rule::new(1, Duration::from_secs(2));
@@ -236,9 +240,7 @@ backend_tests! {
         guarded! {
             #[rate_limiter(rules("1/minute"), limit_type = IP)]
             #[counted_in(CALLS)]
-            async fn guarded() -> Result<(), RateLimitError> {
-                Ok(())
-            }
+            async fn guarded();
         }
 
         context::scope(from_ip(A), guarded()).await.unwrap();
@@ -260,9 +262,7 @@ backend_tests! {
         guarded! {
             #[rate_limiter(rules("1/minute"), limit_type = IP, by = peer)]
             #[counted_in(CALLS)]
-            async fn guarded(peer: IpAddr) -> Result<(), RateLimitError> {
-                Ok(())
-            }
+            async fn guarded(peer: IpAddr);
         }
 
         guarded(ip(A)).await.unwrap();
@@ -281,14 +281,10 @@ backend_tests! {
         guarded! {
             #[rate_limiter(rules("1/minute"), limit_type = USER_ID)]
             #[counted_in(CALLS)]
-            async fn from_context() -> Result<(), RateLimitError> {
-                Ok(())
-            }
+            async fn from_context();
             #[rate_limiter(rules("1/minute"), limit_type = USER_ID, by = user.id)]
             #[counted_in(CALLS)]
-            async fn from_by(user: &User) -> Result<(), RateLimitError> {
-                Ok(())
-            }
+            async fn from_by(user: &User);
         }
         struct User {
             id: u64,
@@ -360,14 +356,10 @@ backend_tests! {
         guarded! {
             #[rate_limiter(rules("100/minute"), limit_type = IP)]
             #[counted_in(CALLS)]
-            async fn per_ip() -> Result<(), RateLimitError> {
-                Ok(())
-            }
+            async fn per_ip();
             #[rate_limiter(rules("100/minute"), limit_type = USER_ID)]
             #[counted_in(CALLS)]
-            async fn per_user() -> Result<(), RateLimitError> {
-                Ok(())
-            }
+            async fn per_user();
         }
 
         // Outside any request scope.
@@ -395,9 +387,7 @@ backend_tests! {
     async fn key_sets_the_prefix_of_the_exact_key() {
         guarded! {
             #[rate_limiter(rules("1/minute"), key = "myprefix:")]
-            async fn guarded() -> Result<(), RateLimitError> {
-                Ok(())
-            }
+            async fn guarded();
         }
 
         context::scope(from_ip(A), guarded()).await.unwrap();
@@ -412,9 +402,7 @@ backend_tests! {
     async fn message_is_carried_by_the_error() {
         guarded! {
             #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, message = "one export a minute")]
-            async fn export() -> Result<(), RateLimitError> {
-                Ok(())
-            }
+            async fn export();
         }
 
         export().await.unwrap();
@@ -463,9 +451,7 @@ backend_tests! {
         guarded! {
             #[rate_limiter(rules("1/minute"), limit_type = GLOBAL)]
             #[counted_in(CALLS)]
-            async fn guarded() -> Result<(), RateLimitError> {
-                Ok(())
-            }
+            async fn guarded();
         }
 
         guarded().await.unwrap();
@@ -580,13 +566,9 @@ backend_tests! {
     async fn algorithm_selects_how_rules_are_counted() {
         guarded! {
             #[rate_limiter(rules("2 per 4 s"), algorithm = TOKEN_BUCKET, limit_type = GLOBAL)]
-            async fn bucket() -> Result<(), RateLimitError> {
-                Ok(())
-            }
+            async fn bucket();
             #[rate_limiter(rules("2 per 4 s"), limit_type = GLOBAL)]
-            async fn log() -> Result<(), RateLimitError> {
-                Ok(())
-            }
+            async fn log();
         }
 
         for _ in 0..2 {
@@ -635,9 +617,7 @@ backend_tests! {
         guarded! {
             #[rate_limiter(rules("1/minute"), limit_type = IP, cost = n)]
             #[counted_in(CALLS)]
-            async fn guarded(n: u64) -> Result<(), RateLimitError> {
-                Ok(())
-            }
+            async fn guarded(n: u64);
         }
 
         // Not checked at all: not even the missing client IP refuses it.
@@ -656,9 +636,7 @@ backend_tests! {
         guarded! {
             #[rate_limiter(rules("3/minute", "10/hour"), limit_type = GLOBAL, cost = n)]
             #[counted_in(CALLS)]
-            async fn guarded(n: u64) -> Result<(), RateLimitError> {
-                Ok(())
-            }
+            async fn guarded(n: u64);
         }
 
         let denied = limited(guarded(4).await);
@@ -685,9 +663,7 @@ backend_tests! {
         guarded! {
             #[rate_limiter(rules = plan(pro), limit_type = CUSTOM, by = user)]
             #[counted_in(CALLS)]
-            async fn search(user: &str, pro: bool) -> Result<(), RateLimitError> {
-                Ok(())
-            }
+            async fn search(user: &str, pro: bool);
         }
 
         search("free", false).await.unwrap();
@@ -704,14 +680,10 @@ backend_tests! {
         guarded! {
             #[rate_limiter(rules = rules.clone(), prevent_duplicate = true, limit_type = GLOBAL)]
             #[counted_in(CALLS)]
-            async fn submit(rules: Vec<Rule>) -> Result<(), RateLimitError> {
-                Ok(())
-            }
+            async fn submit(rules: Vec<Rule>);
             #[rate_limiter(rules = Vec::new(), limit_type = GLOBAL)]
             #[counted_in(CALLS)]
-            async fn unlimited() -> Result<(), RateLimitError> {
-                Ok(())
-            }
+            async fn unlimited();
         }
 
         submit(vec![Rule::per_minute(10)]).await.unwrap();
@@ -835,9 +807,7 @@ backend_tests! {
                 block_for = "1 hour",
             )]
             #[counted_in(CALLS)]
-            async fn reset_password(user: &str) -> Result<(), RateLimitError> {
-                Ok(())
-            }
+            async fn reset_password(user: &str);
         }
 
         reset_password("ann").await.unwrap();
@@ -861,9 +831,7 @@ backend_tests! {
                 block_for = ["200ms", "1 hour"],
             )]
             #[counted_in(CALLS)]
-            async fn sign_in(user: &str) -> Result<(), RateLimitError> {
-                Ok(())
-            }
+            async fn sign_in(user: &str);
         }
 
         sign_in("ann").await.unwrap();
@@ -882,13 +850,9 @@ backend_tests! {
         guarded! {
             #[rate_limiter(rules("1 per 300 ms"), limit_type = GLOBAL, wait = "5s")]
             #[counted_in(CALLS)]
-            async fn call_partner() -> Result<(), RateLimitError> {
-                Ok(())
-            }
+            async fn call_partner();
             #[rate_limiter(rules("1 per 1 minute"), limit_type = GLOBAL, wait = "1s")]
-            async fn too_far() -> Result<(), RateLimitError> {
-                Ok(())
-            }
+            async fn too_far();
         }
 
         for _ in 0..3 {
@@ -905,13 +869,9 @@ backend_tests! {
         guarded! {
             #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, name = "shadowed", shadow = true)]
             #[counted_in(CALLS)]
-            async fn export() -> Result<(), RateLimitError> {
-                Ok(())
-            }
+            async fn export();
             #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, name = "shadowed")]
-            async fn enforced() -> Result<(), RateLimitError> {
-                Ok(())
-            }
+            async fn enforced();
         }
 
         for _ in 0..3 {

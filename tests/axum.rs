@@ -16,7 +16,7 @@ use axum::extract::{ConnectInfo, Request};
 use redis_ratelimit::axum::{ProxyHeader, RateLimitLayer};
 use redis_ratelimit::clock::ManualClock;
 use redis_ratelimit::{Algorithm, Limiter, Rule};
-use reqwest::StatusCode;
+use reqwest::{Client, StatusCode};
 use support::http::{
     client_from, header, serve_axum, ExampleApi, Served, Setup, GENERIC_500, PROBLEM, SMS_POLICY,
 };
@@ -107,21 +107,12 @@ async fn v1_search_is_counted_per_api_key_whatever_the_address() {
     );
     let url = format!("{}/v1/search?q=rust", served.base);
     let (first, second) = (client_from("127.0.0.1"), client_from("127.0.0.2"));
+    let with_key = |client: &Client| client.get(&url).header("x-api-key", "k1").send();
     for n in 1..=61 {
-        let response = first
-            .get(&url)
-            .header("x-api-key", "k1")
-            .send()
-            .await
-            .unwrap();
+        let response = with_key(&first).await.unwrap();
         assert_eq!(response.status(), StatusCode::OK, "call {n}");
     }
-    let response = second
-        .get(&url)
-        .header("x-api-key", "k1")
-        .send()
-        .await
-        .unwrap();
+    let response = with_key(&second).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     let keyless = first.get(&url).send().await.unwrap();
     assert_eq!(keyless.status(), StatusCode::UNAUTHORIZED);

@@ -8,7 +8,7 @@ mod support;
 
 use std::time::Duration;
 
-use redis_ratelimit::{rate_limiter, Algorithm, Calendar, Decision, Limiter, RateLimitError, Rule};
+use redis_ratelimit::{Algorithm, Calendar, Decision, Limiter, RateLimitError, Rule};
 
 /// Midnight UTC of each date the scenarios cross, in seconds since the epoch.
 const JAN_15_2027: u64 = 1_799_971_200;
@@ -86,16 +86,11 @@ fn calendar_rules_are_written_and_read_back_as_text() {
     assert_ne!(Rule::per_calendar(1, Calendar::Day), Rule::per_day(1));
 }
 
-#[rate_limiter(
-    rules(rule(count = 2, calendar = DAY, calls = true), "10 per calendar month"),
-    cost = tokens,
-    limit_type = CUSTOM,
-    by = who,
-    limiter = support::limiter(),
-    name = "calendar.attribute"
-)]
-async fn metered(who: &str, tokens: u64) -> Result<(), RateLimitError> {
-    Ok(())
+metered_sites! {
+    metered(
+        rules(rule(count = 2, calendar = DAY, calls = true), "10 per calendar month"),
+        name = "calendar.attribute"
+    );
 }
 
 /// The shape users write: one `static` limiter with a calendar quota, shared by tests

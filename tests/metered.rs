@@ -11,28 +11,12 @@ use redis_ratelimit::{rate_limiter, Algorithm, Limiter, RateLimitError, Rule};
 /// 3 calls and 10 units a minute, checked together.
 static CALLS_AND_UNITS: [Rule; 2] = [Rule::per_minute(3).calls(), Rule::per_minute(10)];
 
-#[rate_limiter(
-    rules(rule(count = 2, time = 60, calls = true), "100/minute"),
-    cost = tokens,
-    limit_type = CUSTOM,
-    by = who,
-    limiter = support::limiter(),
-    name = "metered.calls_attribute"
-)]
-async fn calls_attribute(who: &str, tokens: u64) -> Result<(), RateLimitError> {
-    Ok(())
-}
-
-#[rate_limiter(
-    rules("2 calls/minute", "100 per minute"),
-    cost = tokens,
-    limit_type = CUSTOM,
-    by = who,
-    limiter = support::limiter(),
-    name = "metered.calls_text"
-)]
-async fn calls_text(who: &str, tokens: u64) -> Result<(), RateLimitError> {
-    Ok(())
+metered_sites! {
+    calls_attribute(
+        rules(rule(count = 2, time = 60, calls = true), "100/minute"),
+        name = "metered.calls_attribute"
+    );
+    calls_text(rules("2 calls/minute", "100 per minute"), name = "metered.calls_text");
 }
 
 /// A completion: what the (fake) API says it used.

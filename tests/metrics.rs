@@ -99,9 +99,8 @@ async fn unnamed() -> Result<(), RateLimitError> {
     Ok(())
 }
 
-#[rate_limiter(rules("2/minute"), limit_type = CUSTOM, by = who, limiter = limiter, name = "metrics.redis")]
-async fn on_redis(limiter: &'static Limiter, who: &str) -> Result<(), RateLimitError> {
-    Ok(())
+custom_sites! {
+    on_redis(rules("2/minute"), name = "metrics.redis");
 }
 
 /// A limiter on `server` that reads no rule overrides (reads are not checks).
@@ -258,16 +257,8 @@ fn counters() -> Vec<Counter> {
         .collect()
 }
 
-#[rate_limiter(
-    rules("3/minute", "5/hour"),
-    limit_type = CUSTOM,
-    by = who,
-    limiter = limiter,
-    name = "metrics.rules",
-    warn_at = 60
-)]
-async fn two_rules(limiter: &'static Limiter, who: &str) -> Result<(), RateLimitError> {
-    Ok(())
+custom_sites! {
+    two_rules(rules("3/minute", "5/hour"), name = "metrics.rules", warn_at = 60);
 }
 
 #[tokio::test]

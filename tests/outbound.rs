@@ -51,9 +51,51 @@ fn rate_limit_error(err: &reqwest_middleware::Error) -> Option<&RateLimitError> 
     }
 }
 
+/// A middleware counting requests as `name` under `rules` on [`MEMORY`].
+fn on_memory(name: &'static str, rules: &'static [Rule]) -> RateLimitMiddleware {
+    RateLimitMiddleware::new(name, rules).limiter(&MEMORY)
+}
+
+/// Asserts that `err` is the refusal of a request by its rules.
+#[track_caller]
+fn assert_limited(err: &reqwest_middleware::Error) {
+    assert!(
+        matches!(rate_limit_error(err), Some(RateLimitError::Limited { .. })),
+        "{err}"
+    );
+}
+
 /// A limiter on the Redis at `url`, patient enough for a loaded machine.
 fn redis_limiter(url: &str) -> &'static Limiter {
     support::leak(support::redis_limiter(url))
+}
+
+/// For a multi-process test: a server, a fake API (served by the runtime returned), and
+/// the environment that tells a child where both are.
+fn parent() -> (
+    RedisServer,
+    tokio::runtime::Runtime,
+    FakeApi,
+    [(&'static str, String); 2],
+) {
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let api = runtime.block_on(async { FakeApi::start() });
+    let envs = [(URL_ENV, server.url()), (API_ENV, api.base.clone())];
+    (server, runtime, api, envs)
+}
+
+/// In a child of [`parent`]: a limiter on the parent's server, and the fake API's base URL.
+fn from_parent() -> (&'static Limiter, String) {
+    let limiter = redis_limiter(&support::from_parent(URL_ENV));
+    (limiter, support::from_parent(API_ENV))
+}
+
+/// In a child of [`parent`]: connects and loads the scripts (a peek of `rules`), says
+/// "ready", and waits for the parent's "go".
+async fn ready_for_go(limiter: &Limiter, rules: &[Rule]) {
+    limiter.peek("warm-up", rules).await.unwrap();
+    support::tell_parent_then_await("ready", "go").await;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -73,10 +115,7 @@ const QUOTA_CHILD: &str = "child_sends_through_its_clients";
 
 #[test]
 fn clients_in_two_processes_share_one_quota_through_redis() {
-    let server = RedisServer::start();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let api = runtime.block_on(async { FakeApi::start() });
-    let envs = [(URL_ENV, server.url()), (API_ENV, api.base.clone())];
+    let (_server, _runtime, api, envs) = parent();
     let mut children: Vec<ChildTest> = (0..CHILDREN)
         .map(|_| ChildTest::spawn(&[QUOTA_CHILD, "--exact"], &envs))
         .collect();
@@ -106,8 +145,7 @@ fn clients_in_two_processes_share_one_quota_through_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "child of clients_in_two_processes_share_one_quota_through_redis"]
 async fn child_sends_through_its_clients() {
-    let limiter = redis_limiter(&support::from_parent(URL_ENV));
-    let api = support::from_parent(API_ENV);
+    let (limiter, api) = from_parent();
     let middleware = || {
         RateLimitMiddleware::new(SHARED_NAME, &SHARED_QUOTA)
             .limiter(limiter)
@@ -116,12 +154,7 @@ async fn child_sends_through_its_clients() {
     let clients: Vec<ClientWithMiddleware> = (0..CLIENTS_PER_CHILD)
         .map(|_| client(middleware()))
         .collect();
-    // Connected, and the scripts loaded, before the parent says go.
-    limiter.peek("warm-up", &SHARED_QUOTA).await.unwrap();
-    println!("ready");
-    tokio::task::spawn_blocking(|| support::parent_says("go"))
-        .await
-        .unwrap();
+    ready_for_go(limiter, &SHARED_QUOTA).await;
     let tasks: Vec<_> = clients
         .into_iter()
         .map(|client| {
@@ -150,10 +183,7 @@ const PUSHBACK_CHILD: &str = "child_is_held_back_by_the_block";
 
 #[test]
 fn a_retry_after_from_the_api_holds_back_the_other_process() {
-    let server = RedisServer::start();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let api = runtime.block_on(async { FakeApi::start() });
-    let envs = [(URL_ENV, server.url()), (API_ENV, api.base.clone())];
+    let (server, runtime, api, envs) = parent();
     let mut child = ChildTest::spawn(&[PUSHBACK_CHILD, "--exact"], &envs);
     child.wait_for("ready");
 
@@ -202,18 +232,13 @@ fn a_retry_after_from_the_api_holds_back_the_other_process() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "child of a_retry_after_from_the_api_holds_back_the_other_process"]
 async fn child_is_held_back_by_the_block() {
-    let limiter = redis_limiter(&support::from_parent(URL_ENV));
-    let api = support::from_parent(API_ENV);
+    let (limiter, api) = from_parent();
     let client = client(
         RateLimitMiddleware::new(PUSHBACK_NAME, &PUSHBACK_RULES)
             .limiter(limiter)
             .wait(Duration::from_secs(60)),
     );
-    limiter.peek("warm-up", &PUSHBACK_RULES).await.unwrap();
-    println!("ready");
-    tokio::task::spawn_blocking(|| support::parent_says("go"))
-        .await
-        .unwrap();
+    ready_for_go(limiter, &PUSHBACK_RULES).await;
     // The other process's 429 blocks this one's budget ...
     let seen = limiter.peek(PUSHBACK_KEY, &PUSHBACK_RULES).await.unwrap();
     assert!(!seen.allowed, "{seen:?}");
@@ -233,11 +258,8 @@ async fn the_embedded_backend_keeps_one_process_within_its_quota() {
     let api = FakeApi::start();
     let tasks: Vec<_> = (0..4)
         .map(|_| {
-            let client = client(
-                RateLimitMiddleware::new("outbound.embedded", &QUOTA)
-                    .limiter(&MEMORY)
-                    .wait(Duration::from_secs(60)),
-            );
+            let client =
+                client(on_memory("outbound.embedded", &QUOTA).wait(Duration::from_secs(60)));
             let url = api.url("/embedded");
             tokio::spawn(async move {
                 for _ in 0..3 {
@@ -260,11 +282,7 @@ async fn the_embedded_backend_keeps_one_process_within_its_quota() {
 async fn a_503_with_an_http_date_blocks_the_embedded_backend_and_is_returned_unchanged() {
     static RULES: [Rule; 1] = [Rule::per_second(100)];
     let api = FakeApi::start();
-    let client = client(
-        RateLimitMiddleware::new("outbound.http_date", &RULES)
-            .limiter(&MEMORY)
-            .wait(Duration::from_secs(60)),
-    );
+    let client = client(on_memory("outbound.http_date", &RULES).wait(Duration::from_secs(60)));
     let until = SystemTime::now() + Duration::from_secs(3);
     let date = httpdate::fmt_http_date(until)
         .replace(' ', "%20")
@@ -309,11 +327,7 @@ async fn only_a_429_or_503_with_a_retry_after_blocks_and_only_when_respected() {
         ),
     ];
     for (name, target, respect) in cases {
-        let client = client(
-            RateLimitMiddleware::new(name, &RULES)
-                .limiter(&MEMORY)
-                .respect_retry_after(respect),
-        );
+        let client = client(on_memory(name, &RULES).respect_retry_after(respect));
         let response = client.get(api.url(target)).send().await.unwrap();
         assert!(!response.status().is_success(), "{name}");
         let key = format!("rate_limit:out:{name}");
@@ -327,7 +341,7 @@ async fn a_malformed_retry_after_is_ignored_with_a_throttled_warning() {
     static RULES: [Rule; 1] = [Rule::per_second(100)];
     let (logs, _guard) = support::capture_logs();
     let api = FakeApi::start();
-    let client = client(RateLimitMiddleware::new("outbound.malformed", &RULES).limiter(&MEMORY));
+    let client = client(on_memory("outbound.malformed", &RULES));
     for _ in 0..3 {
         let response = client
             .get(api.url("/busy?status=429&retry_after=soon"))
@@ -357,11 +371,7 @@ async fn a_malformed_retry_after_is_ignored_with_a_throttled_warning() {
 async fn a_zero_wait_refuses_at_once_unsent_with_the_limited_error() {
     static RULES: [Rule; 1] = [Rule::per_minute(1)];
     let api = FakeApi::start();
-    let client = client(
-        RateLimitMiddleware::new("outbound.zero", &RULES)
-            .limiter(&MEMORY)
-            .wait(Duration::ZERO),
-    );
+    let client = client(on_memory("outbound.zero", &RULES).wait(Duration::ZERO));
     assert!(client.get(api.url("/zero")).send().await.is_ok());
     let err = client.get(api.url("/zero")).send().await.unwrap_err();
     match rate_limit_error(&err) {
@@ -388,17 +398,10 @@ async fn a_zero_wait_refuses_at_once_unsent_with_the_limited_error() {
 async fn a_request_that_cannot_be_admitted_within_its_wait_fails_unsent() {
     static RULES: [Rule; 1] = [Rule::per_hour(1)];
     let api = FakeApi::start();
-    let client = client(
-        RateLimitMiddleware::new("outbound.too_long", &RULES)
-            .limiter(&MEMORY)
-            .wait(Duration::from_secs(5)),
-    );
+    let client = client(on_memory("outbound.too_long", &RULES).wait(Duration::from_secs(5)));
     assert!(client.get(api.url("/too-long")).send().await.is_ok());
     let err = client.get(api.url("/too-long")).send().await.unwrap_err();
-    assert!(
-        matches!(rate_limit_error(&err), Some(RateLimitError::Limited { .. })),
-        "{err}"
-    );
+    assert_limited(&err);
     assert_eq!(api.arrivals_at("/too-long").len(), 1);
 }
 
@@ -407,11 +410,7 @@ async fn a_dropped_waiting_request_takes_nothing_on_the_embedded_backend() {
     static RULES: [Rule; 1] = [Rule::new(2, Duration::from_secs(2))];
     let key = "rate_limit:out:outbound.dropped";
     let api = FakeApi::start();
-    let client = client(
-        RateLimitMiddleware::new("outbound.dropped", &RULES)
-            .limiter(&MEMORY)
-            .wait(Duration::from_secs(60)),
-    );
+    let client = client(on_memory("outbound.dropped", &RULES).wait(Duration::from_secs(60)));
     for _ in 0..2 {
         client.get(api.url("/dropped")).send().await.unwrap();
     }
@@ -471,8 +470,7 @@ async fn a_request_s_cost_takes_that_many_units() {
     static RULES: [Rule; 1] = [Rule::per_minute(5)];
     let api = FakeApi::start();
     let client = client(
-        RateLimitMiddleware::new("outbound.cost", &RULES)
-            .limiter(&MEMORY)
+        on_memory("outbound.cost", &RULES)
             .wait(Duration::ZERO)
             .cost(|request| request.url().query().map_or(1, |q| q.parse().unwrap())),
     );
@@ -496,8 +494,7 @@ async fn per_host_gives_each_host_its_own_budget() {
         .unwrap();
     let client = ClientBuilder::new(reqwest_client)
         .with(
-            RateLimitMiddleware::new("outbound.hosts", &RULES)
-                .limiter(&MEMORY)
+            on_memory("outbound.hosts", &RULES)
                 .per_host(true)
                 .wait(Duration::ZERO),
         )
@@ -555,12 +552,13 @@ async fn rules_stored_in_redis_for_out_name_apply_to_every_client() {
         .arg("5/minute")
         .exec(&mut server.connection())
         .unwrap();
-    support::eventually("the stored rules", Duration::from_secs(30), || async {
-        match limiter.rules_in_force("out:outbound.stored")[..] {
-            [rule] if rule == Rule::per_minute(5) => Ok(()),
-            ref other => Err(format!("{other:?}")),
-        }
-    })
+    let stored = [Rule::per_minute(5)];
+    support::until_rules_in_force(
+        limiter,
+        "out:outbound.stored",
+        &stored,
+        Duration::from_secs(30),
+    )
     .await;
     for _ in 0..4 {
         assert!(client.get(api.url("/stored")).send().await.is_ok());
@@ -633,10 +631,7 @@ async fn with_redis_down_fail_open_sends_and_fail_closed_fails_unsent() {
         .send()
         .await
         .unwrap_err();
-    assert!(
-        matches!(rate_limit_error(&err), Some(RateLimitError::Limited { .. })),
-        "{err}"
-    );
+    assert_limited(&err);
     assert_eq!(api.arrivals_at("/insured").len(), 1);
 }
 
@@ -649,11 +644,7 @@ async fn an_outbound_check_is_traced_as_the_site_out_name() {
     let (logs, _guard) =
         support::capture_logs_up_to(tracing_subscriber::filter::LevelFilter::DEBUG);
     let api = FakeApi::start();
-    let client = client(
-        RateLimitMiddleware::new("outbound.traced", &RULES)
-            .limiter(&MEMORY)
-            .wait(Duration::ZERO),
-    );
+    let client = client(on_memory("outbound.traced", &RULES).wait(Duration::ZERO));
     client.get(api.url("/traced")).send().await.unwrap();
     client.get(api.url("/traced")).send().await.unwrap_err();
     let text = logs.text();
@@ -678,11 +669,7 @@ fn an_outbound_check_is_counted_as_the_site_out_name() {
             .unwrap();
         runtime.block_on(async {
             let api = FakeApi::start();
-            let client = client(
-                RateLimitMiddleware::new("outbound.metered", &RULES)
-                    .limiter(&MEMORY)
-                    .wait(Duration::ZERO),
-            );
+            let client = client(on_memory("outbound.metered", &RULES).wait(Duration::ZERO));
             client.get(api.url("/metered")).send().await.unwrap();
             client.get(api.url("/metered")).send().await.unwrap_err();
         });
@@ -716,7 +703,7 @@ async fn an_outbound_decision_never_reaches_the_served_request_s_headers() {
 
     static RULES: [Rule; 1] = [Rule::per_minute(10)];
     let api = FakeApi::start();
-    let outbound = client(RateLimitMiddleware::new("outbound.inside", &RULES).limiter(&MEMORY));
+    let outbound = client(on_memory("outbound.inside", &RULES));
     let inner = api.url("/inside");
     let handler = move || {
         let (outbound, inner) = (outbound.clone(), inner.clone());

@@ -17,21 +17,10 @@ use support::{leak, ChildTest, RedisServer};
 /// more than the documented delay, for a busy machine. The delay itself is checked by
 /// counting reads.
 const GIVE_UP_AFTER: Duration = Duration::from_secs(15);
-#[rate_limiter(rules("2/minute"), limit_type = CUSTOM, by = who, limiter = limiter, name = "ops.send")]
-async fn send(limiter: &'static Limiter, who: &str) -> Result<(), RateLimitError> {
-    Ok(())
-}
 
-#[rate_limiter(
-    rules("3/minute"),
-    prevent_duplicate = true,
-    limit_type = CUSTOM,
-    by = who,
-    limiter = limiter,
-    name = "ops.submit"
-)]
-async fn submit(limiter: &'static Limiter, who: &str) -> Result<(), RateLimitError> {
-    Ok(())
+custom_sites! {
+    send(rules("2/minute"), name = "ops.send");
+    submit(rules("3/minute"), prevent_duplicate = true, name = "ops.submit");
 }
 
 #[rate_limiter(rules("1/minute"), limit_type = IP, limiter = limiter, name = "ops.by_ip")]
@@ -332,9 +321,8 @@ async fn bans_on_redis() {
         .await;
 }
 
-#[rate_limiter(rules("1000/minute"), limit_type = CUSTOM, by = who, limiter = limiter, name = "ops.browse")]
-async fn browse(limiter: &'static Limiter, who: &str) -> Result<(), RateLimitError> {
-    Ok(())
+custom_sites! {
+    browse(rules("1000/minute"), name = "ops.browse");
 }
 
 /// A ban set through one instance (or the command) reaches another within its poll

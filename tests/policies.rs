@@ -209,9 +209,8 @@ async fn a_block_is_seen_by_another_instance_after_the_rule_s_window_passed() {
 const URL_ENV: &str = support::CHILD_URL_ENV;
 const CHILD_TEST: &str = "child_follows_the_stored_mode";
 
-#[rate_limiter(rules("1/minute"), limit_type = CUSTOM, by = who, limiter = limiter, name = "policies.remote")]
-async fn remote(limiter: &'static Limiter, who: &str) -> Result<(), RateLimitError> {
-    Ok(())
+custom_sites! {
+    remote(rules("1/minute"), name = "policies.remote");
 }
 
 #[test]

@@ -58,10 +58,7 @@ async fn child_checks_the_shared_key() {
     let key = support::from_parent(KEY_ENV);
     let limiter = support::leak(support::counting_limiter(&support::from_parent(URL_ENV)));
     limiter.check("warm-up", &RULES).await.unwrap();
-    println!("ready");
-    tokio::task::spawn_blocking(|| support::parent_says("go"))
-        .await
-        .unwrap();
+    support::tell_parent_then_await("ready", "go").await;
 
     let key: &'static str = Box::leak(key.into_boxed_str());
     let checks: Vec<_> = (0..CHECKS_PER_CHILD)

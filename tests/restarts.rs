@@ -80,11 +80,8 @@ async fn child_counts_saves_and_hangs() {
         login().await.unwrap();
     }
     limiter.save_state().await.unwrap();
-    println!("saved");
-    // Until the parent kills it: a crash, not a shutdown.
-    tokio::task::spawn_blocking(|| support::parent_says("never"))
-        .await
-        .unwrap();
+    // Waits until the parent kills it: a crash, not a shutdown.
+    support::tell_parent_then_await("saved", "never").await;
     unreachable!("the parent kills this process");
 }
 

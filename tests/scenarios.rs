@@ -19,22 +19,14 @@ fn secs(s: u64) -> Duration {
 
 /// A consuming check at `T0 + at`.
 async fn check_at(limiter: &Limiter, key: &str, rules: &[Rule], at: Duration) -> Decision {
-    limiter
-        .check(key, rules)
-        .algorithm(Algorithm::SlidingLog)
-        .at(T0 + at)
-        .await
-        .expect("check")
+    let check = support::run_at(limiter, Algorithm::SlidingLog, key, rules, true, T0 + at);
+    check.await.expect("check")
 }
 
 /// A peek at `T0 + at`.
 async fn peek_at(limiter: &Limiter, key: &str, rules: &[Rule], at: Duration) -> Decision {
-    limiter
-        .peek(key, rules)
-        .algorithm(Algorithm::SlidingLog)
-        .at(T0 + at)
-        .await
-        .expect("peek")
+    let peek = support::run_at(limiter, Algorithm::SlidingLog, key, rules, false, T0 + at);
+    peek.await.expect("peek")
 }
 
 /// A decision's figures, as a test expects them (a `Decision` also carries what a refund of
@@ -96,14 +88,12 @@ fn denied(rules: &[Rule], rule_index: usize, reset_after: Duration, retry: Durat
     }
 }
 
+/// A consuming check at `T0 + at`, and what it must answer: `(at, expected)`.
+type Step = (Duration, Expected);
+
 /// Consuming checks of `key` at `T0 + at` for each `(at, expected)` in turn, each answered
 /// as expected.
-async fn assert_checks(
-    limiter: &Limiter,
-    key: &str,
-    rules: &[Rule],
-    steps: &[(Duration, Expected)],
-) {
+async fn assert_checks(limiter: &Limiter, key: &str, rules: &[Rule], steps: &[Step]) {
     for (step, (at, expected)) in steps.iter().enumerate() {
         let at = *at;
         let decision = check_at(limiter, key, rules, at).await;
@@ -112,43 +102,44 @@ async fn assert_checks(
 }
 
 backend_tests! {
-    async fn one_rule_reports_exact_decisions() {
+    /// Each case's checks, in turn, answered exactly: what is left, when it resets, and
+    /// which rule binds.
+    async fn checks_report_exact_decisions_and_the_binding_rule() {
         let l = support::limiter();
-        let rules = [Rule::new(3, secs(10))];
-        assert_checks(l, "k", &rules, &[
-            (secs(0), allowed(&rules, 0, 2, secs(10))),
-            (secs(1), allowed(&rules, 0, 1, secs(10))),
-            (secs(2), allowed(&rules, 0, 0, secs(10))),
-            // Free again when the call at 0 s leaves (10 s); fully free when the one at 2 s
-            // does.
-            (secs(3), denied(&rules, 0, secs(9), secs(7))),
-        ])
-        .await;
-    }
-
-    async fn two_rules_report_the_binding_rule() {
-        let l = support::limiter();
-        let rules = [Rule::new(5, secs(1)), Rule::new(3, secs(60))];
-        // Rule 1 has the least left, so it binds while calls pass.
-        assert_checks(l, "k", &rules, &[
-            (secs(0), allowed(&rules, 1, 2, secs(60))),
-            (secs(1), allowed(&rules, 1, 1, secs(60))),
-            (secs(2), allowed(&rules, 1, 0, secs(60))),
-            (secs(3), denied(&rules, 1, secs(59), secs(57))),
-        ])
-        .await;
-
+        let one = [Rule::new(3, secs(10))];
+        let two = [Rule::new(5, secs(1)), Rule::new(3, secs(60))];
         let even = [Rule::new(2, secs(10)), Rule::new(2, secs(20))];
-        assert_checks(l, "even", &even, &[
-            // Equal budgets: the lower index binds.
-            (secs(0), allowed(&even, 0, 1, secs(10))),
-            (secs(1), allowed(&even, 0, 0, secs(10))),
-            // Both full: the rule that frees up last binds, however early the other frees.
-            (secs(2), denied(&even, 1, secs(19), secs(18))),
-            // At 10 s rule 0 frees, rule 1 still holds both calls.
-            (secs(10), denied(&even, 1, secs(11), secs(10))),
-        ])
-        .await;
+        let cases: [(&str, &[Rule], Vec<Step>); 3] = [
+            ("one rule", &one, vec![
+                (secs(0), allowed(&one, 0, 2, secs(10))),
+                (secs(1), allowed(&one, 0, 1, secs(10))),
+                (secs(2), allowed(&one, 0, 0, secs(10))),
+                // Free again when the call at 0 s leaves (10 s); fully free when the one
+                // at 2 s does.
+                (secs(3), denied(&one, 0, secs(9), secs(7))),
+            ]),
+            // Rule 1 has the least left, so it binds while calls pass.
+            ("two rules", &two, vec![
+                (secs(0), allowed(&two, 1, 2, secs(60))),
+                (secs(1), allowed(&two, 1, 1, secs(60))),
+                (secs(2), allowed(&two, 1, 0, secs(60))),
+                (secs(3), denied(&two, 1, secs(59), secs(57))),
+            ]),
+            ("two even rules", &even, vec![
+                // Equal budgets: the lower index binds.
+                (secs(0), allowed(&even, 0, 1, secs(10))),
+                (secs(1), allowed(&even, 0, 0, secs(10))),
+                // Both full: the rule that frees up last binds, however early the other
+                // frees.
+                (secs(2), denied(&even, 1, secs(19), secs(18))),
+                // At 10 s rule 0 frees, rule 1 still holds both calls.
+                (secs(10), denied(&even, 1, secs(11), secs(10))),
+            ]),
+        ];
+        // Each case on a key named after it, which the failure message names.
+        for (case, rules, steps) in cases {
+            assert_checks(l, case, rules, &steps).await;
+        }
     }
 
     async fn denied_calls_consume_nothing() {
@@ -422,26 +413,13 @@ mod redis_only {
             let set = next(3) as usize;
             let key = format!("k{set}-{}", next(2));
             let consume = next(4) != 0;
-            let on_redis = crate::support::run_at(
-                &redis,
-                Algorithm::SlidingLog,
-                &key,
-                rule_sets[set],
-                consume,
-                now,
-            )
-            .await
-            .unwrap();
-            let on_memory = crate::support::run_at(
-                &memory,
-                Algorithm::SlidingLog,
-                &key,
-                rule_sets[set],
-                consume,
-                now,
-            )
-            .await
-            .unwrap();
+            let on = async |limiter| {
+                let rules = rule_sets[set];
+                let decision =
+                    support::run_at(limiter, Algorithm::SlidingLog, &key, rules, consume, now);
+                decision.await.unwrap()
+            };
+            let (on_redis, on_memory) = (on(&redis).await, on(&memory).await);
             assert_eq!(
                 on_redis, on_memory,
                 "step {step}: {key} consume={consume} at {now:?}"

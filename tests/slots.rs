@@ -484,10 +484,7 @@ async fn child_takes_a_slot_and_dies() {
         .await
         .unwrap()
         .expect("a free slot");
-    println!("held");
-    tokio::task::spawn_blocking(|| support::parent_says("die"))
-        .await
-        .unwrap();
+    support::tell_parent_then_await("held", "die").await;
     println!("dying");
     // Dies as a crashed process would: no release, no destructor.
     std::mem::forget(slot);

@@ -8,8 +8,8 @@ mod support;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use redis_ratelimit::{rate_limiter, Algorithm, Calendar, Limiter, Mode, RateLimitError, Rule};
-use serde_json::Value;
+use redis_ratelimit::{Algorithm, Calendar, Decision, Limiter, Mode, RateLimitError, Rule};
+use serde_json::{json, Value};
 use support::{counting_limiter, leak, RedisServer};
 
 /// How long an override may take to reach a running limiter before a test gives up: an
@@ -28,6 +28,13 @@ fn ratelimit(args: &[&str]) -> Command {
     command
 }
 
+/// A fresh server, and a fail-closed limiter on it.
+fn server_and_limiter() -> (RedisServer, Limiter) {
+    let server = RedisServer::start();
+    let limiter = counting_limiter(&server.url());
+    (server, limiter)
+}
+
 /// Runs the binary on `server` with `args`.
 fn run(server: &RedisServer, args: &[&str]) -> Output {
     let url = server.url();
@@ -43,10 +50,48 @@ fn ok(server: &RedisServer, args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("UTF-8")
 }
 
+/// Runs the binary on `server` with `args`, which must exit with `status` (2: a usage
+/// error, 1: a failure); its output.
+#[track_caller]
+fn fails(server: &RedisServer, args: &[&str], status: i32) -> Output {
+    let out = run(server, args);
+    assert_eq!(
+        out.status.code(),
+        Some(status),
+        "{args:?}: {}",
+        describe(&out)
+    );
+    out
+}
+
 /// `ok`, read as the one JSON document it prints.
 fn json(server: &RedisServer, args: &[&str]) -> Value {
     let stdout = ok(server, args);
     serde_json::from_str(&stdout).unwrap_or_else(|err| panic!("{args:?} printed {stdout:?}: {err}"))
+}
+
+/// A check of `cost` units of `rules` for `key` with `algorithm`, which must be answered.
+async fn check(
+    limiter: &Limiter,
+    key: &str,
+    rules: &[Rule],
+    algorithm: Algorithm,
+    cost: u64,
+) -> Decision {
+    limiter
+        .check(key, rules)
+        .cost(cost)
+        .algorithm(algorithm)
+        .await
+        .unwrap()
+}
+
+/// `inspect key` (with `--rules rules` when given): its JSON document and its table.
+fn inspect(server: &RedisServer, key: &str, rules: Option<&str>) -> (Value, String) {
+    let mut args = vec!["inspect", key];
+    args.extend(rules.into_iter().flat_map(|rules| ["--rules", rules]));
+    let state = json(server, &[&args[..], &["--json"]].concat());
+    (state, ok(server, &args))
 }
 
 fn describe(out: &Output) -> String {
@@ -68,6 +113,32 @@ fn used(state: &Value) -> Vec<(u64, u64)> {
         .collect()
 }
 
+/// Asserts that each `(rule, field, value)` holds in an `inspect --json` document: its
+/// rule `rule` has `field` = `value`.
+#[track_caller]
+fn assert_rule_fields(state: &Value, expected: &[(usize, &str, Value)], case: &str) {
+    for (rule, field, value) in expected {
+        let found = &state["rules"][rule][field];
+        assert_eq!(found, value, "{case}: rule {rule}'s {field}");
+    }
+}
+
+/// Asserts that an `inspect` table shows each of `lines`.
+#[track_caller]
+fn assert_shows(table: &str, lines: &[&str]) {
+    for line in lines {
+        assert!(table.contains(line), "{line:?} not in {table}");
+    }
+}
+
+/// What `command key` answers on `server`, a number (`EXISTS`, `HLEN`).
+fn number(server: &RedisServer, command: &str, key: &str) -> u64 {
+    redis::cmd(command)
+        .arg(key)
+        .query(&mut server.connection())
+        .unwrap()
+}
+
 fn hash_field(server: &RedisServer, field: &str) -> Option<String> {
     redis::cmd("HGET")
         .arg("rate_limit:rules")
@@ -78,28 +149,15 @@ fn hash_field(server: &RedisServer, field: &str) -> Option<String> {
 
 #[tokio::test]
 async fn inspect_reads_each_algorithms_key_as_its_checks_left_it() {
-    let server = RedisServer::start();
-    let limiter = counting_limiter(&server.url());
+    let (server, limiter) = server_and_limiter();
     for algorithm in Algorithm::ALL {
         let key = format!("rate_limit:user:42:app::{}", algorithm.label());
-        let d = limiter
-            .check(&key, &RULES)
-            .cost(3)
-            .algorithm(algorithm)
-            .await
-            .unwrap();
+        let d = check(&limiter, &key, &RULES, algorithm, 3).await;
         assert!(d.allowed);
-        limiter
-            .check(&key, &RULES)
-            .algorithm(algorithm)
-            .await
-            .unwrap();
+        check(&limiter, &key, &RULES, algorithm, 1).await;
         // The sliding log's entries carry no rule: they are counted under --rules.
-        let mut args = vec!["inspect", key.as_str()];
-        if algorithm == Algorithm::SlidingLog {
-            args.extend(["--rules", "5/minute, 20/hour"]);
-        }
-        let state = json(&server, &[&args[..], &["--json"]].concat());
+        let rules = (algorithm == Algorithm::SlidingLog).then_some("5/minute, 20/hour");
+        let (state, table) = inspect(&server, &key, rules);
         assert_eq!(state["exists"], true);
         assert_eq!(state["algorithm"], algorithm.label());
         assert_eq!(used(&state), [(4, 5), (4, 20)], "{algorithm}");
@@ -124,7 +182,6 @@ async fn inspect_reads_each_algorithms_key_as_its_checks_left_it() {
             _ => assert_eq!(state["rules_from"], "state", "{algorithm}"),
         }
         // The table says the same.
-        let table = ok(&server, &args);
         assert!(table.contains(algorithm.name()), "{table}");
         assert!(
             table.contains("4 / 5") && table.contains("4 / 20"),
@@ -137,30 +194,22 @@ async fn inspect_reads_each_algorithms_key_as_its_checks_left_it() {
 /// algorithm: `inspect` shows each rule's calls or units, and the debt.
 #[tokio::test]
 async fn inspect_shows_rules_counting_calls_and_debt() {
-    let server = RedisServer::start();
-    let limiter = counting_limiter(&server.url());
+    let (server, limiter) = server_and_limiter();
     let rules = [Rule::per_minute(3).calls(), Rule::per_minute(10)];
     for algorithm in Algorithm::ALL {
         let key = format!("rate_limit:user:7:app::metered_{}", algorithm.label());
-        let d = limiter
-            .check(&key, &rules)
-            .cost(4)
-            .algorithm(algorithm)
-            .await
-            .unwrap();
+        let d = check(&limiter, &key, &rules, algorithm, 4).await;
         limiter.settle(&key, &rules, &d, 13).await.unwrap();
-        let mut args = vec!["inspect", key.as_str()];
-        if algorithm == Algorithm::SlidingLog {
-            args.extend(["--rules", "3 calls/minute, 10/minute"]);
-        }
-        let state = json(&server, &[&args[..], &["--json"]].concat());
+        let rules = (algorithm == Algorithm::SlidingLog).then_some("3 calls/minute, 10/minute");
+        let (state, table) = inspect(&server, &key, rules);
         assert_eq!(used(&state), [(1, 3), (13, 10)], "{algorithm}");
-        assert_eq!(state["rules"][0]["counts_calls"], true, "{algorithm}");
-        assert_eq!(state["rules"][1]["debt"], 3, "{algorithm}");
-        assert_eq!(state["rules"][1]["remaining"], 0, "{algorithm}");
-        let table = ok(&server, &args);
-        assert!(table.contains("3 calls per 60s"), "{table}");
-        assert!(table.contains("13 / 10 (in debt by 3)"), "{table}");
+        let fields = [
+            (0, "counts_calls", json!(true)),
+            (1, "debt", json!(3)),
+            (1, "remaining", json!(0)),
+        ];
+        assert_rule_fields(&state, &fields, algorithm.name());
+        assert_shows(&table, &["3 calls per 60s", "13 / 10 (in debt by 3)"]);
     }
 }
 
@@ -168,46 +217,42 @@ async fn inspect_shows_rules_counting_calls_and_debt() {
 /// units this month or day (the sliding log's without `--rules`: its counters name them).
 #[tokio::test]
 async fn inspect_shows_calendar_rules() {
-    let server = RedisServer::start();
-    let limiter = counting_limiter(&server.url());
+    let (server, limiter) = server_and_limiter();
     let rules = [
         Rule::per_calendar(2_000_000, Calendar::Month),
         Rule::per_calendar(5, Calendar::Day).calls(),
     ];
     for algorithm in Algorithm::ALL {
         let key = format!("rate_limit:user:7:app::calendar_{}", algorithm.label());
-        let d = limiter
-            .check(&key, &rules)
-            .cost(1_500)
-            .algorithm(algorithm)
-            .await
-            .unwrap();
+        let d = check(&limiter, &key, &rules, algorithm, 1_500).await;
         assert!(d.allowed, "{algorithm}");
-        let args = ["inspect", key.as_str()];
-        let state = json(&server, &[&args[..], &["--json"]].concat());
+        let (state, table) = inspect(&server, &key, None);
         assert_eq!(used(&state), [(1_500, 2_000_000), (1, 5)], "{algorithm}");
-        assert_eq!(state["rules"][0]["calendar"], "month", "{algorithm}");
-        assert_eq!(state["rules"][1]["calendar"], "day", "{algorithm}");
-        assert_eq!(state["rules"][1]["counts_calls"], true, "{algorithm}");
-        let table = ok(&server, &args);
-        assert!(table.contains("2000000 per calendar month"), "{table}");
-        assert!(table.contains("5 calls per calendar day"), "{table}");
+        let fields = [
+            (0, "calendar", json!("month")),
+            (1, "calendar", json!("day")),
+            (1, "counts_calls", json!(true)),
+        ];
+        assert_rule_fields(&state, &fields, algorithm.name());
+        assert_shows(
+            &table,
+            &["2000000 per calendar month", "5 calls per calendar day"],
+        );
     }
 }
 
 #[tokio::test]
 async fn a_sliding_log_is_counted_under_the_rules_stored_for_its_site() {
-    let server = RedisServer::start();
-    let limiter = counting_limiter(&server.url());
+    let (server, limiter) = server_and_limiter();
     let key = "rate_limit:ip:203.0.113.9:app::send_code";
     limiter.check(key, &RULES).cost(2).await.unwrap();
     // Without rules: the entries alone, and how to count them.
-    let state = json(&server, &["inspect", key, "--json"]);
+    let (state, table) = inspect(&server, key, None);
     assert_eq!(
         (state["rules_from"].clone(), state["log"]["entries"].clone()),
         (Value::Null, 2.into())
     );
-    assert!(ok(&server, &["inspect", key]).contains("--rules"));
+    assert!(table.contains("--rules"), "{table}");
     ok(&server, &["rules", "set", "app::send_code", "3/minute"]);
     let state = json(&server, &["inspect", key, "--json"]);
     assert_eq!(state["rules_from"], "override:app::send_code");
@@ -216,8 +261,7 @@ async fn a_sliding_log_is_counted_under_the_rules_stored_for_its_site() {
 
 #[tokio::test]
 async fn a_blocked_key_shows_its_block_and_reset_lifts_it() {
-    let server = RedisServer::start();
-    let limiter = counting_limiter(&server.url());
+    let (server, limiter) = server_and_limiter();
     let rules = [Rule::per_minute(1)];
     let block = Duration::from_secs(15 * 60);
     for algorithm in Algorithm::ALL {
@@ -241,8 +285,7 @@ async fn a_blocked_key_shows_its_block_and_reset_lifts_it() {
             refused,
             "{algorithm}: the second check in a window is refused"
         );
-        let args = ["inspect", key.as_str(), "--json", "--rules", "1/minute"];
-        let state = json(&server, &args);
+        let (state, table) = inspect(&server, &key, Some("1/minute"));
         let ends_in = state["block"]["ends_in_secs"].as_f64().expect("a block");
         assert!(
             ends_in > 14.0 * 60.0 && ends_in <= 15.0 * 60.0,
@@ -250,16 +293,11 @@ async fn a_blocked_key_shows_its_block_and_reset_lifts_it() {
         );
         assert_eq!(state["block"]["rule_index"], 0);
         assert_eq!(used(&state), [(1, 1)], "{algorithm}");
-        let table = ok(&server, &["inspect", &key, "--rules", "1/minute"]);
         assert!(table.contains("blocked    yes, 1"), "{table}");
 
         ok(&server, &["reset", &key]);
         assert!(ok(&server, &["inspect", &key]).starts_with("no state"));
-        let d = limiter
-            .check(&key, &rules)
-            .algorithm(algorithm)
-            .await
-            .unwrap();
+        let d = check(&limiter, &key, &rules, algorithm, 1).await;
         assert!(d.allowed, "{algorithm}: reset lifts the block");
     }
 }
@@ -279,9 +317,14 @@ fn an_absent_key_has_no_state() {
     assert_eq!(state["exists"], false);
 }
 
-#[rate_limiter(rules("100/minute"), limit_type = CUSTOM, by = who, limiter = limiter, name = "cli.calendar")]
-async fn guarded_calendar(limiter: &'static Limiter, who: &str) -> Result<(), RateLimitError> {
-    Ok(())
+custom_sites! {
+    guarded_calendar(rules("100/minute"), name = "cli.calendar");
+    guarded(rules("100/minute"), name = "cli.site");
+}
+
+/// A limiter on `server` that reads the overrides and modes every 50 ms.
+fn polling_limiter(server: &RedisServer) -> &'static Limiter {
+    leak(counting_limiter(&server.url()).rules_poll(Some(Duration::from_millis(50))))
 }
 
 /// Calendar rules in an override: `rules set` stores them as written, and a running
@@ -289,7 +332,7 @@ async fn guarded_calendar(limiter: &'static Limiter, who: &str) -> Result<(), Ra
 #[tokio::test]
 async fn overrides_take_calendar_rules() {
     let server = RedisServer::start();
-    let limiter = leak(counting_limiter(&server.url()).rules_poll(Some(Duration::from_millis(50))));
+    let limiter = polling_limiter(&server);
     guarded_calendar(limiter, "ann").await.unwrap();
     let text = "2 per calendar day, 100 calls per calendar month";
     ok(&server, &["rules", "set", "cli.calendar", text]);
@@ -301,17 +344,7 @@ async fn overrides_take_calendar_rules() {
         Rule::per_calendar(2, Calendar::Day),
         Rule::per_calendar(100, Calendar::Month).calls(),
     ];
-    support::eventually(
-        "the override to reach the limiter",
-        GIVE_UP_AFTER,
-        || async {
-            match limiter.rules_in_force("cli.calendar") {
-                rules if rules == overridden => Ok(()),
-                rules => Err(format!("{rules:?}")),
-            }
-        },
-    )
-    .await;
+    support::until_rules_in_force(limiter, "cli.calendar", &overridden, GIVE_UP_AFTER).await;
     guarded_calendar(limiter, "bob").await.unwrap();
     guarded_calendar(limiter, "bob").await.unwrap();
     assert!(matches!(
@@ -320,15 +353,10 @@ async fn overrides_take_calendar_rules() {
     ));
 }
 
-#[rate_limiter(rules("100/minute"), limit_type = CUSTOM, by = who, limiter = limiter, name = "cli.site")]
-async fn guarded(limiter: &'static Limiter, who: &str) -> Result<(), RateLimitError> {
-    Ok(())
-}
-
 #[tokio::test]
 async fn overrides_round_trip_and_a_running_limiter_applies_them() {
     let server = RedisServer::start();
-    let limiter = leak(counting_limiter(&server.url()).rules_poll(Some(Duration::from_millis(50))));
+    let limiter = polling_limiter(&server);
     guarded(limiter, "ann").await.unwrap(); // starts the limiter's reads of rate_limit:rules
     assert!(ok(&server, &["rules", "list"]).starts_with("no overrides in rate_limit:rules"));
 
@@ -353,17 +381,7 @@ async fn overrides_round_trip_and_a_running_limiter_applies_them() {
         Rule::per_minute(1),
         Rule::new(10, Duration::from_secs(2 * 3600)),
     ];
-    support::eventually(
-        "the override to reach the limiter",
-        GIVE_UP_AFTER,
-        || async {
-            match limiter.rules_in_force("cli.site") {
-                rules if rules == overridden => Ok(()),
-                rules => Err(format!("{rules:?}")),
-            }
-        },
-    )
-    .await;
+    support::until_rules_in_force(limiter, "cli.site", &overridden, GIVE_UP_AFTER).await;
     assert!(guarded(limiter, "bob").await.is_ok());
     assert!(matches!(
         guarded(limiter, "bob").await,
@@ -391,7 +409,7 @@ async fn overrides_round_trip_and_a_running_limiter_applies_them() {
 #[tokio::test]
 async fn ban_shuts_an_identity_out_of_every_instance_until_unban() {
     let server = RedisServer::start();
-    let limiter = leak(counting_limiter(&server.url()).rules_poll(Some(Duration::from_millis(50))));
+    let limiter = polling_limiter(&server);
     guarded(limiter, "eve").await.unwrap(); // starts the limiter's reads of rate_limit:*
     assert!(ok(&server, &["bans"]).starts_with("no bans in rate_limit:bans"));
 
@@ -428,10 +446,8 @@ async fn ban_shuts_an_identity_out_of_every_instance_until_unban() {
     })
     .await;
 
-    let refused = run(&server, &["ban", "host:eve", "1 hour"]);
-    assert_eq!(refused.status.code(), Some(2), "{}", describe(&refused));
-    let refused = run(&server, &["ban", "custom:eve", "soon"]);
-    assert_eq!(refused.status.code(), Some(2), "{}", describe(&refused));
+    fails(&server, &["ban", "host:eve", "1 hour"], 2);
+    fails(&server, &["ban", "custom:eve", "soon"], 2);
     assert_eq!(
         json(&server, &["bans", "--json"])["bans"]
             .as_array()
@@ -443,19 +459,14 @@ async fn ban_shuts_an_identity_out_of_every_instance_until_unban() {
 
 #[tokio::test]
 async fn block_refuses_every_check_of_a_key_until_reset_lifts_it() {
-    let server = RedisServer::start();
-    let limiter = counting_limiter(&server.url());
+    let (server, limiter) = server_and_limiter();
     for algorithm in Algorithm::ALL {
         let key = format!("rate_limit:out:cli.block_{}", algorithm.label());
         // A key with state, and one without: both are blocked.
         for counted in [true, false] {
             let key = format!("{key}:{counted}");
             if counted {
-                let d = limiter
-                    .check(&key, &RULES)
-                    .algorithm(algorithm)
-                    .await
-                    .unwrap();
+                let d = check(&limiter, &key, &RULES, algorithm, 1).await;
                 assert!(d.allowed);
             }
             let said = ok(&server, &["block", &key, "15 minutes"]);
@@ -463,11 +474,7 @@ async fn block_refuses_every_check_of_a_key_until_reset_lifts_it() {
                 said.contains("blocked") && said.contains("15m00s"),
                 "{said}"
             );
-            let refused = limiter
-                .check(&key, &RULES)
-                .algorithm(algorithm)
-                .await
-                .unwrap();
+            let refused = check(&limiter, &key, &RULES, algorithm, 1).await;
             assert!(!refused.allowed, "{algorithm}, counted: {counted}");
             let left = refused.retry_after.expect("the block's end");
             assert!(
@@ -479,22 +486,14 @@ async fn block_refuses_every_check_of_a_key_until_reset_lifts_it() {
             assert!(ends_in > 14.0 * 60.0 && ends_in <= 15.0 * 60.0, "{ends_in}");
             // A shorter block leaves the longer one in place.
             ok(&server, &["block", &key, "1s"]);
-            let still = limiter
-                .check(&key, &RULES)
-                .algorithm(algorithm)
-                .await
-                .unwrap();
+            let still = check(&limiter, &key, &RULES, algorithm, 1).await;
             assert!(
                 still.retry_after > Some(Duration::from_secs(14 * 60)),
                 "{still:?}"
             );
 
             ok(&server, &["reset", &key]);
-            let d = limiter
-                .check(&key, &RULES)
-                .algorithm(algorithm)
-                .await
-                .unwrap();
+            let d = check(&limiter, &key, &RULES, algorithm, 1).await;
             assert!(d.allowed, "{algorithm}: reset lifts the block");
         }
     }
@@ -504,15 +503,11 @@ async fn block_refuses_every_check_of_a_key_until_reset_lifts_it() {
 fn a_malformed_block_duration_is_a_usage_error_and_blocks_nothing() {
     let server = RedisServer::start();
     for duration in ["soon", "0s", "15 fortnights"] {
-        let out = run(&server, &["block", "rate_limit:out:cli.bad", duration]);
-        assert_eq!(out.status.code(), Some(2), "{duration}: {}", describe(&out));
+        let out = fails(&server, &["block", "rate_limit:out:cli.bad", duration], 2);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(duration), "{stderr}");
     }
-    let exists: u64 = redis::cmd("EXISTS")
-        .arg("rate_limit:out:cli.bad")
-        .query(&mut server.connection())
-        .unwrap();
+    let exists = number(&server, "EXISTS", "rate_limit:out:cli.bad");
     assert_eq!(exists, 0, "nothing written");
 }
 
@@ -526,8 +521,7 @@ fn bad_rule_text_or_mode_is_a_usage_error_and_writes_nothing() {
         &["mode", "cli.site", "loud"],
         &["inspect", "k", "--rules", "often"],
     ] {
-        let out = run(&server, args);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", describe(&out));
+        let out = fails(&server, args, 2);
         assert!(
             !out.stderr.is_empty() && out.stdout.is_empty(),
             "{}",
@@ -541,10 +535,7 @@ fn bad_rule_text_or_mode_is_a_usage_error_and_writes_nothing() {
         stderr.contains("not written") && stderr.contains("10/minute"),
         "{stderr}"
     );
-    let fields: u64 = redis::cmd("HLEN")
-        .arg("rate_limit:rules")
-        .query(&mut server.connection())
-        .unwrap();
+    let fields = number(&server, "HLEN", "rate_limit:rules");
     assert_eq!(fields, 0, "nothing written");
 }
 
@@ -559,8 +550,7 @@ fn a_dead_redis_fails_with_status_1_and_says_what_to_do() {
         &["block", "k", "1 minute"],
         &["mode", "p", "off"],
     ] {
-        let out = run(&server, args);
-        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", describe(&out));
+        let out = fails(&server, args, 1);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains("cannot reach"), "{stderr}");
         assert!(stderr.contains("Check that Redis is running"), "{stderr}");
@@ -623,8 +613,7 @@ fn every_command_has_help() {
 
 #[tokio::test]
 async fn inspect_shows_the_slots_in_use() {
-    let server = RedisServer::start();
-    let limiter = counting_limiter(&server.url());
+    let (server, limiter) = server_and_limiter();
     let key = "rate_limit:user:7:app::complete";
     let a = limiter.acquire(key, 4).await.unwrap().expect("a free slot");
     let b = limiter.acquire(key, 4).await.unwrap().expect("a second");
@@ -653,9 +642,8 @@ async fn inspect_shows_the_slots_in_use() {
     assert!(!ok(&server, &["inspect", key]).contains("slots in use"));
 }
 
-#[rate_limiter(rules("1/minute"), limit_type = CUSTOM, by = who, name = "cli.top", limiter = limiter)]
-async fn watched(limiter: &'static Limiter, who: &str) -> Result<(), RateLimitError> {
-    Ok(())
+custom_sites! {
+    watched(rules("1/minute"), name = "cli.top");
 }
 
 #[tokio::test]
@@ -695,14 +683,6 @@ async fn top_lists_the_most_refused_identities_of_a_site() {
          1  custom:mallory  5\n"
     );
     // More than the hour refusals are kept is a usage error; --watch needs a terminal.
-    assert_eq!(
-        run(&server, &["top", "cli.top", "--since", "2h"])
-            .status
-            .code(),
-        Some(2)
-    );
-    assert_eq!(
-        run(&server, &["top", "cli.top", "--watch"]).status.code(),
-        Some(2)
-    );
+    fails(&server, &["top", "cli.top", "--since", "2h"], 2);
+    fails(&server, &["top", "cli.top", "--watch"], 2);
 }

@@ -565,6 +565,24 @@ where
     .await
 }
 
+/// Waits, for at most `timeout`, until `limiter` applies `rules` at the site `path` (an
+/// override it reads in the background).
+pub async fn until_rules_in_force(
+    limiter: &Limiter,
+    path: &str,
+    rules: &[redis_ratelimit::Rule],
+    timeout: Duration,
+) {
+    let what = format!("the rules of {path} to reach the limiter");
+    eventually(&what, timeout, || async {
+        match limiter.rules_in_force(path) {
+            in_force if in_force == rules => Ok(()),
+            in_force => Err(format!("{in_force:?}")),
+        }
+    })
+    .await
+}
+
 /// Checks fresh keys `{prefix}:{n}` until one is answered and `landed(key)` says it was
 /// counted where it should be, for at most 30 s (a topology that changed may take a few
 /// seconds to route again on a loaded machine); how long that took.
@@ -695,6 +713,15 @@ pub fn parent_says(line: &str) {
     let mut got = String::new();
     std::io::stdin().read_line(&mut got).unwrap();
     assert_eq!(got.trim(), line, "the parent said something else");
+}
+
+/// In a [`ChildTest`]: prints `marker` for the parent's [`ChildTest::wait_for`], then
+/// waits for the parent to send `line`, on a blocking thread so that the runtime's tasks go on.
+pub async fn tell_parent_then_await(marker: &str, line: &'static str) {
+    println!("{marker}");
+    tokio::task::spawn_blocking(move || parent_says(line))
+        .await
+        .unwrap();
 }
 
 /// A plain synchronous connection to the server on 127.0.0.1:`port`.
@@ -887,6 +914,41 @@ macro_rules! backend_tests {
             )*
         }
     };
+}
+
+/// Guarded sites charging `tokens` units a call to `who`, on the scenario's [`limiter()`]:
+/// each `name(policies);` is `async fn name(who: &str, tokens: u64)` with those policies,
+/// `cost = tokens, limit_type = CUSTOM, by = who`.
+#[macro_export]
+macro_rules! metered_sites {
+    ($($name:ident($($policy:tt)*);)*) => {$(
+        #[::redis_ratelimit::rate_limiter(
+            $($policy)*,
+            cost = tokens,
+            limit_type = CUSTOM,
+            by = who,
+            limiter = $crate::support::limiter()
+        )]
+        async fn $name(who: &str, tokens: u64) -> Result<(), ::redis_ratelimit::RateLimitError> {
+            Ok(())
+        }
+    )*};
+}
+
+/// Guarded sites counting `who`'s calls on the limiter each call is given: each
+/// `name(policies);` is `async fn name(limiter: &'static Limiter, who: &str)` returning
+/// `Ok(())`, with those policies, `limit_type = CUSTOM, by = who`.
+#[macro_export]
+macro_rules! custom_sites {
+    ($($name:ident($($policy:tt)*);)*) => {$(
+        #[::redis_ratelimit::rate_limiter($($policy)*, limit_type = CUSTOM, by = who, limiter = limiter)]
+        async fn $name(
+            limiter: &'static ::redis_ratelimit::Limiter,
+            who: &str,
+        ) -> Result<(), ::redis_ratelimit::RateLimitError> {
+            Ok(())
+        }
+    )*};
 }
 
 /// What a peek of `rules` for `key` with `algorithm` finds left.
