@@ -152,3 +152,43 @@ async fn checks_recover_from_a_failover_and_a_crashed_master_and_count_exactly()
     stop.store(true, Ordering::Relaxed);
     loaded.await.unwrap();
 }
+
+/// Escalating lock-outs on keys spread over every master: the streak lives in each key, so
+/// the second lock-out of a key lasts the schedule's second duration wherever it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn escalating_lock_outs_follow_their_schedule_on_every_master() {
+    use redis_ratelimit::Algorithm;
+    static ONE_A_SECOND: [Rule; 1] = [Rule::per_second(1)];
+    static SCHEDULE: [Duration; 2] = [Duration::from_secs(60), Duration::from_secs(600)];
+    let t0 = Duration::from_secs(1_700_000_040);
+    let cluster = RedisCluster::start();
+    let limiter = support::counting_limiter(&cluster.url());
+    for algorithm in Algorithm::ALL {
+        let keys = keys(&format!("lockouts:{algorithm}"), 12);
+        let masters: HashSet<u16> = keys.iter().map(|key| cluster.master_of(key)).collect();
+        assert_eq!(masters.len(), 3, "the keys cover every master");
+        for key in keys {
+            let at = |ms: u64| {
+                limiter
+                    .check(&key, &ONE_A_SECOND)
+                    .block_schedule(&SCHEDULE)
+                    .algorithm(algorithm)
+                    .at(t0 + Duration::from_millis(ms))
+            };
+            assert!(at(0).await.unwrap().allowed, "{key}");
+            let first = at(1).await.unwrap();
+            assert_eq!(
+                (first.allowed, first.retry_after),
+                (false, Some(SCHEDULE[0])),
+                "{key}"
+            );
+            assert!(at(61_000).await.unwrap().allowed, "{key}");
+            let second = at(61_001).await.unwrap();
+            assert_eq!(
+                (second.allowed, second.retry_after),
+                (false, Some(SCHEDULE[1])),
+                "{key}"
+            );
+        }
+    }
+}
