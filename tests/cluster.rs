@@ -175,20 +175,14 @@ async fn escalating_lock_outs_follow_their_schedule_on_every_master() {
                     .algorithm(algorithm)
                     .at(t0 + Duration::from_millis(ms))
             };
-            assert!(at(0).await.unwrap().allowed, "{key}");
-            let first = at(1).await.unwrap();
-            assert_eq!(
-                (first.allowed, first.retry_after),
-                (false, Some(SCHEDULE[0])),
-                "{key}"
-            );
-            assert!(at(61_000).await.unwrap().allowed, "{key}");
-            let second = at(61_001).await.unwrap();
-            assert_eq!(
-                (second.allowed, second.retry_after),
-                (false, Some(SCHEDULE[1])),
-                "{key}"
-            );
+            // Each lock-out in a row, a second after the one before ended.
+            for (nth, lockout) in SCHEDULE.iter().enumerate() {
+                let start = 61_000 * nth as u64;
+                assert!(at(start).await.unwrap().allowed, "{key}");
+                let refused = at(start + 1).await.unwrap();
+                let got = (refused.allowed, refused.retry_after);
+                assert_eq!(got, (false, Some(*lockout)), "{key}: lock-out {nth}");
+            }
         }
     }
 }
