@@ -228,6 +228,15 @@ pub(crate) struct Call<'a> {
 }
 
 impl Call<'_> {
+    /// The hold this call gets from `algorithm` when counted at `at_us`: a draw's
+    /// ([`draw_hold_us`]), 0 for a check.
+    pub fn hold_at(&self, algorithm: Algorithm, at_us: u64) -> u64 {
+        match self.hold_us {
+            0 => 0,
+            asked => draw_hold_us(self.rules, algorithm, at_us, asked),
+        }
+    }
+
     /// What the call takes from `rule`: its calls from a rule counting calls, its cost
     /// from any other.
     #[inline(always)]
@@ -394,21 +403,11 @@ impl Block {
     }
 
     /// The time `call` is counted at, `latest_us` being the newest time the key's state
-    /// records (see [`Clamp`]), and the hold a draw by `algorithm` gets there
-    /// ([`draw_hold_us`]; 0 for a check); or, while the block lasts, the call's refusal.
-    fn clamp(
-        &self,
-        call: &Call<'_>,
-        latest_us: Option<u64>,
-        algorithm: Algorithm,
-    ) -> Result<(Clamp, u64), Outcome> {
+    /// records (see [`Clamp`]); or, while the block lasts, the call's refusal.
+    fn clamp(&self, call: &Call<'_>, latest_us: Option<u64>) -> Result<Clamp, Outcome> {
         let clamp = Clamp::new(call.now_us, latest_us);
         if clamp.at_us >= self.until_us {
-            let hold_us = match call.hold_us {
-                0 => 0,
-                asked => draw_hold_us(call.rules, algorithm, clamp.at_us, asked),
-            };
-            return Ok((clamp, hold_us));
+            return Ok(clamp);
         }
         let left_us = self.until_us - clamp.at_us + clamp.lag_us;
         Err(Outcome::unwritten(RawDecision {

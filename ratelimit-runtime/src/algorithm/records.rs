@@ -372,11 +372,12 @@ impl<A: PerRule> Counter for State<A> {
             consume,
             ..
         } = *call;
-        let (clamp, hold_us) = match block.clamp(call, self.latest_us(), A::ALGORITHM) {
-            Ok(counted) => counted,
+        let clamp = match block.clamp(call, self.latest_us()) {
+            Ok(clamp) => clamp,
             Err(refused) => return refused,
         };
         let Clamp { at_us: now, lag_us } = clamp;
+        let hold_us = call.hold_at(A::ALGORITHM, now);
         // The verdicts of the first rules, kept for the write: judging again would divide
         // again, which costs more than keeping them.
         let mut kept = [None; KEPT];

@@ -285,11 +285,12 @@ impl Counter for State {
             consume,
             ..
         } = *call;
-        let (clamp, hold_us) = match block.clamp(call, self.latest_us(), Algorithm::SlidingLog) {
-            Ok(counted) => counted,
+        let clamp = match block.clamp(call, self.latest_us()) {
+            Ok(clamp) => clamp,
             Err(refused) => return refused,
         };
         let Clamp { at_us: now, lag_us } = clamp;
+        let hold_us = call.hold_at(Algorithm::SlidingLog, now);
         // Stale entries are skipped by every count, as the script's ZCOUNTs do. Whether a
         // rule counts calls or in calendar periods is noted on the way, not found by a
         // second pass; a calendar rule's counter needs the log no longer than the others.

@@ -697,19 +697,16 @@ pub(crate) async fn give_backs(
 const GIVE_BACK_BATCH: Duration = Duration::from_millis(1);
 
 /// Logs a give-back that could not reach the backend (its units stay counted as spent until
-/// their windows pass, the safe side), at most once per [`LogThrottle::INTERVAL`].
+/// their windows pass, the safe side), at most once per
+/// [`LogThrottle::INTERVAL`](crate::throttle::LogThrottle::INTERVAL).
 #[cfg(feature = "redis")]
 pub(crate) fn report_give_back_failed(err: &crate::BackendError) {
-    static FAILURES: crate::throttle::LogThrottle = crate::throttle::LogThrottle::new();
-    if let Some(suppressed) = FAILURES.admit() {
-        tracing::warn!(
-            target: "redis_ratelimit",
-            error = %err,
-            suppressed,
-            "could not give an unused allowance back; what it held stays counted as spent \
-             until its windows pass",
-        );
-    }
+    crate::throttle::throttled!(
+        warn,
+        [error = %err],
+        "could not give an unused allowance back; what it held stays counted as spent \
+         until its windows pass",
+    );
 }
 
 impl Shard {
