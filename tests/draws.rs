@@ -108,6 +108,29 @@ on_both_backends! {
         assert_eq!(left(b, "retimed", rule, algorithm, leave).await, 10);
     }
 
+    async fn a_sliding_log_draw_s_used_units_count_beside_checks_in_every_answer(b: &Backend) {
+        // On Redis a draw of 120 units is one weighted entry among the checks' members, one
+        // of 6 a member per unit (scripts/sliding_log.lua): in both, `n` stands for 1 or 20.
+        let algorithm = Algorithm::SlidingLog;
+        let at = |tenths: u64| T0 + tenths * SEC / 10;
+        for n in [1, 20] {
+            let (key, rules) = (format!("drawn:{n}"), [Rule::per_minute(10 * n)]);
+            let hold = Duration::from_secs(1);
+            let drawn = b.draw(&key, &rules, algorithm, 6 * n, 1, hold, T0).await.unwrap();
+            b.give_back(&drawn, 1, 4 * n, at(5), at(5)).await.unwrap();
+            assert!(b.check(&key, &rules, algorithm, 3 * n, true, at(6)).await.unwrap().0);
+            // 4n units spent until 0.5 s, and 3n checked at 0.6 s (the key's newest write).
+            assert_eq!(left(b, &key, rules[0], algorithm, at(7)).await, 3 * n, "{n}");
+            let retry = |cost| b.retry_after_us(&key, &rules, algorithm, cost, at(7));
+            // 8n units wait for the (2n + 1)th newest to leave (checked), 5n for the
+            // (5n + 1)th (drawn).
+            assert_eq!(retry(8 * n).await.unwrap(), at(6) + 60 * SEC - at(7), "{n}");
+            assert_eq!(retry(5 * n).await.unwrap(), at(5) + 60 * SEC - at(7), "{n}");
+            let gone = at(5) + 60 * SEC;
+            assert_eq!(left(b, &key, rules[0], algorithm, gone).await, 7 * n, "{n}");
+        }
+    }
+
     async fn held_units_are_counted_by_every_other_check(b: &Backend) {
         let rules = [Rule::per_minute(10)];
         for algorithm in ALL {
@@ -183,11 +206,12 @@ on_both_backends! {
     }
 }
 
-/// Once a sliding-log draw's hold has passed, its key is checked as one that never drew:
-/// the script runs the same Redis commands (a key holding units keeps a clock of its own,
-/// which costs a check four more commands while it is needed).
+/// Once a sliding-log draw has left its longest window, its key is checked as one that
+/// never drew: the script runs the same Redis commands (a key holding a draw keeps a clock
+/// of its own and reads the draws' weighted entries, which costs a check a few more
+/// commands while they count).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn once_its_hold_has_passed_a_key_costs_what_a_key_that_never_drew_costs() {
+async fn once_its_draws_left_the_window_a_key_costs_what_a_key_that_never_drew_costs() {
     let server = support::RedisServer::start();
     let b = &Backend::redis(&server.url());
     let mut redis = support::connect(server.port());
@@ -202,15 +226,18 @@ async fn once_its_hold_has_passed_a_key_costs_what_a_key_that_never_drew_costs()
         .unwrap();
     let mut costs = Vec::new();
     for key in ["drew", "never"] {
-        // The first check after the hold, then the one measured.
-        b.check(key, &rules, algorithm, 1, true, T0 + 2 * SEC)
-            .await
-            .unwrap();
+        // The first checks after the window (the first trims the draw, the second finds
+        // nothing held), then the one measured.
+        for late in [62, 63] {
+            b.check(key, &rules, algorithm, 1, true, T0 + late * SEC)
+                .await
+                .unwrap();
+        }
         redis::cmd("CONFIG")
             .arg("RESETSTAT")
             .exec(&mut redis)
             .unwrap();
-        b.check(key, &rules, algorithm, 1, true, T0 + 3 * SEC)
+        b.check(key, &rules, algorithm, 1, true, T0 + 64 * SEC)
             .await
             .unwrap();
         let stats: String = redis::cmd("INFO")
@@ -222,6 +249,44 @@ async fn once_its_hold_has_passed_a_key_costs_what_a_key_that_never_drew_costs()
     assert_eq!(
         costs[0], costs[1],
         "commands of a check of a key that drew, and of one that never did"
+    );
+}
+
+/// A sliding-log draw is one entry whatever its size: drawing a million units and giving
+/// half of them back runs the Redis commands that a hundred units do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sliding_log_draw_costs_redis_the_same_whatever_its_size() {
+    let server = support::RedisServer::start();
+    let b = &Backend::redis(&server.url());
+    let mut redis = support::connect(server.port());
+    let (rule, algorithm) = (Rule::per_minute(10_000_000), Algorithm::SlidingLog);
+    let hold = Duration::from_secs(1);
+    let mut costs = Vec::new();
+    for units in [100, 1_000_000] {
+        let key = format!("size:{units}");
+        redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .exec(&mut redis)
+            .unwrap();
+        let drawn = b
+            .draw(&key, &[rule], algorithm, units, 1, hold, T0)
+            .await
+            .unwrap();
+        assert!(drawn.allowed, "{units} units");
+        b.give_back(&drawn, 1, units / 2, T0 + SEC / 2, T0 + SEC / 2)
+            .await
+            .unwrap();
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut redis)
+            .unwrap();
+        costs.push(commands_run_by_scripts(&stats));
+        let left = left(b, &key, rule, algorithm, T0 + SEC).await;
+        assert_eq!(left, 10_000_000 - units / 2, "{units} units");
+    }
+    assert_eq!(
+        costs[0], costs[1],
+        "commands of a draw of 100 units and of a million"
     );
 }
 

@@ -122,6 +122,24 @@ impl Backend {
         Ok((raw.allowed, raw.remaining))
     }
 
+    /// How long until a check of `cost` at `now_us` would pass (a peek; 0 when it passes).
+    pub async fn retry_after_us(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        algorithm: Algorithm,
+        cost: u64,
+        now_us: u64,
+    ) -> Result<u64, BackendError> {
+        let request = Request {
+            algorithm,
+            cost: NonZeroU64::new(cost).expect("at least one unit"),
+            now_us,
+            ..Request::new(key, rules, false)
+        };
+        Ok(self.run(&request).await?.retry_after_us)
+    }
+
     /// Gives back `drawn`: `used_calls` calls and `used_units` units were spent, the last
     /// at `last_spend_us`; at `now_us`.
     pub async fn give_back(

@@ -52,10 +52,12 @@ const MIN_EXPECTED_CHECKS: f64 = 6.0;
 /// The most checks one draw stands for.
 const MAX_DRAW_CHECKS: u64 = 1 << 20;
 
-/// The most units (and calls) one draw of the sliding log takes: it records one member per
-/// unit, which its draw writes and its give-back re-scores (about 0.3 ms of Redis for
-/// this many); the other algorithms cost the same whatever the size.
-const MAX_SLIDING_LOG_DRAW: u64 = 1000;
+/// The most calls one draw of the sliding log takes for rules counting calls: it records
+/// one member per call, which its draw writes and its give-back re-scores (about 2 ms of
+/// Redis for this many). Its units, from 64 on, are one weighted entry whatever their
+/// number (`scripts/sliding_log.lua`), and the other algorithms cost the same whatever
+/// the size.
+const MAX_SLIDING_LOG_DRAW_CALLS: u64 = 1000;
 
 /// `max_age` as a check carries it: whole milliseconds in 32 bits (49 days), 0 for off.
 pub(crate) fn max_age_ms(max_age: Duration) -> u32 {
@@ -372,8 +374,10 @@ impl Allowances {
         }
         // A receipt counts units in 32 bits.
         let mut checks = checks.min(u64::from(u32::MAX) / cost.get());
-        if request.algorithm == Algorithm::SlidingLog {
-            checks = checks.min(MAX_SLIDING_LOG_DRAW / cost.get());
+        if request.algorithm == Algorithm::SlidingLog
+            && request.rules.iter().any(Rule::counts_calls)
+        {
+            checks = checks.min(MAX_SLIDING_LOG_DRAW_CALLS);
         }
         let units = cost.saturating_mul(NonZeroU64::new(checks).unwrap_or(NonZeroU64::MIN));
         // Near the limit: a round trip per check, side by side, as without an allowance.

@@ -53,9 +53,18 @@ end
 -- and the calls' range in sliding_log_rules.lua), not a clock stepped back.
 -- Once no held unit is above `now` (`unheld`), the newest entry is the clock again: an
 -- admitted write removes 'K'.
+--
+-- A draw of WEIGHED units or more (a draw may stand for millions of checks) is one
+-- weighted entry, not a member per unit: the member 'W' then struct '<d' of its units then
+-- its id, scored 2^52 + the time they are held until, in the band of 'K' (which every
+-- draw writes, and which stays while any weighted entry does). Smaller draws keep a member
+-- per unit: a weighted entry costs every check of its key a few more commands for as long
+-- as it counts (a window), held units only until their hold passes. A count of a window adds the units of the weighted
+-- entries inside it (`weights`, read once, those of the longest window: time, units, ...
+-- ascending); `band` is how many members the band holds, 'K' included.
 local total = redis.call('ZCARD', key)
 local longest, stale, newest, block, last = 0, false, nil, nil, '-1'
-local upto, clocked, unheld = stamp, false, false
+local upto, clocked, unheld, weights, band, wstale = stamp, false, false, nil, 0, false
 if total > 0 then
     longest = redis.call('ZCOUNT', key, string.format('(%d', now - reach), stamp)
     if longest < total then
@@ -70,13 +79,21 @@ if total > 0 then
                     top = redis.call('ZRANGE', key, last, last, 'WITHSCORES')
                 end
             end
-            if above > 0 and top[1] == 'K' then
-                clocked, upto, total = true, '(4503599627370496', total - 1
-                last = '-2'
-                if block then
-                    last = '-3'
+            if above > 0 and tonumber(top[2]) >= 4503599627370496 then
+                clocked, upto, band = true, '(4503599627370496', above
+                local counted = tonumber(top[2])
+                if above > 1 then
+                    band = redis.call('ZCOUNT', key, '4503599627370496', '(+inf')
                 end
-                local counted = tonumber(top[2]) - 4503599627370496
+                if top[1] ~= 'K' then
+                    counted = tonumber(redis.call('ZSCORE', key, 'K') or top[2])
+                end
+                counted = counted - 4503599627370496
+                total = total - band
+                last = string.format('%d', -1 - band)
+                if block then
+                    last = string.format('%d', -2 - band)
+                end
                 if counted > now then
                     now = counted
                     lag = now - clock
@@ -102,8 +119,27 @@ if total > 0 then
         stale = longest < total
     end
 end
+if band > 1 then
+    -- The weighted entries of the longest window, oldest first; older ones are stale.
+    local listed = redis.call('ZRANGEBYSCORE', key,
+        string.format('(%d', 4503599627370496 + now - reach), '(+inf', 'WITHSCORES')
+    weights = {}
+    for j = 1, #listed, 2 do
+        local member = listed[j]
+        if string.byte(member) == 87 then
+            weights[#weights + 1] = tonumber(listed[j + 1]) - 4503599627370496
+            weights[#weights + 1] = struct.unpack('<d', member, 2)
+        end
+    end
+    wstale = #weights / 2 < band - 1
+end
+-- A check's or a draw's first member (its weighted entry): what tells a re-sent one.
+local first, weighed = id, draw and cost >= WEIGHED
+if weighed then
+    first = 'W' .. struct.pack('<d', cost) .. id
+end
 -- A re-sent check whose first run was admitted is not refused by a block started since:
 -- it answers as that run did (sliding_log_add.lua, sliding_log_rerun.lua).
-if blocked_until and consume and redis.call('ZSCORE', key, id) then
+if blocked_until and consume and redis.call('ZSCORE', key, first) then
     blocked_until = nil
 end

@@ -9,11 +9,16 @@
 -- A re-run (the id is present: the first run was admitted) writes nothing either, and
 -- answers admitted as the first run did: its own entries, counted above, were not there
 -- then, so each rule had `cost` more left (a re-run found denied: sliding_log_rerun.lua).
--- A draw's entries (and calls) are scored `hold` after `now`, and it moves the key's
--- clock member (sliding_log.lua), as every later write does.
-local held = stamp
+-- A draw's entries (a large one's weighted entry, in the band above the log) and calls
+-- are scored `hold` after `now`, and it moves the key's clock member (sliding_log.lua), as
+-- every later write does.
+local held, score = stamp, stamp
 if draw then
     held = string.format('%d', now + hold)
+    score = held
+    if weighed then
+        score = string.format('%d', 4503599627370496 + now + hold)
+    end
 end
 if ms then
     if denied then
@@ -23,7 +28,7 @@ if ms then
         redis.call('ZADD', key, '+inf',
             'B' .. struct.pack('<dd', blocked_until, blocked_rule + 65536 * blocked_strikes))
         redis.call('PEXPIRE', key, string.format('%d', ms))
-    elseif redis.call('ZADD', key, 'NX', held, id) == 1 then
+    elseif redis.call('ZADD', key, 'NX', score, first) == 1 then
         if block and not streak then
             redis.call('ZREM', key, block)
         end
@@ -35,6 +40,11 @@ if ms then
             -- Above the calendar rules' counters (sliding_log_calendar.lua).
             redis.call('ZREMRANGEBYSCORE', key, '(-4503599627370496',
                 string.format('%d', now - trim))
+        end
+        if wstale then
+            -- Weighted entries outside the longest window ('K' is put back below).
+            redis.call('ZREMRANGEBYSCORE', key, '4503599627370496',
+                string.format('%d', 4503599627370496 + now - trim))
         end
         if periods then
             -- The counters of this check's calendar rules replace every other.
@@ -52,7 +62,7 @@ if ms then
         elseif clocked or draw then
             redis.call('ZADD', key, 'GT', string.format('%d', 4503599627370496 + now), 'K')
         end
-        if cost > 1 then
+        if cost > 1 and not weighed then
             -- In batches, as Lua's stack bounds the arguments of one call.
             local args = {}
             local k = 2

@@ -34,6 +34,15 @@ for i = 0, rules - 1 do
             empty = window
         end
     end
+    -- The units of the weighted entries inside the window (sliding_log.lua).
+    if weights and not calls and window > 0 then
+        for j = #weights - 1, 1, -2 do
+            if weights[j] <= now - window then
+                break
+            end
+            inside = inside + weights[j + 1]
+        end
+    end
     local left = count - inside
     if left < 0 then
         left = 0
@@ -56,7 +65,11 @@ for i = 0, rules - 1 do
         reset_after = 0
         if inside > 0 then
             if not newest then
-                newest = tonumber(redis.call('ZRANGE', key, last, last, 'WITHSCORES')[2])
+                -- The newest entry, of a unit (scored from 0) or weighted.
+                newest = tonumber(redis.call('ZRANGE', key, last, last, 'WITHSCORES')[2] or -1)
+                if weights and #weights > 0 and weights[#weights - 1] > newest then
+                    newest = weights[#weights - 1]
+                end
             end
             reset_after = newest + window - now
         end
@@ -64,9 +77,27 @@ for i = 0, rules - 1 do
         if units <= count then
             -- The window's entries are the newest `inside`; the oldest
             -- `inside - (count - cost)` of them must leave, the last of which is the
-            -- (count - cost + 1)-th newest entry.
-            local rank = string.format('%d', units - count + last)
-            local must_leave = tonumber(redis.call('ZRANGE', key, rank, rank, 'WITHSCORES')[2])
+            -- (count - cost + 1)-th newest entry: the `nth` newest unit entry once the
+            -- weighted entries newer than it are passed, newest first (each passed with
+            -- the unit entries newer than it), or a weighted entry that holds it.
+            local nth, must_leave = count - units + 1, nil
+            if weights then
+                for j = #weights - 1, 1, -2 do
+                    local newer = redis.call('ZCOUNT', key,
+                        string.format('(%d', weights[j]), upto)
+                    if newer >= nth then
+                        break
+                    elseif newer + weights[j + 1] >= nth then
+                        must_leave = weights[j]
+                        break
+                    end
+                    nth = nth - weights[j + 1]
+                end
+            end
+            if not must_leave then
+                local rank = string.format('%d', last - nth + 1)
+                must_leave = tonumber(redis.call('ZRANGE', key, rank, rank, 'WITHSCORES')[2])
+            end
             retry = must_leave + window - now
         end
     end

@@ -158,9 +158,17 @@ macro_rules! sliding_log_by_name {
     };
 }
 
+/// The fewest units of a sliding-log draw recorded as one weighted entry (sliding_log.lua).
+macro_rules! weighed {
+    () => {
+        "local WEIGHED = 64\n"
+    };
+}
+
 /// The sliding log's script.
 pub const SLIDING_LOG: &str = concat!(
     check_head!(),
+    weighed!(),
     include_str!("sliding_log.lua"),
     include_str!("blocked.lua"),
     include_str!("hold.lua"),
@@ -286,8 +294,10 @@ pub const TOKEN_BUCKET_SETTLE: &str =
     settle!("token_bucket", 24, true, CAL 0, include_str!("token_interval.lua"));
 
 /// Gives back a draw of the sliding log (backend::GiveBack).
-pub const SLIDING_LOG_GIVE_BACK: &str =
-    sliding_log_by_name!("sliding_log_give_back.lua", "return removed\n");
+pub const SLIDING_LOG_GIVE_BACK: &str = concat!(
+    weighed!(),
+    sliding_log_by_name!("sliding_log_give_back.lua", "return removed\n")
+);
 
 /// Gives back a draw of a string-state algorithm, once (give_back.lua).
 macro_rules! give_back {

@@ -129,9 +129,10 @@ impl RedisBackend {
     }
 }
 
-/// A sliding log's sorted set: every entry's time, the checks counted by rules counting
-/// calls (scored minus their time), and the block member (`B`, then the block's end and
-/// rule as two little-endian doubles, scored `+inf`).
+/// A sliding log's sorted set: every entry's time (a draw's units as one weighted entry),
+/// the checks counted by rules counting calls (scored minus their time), and the block
+/// member (`B`, then the block's end and rule as two little-endian doubles, scored
+/// `+inf`).
 fn log_state(members: &[Value]) -> Result<KeyState, String> {
     let mut entries = Vec::with_capacity(members.len() / 2);
     let (mut calls, mut periods, mut block) = (Vec::new(), Vec::new(), None);
@@ -157,6 +158,16 @@ fn log_state(members: &[Value]) -> Result<KeyState, String> {
         match score.parse::<f64>() {
             // The clock of a key that has had a draw (scripts/sliding_log.lua): no entry.
             Ok(x) if x >= TWO_52 && member.as_slice() == b"K" => {}
+            // A draw's units: 'W', their number, the draw's id; scored 2^52 + their time.
+            Ok(x) if x >= TWO_52 && x.fract() == 0.0 && member.first() == Some(&b'W') => {
+                let units = member
+                    .get(1..9)
+                    .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")))
+                    .filter(|units| units.fract() == 0.0 && (1.0..TWO_52).contains(units))
+                    .ok_or("is a sorted set with a weighted entry no draw writes")?;
+                let at = (x - TWO_52) as u64;
+                entries.extend(std::iter::repeat_n(at, units as usize));
+            }
             // A calendar rule's counter (scripts/sliding_log_calendar.lua): 'P', its count
             // and its record's window, scored -(2^52 + units).
             Ok(x) if x <= -TWO_52 && x.fract() == 0.0 => {
