@@ -293,6 +293,11 @@ async fn after_release_a_key_counts_exactly_what_was_admitted() {
             Algorithm::TokenBucket => assert!(peek.remaining <= 100_000 - 300),
             _ => assert_eq!(peek.remaining, 100_000 - 300, "{algorithm:?}"),
         }
+        if algorithm == Algorithm::SlidingLog {
+            // Its draws' used units, one weighted entry each, are read as entries too.
+            let state = fleet[0].inspect(&key).await.unwrap().expect("counted");
+            assert_eq!(state.rule(HOT[0]).used, 300);
+        }
     }
     // One instance alone: its last draw is the frontier's, so the token bucket is exact too.
     let alone = instance(&server.url());
