@@ -252,8 +252,9 @@ async fn once_its_draws_left_the_window_a_key_costs_what_a_key_that_never_drew_c
     );
 }
 
-/// A sliding-log draw is one entry whatever its size: drawing a million units and giving
-/// half of them back runs the Redis commands that a hundred units do.
+/// A sliding-log draw is one entry whatever its size: drawing a million units (for as many
+/// calls, which no rule counts) and giving half of them back runs the Redis commands that
+/// a hundred do.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sliding_log_draw_costs_redis_the_same_whatever_its_size() {
     let server = support::RedisServer::start();
@@ -269,11 +270,11 @@ async fn a_sliding_log_draw_costs_redis_the_same_whatever_its_size() {
             .exec(&mut redis)
             .unwrap();
         let drawn = b
-            .draw(&key, &[rule], algorithm, units, 1, hold, T0)
+            .draw(&key, &[rule], algorithm, units, units, hold, T0)
             .await
             .unwrap();
         assert!(drawn.allowed, "{units} units");
-        b.give_back(&drawn, 1, units / 2, T0 + SEC / 2, T0 + SEC / 2)
+        b.give_back(&drawn, units / 2, units / 2, T0 + SEC / 2, T0 + SEC / 2)
             .await
             .unwrap();
         let stats: String = redis::cmd("INFO")
