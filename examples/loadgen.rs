@@ -187,6 +187,14 @@ async fn run(o: Options) -> ExitCode {
         denied += d;
         errors += e;
     }
+    // What the allowances still hold goes back within the run: their give-backs are part
+    // of what allowances cost.
+    if o.allowance_ms > 0 {
+        if let Err(e) = limiter.release_allowances().await {
+            eprintln!("loadgen: giving the allowances back failed: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     let elapsed = started.elapsed();
     latencies.sort_unstable();
     let percentile = |p: f64| {
