@@ -31,6 +31,8 @@ for i = 1, rules - 1 do
 end
 
 local id = ARGV[2]
+-- redis.call, looked up once: the sliding log's fragments call it several times a check.
+local call = redis.call
 local stamp
 if time then
     stamp = time[1] .. string.sub('00000', #time[2]) .. time[2]
@@ -59,34 +61,36 @@ end
 -- its id, scored 2^52 + the time they are held until, in the band of 'K' (which every
 -- draw writes, and which stays while any weighted entry does). Smaller draws keep a member
 -- per unit: a weighted entry costs every check of its key a few more commands for as long
--- as it counts (a window), held units only until their hold passes. A count of a window adds the units of the weighted
--- entries inside it (`weights`, read once, those of the longest window: time, units, ...
--- ascending); `band` is how many members the band holds, 'K' included.
-local total = redis.call('ZCARD', key)
+-- as it counts (a window), held units only until their hold passes. A count of a window
+-- adds the units of the weighted entries inside it (`weights`, read once, those of the
+-- longest window: time, units, ... ascending; nil while there are none; `band` is how
+-- many members the band holds, 'K' included; `wstale` whether some are outside the
+-- longest window).
+local total = call('ZCARD', key)
 local longest, stale, newest, block, last = 0, false, nil, nil, '-1'
-local upto, clocked, unheld, weights, band, wstale = stamp, false, false, nil, 0, false
+local upto, clocked, unheld, weights, wstale = stamp, false, false
 if total > 0 then
-    longest = redis.call('ZCOUNT', key, string.format('(%d', now - reach), stamp)
+    longest = call('ZCOUNT', key, string.format('(%d', now - reach), stamp)
     if longest < total then
-        local above = redis.call('ZCOUNT', key, '(' .. stamp, '+inf')
+        local above = call('ZCOUNT', key, '(' .. stamp, '+inf')
         if above > 0 then
-            local top = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
+            local top = call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
             if top[2] == 'inf' then
                 block, last = top[1], '-2'
                 blocked_until, blocked_rule = struct.unpack('<dd', block, 2)
                 total, above = total - 1, above - 1
                 if above > 0 then
-                    top = redis.call('ZRANGE', key, last, last, 'WITHSCORES')
+                    top = call('ZRANGE', key, last, last, 'WITHSCORES')
                 end
             end
             if above > 0 and tonumber(top[2]) >= 4503599627370496 then
-                clocked, upto, band = true, '(4503599627370496', above
-                local counted = tonumber(top[2])
+                clocked, upto = true, '(4503599627370496'
+                local counted, band = tonumber(top[2]), above
                 if above > 1 then
-                    band = redis.call('ZCOUNT', key, '4503599627370496', '(+inf')
+                    band = call('ZCOUNT', key, '4503599627370496', '(+inf')
                 end
                 if top[1] ~= 'K' then
-                    counted = tonumber(redis.call('ZSCORE', key, 'K') or top[2])
+                    counted = tonumber(call('ZSCORE', key, 'K') or top[2])
                 end
                 counted = counted - 4503599627370496
                 total = total - band
@@ -98,14 +102,30 @@ if total > 0 then
                     now = counted
                     lag = now - clock
                     stamp = string.format('%d', now)
-                    longest = redis.call('ZCOUNT', key, string.format('(%d', now - reach), upto)
+                    longest = call('ZCOUNT', key, string.format('(%d', now - reach), upto)
                 elseif above == 1 then
                     -- Nothing held above `now` (the draws' holds have passed): the window
                     -- counted above is all, and a write drops 'K' (sliding_log_add.lua), so
                     -- that the key's later checks take the common path again.
                     unheld = true
                 else
-                    longest = redis.call('ZCOUNT', key, string.format('(%d', now - reach), upto)
+                    longest = call('ZCOUNT', key, string.format('(%d', now - reach), upto)
+                end
+                if band > 1 then
+                    -- The weighted entries of the longest window, oldest first; older
+                    -- ones are stale.
+                    local listed = call('ZRANGEBYSCORE', key,
+                        string.format('(%d', 4503599627370496 + now - reach), '(+inf',
+                        'WITHSCORES')
+                    weights = {}
+                    for j = 1, #listed, 2 do
+                        local member = listed[j]
+                        if string.byte(member) == 87 then
+                            weights[#weights + 1] = tonumber(listed[j + 1]) - 4503599627370496
+                            weights[#weights + 1] = struct.unpack('<d', member, 2)
+                        end
+                    end
+                    wstale = #weights / 2 < band - 1
                 end
             elseif above > 0 then
                 newest = tonumber(top[2])
@@ -113,33 +133,19 @@ if total > 0 then
                 lag = now - clock
                 stamp = string.format('%d', now)
                 upto = stamp
-                longest = redis.call('ZCOUNT', key, string.format('(%d', now - reach), stamp)
+                longest = call('ZCOUNT', key, string.format('(%d', now - reach), stamp)
             end
         end
         stale = longest < total
     end
 end
-if band > 1 then
-    -- The weighted entries of the longest window, oldest first; older ones are stale.
-    local listed = redis.call('ZRANGEBYSCORE', key,
-        string.format('(%d', 4503599627370496 + now - reach), '(+inf', 'WITHSCORES')
-    weights = {}
-    for j = 1, #listed, 2 do
-        local member = listed[j]
-        if string.byte(member) == 87 then
-            weights[#weights + 1] = tonumber(listed[j + 1]) - 4503599627370496
-            weights[#weights + 1] = struct.unpack('<d', member, 2)
-        end
-    end
-    wstale = #weights / 2 < band - 1
-end
 -- A check's or a draw's first member (its weighted entry): what tells a re-sent one.
-local first, weighed = id, draw and cost >= WEIGHED
-if weighed then
-    first = 'W' .. struct.pack('<d', cost) .. id
+local first, weighed = id
+if draw and cost >= WEIGHED then
+    first, weighed = 'W' .. struct.pack('<d', cost) .. id, true
 end
 -- A re-sent check whose first run was admitted is not refused by a block started since:
 -- it answers as that run did (sliding_log_add.lua, sliding_log_rerun.lua).
-if blocked_until and consume and redis.call('ZSCORE', key, first) then
+if blocked_until and consume and call('ZSCORE', key, first) then
     blocked_until = nil
 end

@@ -23,44 +23,44 @@ end
 if ms then
     if denied then
         if block then
-            redis.call('ZREM', key, block)
+            call('ZREM', key, block)
         end
-        redis.call('ZADD', key, '+inf',
+        call('ZADD', key, '+inf',
             'B' .. struct.pack('<dd', blocked_until, blocked_rule + 65536 * blocked_strikes))
-        redis.call('PEXPIRE', key, string.format('%d', ms))
-    elseif redis.call('ZADD', key, 'NX', score, first) == 1 then
+        call('PEXPIRE', key, string.format('%d', ms))
+    elseif call('ZADD', key, 'NX', score, first) == 1 then
         if block and not streak then
-            redis.call('ZREM', key, block)
+            call('ZREM', key, block)
         end
         if stale and has_calls then
             -- The entries, and the calls below them (sliding_log_rules.lua).
-            redis.call('ZREMRANGEBYSCORE', key, '0', string.format('%d', now - trim))
-            redis.call('ZREMRANGEBYSCORE', key, string.format('%d', trim - now), '(0')
+            call('ZREMRANGEBYSCORE', key, '0', string.format('%d', now - trim))
+            call('ZREMRANGEBYSCORE', key, string.format('%d', trim - now), '(0')
         elseif stale then
             -- Above the calendar rules' counters (sliding_log_calendar.lua).
-            redis.call('ZREMRANGEBYSCORE', key, '(-4503599627370496',
+            call('ZREMRANGEBYSCORE', key, '(-4503599627370496',
                 string.format('%d', now - trim))
         end
         if wstale then
             -- Weighted entries outside the longest window ('K' is put back below).
-            redis.call('ZREMRANGEBYSCORE', key, '4503599627370496',
+            call('ZREMRANGEBYSCORE', key, '4503599627370496',
                 string.format('%d', 4503599627370496 + now - trim))
         end
         if periods then
             -- The counters of this check's calendar rules replace every other.
-            redis.call('ZREMRANGEBYSCORE', key, '-inf', '(-4503599627370496')
-            redis.call('ZADD', key, unpack(periods))
+            call('ZREMRANGEBYSCORE', key, '-inf', '(-4503599627370496')
+            call('ZADD', key, unpack(periods))
         end
         if has_calls then
-            redis.call('ZADD', key, '-' .. held, id .. 'c')
+            call('ZADD', key, '-' .. held, id .. 'c')
             for k = 2, calls_taken do
-                redis.call('ZADD', key, '-' .. held, id .. 'c' .. k)
+                call('ZADD', key, '-' .. held, id .. 'c' .. k)
             end
         end
         if unheld and not draw then
-            redis.call('ZREM', key, 'K')
+            call('ZREM', key, 'K')
         elseif clocked or draw then
-            redis.call('ZADD', key, 'GT', string.format('%d', 4503599627370496 + now), 'K')
+            call('ZADD', key, 'GT', string.format('%d', 4503599627370496 + now), 'K')
         end
         if cost > 1 and not weighed then
             -- In batches, as Lua's stack bounds the arguments of one call.
@@ -73,10 +73,10 @@ if ms then
                     args[2 * n + 2] = id .. k
                     n, k = n + 1, k + 1
                 end
-                redis.call('ZADD', key, unpack(args, 1, 2 * n))
+                call('ZADD', key, unpack(args, 1, 2 * n))
             end
         end
-        redis.call('PEXPIRE', key, string.format('%d', ms))
+        call('PEXPIRE', key, string.format('%d', ms))
     else
         least = least + binding_units
         if least > binding_count then

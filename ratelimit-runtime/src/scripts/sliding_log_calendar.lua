@@ -15,7 +15,7 @@
             count, units = -signed, calls_taken
         end
         local member = 'P' .. struct.pack('<dd', signed, window)
-        local held = redis.call('ZSCORE', key, member)
+        local held = call('ZSCORE', key, member)
         if held then
             held = -tonumber(held) - 4503599627370496
         else

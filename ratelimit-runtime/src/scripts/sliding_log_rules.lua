@@ -25,11 +25,11 @@ for i = 0, rules - 1 do
         if clocked then
             from = '(-4503599627370496'
         end
-        inside = redis.call('ZCOUNT', key, from, string.format('(%d', window - now))
+        inside = call('ZCOUNT', key, from, string.format('(%d', window - now))
     elseif window == reach then
         inside = longest
     elseif window > empty then
-        inside = redis.call('ZCOUNT', key, string.format('(%d', now - window), upto)
+        inside = call('ZCOUNT', key, string.format('(%d', now - window), upto)
         if inside == 0 then
             empty = window
         end
@@ -54,10 +54,10 @@ for i = 0, rules - 1 do
     elseif calls then
         -- The newest call leaves last; the count-th newest must leave for one more. The
         -- counters of calendar rules are below the calls (sliding_log_calendar.lua).
-        local below = redis.call('ZCOUNT', key, '-inf', '(-4503599627370496')
-        local newest_call = redis.call('ZRANGE', key, string.format('%d', below),
+        local below = call('ZCOUNT', key, '-inf', '(-4503599627370496')
+        local newest_call = call('ZRANGE', key, string.format('%d', below),
             string.format('%d', below), 'WITHSCORES')[2]
-        local must_leave = redis.call('ZRANGE', key, string.format('%d', count - 1 + below),
+        local must_leave = call('ZRANGE', key, string.format('%d', count - 1 + below),
             string.format('%d', count - 1 + below), 'WITHSCORES')[2]
         reset_after = window - now - tonumber(newest_call)
         retry = window - now - tonumber(must_leave)
@@ -66,7 +66,7 @@ for i = 0, rules - 1 do
         if inside > 0 then
             if not newest then
                 -- The newest entry, of a unit (scored from 0) or weighted.
-                newest = tonumber(redis.call('ZRANGE', key, last, last, 'WITHSCORES')[2] or -1)
+                newest = tonumber(call('ZRANGE', key, last, last, 'WITHSCORES')[2] or -1)
                 if weights and #weights > 0 and weights[#weights - 1] > newest then
                     newest = weights[#weights - 1]
                 end
@@ -83,7 +83,7 @@ for i = 0, rules - 1 do
             local nth, must_leave = count - units + 1, nil
             if weights then
                 for j = #weights - 1, 1, -2 do
-                    local newer = redis.call('ZCOUNT', key,
+                    local newer = call('ZCOUNT', key,
                         string.format('(%d', weights[j]), upto)
                     if newer >= nth then
                         break
@@ -96,7 +96,7 @@ for i = 0, rules - 1 do
             end
             if not must_leave then
                 local rank = string.format('%d', last - nth + 1)
-                must_leave = tonumber(redis.call('ZRANGE', key, rank, rank, 'WITHSCORES')[2])
+                must_leave = tonumber(call('ZRANGE', key, rank, rank, 'WITHSCORES')[2])
             end
             retry = must_leave + window - now
         end

@@ -1,6 +1,6 @@
 
 -- (The sliding log, before sliding_log_add.lua.) A re-run (its id is there: the first run
 -- was admitted, and answered its own crossings) crosses nothing.
-if warned and redis.call('ZSCORE', key, first) then
+if warned and call('ZSCORE', key, first) then
     warned = nil
 end
