@@ -24,9 +24,9 @@ if denied then
             .. struct.pack('<ddd', 0, blocked_until, blocked_rule + 65536 * blocked_strikes)
             .. string.rep('\0', SIZE - 24)
         if ms then
-            redis.call('SET', key, value, 'PX', string.format('%d', ms))
+            call('SET', key, value, 'PX', string.format('%d', ms))
         else
-            redis.call('SET', key, value, 'KEEPTTL')
+            call('SET', key, value, 'KEEPTTL')
         end
     end
 elseif streak then
@@ -37,21 +37,21 @@ elseif streak then
     local value = struct.pack(HEAD, string.upper(NAME), expires, r1, r2, r3, r4, r5) .. records
         .. string.sub(state, #state - SIZE + 1)
     if ms then
-        redis.call('SET', key, value, 'PX', string.format('%d', ms))
+        call('SET', key, value, 'PX', string.format('%d', ms))
     else
-        redis.call('SET', key, value, 'KEEPTTL')
+        call('SET', key, value, 'KEEPTTL')
     end
 elseif ms then
     expires = clock + ms * 1000
-    redis.call('SET', key, struct.pack(HEAD, NAME, expires, r1, r2, r3, r4, r5) .. records,
+    call('SET', key, struct.pack(HEAD, NAME, expires, r1, r2, r3, r4, r5) .. records,
         'PX', string.format('%d', ms))
 elseif consume then
     -- The key holds one record, this rule's (a block's record, of count 0, is no rule's):
     -- its own numbers start at byte first + 16, offset first + 15 from 0.
     if rules == 1 and #state == first - 1 + SIZE and c0 == r1 and w0 == r2 then
-        redis.call('SETRANGE', key, first + 15, struct.pack(OWN, r3, r4, r5))
+        call('SETRANGE', key, first + 15, struct.pack(OWN, r3, r4, r5))
     else
-        redis.call('SET', key, struct.pack(HEAD, NAME, expires, r1, r2, r3, r4, r5) .. records,
+        call('SET', key, struct.pack(HEAD, NAME, expires, r1, r2, r3, r4, r5) .. records,
             'KEEPTTL')
     end
 end

@@ -31,8 +31,6 @@ for i = 1, rules - 1 do
 end
 
 local id = ARGV[2]
--- redis.call, looked up once: the sliding log's fragments call it several times a check.
-local call = redis.call
 local stamp
 if time then
     stamp = time[1] .. string.sub('00000', #time[2]) .. time[2]

@@ -35,8 +35,8 @@ if state then
     if alg ~= NAME then
         if type(state) == 'table' then
             -- A key blocked while it held nothing (block_key.lua): its block, and no state.
-            local top = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
-            if top[2] ~= 'inf' or redis.call('ZCARD', key) ~= 1 then
+            local top = call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
+            if top[2] ~= 'inf' or call('ZCARD', key) ~= 1 then
                 return state
             end
             blocked_until, blocked_rule = struct.unpack('<dd', top[1], 2)
