@@ -98,6 +98,19 @@ on_both_backends! {
         }
     }
 
+    async fn a_draw_s_unused_calls_go_back_to_a_calendar_rule_once(b: &Backend) {
+        let calls = Rule::per_calendar(5, redis_ratelimit::Calendar::Day).calls();
+        let rules = [Rule::per_minute(10), calls];
+        for algorithm in ALL {
+            let key = format!("calendar-calls:{algorithm}");
+            let drawn = draw_a_second(b, &key, &rules, algorithm, 3).await;
+            for _ in 0..2 {
+                b.give_back(&drawn, 1, 2, T0 + SEC / 2, T0 + SEC).await.unwrap();
+                assert_eq!(left(b, &key, calls, algorithm, T0 + SEC).await, 4, "{algorithm:?}");
+            }
+        }
+    }
+
     async fn the_used_units_of_a_sliding_log_draw_leave_a_window_after_their_last_spend(b: &Backend) {
         let rule = Rule::per_minute(10);
         let algorithm = Algorithm::SlidingLog;

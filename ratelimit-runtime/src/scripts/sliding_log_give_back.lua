@@ -29,4 +29,9 @@ elseif redis.call('ZREM', key, 'W' .. struct.pack('<d', used + unused) .. id) ==
 end
 members(key, id, 1, used_calls, 'c', '-' .. spent, 'XX')
 local delta_calls = -members(key, id, used_calls + 1, used_calls + unused_calls, 'c', nil)
+-- Calls are members only for rules counting calls over a window: for calendar rules alone
+-- the units removed tell the first run (which alone moves the counters).
+if delta_calls == 0 and delta < 0 then
+    delta_calls = -unused_calls
+end
 local removed = -delta - delta_calls
