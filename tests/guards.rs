@@ -12,6 +12,7 @@ mod grpc_server;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use redis_ratelimit::{Guard, LimitType, Limiter, Mode, Rule};
 use reqwest::{Client, Response, StatusCode};
@@ -401,6 +402,32 @@ mod scenarios {
         assert_eq!(reached.count(), 3);
     }
 
+    pub async fn a_guard_with_an_allowance_admits_in_process_and_counts_exactly<A: GuardedApp>() {
+        static THOUSAND: [Rule; 1] = [Rule::per_minute(1000)];
+        let guard = Guard::new("guards::allowance", &THOUSAND).allowance(Duration::from_secs(5));
+        let (limiter, served, reached) = serve::<A>([guard]);
+        let client = client_from("127.0.0.1");
+        // Only this guard's checks have an allowance (on the embedded backend, none draws).
+        let draws = limiter.allowance_draws();
+        for _ in 0..100 {
+            let response = get(&served, &client, "/search", &[]).await;
+            assert_eq!(response.status(), StatusCode::OK);
+        }
+        let round_trips = limiter.allowance_draws() - draws;
+        assert!(
+            round_trips <= 5,
+            "{round_trips} round trips for 100 requests"
+        );
+        limiter.release_allowances().await.unwrap();
+        // The next answer, the backend's after the release, counts the 100 and itself.
+        let response = get(&served, &client, "/search", &[]).await;
+        let fields = header(&response, "ratelimit")
+            .unwrap_or_default()
+            .to_owned();
+        assert!(fields.starts_with(r#""p1";r=899;"#), "{fields}");
+        assert_eq!(reached.count(), 101);
+    }
+
     pub async fn concurrent_requests_are_counted_exactly<A: GuardedApp>() {
         let guard = Guard::new("guards::concurrent", &THIRTY_A_MINUTE);
         let (_, served, reached) = serve::<A>([guard]);
@@ -481,6 +508,7 @@ http_guard_tests! {
     a_shadow_guard_counts_but_never_refuses,
     a_user_id_guard_counts_each_user_and_answers_500_without_one,
     concurrent_requests_are_counted_exactly,
+    a_guard_with_an_allowance_admits_in_process_and_counts_exactly,
 }
 
 /// tonic: a counting `Sms` service (or the example's guarded one) behind the tonic layer.

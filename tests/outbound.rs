@@ -567,6 +567,36 @@ async fn rules_stored_in_redis_for_out_name_apply_to_every_client() {
     assert_eq!(api.arrivals_at("/stored").len(), 5);
 }
 
+/// With an allowance, requests are admitted in process from what the client drew: a few
+/// round trips for many requests, and once it is released the key counts what was sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_an_allowance_requests_are_admitted_in_process_and_counted_exactly() {
+    static RULES: [Rule; 1] = [Rule::per_hour(100_000)];
+    let server = RedisServer::start();
+    let limiter = redis_limiter(&server.url());
+    let api = FakeApi::start();
+    let client = client(
+        RateLimitMiddleware::new("outbound.allowance", &RULES)
+            .limiter(limiter)
+            .allowance(Duration::from_secs(5)),
+    );
+    for _ in 0..100 {
+        assert!(client.get(api.url("/allowance")).send().await.is_ok());
+    }
+    let round_trips = limiter.allowance_draws();
+    assert!(
+        round_trips <= 5,
+        "{round_trips} round trips for 100 requests"
+    );
+    limiter.release_allowances().await.unwrap();
+    let peek = limiter
+        .peek("rate_limit:out:outbound.allowance", &RULES)
+        .await
+        .unwrap();
+    assert_eq!(peek.remaining, 100_000 - 100);
+    assert_eq!(api.arrivals_at("/allowance").len(), 100);
+}
+
 // ---------------------------------------------------------------------------------------
 // Redis down.
 
