@@ -2,7 +2,7 @@
 //! and HTTP responses for [`RateLimitError`].
 //!
 //! ```toml
-//! redis-ratelimit = { version = "0.4", features = ["axum"] }
+//! redis-ratelimit = { version = "0.5", features = ["axum"] }
 //! ```
 //!
 //! The layer is the [tower layer](crate::tower) for axum's body type, reading the peer
