@@ -246,18 +246,12 @@ async fn once_its_draws_left_the_window_a_key_costs_what_a_key_that_never_drew_c
                 .await
                 .unwrap();
         }
-        redis::cmd("CONFIG")
-            .arg("RESETSTAT")
-            .exec(&mut redis)
-            .unwrap();
-        b.check(key, &rules, algorithm, 1, true, T0 + 64 * SEC)
-            .await
-            .unwrap();
-        let stats: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query(&mut redis)
-            .unwrap();
-        costs.push(commands_run_by_scripts(&stats));
+        let check = async {
+            b.check(key, &rules, algorithm, 1, true, T0 + 64 * SEC)
+                .await
+                .unwrap();
+        };
+        costs.push(commands_run_by_scripts(&mut redis, check).await);
     }
     assert_eq!(
         costs[0], costs[1],
@@ -274,27 +268,20 @@ async fn a_sliding_log_draw_costs_redis_the_same_whatever_its_size() {
     let b = &Backend::redis(&server.url());
     let mut redis = support::connect(server.port());
     let (rule, algorithm) = (Rule::per_minute(10_000_000), Algorithm::SlidingLog);
+    let rules = [rule];
     let hold = Duration::from_secs(1);
     let mut costs = Vec::new();
     for units in [100, 1_000_000] {
         let key = format!("size:{units}");
-        redis::cmd("CONFIG")
-            .arg("RESETSTAT")
-            .exec(&mut redis)
-            .unwrap();
-        let drawn = b
-            .draw(&key, &[rule], algorithm, units, units, hold, T0)
-            .await
-            .unwrap();
-        assert!(drawn.allowed, "{units} units");
-        b.give_back(&drawn, units / 2, units / 2, T0 + SEC / 2, T0 + SEC / 2)
-            .await
-            .unwrap();
-        let stats: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query(&mut redis)
-            .unwrap();
-        costs.push(commands_run_by_scripts(&stats));
+        let draw_and_give_back = async {
+            let drawn = b.draw(&key, &rules, algorithm, units, units, hold, T0);
+            let drawn = drawn.await.unwrap();
+            assert!(drawn.allowed, "{units} units");
+            let half = units / 2;
+            let give_back = b.give_back(&drawn, half, half, T0 + SEC / 2, T0 + SEC / 2);
+            give_back.await.unwrap();
+        };
+        costs.push(commands_run_by_scripts(&mut redis, draw_and_give_back).await);
         let left = left(b, &key, rule, algorithm, T0 + SEC).await;
         assert_eq!(left, 10_000_000 - units / 2, "{units} units");
     }
@@ -304,9 +291,15 @@ async fn a_sliding_log_draw_costs_redis_the_same_whatever_its_size() {
     );
 }
 
-/// The commands the scripts ran, from `INFO commandstats` (scripts' and the test's own
-/// commands left out).
-fn commands_run_by_scripts(stats: &str) -> u64 {
+/// The commands the scripts ran while `work` ran, from `INFO commandstats` reset before it
+/// (scripts' and the test's own commands left out).
+async fn commands_run_by_scripts(
+    redis: &mut redis::Connection,
+    work: impl std::future::Future<Output = ()>,
+) -> u64 {
+    redis::cmd("CONFIG").arg("RESETSTAT").exec(redis).unwrap();
+    work.await;
+    let stats: String = redis::cmd("INFO").arg("commandstats").query(redis).unwrap();
     stats
         .lines()
         .filter_map(|line| line.strip_prefix("cmdstat_")?.split_once(":calls="))
