@@ -112,13 +112,9 @@ impl Backend {
         consume: bool,
         now_us: u64,
     ) -> Result<(bool, u64), BackendError> {
-        let request = Request {
-            algorithm,
-            cost: NonZeroU64::new(cost).expect("at least one unit"),
-            now_us,
-            ..Request::new(key, rules, consume)
-        };
-        let raw = self.run(&request).await?;
+        let raw = self
+            .decide(key, rules, algorithm, cost, consume, now_us)
+            .await?;
         Ok((raw.allowed, raw.remaining))
     }
 
@@ -131,13 +127,28 @@ impl Backend {
         cost: u64,
         now_us: u64,
     ) -> Result<u64, BackendError> {
+        let raw = self
+            .decide(key, rules, algorithm, cost, false, now_us)
+            .await?;
+        Ok(raw.retry_after_us)
+    }
+
+    async fn decide(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        algorithm: Algorithm,
+        cost: u64,
+        consume: bool,
+        now_us: u64,
+    ) -> Result<RawDecision, BackendError> {
         let request = Request {
             algorithm,
             cost: NonZeroU64::new(cost).expect("at least one unit"),
             now_us,
-            ..Request::new(key, rules, false)
+            ..Request::new(key, rules, consume)
         };
-        Ok(self.run(&request).await?.retry_after_us)
+        self.run(&request).await
     }
 
     /// Gives back `drawn`: `used_calls` calls and `used_units` units were spent, the last

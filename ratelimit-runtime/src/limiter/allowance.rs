@@ -52,9 +52,9 @@ const MIN_EXPECTED_CHECKS: f64 = 6.0;
 /// The most checks one draw stands for.
 const MAX_DRAW_CHECKS: u64 = 1 << 20;
 
-/// The most calls one draw of the sliding log takes for rules counting calls: it records
-/// one member per call, which its draw writes and its give-back re-scores (about 2 ms of
-/// Redis for this many). Its units, from 64 on, are one weighted entry whatever their
+/// The most calls one draw of the sliding log takes for rules counting calls over a window:
+/// it records one member per call, which its draw writes and its give-back re-scores
+/// (about 2 ms of Redis for this many); a calendar rule keeps one counter. Its units, from 64 on, are one weighted entry whatever their
 /// number (`scripts/sliding_log.lua`), and the other algorithms cost the same whatever
 /// the size.
 const MAX_SLIDING_LOG_DRAW_CALLS: u64 = 1000;
@@ -374,8 +374,9 @@ impl Allowances {
         }
         // A receipt counts units in 32 bits.
         let mut checks = checks.min(u64::from(u32::MAX) / cost.get());
+        let calls_over_a_window = |rule: &Rule| rule.counts_calls() && rule.calendar().is_none();
         if request.algorithm == Algorithm::SlidingLog
-            && request.rules.iter().any(Rule::counts_calls)
+            && request.rules.iter().any(calls_over_a_window)
         {
             checks = checks.min(MAX_SLIDING_LOG_DRAW_CALLS);
         }

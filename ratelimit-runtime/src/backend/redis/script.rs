@@ -347,17 +347,11 @@ pub(crate) fn give_back(give_back: &crate::backend::GiveBack<'_>, now_us: u64) -
             let last_us = returned
                 .last_spend_us
                 .clamp(returned.at_us, returned.held_until_us());
-            // A draw records its calls only for rules counting calls (sliding_log_add.lua):
-            // without one there are none to name, however many calls it stood for.
-            let calls = match give_back.rules.iter().any(Rule::counts_calls) {
-                true => [returned.used_calls, returned.calls],
-                false => [0, 0],
-            };
             let spent = [
                 returned.used_units,
                 returned.units,
-                calls[0],
-                calls[1],
+                returned.used_calls,
+                returned.calls,
                 last_us,
             ];
             let spent: Vec<u8> = spent
