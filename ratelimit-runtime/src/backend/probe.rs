@@ -112,13 +112,18 @@ impl Backend {
         consume: bool,
         now_us: u64,
     ) -> Result<(bool, u64), BackendError> {
-        let raw = self
-            .decide(key, rules, algorithm, cost, consume, now_us)
-            .await?;
+        let request = Request {
+            algorithm,
+            cost: NonZeroU64::new(cost).expect("at least one unit"),
+            now_us,
+            ..Request::new(key, rules, consume)
+        };
+        let raw = self.run(&request).await?;
         Ok((raw.allowed, raw.remaining))
     }
 
-    /// How long until a check of `cost` at `now_us` would pass (a peek; 0 when it passes).
+    /// How long until a check of `cost` at `now_us` would pass (0 when it passes): a peek,
+    /// for a test to read its `retry_after`.
     pub async fn retry_after_us(
         &self,
         key: &str,
@@ -127,28 +132,14 @@ impl Backend {
         cost: u64,
         now_us: u64,
     ) -> Result<u64, BackendError> {
-        let raw = self
-            .decide(key, rules, algorithm, cost, false, now_us)
-            .await?;
-        Ok(raw.retry_after_us)
-    }
-
-    async fn decide(
-        &self,
-        key: &str,
-        rules: &[Rule],
-        algorithm: Algorithm,
-        cost: u64,
-        consume: bool,
-        now_us: u64,
-    ) -> Result<RawDecision, BackendError> {
-        let request = Request {
+        let peek = Request {
             algorithm,
-            cost: NonZeroU64::new(cost).expect("at least one unit"),
             now_us,
-            ..Request::new(key, rules, consume)
+            ..Request::new(key, rules, false)
         };
-        self.run(&request).await
+        let cost = NonZeroU64::new(cost).expect("at least one unit");
+        let raw = self.run(&Request { cost, ..peek }).await?;
+        Ok(raw.retry_after_us)
     }
 
     /// Gives back `drawn`: `used_calls` calls and `used_units` units were spent, the last

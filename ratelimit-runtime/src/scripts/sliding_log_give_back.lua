@@ -27,16 +27,10 @@ elseif redis.call('ZREM', key, 'W' .. struct.pack('<d', used + unused) .. id) ==
             'W' .. struct.pack('<d', used) .. id)
     end
 end
--- Calls are members only for rules counting calls over a window (sliding_log_add.lua):
+-- Calls are members only for rules counting calls over a window (sliding_log_calls.lua):
 -- without one there are none to name, however many calls the draw stood for, and the
 -- units removed tell the first run (which alone moves the calendar counters).
-local windowed_calls, delta_calls = false, 0
-for i = 0, (#period_numbers - 24) / 16 - 1 do
-    local count, window = struct.unpack('<dd', period_numbers, 16 * i + 25)
-    if count < 0 and window > 0 then
-        windowed_calls = true
-    end
-end
+local delta_calls = 0
 if windowed_calls then
     members(key, id, 1, used_calls, 'c', '-' .. spent, 'XX')
     delta_calls = -members(key, id, used_calls + 1, used_calls + unused_calls, 'c', nil)

@@ -13,14 +13,8 @@
 local period_numbers, id = ARGV[1], ARGV[2]
 local _, cost = struct.unpack('<dd', period_numbers)
 local moment = tonumber(redis.call('ZSCORE', KEYS[1], id))
-local members, calls = {id}, false
-for i = 0, (#period_numbers - 24) / 16 - 1 do
-    local count, window = struct.unpack('<dd', period_numbers, 16 * i + 25)
-    if count < 0 and window > 0 then
-        calls = true
-    end
-end
-if calls then
+local members = {id}
+if windowed_calls then
     members[2] = id .. 'c'
 end
 local removed = 0

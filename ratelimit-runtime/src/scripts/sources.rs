@@ -255,8 +255,11 @@ pub const TOKEN_BUCKET_REFUND: &str =
 pub const SLIDING_LOG_SETTLE: &str = sliding_log_by_name!("sliding_log_settle.lua");
 
 /// The sliding log's refund of a check with calendar rules (others are a ZREM).
-pub const SLIDING_LOG_REFUND: &str =
-    concat!(include_str!("sliding_log_refund.lua"), sliding_log_periods!("return removed\n"));
+pub const SLIDING_LOG_REFUND: &str = concat!(
+    include_str!("sliding_log_calls.lua"),
+    include_str!("sliding_log_refund.lua"),
+    sliding_log_periods!("return removed\n")
+);
 
 /// The settle (settle.lua) of a string-state algorithm.
 macro_rules! settle {
@@ -296,6 +299,7 @@ pub const TOKEN_BUCKET_SETTLE: &str =
 /// Gives back a draw of the sliding log (backend::GiveBack).
 pub const SLIDING_LOG_GIVE_BACK: &str = concat!(
     weighed!(),
+    include_str!("sliding_log_calls.lua"),
     sliding_log_by_name!("sliding_log_give_back.lua", "return removed\n")
 );
 
