@@ -144,12 +144,23 @@ async fn run(flags: Flags) -> ExitCode {
         .set_not_serving::<envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer<grpc::Grpc>>()
         .await;
     let _ = stop.send(true);
-    let (grpc_done, http_done, _) = tokio::join!(grpc_server, http_server, reloads);
-    if let Ok(Err(e)) = grpc_done {
-        tracing::error!(error = %e, "the gRPC server failed");
-    }
-    if let Ok(Err(e)) = http_done {
-        tracing::error!(error = %e, "the HTTP server failed");
+    let drained = tokio::time::timeout(shutdown::DRAIN, async {
+        tokio::join!(grpc_server, http_server, reloads)
+    })
+    .await;
+    match drained {
+        Ok((grpc_done, http_done, _)) => {
+            if let Ok(Err(e)) = grpc_done {
+                tracing::error!(error = %e, "the gRPC server failed");
+            }
+            if let Ok(Err(e)) = http_done {
+                tracing::error!(error = %e, "the HTTP server failed");
+            }
+        }
+        Err(_) => tracing::warn!(
+            "connections still open {}s after the shutdown began: closing them",
+            shutdown::DRAIN.as_secs()
+        ),
     }
     match shutdown::finish(&service, flags.state_file.is_some()).await {
         true => ExitCode::SUCCESS,

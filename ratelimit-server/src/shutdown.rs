@@ -2,9 +2,16 @@
 //! listeners stop accepting, the calls in flight finish, every local allowance is given
 //! back and the embedded backend's state file is saved; then the process exits 0.
 
+use std::time::Duration;
+
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::count::Service;
+
+/// How long the calls in flight (and clients that keep their connections open after being
+/// told to go away) may take once a shutdown begins: within Kubernetes' default grace
+/// period of 30 s, so the state is saved before a SIGKILL.
+pub const DRAIN: Duration = Duration::from_secs(20);
 
 /// Waits for SIGTERM or SIGINT.
 pub async fn signalled() -> std::io::Result<()> {

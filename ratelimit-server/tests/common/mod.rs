@@ -172,17 +172,17 @@ impl Server {
         self.child.as_ref().unwrap().id()
     }
 
-    /// Sends `signal` and waits for the process to exit.
-    pub fn stop_with(mut self, signal: libc::c_int) -> ExitStatus {
+    /// Sends `signal` and waits for the process to exit, the test's runtime running
+    /// meanwhile (its clients must see the server's GOAWAY to let it drain).
+    pub async fn stop_with(mut self, signal: libc::c_int) -> ExitStatus {
         let mut child = self.child.take().unwrap();
         // SAFETY: kill(2) on our own child, not yet reaped.
         assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, signal) }, 0);
-        wait_until("the server to exit", GIVE_UP_AFTER, || {
-            child
-                .try_wait()
-                .unwrap()
-                .ok_or_else(|| "still running".to_owned())
+        crate::support::eventually("the server to exit", GIVE_UP_AFTER, || {
+            let exited = child.try_wait().unwrap();
+            async move { exited.ok_or_else(|| "still running".to_owned()) }
         })
+        .await
     }
 }
 
