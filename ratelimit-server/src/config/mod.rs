@@ -146,3 +146,6 @@ impl fmt::Display for ConfigErrors {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;
