@@ -131,6 +131,9 @@ pub mod guide {
 
     #[doc = include_str!("../docs/operating.md")]
     pub mod operating {}
+
+    #[doc = include_str!("../docs/server.md")]
+    pub mod server {}
 }
 
 /// What `#[rate_limiter]` expands to refers to. Not public API.

@@ -14,7 +14,7 @@
 //!   `OK`) and the request is counted again without it, so the others consume their cost.
 
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,7 +28,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use redis_ratelimit::key::push_identity;
-use redis_ratelimit::{BackendError, Check, Decision, Limiter};
+use redis_ratelimit::{BackendError, BackendErrorKind, Check, Decision, Limiter};
 
 use crate::config::load::rule_of;
 use crate::config::{Answer, Limit, Loaded};
@@ -52,8 +52,6 @@ pub struct Service {
     pub fail_open: bool,
     pub response_headers: bool,
     pub metrics: ServiceMetrics,
-    /// Whether the last request found the backend unreachable.
-    pub backend_down: AtomicBool,
     /// Set at shutdown: health checks answer that the service is going away.
     pub draining: AtomicBool,
 }
@@ -159,14 +157,8 @@ impl Service {
                 })
                 .collect();
             let decisions = match check_all(&self.limiter, checks).await {
-                Ok(decisions) => {
-                    self.backend_down.store(false, Ordering::Relaxed);
-                    decisions
-                }
-                Err(e) => {
-                    self.backend_down.store(true, Ordering::Relaxed);
-                    return self.backend_failed(request, domain, e);
-                }
+                Ok(decisions) => decisions,
+                Err(e) => return self.backend_failed(request, domain, e),
             };
             let admitted = decisions.iter().all(|d| d.allowed);
             for (&i, decision) in pending.iter().zip(decisions) {
@@ -272,6 +264,11 @@ impl Service {
         domain: &crate::config::Domain,
         error: BackendError,
     ) -> Result<RateLimitResponse, Failure> {
+        if error.kind() == BackendErrorKind::CostTooLarge {
+            return Err(Failure::Invalid(format!(
+                "a hits_addend too large for its descriptor's algorithm: {error}"
+            )));
+        }
         if !self.fail_open {
             tracing::warn!(domain = %request.domain, error = %error, "the backend failed: answering UNAVAILABLE");
             return Err(Failure::Unavailable(format!(

@@ -83,7 +83,6 @@ async fn run(flags: Flags) -> ExitCode {
         fail_open: flags.fail_open,
         response_headers: flags.response_headers,
         metrics: metrics::ServiceMetrics::new(),
-        backend_down: AtomicBool::new(false),
         draining: AtomicBool::new(false),
     });
     let (grpc_listener, http_listener) =

@@ -307,6 +307,13 @@ async fn malformed_requests_are_invalid_arguments_that_say_why() {
         .refuse(one("test-domain", &[("key2", long.as_str())]))
         .await;
     assert_eq!(long.code(), GrpcCode::InvalidArgument);
+    // A cost the descriptor's algorithm cannot count (the sliding log's cap) is the
+    // request's fault, not the backend's.
+    let mut heavy = one("test-domain", &[("key2", "x")]);
+    heavy.hits_addend = 20_000;
+    let heavy = server.refuse(heavy).await;
+    assert_eq!(heavy.code(), GrpcCode::InvalidArgument, "{heavy:?}");
+    assert!(heavy.message().contains("hits_addend"), "{heavy:?}");
     // None of it reached a counter, and the service still answers.
     assert_eq!(
         server
