@@ -3,7 +3,7 @@
 //!
 //! - [`yaml`]: a document as nodes that know their lines;
 //! - [`grammar`]: one file's fields, every error with its line;
-//! - [`load`]: a file or folder into one [`Loaded`] tree, every error of every file;
+//! - [`load`](mod@load): a file or folder into one [`Loaded`] tree, every error of every file;
 //! - this module: the tree requests are matched against, immutable once loaded (a reload
 //!   builds a new one and swaps it whole).
 
