@@ -148,6 +148,9 @@ async fn a_shared_limiter_saves_for_every_test_c() {
 /// How many times two writers save to one path at once: on 0.5.0 most rounds collided.
 const ROUNDS: usize = 40;
 
+/// The keys of the two writers of one state file, each counting its own.
+const WRITERS: [&str; 2] = ["writer:a", "writer:b"];
+
 /// What the state file of `path`'s directory holds besides `path` itself: a save's
 /// temporary left behind, a file set aside as corrupt.
 fn beside(path: &std::path::Path) -> Vec<String> {
@@ -165,20 +168,18 @@ fn beside(path: &std::path::Path) -> Vec<String> {
         .collect()
 }
 
-/// Restores `path` into a fresh limiter and says whose saves it holds: the writers count
-/// 2 calls each of their own key, so the file is one writer's whole save, never a mix,
-/// and it is never set aside as unreadable.
-async fn restored_writer(path: &std::path::Path, writers: &[&str]) -> String {
+/// Restores `path` into a fresh limiter and requires it to hold one writer's whole save
+/// (each counted 2 calls of its own key), never a mix, and not to be set aside.
+async fn assert_restores_one_writer(path: &std::path::Path) {
     let restored = Limiter::memory().state_file(path);
     assert!(path.exists(), "the file was set aside: {:?}", beside(path));
     let mut holding = Vec::new();
-    for writer in writers {
+    for writer in WRITERS {
         if restored.peek(writer, &HOURLY).await.unwrap().remaining == 3 {
-            holding.push(*writer);
+            holding.push(writer);
         }
     }
     assert_eq!(holding.len(), 1, "the file holds {holding:?}");
-    holding[0].to_owned()
 }
 
 /// Two limiters of one process on one state file, saving at once: every save succeeds,
@@ -186,21 +187,17 @@ async fn restored_writer(path: &std::path::Path, writers: &[&str]) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_limiters_saving_to_one_file_at_once_never_corrupt_it() {
     let path = state_path("two-limiters");
-    let writers = ["writer:a", "writer:b"];
-    let [a, b] = writers.map(|key| {
-        let limiter = Limiter::memory().state_file(&path);
-        (limiter, key)
-    });
-    for (limiter, key) in [&a, &b] {
+    let [a, b] = WRITERS.map(|_| Limiter::memory().state_file(&path));
+    for (limiter, key) in [&a, &b].into_iter().zip(WRITERS) {
         for _ in 0..2 {
             limiter.check(key, &HOURLY).await.unwrap();
         }
     }
     for round in 0..ROUNDS {
-        let (saved_a, saved_b) = tokio::join!(a.0.save_state(), b.0.save_state());
+        let (saved_a, saved_b) = tokio::join!(a.save_state(), b.save_state());
         saved_a.unwrap_or_else(|e| panic!("round {round}: a's save: {e}"));
         saved_b.unwrap_or_else(|e| panic!("round {round}: b's save: {e}"));
-        restored_writer(&path, &writers).await;
+        assert_restores_one_writer(&path).await;
         assert_eq!(beside(&path), Vec::<String>::new(), "round {round}");
     }
 }
@@ -210,7 +207,7 @@ async fn two_limiters_saving_to_one_file_at_once_never_corrupt_it() {
 #[test]
 fn two_processes_saving_to_one_file_at_once_never_corrupt_it() {
     let path = state_path("two-processes");
-    let mut children = ["writer:a", "writer:b"].map(|key| {
+    let mut children = WRITERS.map(|key| {
         let envs = [
             (STATE_FILE_ENV, path.display().to_string()),
             ("RATELIMIT_TEST_WRITER", key.to_owned()),
@@ -244,7 +241,7 @@ async fn child_saves_and_restores() {
             .save_state()
             .await
             .unwrap_or_else(|e| panic!("round {round}: {key}'s save: {e}"));
-        restored_writer(&path, &["writer:a", "writer:b"]).await;
+        assert_restores_one_writer(&path).await;
     }
     println!("rounds: {ROUNDS}");
 }

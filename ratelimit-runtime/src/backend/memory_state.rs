@@ -16,8 +16,9 @@
 //! 20 s before a restart still counts for the rest of its window after it. A file is
 //! written whole to a temporary file beside it, then renamed over it, so a reader sees the
 //! old file or the new one, never a part; each save's temporary file is its own, so
-//! writers saving to one path at once (two limiters, two processes) never mix. Each shard's lock is held only while a chunk of
-//! its slots is copied out, so checks go on while a save runs.
+//! writers saving to one path at once (two limiters, two processes) never mix. Each
+//! shard's lock is held only while a chunk of its slots is copied out, so checks go on
+//! while a save runs.
 
 use std::fs::{self, File};
 use std::io::{self, BufWriter, Write};
@@ -102,17 +103,16 @@ impl StateFile {
         let mut attempts = 0;
         loop {
             let temporary = self.sibling(&format!("tmp.{:016x}", crate::random::u64()));
-            match File::options()
+            let opened = File::options()
                 .write(true)
                 .create_new(true)
-                .open(&temporary)
-            {
-                Ok(file) => return Ok((temporary, file)),
-                // 64 random bits: a name taken twice in a row is no coincidence.
+                .open(&temporary);
+            match opened {
+                // 64 random bits: a name taken three times in a row is no coincidence.
                 Err(err) if err.kind() == io::ErrorKind::AlreadyExists && attempts < 2 => {
                     attempts += 1;
                 }
-                Err(err) => return Err(err),
+                opened => return opened.map(|file| (temporary, file)),
             }
         }
     }
