@@ -1,16 +1,24 @@
 //! Bans (`Limiter::ban`) on the identities keys escape, on IP addresses in every form they
-//! reach a key in, and at their limits. Both backends where both keep bans; real servers
-//! only.
+//! reach a key in, at their limits, and reaching a `static` limiter shared by
+//! `#[tokio::test]`s whose runtimes come and go. Both backends where both keep bans; real
+//! servers only (the shared-limiter test re-runs this binary as a child process, as
+//! tests/runtimes.rs does, since each of its tests must run in one process).
 
 mod support;
 
+use std::cell::RefCell;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis_ratelimit::context::{self, RequestContext};
 use redis_ratelimit::{rate_limiter, BackendErrorKind, Limiter, RateLimitError};
-use support::{leak, RedisServer};
+use support::{leak, ChildTest, RedisServer};
+
+/// How long a ban may take to reach another instance before a test gives up: an order of
+/// magnitude more than the poll interval (1 s ± 20 %), for a busy machine.
+const GIVE_UP_AFTER: Duration = Duration::from_secs(15);
 
 const HOUR: Duration = Duration::from_secs(3600);
 
@@ -296,5 +304,92 @@ mod behind_the_layer {
         // Outside the layer, the address alone is banned.
         assert!(from_ip(&LIMITER, "2001:db8:1:2::7").await.is_err());
         assert!(from_ip(&LIMITER, "2001:db8:1:2::8").await.is_ok());
+    }
+}
+
+/// The `static` limiter the `#[tokio::test]`s below share, as an application's tests share
+/// one: on Redis, polling the stored bans every second (the default).
+static SHARED: LazyLock<Limiter> =
+    LazyLock::new(|| support::redis_limiter(support::process_server_url()));
+
+/// How many of the tests below have got to each step.
+static STEP: AtomicUsize = AtomicUsize::new(0);
+
+/// Marks a step done when dropped.
+struct DoneWhenDropped(usize);
+
+impl Drop for DoneWhenDropped {
+    fn drop(&mut self) {
+        STEP.store(self.0, Ordering::SeqCst);
+    }
+}
+
+thread_local! {
+    /// Dropped when the test's thread ends: after its function has returned, so after its
+    /// runtime has shut down.
+    static DONE: RefCell<Option<DoneWhenDropped>> = const { RefCell::new(None) };
+}
+
+/// Marks `step` done once this test's runtime is gone. (libtest runs each test on a
+/// thread of its own when it runs several at once.)
+fn done_with_the_runtime(step: usize) {
+    DONE.with(|done| *done.borrow_mut() = Some(DoneWhenDropped(step)));
+}
+
+async fn until_step(step: usize) {
+    support::eventually(&format!("step {step}"), GIVE_UP_AFTER, || async {
+        match STEP.load(Ordering::SeqCst) {
+            at if at >= step => Ok(()),
+            at => Err(format!("at step {at}")),
+        }
+    })
+    .await;
+}
+
+/// `#[tokio::test]`s in one process (each has a runtime of its own, ending with it) share
+/// one `static` limiter. The first checks first, and ends; the second's last check is
+/// answered at once (its identity is banned) and it ends; only then does an operator ban
+/// an identity, which must reach the limiter within its poll interval.
+#[test]
+fn a_ban_reaches_a_static_limiter_whose_tests_come_and_go() {
+    let child = ChildTest::spawn(&["sharing_tests::", "--test-threads", "3"], &[]);
+    let result = child.finish("test result:");
+    assert!(result.starts_with("ok. 3 passed"), "{result}");
+}
+
+mod sharing_tests {
+    use super::*;
+
+    #[tokio::test]
+    #[ignore = "run in one process by a_ban_reaches_a_static_limiter_whose_tests_come_and_go"]
+    async fn first_checks_and_ends() {
+        assert!(send(&SHARED, "first").await.is_ok());
+        done_with_the_runtime(1);
+    }
+
+    #[tokio::test]
+    #[ignore = "run in one process by a_ban_reaches_a_static_limiter_whose_tests_come_and_go"]
+    async fn second_ends_on_an_answer_at_hand() {
+        until_step(1).await;
+        SHARED.ban("custom:mallory", HOUR).await.unwrap();
+        assert!(send(&SHARED, "mallory").await.is_err());
+        done_with_the_runtime(2);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "run in one process by a_ban_reaches_a_static_limiter_whose_tests_come_and_go"]
+    async fn third_sees_a_ban_made_after_the_others_ended() {
+        until_step(2).await;
+        let operator = support::redis_limiter(support::process_server_url());
+        operator.ban("custom:eve", HOUR).await.unwrap();
+        support::eventually("the ban to arrive", GIVE_UP_AFTER, || async {
+            refused_for(send(&SHARED, "eve").await, HOUR / 2)
+        })
+        .await;
+        operator.unban("custom:eve").await.unwrap();
+        support::eventually("the lifting to arrive", GIVE_UP_AFTER, || async {
+            send(&SHARED, "eve").await.map_err(|err| err.to_string())
+        })
+        .await;
     }
 }
