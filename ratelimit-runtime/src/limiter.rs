@@ -602,8 +602,9 @@ impl Limiter {
     ///
     /// Each instance applies a change within one interval plus a round trip of its next
     /// read (1.2 s + the round trip by default), from the first guarded check of a site
-    /// with that prefix on. Reads run in a task of their own, started on the runtime of a
-    /// check: a check never waits for them, and while Redis cannot answer, the rules last
+    /// with that prefix on. Reads run on a thread of their own (`ratelimit-poll`, one per
+    /// limiter, ending after the limiter is dropped), so that they go on whichever runtimes
+    /// come and go: a check never waits for them, and while Redis cannot answer, the rules last
     /// read stay in force. A malformed value is ignored with one warning (the compiled rules
     /// stay in force for that path). The ordinary rules and the duplicate-submission rule
     /// (field `{path}#duplicate`) are overridden separately: an override of the rules keeps
