@@ -115,6 +115,9 @@ pub mod guide {
     #[doc = include_str!("../docs/policies.md")]
     pub mod policies {}
 
+    #[doc = include_str!("../docs/check_all.md")]
+    pub mod check_all {}
+
     // The chapter ends with the LLM gateway example's code, compiled as one of its doc
     // tests: the example and the chapter cannot drift apart.
     #[doc = include_str!("../docs/metered.md")]
