@@ -5,10 +5,10 @@
 use std::sync::atomic::Ordering;
 
 use super::failure::Failure;
-use super::script::all::ListInvocation;
+use super::script::all::{uncounted, ListInvocation};
 use super::{cluster, with_client_clock, RedisBackend, Topology};
 use crate::backend::Request;
-use crate::decision::{RawDecision, Receipt};
+use crate::decision::RawDecision;
 use crate::BackendError;
 
 impl RedisBackend {
@@ -83,17 +83,12 @@ impl RedisBackend {
         let mut raws: Vec<Option<RawDecision>> = vec![None; requests.len()];
         for (group, answer) in groups.iter().zip(answers) {
             let (group_admitted, group_raws) = answer?;
-            for (&i, mut raw) in group.iter().zip(group_raws) {
-                if group_admitted && !admitted {
+            for (&i, raw) in group.iter().zip(group_raws) {
+                raws[i] = Some(match group_admitted && !admitted {
                     // Given back: it would pass, and took nothing.
-                    let count = requests[i].rules[raw.rule_index].count();
-                    if requests[i].consume {
-                        raw.remaining = (raw.remaining + requests[i].cost.get()).min(count);
-                    }
-                    raw.receipt = Receipt::NONE;
-                    raw.crossed = None;
-                }
-                raws[i] = Some(raw);
+                    true => uncounted(raw, &requests[i]),
+                    false => raw,
+                });
             }
         }
         Ok(raws

@@ -18,7 +18,7 @@ fn list_script() -> &'static (String, Script) {
         let mut source_text = String::new();
         for algorithm in Algorithm::ALL {
             source_text.push_str(&format!(
-                "local function {}(KEYS, ARGV)\n{}\nend\n",
+                "local function {}(KEYS, ARGV, redis)\n{}\nend\n",
                 function_name(algorithm),
                 source(algorithm)
             ));
@@ -104,15 +104,19 @@ impl<'r> ListInvocation<'r> {
         for (check, reply) in self.checks.iter().zip(replies) {
             let raw = match admitted {
                 true => check.decode(reply)?,
-                // A refused list counted nothing: no receipt to refund.
-                false => Invocation {
-                    request: &Request {
-                        consume: false,
-                        ..*check.request
-                    },
-                    id: None,
-                }
-                .decode(reply)?,
+                // A refused list counted nothing: no receipt to refund, and what a check
+                // that would pass has left is what it has now.
+                false => uncounted(
+                    Invocation {
+                        request: &Request {
+                            consume: false,
+                            ..*check.request
+                        },
+                        id: None,
+                    }
+                    .decode(reply)?,
+                    check.request,
+                ),
             };
             raws.push(raw);
         }
@@ -143,4 +147,21 @@ impl Invocation<'_> {
             None => cmd.arg(&b""[..]),
         };
     }
+}
+
+/// The answer `raw` to `request`, a check of a list that counted nothing: what it would
+/// have taken given back to `remaining` (the binding rule's units: one call of a rule
+/// counting calls), with no receipt and no warning.
+pub(crate) fn uncounted(mut raw: RawDecision, request: &Request<'_>) -> RawDecision {
+    if raw.allowed && request.consume {
+        let rule = &request.rules[raw.rule_index];
+        let units = match rule.counts_calls() {
+            true => 1,
+            false => request.cost.get(),
+        };
+        raw.remaining = (raw.remaining + units).min(rule.count());
+    }
+    raw.receipt = crate::decision::Receipt::NONE;
+    raw.crossed = None;
+    raw
 }
