@@ -382,3 +382,64 @@ async fn a_static_limiter_serves_parallel_tests_2() {
 async fn a_static_limiter_serves_parallel_tests_3() {
     shared_scenario(3).await;
 }
+
+mod another_algorithm {
+    use super::*;
+
+    on_both_backends! {
+        async fn a_key_of_another_algorithm_fails_the_list_and_counts_nothing(limiter: &Limiter) {
+            limiter.check("other:b", &TEN).algorithm(Algorithm::TokenBucket).await.unwrap();
+            let err = limiter
+                .check_all([limiter.check("other:a", &TEN), limiter.check("other:b", &TEN)])
+                .await
+                .unwrap_err();
+            assert_eq!(err.kind(), redis_ratelimit::BackendErrorKind::Command, "{err}");
+            assert_eq!(left(limiter, "other:a", &TEN, Algorithm::SlidingLog).await, 10);
+            assert_eq!(left(limiter, "other:b", &TEN, Algorithm::TokenBucket).await, 9);
+        }
+    }
+}
+
+/// A route behind two guards on one Redis: each request is one script, however many
+/// guards apply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layers_two_guards_are_one_round_trip() {
+    use axum::{routing::get, Router};
+    use redis_ratelimit::axum::RateLimitLayer;
+    use redis_ratelimit::{Guard, LimitType};
+
+    const PER_IP: [Rule; 1] = [Rule::per_minute(100)];
+    const EVERYONE: [Rule; 1] = [Rule::per_minute(1000)];
+    let server = support::RedisServer::start();
+    let limiter = support::leak(support::counting_limiter(&server.url()));
+    let layer = RateLimitLayer::new()
+        .guard(Guard::new("check_all::per_ip", &PER_IP).limiter(limiter))
+        .guard(
+            Guard::new("check_all::everyone", &EVERYONE)
+                .limit_type(LimitType::Global)
+                .limiter(limiter),
+        );
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer);
+    let served = support::http::serve_axum(app, "127.0.0.1");
+    let client = support::http::client_from("127.0.0.1");
+    let mut redis = server.connection();
+    let scripts = |redis: &mut redis::Connection| {
+        support::command_calls(redis, "evalsha") + support::command_calls(redis, "eval")
+    };
+    // The first request loads the script.
+    let first = client.get(&served.base).send().await.unwrap();
+    assert_eq!(first.status(), 200);
+    let before = scripts(&mut redis);
+    for _ in 0..5 {
+        let response = client.get(&served.base).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+    }
+    assert_eq!(scripts(&mut redis) - before, 5, "one script a request");
+    let everyone = limiter
+        .peek("rate_limit:global:check_all::everyone", &EVERYONE)
+        .await
+        .unwrap();
+    assert_eq!(everyone.remaining, 994);
+}

@@ -14,7 +14,8 @@ use crate::BackendError;
 impl RedisBackend {
     /// Checks `requests` as one, all or nothing; each answer says whether its own check
     /// would pass. The keys of one hash slot (every key, on one server or behind Sentinel)
-    /// are one script, which writes only when every check passes (`check_all.lua`); a key
+    /// are one script, which writes only when every check passes, but for the lock-outs
+    /// of refusing checks (`check_all.lua`); a key
     /// named twice goes to another script of the same slot. Several scripts are sent at
     /// once, each to its slot's master; when any refuses (or fails), what the others
     /// admitted is refunded, so the list counts nothing: never more admitted than a
@@ -132,8 +133,8 @@ impl RedisBackend {
         let deadline = self.deadline(self.config.timeout);
         let list = ListInvocation::new(requests);
         let eval = || Some(list.command(false));
-        // A list is never sent again once it may have run: its peeks would then see its
-        // own writes.
+        // A list is never sent again once it may have run: it would count its checks
+        // again (only the sliding log's ids tell a re-run).
         let reply = self
             .send_script(key, &list.command(true), eval, false, deadline)
             .await

@@ -10,9 +10,10 @@ use crate::backend::Request;
 use crate::decision::RawDecision;
 use crate::Algorithm;
 
-/// The list's script: each algorithm's check script as a function of its own, then
-/// `check_all.lua`. The check scripts are used as they are, so a list counts exactly as
-/// its checks would alone. Composed and hashed once per process.
+/// The list's script: each algorithm's check script as a function of its own (of the
+/// `KEYS`, `ARGV` and `redis` it reads), then `check_all.lua`. The check scripts are used
+/// as they are, so a list counts exactly as its checks would alone. Composed and hashed
+/// once per process.
 fn list_script() -> &'static (String, Script) {
     static SCRIPT: LazyLock<(String, Script)> = LazyLock::new(|| {
         let mut source_text = String::new();
@@ -85,8 +86,8 @@ impl<'r> ListInvocation<'r> {
     }
 
     /// The list's answers: whether it was admitted, and each check's decision (with its
-    /// receipt when admitted; a refused list's decisions are its peeks', which took
-    /// nothing). `None` when the reply is not one the script gives.
+    /// receipt when admitted; a refused list's decisions took nothing: see
+    /// [`uncounted`]). `None` when the reply is not one the script gives.
     pub fn decode(&self, reply: &Value) -> Option<(bool, Vec<RawDecision>)> {
         let Value::Array(items) = reply else {
             return None;
