@@ -443,3 +443,65 @@ async fn a_layers_two_guards_are_one_round_trip() {
         .unwrap();
     assert_eq!(everyone.remaining, 994);
 }
+
+/// A deterministic stream of lists over a few keys of every algorithm, at explicit times
+/// moving forwards, compared decision by decision between Redis and the embedded backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_and_memory_decide_lists_alike() {
+    const T0: Duration = Duration::from_secs(1_700_000_000);
+    const RULES: [Rule; 2] = [
+        Rule::new(4, Duration::from_millis(50)),
+        Rule::new(9, Duration::from_millis(400)),
+    ];
+    let server = support::RedisServer::start();
+    let redis = support::counting_limiter(&server.url());
+    let memory = Limiter::memory();
+    let keys: Vec<String> = (0..8).map(|i| format!("diff:{i}")).collect();
+    let algorithm_of = |i: usize| Algorithm::ALL[i % 4];
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move |bound: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % bound
+    };
+    let mut now = T0;
+    let (mut admitted, mut refused) = (0, 0);
+    for step in 0..600 {
+        now += Duration::from_micros(next(8_000));
+        let first = next(keys.len() as u64) as usize;
+        let picked: Vec<(usize, u64, bool)> = (0..1 + next(3) as usize)
+            .map(|n| ((first + 3 * n) % keys.len(), 1 + next(3), next(5) != 0))
+            .collect();
+        let on = async |limiter: &Limiter| {
+            let checks = picked.iter().map(|&(i, cost, consume)| {
+                let check = match consume {
+                    true => limiter.check(&keys[i], &RULES),
+                    false => limiter.peek(&keys[i], &RULES),
+                };
+                check.algorithm(algorithm_of(i)).cost(cost).at(now)
+            });
+            limiter.check_all(checks).await.unwrap()
+        };
+        let (from_redis, from_memory) = (on(&redis).await, on(&memory).await);
+        let figures = |ds: &[Decision]| -> Vec<(bool, u64, Option<Duration>)> {
+            ds.iter()
+                .map(|d| (d.allowed, d.remaining, d.retry_after))
+                .collect()
+        };
+        assert_eq!(
+            figures(&from_redis),
+            figures(&from_memory),
+            "step {step}: {picked:?} at {now:?}"
+        );
+        match from_redis.iter().all(|d| d.allowed) {
+            true => admitted += 1,
+            false => refused += 1,
+        }
+    }
+    // The stream exercises both answers.
+    assert!(
+        admitted > 100 && refused > 100,
+        "{admitted} admitted, {refused} refused"
+    );
+}
