@@ -50,7 +50,13 @@ for i = 1, checks do
     args[1], args[2], args[3], args[4], args[5] =
         ARGV[base], ARGV[base + 1], ARGV[base + 2], ARGV[base + 3], ARGV[base + 4]
     held = {}
-    local reply = run[string.byte(kinds, i) + 1](keys, args, held_back)
+    -- The last check, every one before it admitted, writes at once: admitted, the list
+    -- is; refused, it writes only the lock-out it starts, as a refused list does.
+    local writer = held_back
+    if i == checks and admitted then
+        writer = real
+    end
+    local reply = run[string.byte(kinds, i) + 1](keys, args, writer)
     if type(reply) == 'table' then
         if reply.err then
             return reply
