@@ -95,6 +95,10 @@ impl Limiter {
     /// assert_eq!(limiter.peek("ip:203.0.113.9", &PER_IP).await?.remaining, 99);
     /// # Ok(()) }
     /// ```
+    ///
+    /// # Panics
+    ///
+    /// When a check's rules are empty (when awaited), as a check alone does.
     pub fn check_all<'a>(
         &'a self,
         checks: impl IntoIterator<Item = crate::Check<'a>>,
@@ -111,6 +115,10 @@ impl Limiter {
         if plans.is_empty() {
             return Ok(Vec::new());
         }
+        assert!(
+            plans.iter().all(|plan| !plan.request().rules.is_empty()),
+            "a rate-limit check needs at least one rule"
+        );
         let answers = self.answer_plans(&plans).await;
         let mut decisions = Vec::with_capacity(plans.len());
         for (plan, answer) in plans.iter().zip(answers) {
