@@ -6,6 +6,7 @@ mod acquire;
 mod allowance;
 mod bans;
 mod check;
+mod check_all;
 pub(crate) use check::{boxed_in_place, checked_warn_at, decided, decided_with_slot, Begun, Plan};
 mod deny_cache;
 mod inspect;
@@ -17,6 +18,7 @@ mod stored_overrides;
 
 pub use acquire::Acquire;
 pub use check::Check;
+pub use check_all::CheckAll;
 pub use inspect::{BlockState, KeyState, LogState, RuleState};
 #[cfg(feature = "redis")]
 pub use stored_overrides::{OverrideError, StoredOverride, StoredOverrides};

@@ -276,7 +276,39 @@ impl<'a> Check<'a> {
     }
 }
 
+impl<'a> Check<'a> {
+    /// The check's plan, for a list of checks run as one (`check_all.rs`).
+    pub(super) fn into_plan(self) -> Plan<'a> {
+        self.plan
+    }
+}
+
 impl<'a> Plan<'a> {
+    /// The request this plan checks.
+    pub(crate) fn request(&self) -> &Request<'a> {
+        &self.request
+    }
+
+    /// Whether this plan is a shadow site's check.
+    pub(crate) fn is_shadow(&self) -> bool {
+        self.wait_us == SHADOW
+    }
+
+    /// Starts observing this plan's check (its span, its metrics once finished).
+    pub(crate) fn observe(&self) -> Observation {
+        Observation::start(self.site, &self.request, self.is_shadow())
+    }
+
+    /// [`report`](Self::report), for a check of a list.
+    pub(crate) fn report_answer(&self, answer: &Answer) {
+        self.report(answer);
+    }
+
+    /// How long this plan's check may wait for room, if at all.
+    pub(crate) fn wait_budget(&self) -> Option<Duration> {
+        self.wait()
+    }
+
     /// The check of `request` by the guarded site at `site` (see `site.rs`), in shadow
     /// mode when `shadow`, waiting up to `wait` for room.
     #[inline]

@@ -57,6 +57,7 @@ use tokio::time::{timeout_at, Instant};
 
 mod block;
 mod breaker;
+mod check_all;
 mod cluster;
 mod config;
 mod dial;

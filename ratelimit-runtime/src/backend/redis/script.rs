@@ -20,6 +20,8 @@ pub(super) mod sources {
     include!("../../scripts/sources.rs");
 }
 
+pub(crate) mod all;
+
 /// The Lua source of the script that runs `algorithm`.
 fn source(algorithm: Algorithm) -> &'static str {
     match algorithm {
