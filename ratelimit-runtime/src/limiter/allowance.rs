@@ -460,9 +460,15 @@ impl Allowances {
             reset_after_us: raw.reset_after_us,
             checks: 0,
         };
-        let answer = live
-            .admit(request, sent_at_us)
-            .expect("a draw holds its own check");
+        // The draw's own check was counted with it, after it was sent: admitted whatever
+        // the hold, none included (a draw counted in the last µs of its aligned window or
+        // UTC day), where an allowance has no life left to spend the rest in.
+        let answer = live.spend(request, sent_at_us);
+        if lifetime_us == 0 {
+            drop(shard);
+            self.retire(request.key, request.rules, live);
+            return Drawn::Answer(answer);
+        }
         let replaced = held.live.replace(live);
         drop(shard);
         sync::lock(&self.ends).push(Reverse((
@@ -764,11 +770,18 @@ impl Live {
         if now_us >= self.ends_at_us || self.units_left < cost || self.calls_left == 0 {
             return None;
         }
+        Some(self.spend(request, now_us))
+    }
+
+    /// Spends `request`'s cost, which the allowance holds, at local `now_us`.
+    #[inline]
+    fn spend(&mut self, request: &Request<'_>, now_us: u64) -> RawDecision {
+        let cost = request.cost.get();
         self.units_left -= cost;
         self.calls_left -= 1;
         self.checks += 1;
         self.last_spend_us = self.last_spend_us.max(now_us);
-        Some(self.figures(request.rules, cost, true))
+        self.figures(request.rules, cost, true)
     }
 
     /// How the key stands in this instance's view: what the backend had left after the draw
