@@ -463,7 +463,10 @@ impl Allowances {
         // The draw's own check was counted with it, after it was sent: admitted whatever
         // the hold, none included (a draw counted in the last µs of its aligned window or
         // UTC day), where an allowance has no life left to spend the rest in.
-        let answer = live.spend(request, sent_at_us);
+        let mut answer = live.spend(request, sent_at_us);
+        // A rule the draw took over its warning share warns through the check that drew
+        // (the backend decided it once, fleet-wide, from the counts it holds).
+        answer.crossed = raw.crossed;
         if lifetime_us == 0 {
             drop(shard);
             self.retire(request.key, request.rules, live);
