@@ -46,21 +46,12 @@ const SHARD_CAPACITY: usize = 8_192;
 /// a few instances cannot strand the rest of a budget.
 const SHARE_OF_ROOM: u64 = 8;
 
-/// From this many checks of an allowance's life at this instance's pace, a draw stands for
-/// twice that: a hot key's allowance outlasts its bursts, and what it leaves unused goes
-/// back in one give-back for many checks.
+/// A draw pays off when this instance's pace fills at least this many checks of an
+/// allowance's life: a draw left with units unused costs its give-back too, and a draw's
+/// script costs Redis more than a check's. (Drawing four fifths of a warm key's two to
+/// six checks, mostly spent whole, was measured: fewer scripts, but more client and Redis
+/// CPU per check than sending them alone; see BENCHMARKS.md.)
 const MIN_EXPECTED_CHECKS: f64 = 6.0;
-
-/// From this many checks of an allowance's life (and below [`MIN_EXPECTED_CHECKS`]), a
-/// warm key's draw stands for [`WARM_SHARE`] of them, at least 2: few enough that the
-/// pace almost always spends them all before the allowance ends (about 9 times in 10 for
-/// random arrivals), which needs no give-back, so that one round trip answers two checks
-/// or more. Below it a check is its own round trip: a draw left with units unused costs
-/// its give-back too.
-const MIN_WARM_CHECKS: f64 = 2.0;
-
-/// The share of its expected checks a warm key's draw stands for.
-const WARM_SHARE: f64 = 0.8;
 
 /// The most checks one draw stands for.
 const MAX_DRAW_CHECKS: u64 = 1 << 20;
@@ -778,7 +769,7 @@ pub(crate) fn report_give_back_failed(err: &crate::BackendError) {
 
 impl Shard {
     /// Whether the key of `hash`, checked at local `now_us`, was checked here at a pace
-    /// that may draw: within the last `max_age_ms` over [`MIN_WARM_CHECKS`] (see
+    /// that may draw: within the last `max_age_ms` over [`MIN_EXPECTED_CHECKS`] (see
     /// [`Shard::seen`]); notes the check either way.
     fn seen_again(&mut self, hash: u64, now_us: u64, max_age_ms: u32) -> bool {
         if self.seen.is_empty() {
@@ -787,8 +778,8 @@ impl Shard {
         let slot = &mut self.seen[(hash >> 8) as usize % SEEN_SLOTS];
         let (tag, now_ms) = (hash >> 32, (now_us / 1000) as u32);
         let before = std::mem::replace(slot, tag << 32 | u64::from(now_ms));
-        // Checked again sooner than `max_age` over MIN_WARM_CHECKS: a pace that may draw.
-        let warm_ms = (f64::from(max_age_ms) / MIN_WARM_CHECKS) as u32;
+        // Checked again sooner than `max_age` over MIN_EXPECTED_CHECKS: a pace that may draw.
+        let warm_ms = (f64::from(max_age_ms) / MIN_EXPECTED_CHECKS) as u32;
         before != 0 && before >> 32 == tag && now_ms.wrapping_sub(before as u32) <= warm_ms
     }
 
@@ -954,18 +945,17 @@ impl Sizing {
 
     /// How many checks the next draw of a key stands for, for an allowance living up to
     /// `lifetime_us` and `demand` checks waiting for it: twice what this instance's pace
-    /// spends over a lifetime (a warm key's: [`WARM_SHARE`] of it), at least the demand,
-    /// never more than [`SHARE_OF_ROOM`] of the room the key had. One (a plain check) when
-    /// the pace fills less than [`MIN_WARM_CHECKS`] of a lifetime.
+    /// spends over a lifetime, at least the demand, never more than [`SHARE_OF_ROOM`] of the
+    /// room the key had. One (a plain check) when the pace fills less than
+    /// [`MIN_EXPECTED_CHECKS`] of a lifetime.
     fn next_checks(&self, lifetime_us: u64, demand: u64) -> u64 {
         let expected = match self.gap_us {
             0.0 => 0.0,
             gap_us => lifetime_us as f64 / gap_us,
         };
-        let wanted = match expected {
-            e if e < MIN_WARM_CHECKS => 1,
-            e if e < MIN_EXPECTED_CHECKS => ((WARM_SHARE * e) as u64).max(2),
-            e => (2.0 * e).min(MAX_DRAW_CHECKS as f64) as u64,
+        let wanted = match expected < MIN_EXPECTED_CHECKS {
+            true => 1,
+            false => (2.0 * expected).min(MAX_DRAW_CHECKS as f64) as u64,
         };
         wanted
             .max(demand)
