@@ -1323,9 +1323,7 @@ impl Limiter {
             };
             count_draw(site);
             #[cfg(feature = "redis")]
-            if let (Remote::Redis(_), Store::Redis(redis)) = (remote, &self.store) {
-                self.ensure_giving_back(redis);
-            }
+            let drew = ticket.draw.is_some();
             let drawing = Request {
                 draw: ticket.draw.as_ref(),
                 cost: ticket.units,
@@ -1336,7 +1334,14 @@ impl Limiter {
                 ..*request
             };
             let raw = remote.check(&drawing).await?;
-            match self.allowances.drawn(request, ticket, raw) {
+            let drawn = self.allowances.drawn(request, ticket, raw);
+            // Once a draw made an allowance to give back: started for every check sent
+            // alone, the task would be spawned, and end at once, for each.
+            #[cfg(feature = "redis")]
+            if let (true, Remote::Redis(_), Store::Redis(redis)) = (drew, remote, &self.store) {
+                self.ensure_giving_back(redis);
+            }
+            match drawn {
                 Drawn::Answer(raw) => return Ok((raw, by_backend)),
                 Drawn::Retry => {
                     count_draw(site);

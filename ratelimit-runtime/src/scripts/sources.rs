@@ -70,7 +70,7 @@ macro_rules! state_check {
             $($algorithm,)+
             decided!(),
             "end\n",
-            check_tail!(include_str!("save.lua")),
+            check_tail!(include_str!("save.lua"), include_str!("drawn.lua")),
         )
     };
 }
