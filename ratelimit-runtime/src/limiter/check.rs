@@ -296,7 +296,7 @@ impl<'a> Plan<'a> {
 
     /// Starts observing this plan's check (its span, its metrics once finished).
     pub(crate) fn observe(&self) -> Observation {
-        Observation::start(self.site, &self.request, self.is_shadow())
+        Observation::start(self.site.label(), &self.request, self.is_shadow())
     }
 
     /// [`report`](Self::report), for a check of a list.
