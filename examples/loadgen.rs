@@ -5,6 +5,7 @@
 //! cargo run --release --example loadgen -- --redis-url redis://127.0.0.1:6379 \
 //!     --keys 10000 --total 200000 --concurrency 64 --limit 100 --window-s 60 \
 //!     [--algorithm token_bucket] [--threads 1] [--deny-cache] [--allowance-ms 250] [--tls-ca ca.pem]
+//!     [--keys-per-request 3 [--separate]]
 //! cargo run --release --example loadgen -- --memory ...
 //! ```
 //! `--redis-url` is passed as is to `Limiter::redis`, so it takes every form that does
@@ -76,6 +77,15 @@ struct Options {
     /// (`Limiter::allowance`); 0: a round trip per check.
     #[arg(long, default_value_t = 0)]
     allowance_ms: u64,
+    /// How many keys each request is checked against (distinct keys, the first random and
+    /// the next ones after it), as one `Limiter::check_all`; `--total` then counts
+    /// requests, and each key checks with the same rule and algorithm.
+    #[arg(long, default_value_t = 1, value_parser = at_least_one())]
+    keys_per_request: u64,
+    /// Check a request's keys one after another, each awaited in turn, instead of as one
+    /// `check_all` (the baseline of `--keys-per-request`).
+    #[arg(long)]
+    separate: bool,
 }
 
 /// A whole number of at least 1.
@@ -139,6 +149,17 @@ async fn run(o: Options) -> ExitCode {
         eprintln!("loadgen: backend not usable: {e}");
         return ExitCode::FAILURE;
     }
+    // And the list's script, whose first use sends its body.
+    if o.keys_per_request > 1 {
+        let peeks = keys
+            .iter()
+            .take(o.keys_per_request as usize)
+            .map(|key| limiter.peek(key, &rules).algorithm(o.algorithm));
+        if let Err(e) = limiter.check_all(peeks).await {
+            eprintln!("loadgen: backend not usable for lists: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
 
     let limiter = Arc::new(limiter);
     let issued = Arc::new(AtomicU64::new(0));
@@ -148,14 +169,49 @@ async fn run(o: Options) -> ExitCode {
             let (limiter, keys, issued) = (limiter.clone(), keys.clone(), issued.clone());
             let (total, algorithm, refund, warn_at) = (o.total, o.algorithm, o.refund, o.warn_at);
             let block_for = Duration::from_millis(o.block_for_ms);
+            let (per_request, separate) = (o.keys_per_request, o.separate);
             tokio::spawn(async move {
                 let mut seed =
                     0x9E37_79B9_7F4A_7C15 ^ (worker + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9);
                 let mut latencies_us = Vec::with_capacity((total / o.concurrency + 1) as usize);
                 let (mut allowed, mut denied, mut errors) = (0u64, 0u64, 0u64);
                 while issued.fetch_add(1, Ordering::Relaxed) < total {
-                    let key = &keys[(next_random(&mut seed) % keys.len() as u64) as usize];
+                    let first = (next_random(&mut seed) % keys.len() as u64) as usize;
+                    let key = &keys[first];
                     let t = Instant::now();
+                    if per_request > 1 {
+                        let listed = (0..per_request as usize)
+                            .map(|i| &keys[(first + i) % keys.len()])
+                            .map(|key| limiter.check(key, &rules).algorithm(algorithm));
+                        let result = match separate {
+                            false => limiter.check_all(listed).await,
+                            true => {
+                                let mut decisions = Vec::with_capacity(per_request as usize);
+                                for check in listed {
+                                    match check.await {
+                                        Ok(d) => decisions.push(d),
+                                        Err(e) => {
+                                            decisions.clear();
+                                            errors += 1;
+                                            let _ = e;
+                                            break;
+                                        }
+                                    }
+                                }
+                                Ok(decisions)
+                            }
+                        };
+                        latencies_us.push(t.elapsed().as_micros() as u32);
+                        match result {
+                            Ok(ds) if !ds.is_empty() && ds.iter().all(|d| d.allowed) => {
+                                allowed += 1
+                            }
+                            Ok(ds) if !ds.is_empty() => denied += 1,
+                            Ok(_) => {}
+                            Err(_) => errors += 1,
+                        }
+                        continue;
+                    }
                     let mut check = limiter.check(key, &rules).algorithm(algorithm);
                     if warn_at > 0 {
                         check = check.warn_at(warn_at);

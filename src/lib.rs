@@ -80,8 +80,8 @@ pub use ratelimit_runtime::Guard;
 pub use ratelimit_runtime::Warning;
 pub use ratelimit_runtime::{
     clock, context, global, init, key, Algorithm, BackendError, BackendErrorKind, BlockState,
-    Check, ConfigError, Decision, InitError, KeyState, LimitType, Limiter, LogState, Mode,
-    ParseModeError, ParseRuleError, RateLimitError, RequestContext, Rule, RuleState, Setting,
+    Check, CheckAll, ConfigError, Decision, InitError, KeyState, LimitType, Limiter, LogState,
+    Mode, ParseModeError, ParseRuleError, RateLimitError, RequestContext, Rule, RuleState, Setting,
     ALLOWANCE_ENV, REDIS_URL_ENV, STATE_FILE_ENV,
 };
 pub use ratelimit_runtime::{Acquire, Slot};
@@ -114,6 +114,9 @@ pub mod guide {
 
     #[doc = include_str!("../docs/policies.md")]
     pub mod policies {}
+
+    #[doc = include_str!("../docs/check_all.md")]
+    pub mod check_all {}
 
     // The chapter ends with the LLM gateway example's code, compiled as one of its doc
     // tests: the example and the chapter cannot drift apart.

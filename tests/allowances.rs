@@ -839,3 +839,89 @@ async fn child_dies_holding_an_allowance() {
     };
     support::tell_parent_then_await(&format!("holding: {admitted} {held}"), "never").await;
 }
+
+// A draw counted in the last microsecond of its window or period gets a hold of 0: its own
+// check was counted with it, and must be admitted (0.5 panicked there).
+
+/// Checks of `rules` every `step` µs from `from` until the last µs before `end`, then one
+/// at that last µs: an allowance drawn a quarter of the window before `end` ends exactly
+/// then, so that the last check draws in the window's last µs. Every check is admitted,
+/// and after the release the key counts what was admitted (`exact`: exactly).
+async fn draws_up_to_the_last_microsecond(
+    limiter: &Limiter,
+    key: &str,
+    rules: &[Rule],
+    algorithm: Algorithm,
+    (from, step, end): (u64, u64, u64),
+    exact: bool,
+) {
+    let check = |at: u64| {
+        limiter
+            .check(key, rules)
+            .algorithm(algorithm)
+            .at(Duration::from_micros(at))
+    };
+    let mut admitted = 0;
+    for at in (from..end - 1).step_by(step as usize).chain([end - 1]) {
+        let decision = check(at).await.unwrap();
+        assert!(decision.allowed, "{algorithm:?} at {}", at - from);
+        admitted += 1;
+    }
+    assert!(
+        limiter.allowance_draws() < admitted / 4,
+        "{algorithm:?}: no allowance spent"
+    );
+    limiter.release_allowances().await.unwrap();
+    let peek = limiter
+        .peek(key, rules)
+        .algorithm(algorithm)
+        .at(Duration::from_micros(end - 1));
+    let (count, remaining) = (rules[0].count(), peek.await.unwrap().remaining);
+    match exact {
+        true => assert_eq!(remaining, count - admitted, "{algorithm:?}"),
+        // Redis gives back at its own time, not at the checks' explicit ones: never fewer
+        // counted than admitted is what holds across the two.
+        false => assert!(remaining <= count - admitted, "{algorithm:?}: {remaining}"),
+    }
+}
+
+/// On `limiter` (a fresh one per case): a 1 ms window crossed at its last µs by the fixed
+/// and the sliding window, and a calendar day by every algorithm.
+async fn a_draw_in_the_last_microsecond_admits_its_own_check(
+    limiter: impl Fn() -> Limiter,
+    exact: bool,
+) {
+    const WINDOW_START: u64 = 1_700_000_000_000_000;
+    static MILLI: [Rule; 1] = [Rule::new(1_000, Duration::from_millis(1))];
+    for algorithm in [Algorithm::FixedWindow, Algorithm::SlidingWindow] {
+        let window = (WINDOW_START, 10, WINDOW_START + 1_000);
+        let key = format!("last-us:{algorithm:?}");
+        draws_up_to_the_last_microsecond(&limiter(), &key, &MILLI, algorithm, window, exact).await;
+    }
+    // 1,700,006,400 s is a UTC midnight.
+    const MIDNIGHT: u64 = 1_700_006_400_000_000;
+    static DAILY: [Rule; 1] = [Rule::per_calendar(1_000_000, Calendar::Day)];
+    for algorithm in ALGORITHMS {
+        let day_end = (MIDNIGHT - 1_000_000, 1_000, MIDNIGHT);
+        let key = format!("last-us:day:{algorithm:?}");
+        draws_up_to_the_last_microsecond(&limiter(), &key, &DAILY, algorithm, day_end, exact).await;
+    }
+}
+
+#[tokio::test]
+async fn a_draw_in_the_last_microsecond_of_a_window_admits_its_own_check() {
+    a_draw_in_the_last_microsecond_admits_its_own_check(
+        || {
+            let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
+            Limiter::remote_memory_with_clock(clock).allowance(MAX_AGE)
+        },
+        true,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redis_a_draw_in_the_last_microsecond_of_a_window_admits_its_own_check() {
+    let server = RedisServer::start();
+    a_draw_in_the_last_microsecond_admits_its_own_check(|| instance(&server.url()), false).await;
+}

@@ -184,6 +184,23 @@ on_both_backends! {
         assert!(b.draw("tb:7", &rules, algorithm, 7, 1, hold, T0).await.unwrap().allowed);
     }
 
+    async fn a_give_back_after_a_reset_makes_no_room_it_did_not_take(b: &Backend) {
+        let rules = [Rule::per_minute(10)];
+        for algorithm in ALL {
+            let key = format!("reset:{algorithm}");
+            // A draws 6, the key is reset, B fills the window: A's give-back of the 4 it
+            // did not use finds none of its units counted, and gives nothing back.
+            let drawn = draw_a_second(b, &key, &rules, algorithm, 3).await;
+            b.reset(&key).await.unwrap();
+            for n in 1..=10 {
+                let (admitted, _) = b.check(&key, &rules, algorithm, 1, true, T0 + n).await.unwrap();
+                assert!(admitted, "{algorithm:?}: check {n} after the reset");
+            }
+            b.give_back(&drawn, 1, 2, T0 + SEC / 2, T0 + SEC).await.unwrap();
+            assert_eq!(left(b, &key, rules[0], algorithm, T0 + SEC).await, 0, "{algorithm:?}");
+        }
+    }
+
     async fn a_hold_never_outlives_a_quarter_window_nor_the_window_or_period_it_started_in(b: &Backend) {
         let rules = [Rule::per_minute(100), Rule::per_calendar(1_000, redis_ratelimit::Calendar::Day)];
         let hold = Duration::from_secs(30);

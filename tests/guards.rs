@@ -224,7 +224,9 @@ mod scenarios {
         assert_eq!(reached.count(), 3);
     }
 
-    pub async fn several_guards_are_checked_in_order_up_to_the_first_refusal<A: GuardedApp>() {
+    pub async fn several_guards_are_one_check_and_a_refusal_consumes_nothing_from_the_others<
+        A: GuardedApp,
+    >() {
         let per_ip = Guard::new("guards::per_ip", &THREE_A_MINUTE);
         let everyone = Guard::new("guards::everyone", &FOUR_A_MINUTE).limit_type(LimitType::Global);
         let (limiter, served, reached) = serve::<A>([per_ip, everyone]);
@@ -236,7 +238,7 @@ mod scenarios {
                 StatusCode::OK
             );
         }
-        // Refused by the per-IP guard: the global one is not asked, and counts nothing.
+        // Refused by the per-IP guard: the global one counts nothing.
         let refused = get(&served, &a, "/search", &[]).await;
         assert_refused_by_guard(refused, r#""p1";q=3;w=60"#).await;
         // So the global budget's last unit is B's; it binds harder than B's per-IP 2 left.
@@ -244,7 +246,8 @@ mod scenarios {
         assert_eq!(last.status(), StatusCode::OK);
         assert_eq!(header(&last, "ratelimit-policy"), Some(r#""p1";q=4;w=60"#));
         assert_eq!(header(&last, "ratelimit"), Some(r#""p1";r=0;t=60"#));
-        // Admitted by the per-IP guard, then refused by the global one.
+        // Refused by the global guard: B's per-IP budget, checked with it as one, keeps
+        // its unit (the guards are one check_all).
         let refused = get(&served, &b, "/search", &[]).await;
         assert_refused_by_guard(refused, r#""p1";q=4;w=60"#).await;
         assert_eq!(reached.count(), 4);
@@ -252,7 +255,7 @@ mod scenarios {
             .peek("rate_limit:ip:127.0.0.3:guards::per_ip", &THREE_A_MINUTE)
             .await
             .unwrap();
-        assert_eq!(b_per_ip.remaining, 1);
+        assert_eq!(b_per_ip.remaining, 2);
     }
 
     pub async fn a_guard_and_an_attribute_on_one_request_describe_the_most_restrictive<
@@ -501,7 +504,7 @@ macro_rules! http_guard_tests {
 
 http_guard_tests! {
     a_refused_request_never_reaches_the_handler,
-    several_guards_are_checked_in_order_up_to_the_first_refusal,
+    several_guards_are_one_check_and_a_refusal_consumes_nothing_from_the_others,
     a_guard_and_an_attribute_on_one_request_describe_the_most_restrictive,
     a_spoofed_x_forwarded_for_from_an_untrusted_peer_is_ignored,
     operators_switch_a_guard_off_or_to_shadow_by_its_name,

@@ -131,6 +131,31 @@ async fn guarded_checks_count_per_site_and_outcome_and_direct_checks_as_programm
     );
 }
 
+#[rate_limiter(rules("2/minute"), limit_type = GLOBAL, limiter = MEMORY, name = "programmatic")]
+async fn named_programmatic() -> Result<(), RateLimitError> {
+    Ok(())
+}
+
+/// A guarded site may be named `programmatic` (a name like any other): its checks are a
+/// site's, labelled apart from the programmatic checks'.
+#[tokio::test]
+async fn a_site_named_programmatic_is_labelled_apart_from_programmatic_checks() {
+    let _turn = turn().await;
+    for _ in 0..3 {
+        let _ = named_programmatic().await;
+    }
+    const ONE: [Rule; 1] = [Rule::per_minute(1)];
+    assert!(MEMORY.check("apart", &ONE).await.unwrap().allowed);
+    assert_seen(
+        [
+            ("programmatic (site)/sliding_log/allowed", 2),
+            ("programmatic (site)/sliding_log/limited", 1),
+            ("programmatic/sliding_log/allowed", 1),
+        ],
+        [("memory", 4)],
+    );
+}
+
 #[tokio::test]
 async fn exempt_requests_are_not_checked_and_count_nothing() {
     let _turn = turn().await;

@@ -66,7 +66,32 @@ async fn reindex() -> Result<(), RateLimitError> {
     Ok(())
 }
 
+/// A site named as programmatic checks are labelled: a site all the same.
+#[rate_limiter(
+    rules("2/minute"),
+    limit_type = CUSTOM,
+    by = user,
+    name = "programmatic",
+    limiter = support::limiter()
+)]
+async fn named_programmatic(user: &str) -> Result<(), RateLimitError> {
+    Ok(())
+}
+
 backend_tests! {
+    async fn a_site_named_programmatic_is_counted_as_any_site() {
+        for _ in 0..4 {
+            let _ = named_programmatic("mallory").await;
+        }
+        // A programmatic check's key laid out as the site's is still no site's refusal.
+        let limiter = support::limiter();
+        let rules = [Rule::per_minute(1)];
+        for _ in 0..3 {
+            limiter.check("custom:eve:programmatic", &rules).await.unwrap();
+        }
+        until_top(limiter, "programmatic", 10, &[("custom:mallory", 2)]).await;
+    }
+
     async fn the_most_refused_identities_come_first() {
         for (user, calls) in [("mallory", 7), ("trudy", 4), ("alice", 2), ("bob", 3)] {
             for _ in 0..calls {

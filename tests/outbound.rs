@@ -43,6 +43,11 @@ fn client(middleware: RateLimitMiddleware) -> ClientWithMiddleware {
         .build()
 }
 
+/// The upstream's answer to a GET of `url`; panics when the client gave none.
+async fn answer(client: &ClientWithMiddleware, url: String) -> reqwest::Response {
+    client.get(url).send().await.unwrap()
+}
+
 /// The rate-limit error a request failed with, if it failed with one.
 fn rate_limit_error(err: &reqwest_middleware::Error) -> Option<&RateLimitError> {
     match err {
@@ -68,6 +73,22 @@ fn assert_limited(err: &reqwest_middleware::Error) {
 /// A limiter on the Redis at `url`, patient enough for a loaded machine.
 fn redis_limiter(url: &str) -> &'static Limiter {
     support::leak(support::redis_limiter(url))
+}
+
+/// A Redis server of its own, a limiter on it, a fake API, and a client whose middleware
+/// checks `rules` for `name` on that limiter, with the options `options` sets.
+fn on_redis(
+    name: &'static str,
+    rules: &'static [Rule],
+    options: impl FnOnce(RateLimitMiddleware) -> RateLimitMiddleware,
+) -> (RedisServer, &'static Limiter, FakeApi, ClientWithMiddleware) {
+    let server = RedisServer::start();
+    let limiter = redis_limiter(&server.url());
+    let api = FakeApi::start();
+    let client = client(options(
+        RateLimitMiddleware::new(name, rules).limiter(limiter),
+    ));
+    (server, limiter, api, client)
 }
 
 /// For a multi-process test: a server, a fake API (served by the runtime returned), and
@@ -190,11 +211,7 @@ fn a_retry_after_from_the_api_holds_back_the_other_process() {
     let limiter = redis_limiter(&server.url());
     let client = client(RateLimitMiddleware::new(PUSHBACK_NAME, &PUSHBACK_RULES).limiter(limiter));
     runtime.block_on(async {
-        let response = client
-            .get(api.url("/busy?status=429&retry_after=2"))
-            .send()
-            .await
-            .unwrap();
+        let response = answer(&client, api.url("/busy?status=429&retry_after=2")).await;
         // The answer is the caller's, unchanged.
         assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(response.headers()["retry-after"], "2");
@@ -287,11 +304,11 @@ async fn a_503_with_an_http_date_blocks_the_embedded_backend_and_is_returned_unc
     let date = httpdate::fmt_http_date(until)
         .replace(' ', "%20")
         .replace(',', "%2C");
-    let response = client
-        .get(api.url(&format!("/busy?status=503&retry_after={date}")))
-        .send()
-        .await
-        .unwrap();
+    let response = answer(
+        &client,
+        api.url(&format!("/busy?status=503&retry_after={date}")),
+    )
+    .await;
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(response.text().await.unwrap(), "slow down");
     let key = "rate_limit:out:outbound.http_date";
@@ -343,11 +360,7 @@ async fn a_malformed_retry_after_is_ignored_with_a_throttled_warning() {
     let api = FakeApi::start();
     let client = client(on_memory("outbound.malformed", &RULES));
     for _ in 0..3 {
-        let response = client
-            .get(api.url("/busy?status=429&retry_after=soon"))
-            .send()
-            .await
-            .unwrap();
+        let response = answer(&client, api.url("/busy?status=429&retry_after=soon")).await;
         assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
     }
     let state = MEMORY
@@ -442,14 +455,9 @@ async fn a_dropped_waiting_request_takes_nothing_on_the_embedded_backend() {
 async fn a_dropped_waiting_request_takes_nothing_on_redis() {
     static RULES: [Rule; 1] = [Rule::new(1, Duration::from_secs(2))];
     let key = "rate_limit:out:outbound.dropped_redis";
-    let server = RedisServer::start();
-    let limiter = redis_limiter(&server.url());
-    let api = FakeApi::start();
-    let client = client(
-        RateLimitMiddleware::new("outbound.dropped_redis", &RULES)
-            .limiter(limiter)
-            .wait(Duration::from_secs(60)),
-    );
+    let (_server, limiter, api, client) = on_redis("outbound.dropped_redis", &RULES, |site| {
+        site.wait(Duration::from_secs(60))
+    });
     client.get(api.url("/dropped")).send().await.unwrap();
     // The second waits for the window (2 s); dropped well before it could be admitted.
     let waiting = client.get(api.url("/dropped")).send();
@@ -535,14 +543,8 @@ async fn mode_off_sends_every_request_unchecked() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rules_stored_in_redis_for_out_name_apply_to_every_client() {
     static RULES: [Rule; 1] = [Rule::per_minute(1)];
-    let server = RedisServer::start();
-    let limiter = redis_limiter(&server.url());
-    let api = FakeApi::start();
-    let client = client(
-        RateLimitMiddleware::new("outbound.stored", &RULES)
-            .limiter(limiter)
-            .wait(Duration::ZERO),
-    );
+    let (server, limiter, api, client) =
+        on_redis("outbound.stored", &RULES, |site| site.wait(Duration::ZERO));
     // The first request registers the site, whose overrides the limiter then polls.
     assert!(client.get(api.url("/stored")).send().await.is_ok());
     assert!(client.get(api.url("/stored")).send().await.is_err());
@@ -572,14 +574,9 @@ async fn rules_stored_in_redis_for_out_name_apply_to_every_client() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_an_allowance_requests_are_admitted_in_process_and_counted_exactly() {
     static RULES: [Rule; 1] = [Rule::per_hour(100_000)];
-    let server = RedisServer::start();
-    let limiter = redis_limiter(&server.url());
-    let api = FakeApi::start();
-    let client = client(
-        RateLimitMiddleware::new("outbound.allowance", &RULES)
-            .limiter(limiter)
-            .allowance(Duration::from_secs(5)),
-    );
+    let (_server, limiter, api, client) = on_redis("outbound.allowance", &RULES, |site| {
+        site.allowance(Duration::from_secs(5))
+    });
     for _ in 0..100 {
         assert!(client.get(api.url("/allowance")).send().await.is_ok());
     }

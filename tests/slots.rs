@@ -124,6 +124,45 @@ where
     (hold, calls)
 }
 
+/// As [`all_inside`], for `n` calls of `site` by `who`; then asserts that they hold `n`
+/// slots of the site, named `name`.
+async fn all_holding<F>(
+    limiter: &'static Limiter,
+    (name, who): (&str, &'static str),
+    n: usize,
+    site: fn(&'static Limiter, &'static str, Hold) -> F,
+) -> (Hold, Vec<tokio::task::JoinHandle<F::Output>>)
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let inside = all_inside(n, |hold| site(limiter, who, hold)).await;
+    assert_eq!(slots_held(limiter, name, who).await, n as u64);
+    inside
+}
+
+/// Lets the calls `hold` holds return, and asserts that each one returned `Ok`.
+async fn all_return_ok(
+    hold: Hold,
+    calls: Vec<tokio::task::JoinHandle<Result<(), RateLimitError>>>,
+) {
+    hold.let_go(calls.len());
+    for call in calls {
+        call.await.unwrap().unwrap();
+    }
+}
+
+/// The slot `acquired` took; panics, saying `why` one was expected, when none was free.
+fn taken<E: std::fmt::Debug>(acquired: Result<Option<Slot>, E>, why: &str) -> Slot {
+    acquired.unwrap().expect(why)
+}
+
+/// Asserts that the one slot of `key`, which lapsed, can be taken again and released.
+async fn take_the_lapsed_slot(limiter: &Limiter, key: &str) {
+    let slot = taken(limiter.acquire(key, 1).await, "the lapsed slot is free");
+    slot.release().await.unwrap();
+}
+
 /// How many slots `who` holds at the site named `name`.
 async fn slots_held(limiter: &Limiter, name: &str, who: &str) -> u64 {
     limiter.slots_in_use(&key(name, who)).await.unwrap()
@@ -142,9 +181,8 @@ backend_tests! {
     async fn a_full_set_of_slots_takes_no_units() {
         let limiter = support::limiter();
         let who = "full";
-        let (hold, mut calls) = all_inside(1, |hold| one_at_a_time(limiter, who, hold)).await;
+        let (hold, mut calls) = all_holding(limiter, ("slots.one", who), 1, one_at_a_time).await;
         let first = calls.remove(0);
-        assert_eq!(slots_held(limiter, "slots.one", who).await, 1);
 
         // Refused by the concurrency limit, which its error names with the short hint.
         let (rule, retry_after) = refused(one_at_a_time(limiter, who, Hold::new(0)).await);
@@ -172,15 +210,11 @@ backend_tests! {
     async fn n_concurrent_guarded_calls_hold_exactly_n_slots_and_release_them_on_completion() {
         let limiter = support::limiter();
         let who = "three";
-        let (hold, calls) = all_inside(3, |hold| three_at_once(limiter, who, hold)).await;
-        assert_eq!(slots_held(limiter, "slots.three", who).await, 3);
+        let (hold, calls) = all_holding(limiter, ("slots.three", who), 3, three_at_once).await;
         refused(three_at_once(limiter, who, Hold::new(0)).await);
         assert_eq!(slots_held(limiter, "slots.three", who).await, 3);
 
-        hold.let_go(3);
-        for call in calls {
-            call.await.unwrap().unwrap();
-        }
+        all_return_ok(hold, calls).await;
         // Released as each call returned, before it did.
         assert_eq!(slots_held(limiter, "slots.three", who).await, 0);
     }
@@ -188,8 +222,7 @@ backend_tests! {
     async fn a_cancelled_call_releases_its_slot() {
         let limiter = support::limiter();
         let who = "cancelled";
-        let (_, calls) = all_inside(1, |hold| one_at_a_time(limiter, who, hold)).await;
-        assert_eq!(slots_held(limiter, "slots.one", who).await, 1);
+        let (_, calls) = all_holding(limiter, ("slots.one", who), 1, one_at_a_time).await;
         // The call's future is dropped mid-body, as when a client goes away.
         calls[0].abort();
         for call in calls {
@@ -197,17 +230,13 @@ backend_tests! {
         }
         until_slots(limiter, &key("slots.one", who), 0).await;
         let (hold, next) = all_inside(1, |hold| one_at_a_time(limiter, who, hold)).await;
-        hold.let_go(1);
-        for call in next {
-            call.await.unwrap().unwrap();
-        }
+        all_return_ok(hold, next).await;
     }
 
     async fn a_call_that_panics_releases_its_slot() {
         let limiter = support::limiter();
         let who = "panics";
-        let (hold, calls) = all_inside(2, |hold| panics_inside(limiter, who, hold)).await;
-        assert_eq!(slots_held(limiter, "slots.panics", who).await, 2);
+        let (hold, calls) = all_holding(limiter, ("slots.panics", who), 2, panics_inside).await;
         hold.let_go(2);
         for call in calls {
             assert!(call.await.unwrap_err().is_panic());
@@ -465,12 +494,7 @@ async fn a_held_slot_is_renewed_and_lapses_after_its_process_dies() {
     child.send("die");
     assert_eq!(child.finish("dying"), "");
     until_slots(&limiter, key, 0).await;
-    let slot = limiter
-        .acquire(key, 1)
-        .await
-        .unwrap()
-        .expect("the lapsed slot is free");
-    slot.release().await.unwrap();
+    take_the_lapsed_slot(&limiter, key).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -478,12 +502,7 @@ async fn a_held_slot_is_renewed_and_lapses_after_its_process_dies() {
 async fn child_takes_a_slot_and_dies() {
     let limiter = support::counting_limiter(&support::from_parent(URL_ENV));
     let key = support::from_parent(KEY_ENV);
-    let slot = limiter
-        .acquire(&key, 1)
-        .lease(LEASE)
-        .await
-        .unwrap()
-        .expect("a free slot");
+    let slot = taken(limiter.acquire(&key, 1).lease(LEASE).await, "a free slot");
     support::tell_parent_then_await("held", "die").await;
     println!("dying");
     // Dies as a crashed process would: no release, no destructor.
@@ -518,11 +537,7 @@ async fn on_a_cluster_the_slots_live_on_the_node_of_their_key() {
     }
     // A programmatic key with a hash tag of its own keeps it.
     let tagged = "{acme}:exports";
-    let slot = limiter
-        .acquire(tagged, 1)
-        .await
-        .unwrap()
-        .expect("a free slot");
+    let slot = taken(limiter.acquire(tagged, 1).await, "a free slot");
     let held: u64 = redis::cmd("ZCARD")
         .arg("{acme}:exports:slots")
         .query(&mut cluster.connection(cluster.master_of(tagged)))
@@ -555,11 +570,7 @@ static SHARED: LazyLock<Limiter> =
 async fn a_test_holds_one_of_three() {
     static HOLDING: AtomicUsize = AtomicUsize::new(0);
     let key = "slots:static";
-    let slot = SHARED
-        .acquire(key, 3)
-        .await
-        .unwrap()
-        .expect("one of 3 slots");
+    let slot = taken(SHARED.acquire(key, 3).await, "one of 3 slots");
     HOLDING.fetch_add(1, Ordering::SeqCst);
     support::until_counted("every test to hold its slot", GIVE_UP_AFTER, 3, || {
         HOLDING.load(Ordering::SeqCst)
@@ -604,12 +615,13 @@ async fn in_memory_a_forgotten_slot_lapses_by_the_backend_s_clock() {
     let limiter = Limiter::memory_with_clock(clock.clone());
     let key = "slots:memory-lapse";
     // A lease long enough that its renewal (every third of it, in real time) never comes.
-    let slot = limiter
-        .acquire(key, 1)
-        .lease(Duration::from_secs(1000))
-        .await
-        .unwrap()
-        .expect("a free slot");
+    let slot = taken(
+        limiter
+            .acquire(key, 1)
+            .lease(Duration::from_secs(1000))
+            .await,
+        "a free slot",
+    );
     // Its holder stops without releasing it.
     std::mem::forget(slot);
     clock.advance(Duration::from_secs(999));
@@ -617,10 +629,5 @@ async fn in_memory_a_forgotten_slot_lapses_by_the_backend_s_clock() {
     assert!(limiter.acquire(key, 1).await.unwrap().is_none());
     clock.advance(Duration::from_secs(1));
     assert_eq!(limiter.slots_in_use(key).await.unwrap(), 0);
-    let slot = limiter
-        .acquire(key, 1)
-        .await
-        .unwrap()
-        .expect("the lapsed slot is free");
-    slot.release().await.unwrap();
+    take_the_lapsed_slot(&limiter, key).await;
 }

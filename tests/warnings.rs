@@ -403,3 +403,91 @@ fn a_share_outside_1_to_99_panics() {
     let limiter = Limiter::memory();
     drop(limiter.check("k", &[]).warn_at(100));
 }
+
+// Allowances: the crossing is decided by the draw that takes a rule over the share, and
+// told to the check that drew (0.5 dropped it there: no warning at all).
+
+/// `fleet` with allowances of 250 ms, each hook telling `heard`.
+fn with_allowances(fleet: Vec<Limiter>, heard: &Heard) -> Vec<Limiter> {
+    fleet
+        .into_iter()
+        .map(|limiter| {
+            let keep = heard.clone();
+            limiter
+                .allowance(Duration::from_millis(250))
+                .on_warning(move |w| keep.0.lock().unwrap().push(w.clone()))
+        })
+        .collect()
+}
+
+/// Checks of 1,000 per minute warning at 80 % by `fleet` in turn, `gap` apart on `clock`
+/// (none: the real one), until one is refused: exactly one warning, at or above 800 used.
+async fn a_fleet_with_allowances_warns_once(
+    fleet: &[Limiter],
+    key: &str,
+    algorithm: Algorithm,
+    clock: Option<&redis_ratelimit::clock::ManualClock>,
+    heard: &Heard,
+) {
+    static PER_MINUTE: [Rule; 1] = [Rule::per_minute(1_000)];
+    let mut admitted = 0;
+    for n in 0.. {
+        if let Some(clock) = clock {
+            clock.advance(Duration::from_micros(50));
+        }
+        let limiter = &fleet[n % fleet.len()];
+        let check = limiter
+            .check(key, &PER_MINUTE)
+            .algorithm(algorithm)
+            .warn_at(80);
+        if !check.await.unwrap().allowed {
+            break;
+        }
+        admitted += 1;
+        assert!(admitted <= 1_000, "{algorithm}: over the limit");
+    }
+    let draws: u64 = fleet.iter().map(Limiter::allowance_draws).sum();
+    assert!(
+        draws < admitted / 2,
+        "{algorithm}: {draws} round trips, no allowance spent"
+    );
+    let warned = heard.take();
+    assert_eq!(
+        warned.len(),
+        1,
+        "{algorithm}, {} instances: {warned:?}",
+        fleet.len()
+    );
+    assert!(warned[0].used >= 800, "{algorithm}: {warned:?}");
+}
+
+#[tokio::test]
+async fn a_crossing_spent_from_an_allowance_warns_once_fleet_wide() {
+    use redis_ratelimit::clock::ManualClock;
+    for algorithm in Algorithm::ALL {
+        for instances in [1, 4] {
+            let clock = ManualClock::new(T0);
+            let heard = Heard::default();
+            let first = Limiter::remote_memory_with_clock(clock.clone());
+            let others: Vec<Limiter> = (1..instances)
+                .map(|_| first.sharing_backend(clock.clone()))
+                .collect();
+            let fleet = with_allowances(others.into_iter().chain([first]).collect(), &heard);
+            let key = format!("warn:allowance:{algorithm}:{instances}");
+            a_fleet_with_allowances_warns_once(&fleet, &key, algorithm, Some(&clock), &heard).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redis_a_crossing_spent_from_an_allowance_warns_once_fleet_wide() {
+    let server = support::RedisServer::start();
+    for instances in [1, 4] {
+        let heard = Heard::default();
+        let fleet = (0..instances).map(|_| Limiter::redis(&server.url()).unwrap());
+        let fleet = with_allowances(fleet.collect(), &heard);
+        // The sliding log: no aligned window for the real clock to cross midway.
+        let key = format!("warn:allowance:{instances}");
+        a_fleet_with_allowances_warns_once(&fleet, &key, Algorithm::SlidingLog, None, &heard).await;
+    }
+}

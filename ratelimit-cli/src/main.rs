@@ -113,8 +113,9 @@ enum Command {
     ///
     /// Every guarded check whose key has the identity is refused, whatever its counts,
     /// with the time left as `retry_after`. Identities: ip:ADDRESS, ip:NETWORK/BITS (IPv4
-    /// or IPv6), user:ID, custom:VALUE, global. Stored in `{prefix}bans`; instances apply
-    /// it within their poll interval. Banning again sets the ban's end anew.
+    /// or IPv6, /8 or /16 at widest), user:ID, custom:VALUE (unescaped, as the guarded
+    /// call gives it), global. Stored in `{prefix}bans`; instances apply it within their
+    /// poll interval. Banning again sets the ban's end anew; a ban lasts 100 years at most.
     ///
     /// Example: ratelimit ban ip:203.0.113.0/24 '1 hour'
     Ban {

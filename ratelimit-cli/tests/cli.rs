@@ -457,6 +457,37 @@ async fn ban_shuts_an_identity_out_of_every_instance_until_unban() {
     );
 }
 
+/// An identity keys escape is banned, listed and lifted as written, and reaches a running
+/// limiter; a network wider than a ban takes is a usage error.
+#[tokio::test]
+async fn ban_takes_identities_as_written() {
+    let server = RedisServer::start();
+    let limiter = polling_limiter(&server);
+    guarded(limiter, "john doe").await.unwrap(); // starts the limiter's reads
+    ok(&server, &["ban", "custom:john doe", "1 hour"]);
+    let bans = json(&server, &["bans", "--json"]);
+    assert_eq!(bans["bans"][0]["identity"], "custom:john doe");
+    support::eventually("the ban to reach the limiter", GIVE_UP_AFTER, || async {
+        match guarded(limiter, "john doe").await {
+            Err(RateLimitError::Limited { .. }) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    ok(&server, &["unban", "custom:john doe"]);
+    support::eventually("the unban to reach the limiter", GIVE_UP_AFTER, || async {
+        guarded(limiter, "john doe")
+            .await
+            .map_err(|err| err.to_string())
+    })
+    .await;
+
+    let out = fails(&server, &["ban", "ip:1.2.3.4/0", "1 hour"], 2);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("too wide to ban"), "{err}");
+    assert!(ok(&server, &["bans"]).starts_with("no bans"));
+}
+
 #[tokio::test]
 async fn block_refuses_every_check_of_a_key_until_reset_lifts_it() {
     let (server, limiter) = server_and_limiter();

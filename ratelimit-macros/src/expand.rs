@@ -20,7 +20,7 @@ fn guard(args: &Args, item: &ItemFn, body: TokenStream) -> TokenStream {
     let permit = check(args);
     // A call that `charge_if` may give back, that settles its cost, or that holds a slot
     // (`concurrency`) keeps its permit until the body ends, and then finishes it.
-    if args.charge_if.is_none() && args.settle.is_none() && args.concurrency.is_none() {
+    if args.charge_if.is_none() && args.settle.is_none() && args.policies.concurrency.is_none() {
         // Without `charge_if` the units stay used: the permit is dropped at once. The body
         // keeps a block of its own, so that it reads exactly as written: its items and
         // statements come first in their block, as they did.
@@ -148,19 +148,19 @@ fn check(args: &Args) -> TokenStream {
         }
     };
 
-    let shadow = args.shadow;
-    let block_for = duration(args.block_for_ms);
-    let block_schedule = match &args.block_schedule_ms {
+    let shadow = args.policies.shadow;
+    let block_for = duration(args.policies.block_for_ms);
+    let block_schedule = match &args.policies.block_schedule_ms {
         Some(schedule) => quote! {
             ::core::option::Option::Some(&[#(::core::time::Duration::from_millis(#schedule)),*])
         },
         None => quote!(::core::option::Option::None),
     };
-    let wait = duration(args.wait_ms);
-    let allowance = duration(args.allowance_ms);
+    let wait = duration(args.policies.wait_ms);
+    let allowance = duration(args.policies.allowance_ms);
     // Only a site that may give units back or settle them keeps what a call took.
     let refunds = args.charge_if.is_some() || args.settle.is_some();
-    let concurrency = match args.concurrency {
+    let concurrency = match args.policies.concurrency {
         Some((max, lease_ms)) => {
             let lease = match lease_ms {
                 Some(ms) => quote!(::core::time::Duration::from_millis(#ms)),
@@ -171,7 +171,7 @@ fn check(args: &Args) -> TokenStream {
         None => quote!(::core::option::Option::None),
     };
 
-    let warn_at = args.warn_at.unwrap_or(0);
+    let warn_at = args.policies.warn_at.unwrap_or(0);
     let (limited, err) = limited(&args.limited);
     let key = match &args.by {
         Some(by) => {

@@ -186,6 +186,21 @@ pub(crate) fn draw_hold_us(rules: &[Rule], algorithm: Algorithm, at_us: u64, hol
     })
 }
 
+/// Until when a give-back of a draw of `rules` counted at `at_us` and held `hold_us`
+/// could still change a window's records: the end of its calendar periods, two windows
+/// after its hold (the sliding window's previous count) for the others. The embedded
+/// backend remembers a draw that long for its give-back.
+pub(crate) fn draw_matters_until_us(rules: &[Rule], at_us: u64, hold_us: u64) -> u64 {
+    rules
+        .iter()
+        .map(|rule| match rule.calendar() {
+            Some(calendar) => crate::calendar::period_us(calendar, at_us).1,
+            None => at_us + hold_us + 2 * rule.window_us(),
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// How long a key must live after a write, as the scripts' `PEXPIRE` sets it: `needed_us`
 /// rounded up to whole milliseconds, plus a one-second margin, in µs.
 ///
@@ -220,6 +235,8 @@ pub(crate) struct Call<'a> {
     /// The hold a draw asks for: its units are recorded as spent [`draw_hold_us`] of it
     /// after the time the call is counted at; 0 for a check.
     pub hold_us: u64,
+    /// Whether the call is a draw (whose give-back the state must find), whatever its hold.
+    pub draw: bool,
     /// `false` for a peek: answer as a check would, write nothing.
     pub consume: bool,
     /// When a consuming check is refused by a rule, the key refuses every check for this
@@ -278,20 +295,6 @@ impl Returned<'_> {
     /// When the draw's units are recorded as spent.
     pub fn held_until_us(&self) -> u64 {
         self.at_us + self.hold_us
-    }
-
-    /// Until when a give-back of the draw could still change a window's records: the end
-    /// of its calendar periods, two windows after its hold (the sliding window's previous
-    /// count) for the others. A give-back is remembered that long, so that it runs once.
-    pub fn matters_until_us(&self) -> u64 {
-        self.rules
-            .iter()
-            .map(|rule| match rule.calendar() {
-                Some(calendar) => crate::calendar::period_us(calendar, self.at_us).1,
-                None => self.held_until_us() + 2 * rule.window_us(),
-            })
-            .max()
-            .unwrap_or(0)
     }
 }
 
@@ -808,6 +811,7 @@ pub(crate) mod testing {
             cost,
             calls: 1,
             hold_us: 0,
+            draw: false,
             consume,
             block_for_us: None,
         }
@@ -857,6 +861,7 @@ mod tests {
                 cost: check.cost,
                 calls: 1,
                 hold_us: 0,
+                draw: false,
                 consume: check.consume,
                 block_for_us: NonZeroU64::new(check.block_for_us),
             };

@@ -8,16 +8,24 @@
 //! rule overrides' poll (`overrides/stored.rs`).
 
 use std::collections::HashMap;
-use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::net::{IpAddr, Ipv6Addr};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use ipnet::IpNet;
+use ipnet::{IpNet, Ipv6Net};
 
 use crate::clock::{Clock, SystemClock};
+use crate::key::{canonical_network, identity_in_keys, ip_in_identity};
 use crate::sync::lock;
+use crate::LimitType;
+
+/// The widest IPv4 network a ban takes: a shorter prefix is all but certainly a typo
+/// (`ip:1.2.3.4/0` would refuse every IPv4 client).
+const WIDEST_IPV4: u8 = 8;
+/// The widest IPv6 network a ban takes.
+const WIDEST_IPV6: u8 = 16;
 
 /// The bans one limiter enforces: its own (set in process) and those read from Redis.
 #[derive(Default)]
@@ -28,7 +36,7 @@ pub(crate) struct Bans {
     sources: Mutex<Sources>,
 }
 
-/// Bans by where they come from, each an identity (as [`Banned::parse`] writes it) and
+/// Bans by where they come from, each an identity (as [`Banned::text`] writes it) and
 /// its end (µs since the epoch).
 #[derive(Default)]
 struct Sources {
@@ -40,83 +48,145 @@ struct Sources {
 /// What checks read: every ban in force, merged.
 #[derive(Default)]
 struct Table {
-    /// By a key's identity part (`ip:203.0.113.9`, `user:42`, `custom:alice`, `global`).
+    /// By a key's identity part, as keys hold it (`ip:203.0.113.9`, `user:42`,
+    /// `custom:john%20doe`, `global`).
     identities: HashMap<Box<str>, u64>,
     /// Banned networks (`ip:203.0.113.0/24`).
     networks: Vec<(IpNet, u64)>,
+    /// Every IPv6 ban, addresses as networks of one: the layers count an IPv6 client by
+    /// its network ([`grouping_ipv6_by`]), which a ban of part of it refuses.
+    ipv6: Vec<(Ipv6Net, u64)>,
 }
 
-/// A banned identity, as a key holds it.
+/// A banned identity.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Banned {
-    /// The identity part of keys: `ip:203.0.113.9`, `user:42` (escaped as keys escape
-    /// it), `custom:alice`, `global`.
-    Identity(String),
+    /// A user id, a custom value, or `global`: `text` as the caller wrote it
+    /// (`custom:john doe`), `in_keys` as keys hold it (`custom:john%20doe`).
+    Identity { text: String, in_keys: String },
+    /// One IP address, in canonical form (an IPv4-mapped address is its IPv4 address).
+    Address(IpAddr),
     /// Every `ip:` identity in a network.
     Network(IpNet),
 }
 
 impl Banned {
     /// Reads an identity as an operator writes it: `ip:<address>`, `ip:<network>/<bits>`
-    /// (IPv4 or IPv6), `user:<id>`, `custom:<value>`, or `global`.
+    /// (IPv4 or IPv6), `user:<id>`, `custom:<value>` (the value as the guarded call gives
+    /// it, unescaped), or `global`. Reading what [`text`](Self::text) writes gives the
+    /// same ban back.
     pub fn parse(identity: &str) -> Result<Banned, String> {
-        let identity = identity.trim();
-        if identity == "global" {
-            return Ok(Banned::Identity(identity.to_owned()));
+        let no_identity = || {
+            format!(
+                "`{identity}` is no identity: write ip:<address>, ip:<network>/<bits>, \
+                 user:<id>, custom:<value> or global"
+            )
+        };
+        let identity = identity.trim_start();
+        if identity.trim_end() == "global" {
+            return Ok(Banned::Identity {
+                text: "global".to_owned(),
+                in_keys: identity_in_keys(LimitType::Global, ""),
+            });
         }
         let Some((kind, value)) = identity.split_once(':') else {
-            return Err(format!(
-                "`{identity}` is no identity: write ip:<address>, ip:<network>/<bits>, \
-                 user:<id>, custom:<value> or global"
-            ));
+            return Err(no_identity());
         };
-        match kind {
-            "ip" if value.contains('/') => {
-                let network: IpNet = value
-                    .parse()
-                    .map_err(|_| format!("`{value}` is not an IPv4 or IPv6 network"))?;
-                Ok(match network.prefix_len() == network.max_prefix_len() {
-                    true => Banned::Identity(format!("ip:{}", network.addr())),
-                    false => Banned::Network(network.trunc()),
-                })
-            }
-            "ip" => {
-                let ip: IpAddr = value
-                    .parse()
-                    .map_err(|_| format!("`{value}` is not an IPv4 or IPv6 address"))?;
-                Ok(Banned::Identity(format!("ip:{ip}")))
-            }
-            "user" | "custom" if !value.is_empty() => {
-                let mut escaped = format!("{kind}:");
-                crate::key::push_identity(&mut escaped, value);
-                Ok(Banned::Identity(escaped))
-            }
-            _ => Err(format!(
-                "`{identity}` is no identity: write ip:<address>, ip:<network>/<bits>, \
-                 user:<id>, custom:<value> or global"
-            )),
+        let limit_type = match kind {
+            "ip" => return Banned::parse_ip(value.trim()),
+            "user" => LimitType::UserId,
+            "custom" => LimitType::Custom,
+            _ => return Err(no_identity()),
+        };
+        if value.is_empty() {
+            return Err(no_identity());
+        }
+        Ok(Banned::Identity {
+            text: identity.to_owned(),
+            in_keys: identity_in_keys(limit_type, value),
+        })
+    }
+
+    fn parse_ip(value: &str) -> Result<Banned, String> {
+        if !value.contains('/') {
+            let ip: IpAddr = value
+                .parse()
+                .map_err(|_| format!("`{value}` is not an IPv4 or IPv6 address"))?;
+            return Ok(Banned::Address(ip.to_canonical()));
+        }
+        let network: IpNet = value
+            .parse()
+            .map_err(|_| format!("`{value}` is not an IPv4 or IPv6 network"))?;
+        let network = canonical_network(network);
+        let widest = match network {
+            IpNet::V4(_) => WIDEST_IPV4,
+            IpNet::V6(_) => WIDEST_IPV6,
+        };
+        if network.prefix_len() < widest {
+            return Err(format!(
+                "`{value}` is too wide to ban: a ban takes an IPv4 network of /{WIDEST_IPV4} \
+                 or narrower, an IPv6 network of /{WIDEST_IPV6} or narrower"
+            ));
+        }
+        Ok(match network.prefix_len() == network.max_prefix_len() {
+            true => Banned::Address(network.addr()),
+            false => Banned::Network(network),
+        })
+    }
+
+    /// The identity part of the keys this ban refuses, as keys hold it; `None` for a
+    /// network, which covers many.
+    fn in_keys(&self) -> Option<String> {
+        match self {
+            Banned::Identity { in_keys, .. } => Some(in_keys.clone()),
+            Banned::Address(ip) => Some(identity_in_keys(LimitType::Ip, ip)),
+            Banned::Network(_) => None,
         }
     }
 
-    /// The identity as keys hold it: an IPv6 address's colons are escaped there.
-    fn in_keys(identity: &str) -> String {
-        match identity.strip_prefix("ip:") {
-            Some(ip) => {
-                let mut escaped = String::from("ip:");
-                crate::key::push_identity(&mut escaped, ip);
-                escaped
-            }
-            None => identity.to_owned(),
-        }
-    }
-
-    /// The identity as it is stored and listed.
+    /// The identity as it is stored and listed: as the caller wrote it, an address or a
+    /// network in canonical form.
     pub fn text(&self) -> String {
         match self {
-            Banned::Identity(identity) => identity.clone(),
+            Banned::Identity { text, .. } => text.clone(),
+            Banned::Address(ip) => format!("ip:{ip}"),
             Banned::Network(network) => format!("ip:{network}"),
         }
     }
+}
+
+/// The IPv6 prefix lengths the layers of this process count clients by (bit `n`: /`n`,
+/// for `n` < 128), so that a ban of one address refuses the network it is counted under.
+static IPV6_GROUPINGS: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+
+/// Records that IPv6 clients are counted by their network of `prefix` bits (a layer's
+/// `ipv6_prefix`). Once per request: one atomic load once recorded.
+#[cfg(any(feature = "tower", feature = "actix"))]
+pub(crate) fn grouping_ipv6_by(prefix: u8) {
+    if prefix >= 128 {
+        return;
+    }
+    let (word, bit) = (
+        &IPV6_GROUPINGS[usize::from(prefix / 64)],
+        1u64 << (prefix % 64),
+    );
+    if word.load(Ordering::Relaxed) & bit == 0 {
+        word.fetch_or(bit, Ordering::Relaxed);
+    }
+}
+
+/// The prefix lengths [`grouping_ipv6_by`] recorded, shortest first.
+fn ipv6_groupings() -> impl Iterator<Item = u8> {
+    IPV6_GROUPINGS.iter().enumerate().flat_map(|(i, word)| {
+        let mut bits = word.load(Ordering::Relaxed);
+        std::iter::from_fn(move || {
+            let bit = bits.trailing_zeros();
+            (bit < 64).then(|| {
+                bits &= bits - 1;
+                (i * 64) as u8 + bit as u8
+            })
+        })
+    })
 }
 
 /// The wall clock, µs since the epoch: bans stored in Redis end at a wall-clock time.
@@ -140,14 +210,15 @@ impl Bans {
         let table = self.table.load();
         let now = now_us();
         let mut until = table.identities.get(identity).copied().unwrap_or(0);
-        if let (false, Some(ip)) = (table.networks.is_empty(), identity.strip_prefix("ip:")) {
-            // An IPv6 address's colons are escaped in keys.
-            if let Ok(ip) = ip.replace("%3A", ":").parse::<IpAddr>() {
-                for (network, end) in &table.networks {
-                    if network.contains(&ip) {
-                        until = until.max(*end);
-                    }
+        let scan = !table.networks.is_empty() || !table.ipv6.is_empty();
+        if let (true, Some(ip)) = (scan, identity.strip_prefix("ip:").and_then(ip_in_identity)) {
+            for (network, end) in &table.networks {
+                if network.contains(&ip) {
+                    until = until.max(*end);
                 }
+            }
+            if let IpAddr::V6(ip) = ip {
+                until = until.max(table.group_ban(ip));
             }
         }
         (until > now).then(|| until - now)
@@ -220,12 +291,20 @@ impl Bans {
                 continue;
             }
             match Banned::parse(identity) {
-                Ok(Banned::Identity(identity)) => {
-                    let in_keys = Banned::in_keys(&identity).into_boxed_str();
-                    let until = table.identities.entry(in_keys).or_insert(0);
-                    *until = (*until).max(end);
+                Ok(Banned::Network(network)) => {
+                    table.networks.push((network, end));
+                    if let IpNet::V6(network) = network {
+                        table.ipv6.push((network, end));
+                    }
                 }
-                Ok(Banned::Network(network)) => table.networks.push((network, end)),
+                Ok(banned) => {
+                    let in_keys = banned.in_keys().unwrap_or_default();
+                    let until = table.identities.entry(in_keys.into()).or_insert(0);
+                    *until = (*until).max(end);
+                    if let Banned::Address(IpAddr::V6(ip)) = banned {
+                        table.ipv6.push((ip.into(), end));
+                    }
+                }
                 Err(_) => {}
             }
         }
@@ -233,7 +312,28 @@ impl Bans {
             !table.identities.is_empty() || !table.networks.is_empty(),
             Ordering::Relaxed,
         );
+        // Every IPv6 ban is in `identities` or `networks` too.
         self.table.store(table.into());
+    }
+}
+
+impl Table {
+    /// The latest end of the bans that cover part of the network `ip` is, when a layer
+    /// counts IPv6 clients by networks it is the address of: the client as the layer
+    /// counts it. (0: none.) A ban as wide as the network, or wider, covers `ip` itself,
+    /// which `networks` finds.
+    fn group_ban(&self, ip: Ipv6Addr) -> u64 {
+        let mut until = 0;
+        for prefix in ipv6_groupings() {
+            for (banned, end) in &self.ipv6 {
+                let within = banned.prefix_len() > prefix
+                    && Ipv6Net::new_assert(banned.addr(), prefix).network() == ip;
+                if within {
+                    until = until.max(*end);
+                }
+            }
+        }
+        until
     }
 }
 
@@ -245,7 +345,8 @@ pub(crate) fn read_stored(fields: Vec<(String, String)>) -> HashMap<String, u64>
     fields
         .into_iter()
         .filter_map(|(identity, end_ms)| {
-            let end_us = end_ms.trim().parse::<u64>().ok()?.checked_mul(1000)?;
+            // Saturating: 0.5 stored bans of `Duration::MAX` at their end, which overflows.
+            let end_us = end_ms.trim().parse::<u64>().ok()?.saturating_mul(1000);
             let banned = Banned::parse(&identity).ok()?;
             (end_us > now).then(|| (banned.text(), end_us))
         })
@@ -261,17 +362,80 @@ mod tests {
     }
 
     #[test]
-    fn identities_are_read_as_keys_hold_them() {
-        assert_eq!(banned("ip:203.0.113.9").text(), "ip:203.0.113.9");
-        assert_eq!(banned("ip:2001:DB8::1").text(), "ip:2001:db8::1");
-        assert_eq!(banned("ip:203.0.113.77/24").text(), "ip:203.0.113.0/24");
-        assert_eq!(banned("ip:2001:db8::/48").text(), "ip:2001:db8::/48");
-        assert_eq!(banned("ip:203.0.113.9/32").text(), "ip:203.0.113.9");
-        assert_eq!(banned("user:42").text(), "user:42");
-        assert_eq!(banned("custom:a b:c").text(), "custom:a%20b%3Ac");
-        assert_eq!(banned("global").text(), "global");
-        for wrong in ["", "42", "ip:nope", "ip:10.0.0.0/33", "host:x", "user:"] {
+    fn identities_are_listed_as_written_and_matched_as_keys_hold_them() {
+        let long = format!("custom:{}", "x".repeat(200));
+        for (written, listed, in_keys) in [
+            ("ip:203.0.113.9", "ip:203.0.113.9", "ip:203.0.113.9"),
+            ("ip:2001:DB8::1", "ip:2001:db8::1", "ip:2001%3Adb8%3A%3A1"),
+            ("ip:::ffff:203.0.113.9", "ip:203.0.113.9", "ip:203.0.113.9"),
+            ("ip:203.0.113.9/32", "ip:203.0.113.9", "ip:203.0.113.9"),
+            ("user:42", "user:42", "user:42"),
+            ("custom:a b:c", "custom:a b:c", "custom:a%20b%3Ac"),
+            ("custom:100%", "custom:100%", "custom:100%25"),
+            ("global", "global", "global"),
+        ] {
+            let banned = banned(written);
+            assert_eq!(banned.text(), listed, "{written}");
+            assert_eq!(banned.in_keys().as_deref(), Some(in_keys), "{written}");
+        }
+        assert!(banned(&long).in_keys().unwrap().starts_with("custom:#"));
+        for (written, listed) in [
+            ("ip:203.0.113.77/24", "ip:203.0.113.0/24"),
+            ("ip:2001:db8::/48", "ip:2001:db8::/48"),
+            ("ip:::ffff:203.0.113.0/120", "ip:203.0.113.0/24"),
+            ("ip:10.0.0.0/8", "ip:10.0.0.0/8"),
+        ] {
+            assert_eq!(banned(written).text(), listed, "{written}");
+        }
+        for wrong in [
+            "",
+            "42",
+            "ip:nope",
+            "ip:10.0.0.0/33",
+            "host:x",
+            "user:",
+            "ip:1.2.3.4/0",
+        ] {
             assert!(Banned::parse(wrong).is_err(), "{wrong}");
+        }
+    }
+
+    #[test]
+    fn what_is_listed_reads_back_as_the_same_ban() {
+        let long = format!("custom:{}", "%".repeat(100));
+        for written in [
+            "custom:john doe",
+            "custom:tenant:42",
+            "custom:john%20doe",
+            "user:ann smith ",
+            long.as_str(),
+            "ip:::FFFF:10.1.2.3",
+            "ip:2001:db8:0:0::/64",
+            "global",
+        ] {
+            let banned = banned(written);
+            assert_eq!(Banned::parse(&banned.text()), Ok(banned), "{written}");
+        }
+    }
+
+    #[test]
+    fn a_ban_of_part_of_a_network_refuses_the_network_where_layers_count_by_it() {
+        let bans = Bans::default();
+        let hour = now_us() + 3_600_000_000;
+        bans.set_local(&banned("ip:2001:db8:5:1::7"), hour);
+        bans.set_local(&banned("ip:2001:db8:5:2::/96"), hour);
+        let network = |text: &str| crate::key::identity_in_keys(LimitType::Ip, text);
+        // As a layer counting IPv6 clients by their /64 records it (other tests' layers
+        // may record it too: the record is the process's).
+        grouping_ipv6_by(64);
+        grouping_ipv6_by(128);
+        assert!(ipv6_groupings().any(|p| p == 64));
+        assert!(!ipv6_groupings().any(|p| p == 128));
+        for refused in ["2001:db8:5:1::", "2001:db8:5:2::", "2001:db8:5:1::7"] {
+            assert!(bans.left_us(&network(refused)).is_some(), "{refused}");
+        }
+        for free in ["2001:db8:5:3::", "2001:db8:5::", "2001:db8:5:1::8"] {
+            assert_eq!(bans.left_us(&network(free)), None, "{free}");
         }
     }
 

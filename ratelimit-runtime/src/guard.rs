@@ -307,7 +307,7 @@ impl Guard {
 }
 
 #[cfg(any(feature = "tower", feature = "actix"))]
-pub(crate) use checking::GuardSite;
+pub(crate) use checking::{check_listed, GuardSite};
 
 #[cfg(any(feature = "tower", feature = "actix"))]
 mod checking {
@@ -374,6 +374,70 @@ mod checking {
             // What it took stays taken; its slot is held by the response.
             Ok(permit.into_slot())
         }
+
+        /// Whether the guard is checked with the layer's others as one list
+        /// ([`check_listed`]); else it takes its own steps after them: a guard with a
+        /// limit on calls in flight (its slot is taken with its units, in a script of its
+        /// own) or a wait for room (it sleeps on its own refusals alone).
+        pub(crate) fn is_listed(&self) -> bool {
+            self.config.concurrency.is_none() && self.config.wait.is_none()
+        }
+    }
+
+    /// Checks the current request against every one of `guards` that
+    /// [is listed](GuardSite::is_listed) as one [`check_all`](Limiter::check_all) per
+    /// limiter (one, unless guards name limiters of their own): one round trip, and a
+    /// request refused by one guard consumes nothing from the others. A shadow guard
+    /// refuses nothing, so it is checked alone, after the list. Every guard's decision is
+    /// recorded for the response's fields; the first refusal (in the guards' order) is
+    /// the answer.
+    pub(crate) async fn check_listed(guards: &[GuardSite]) -> Result<(), RateLimitError> {
+        let mut lists: Vec<(&'static Limiter, Vec<site::Listed<'_>>)> = Vec::new();
+        let mut alone = Vec::new();
+        let mut refused = None;
+        for guard in guards.iter().filter(|guard| guard.is_listed()) {
+            let limiter = guard.limiter.unwrap_or_else(crate::global);
+            let context_key =
+                site::key_from_context(&guard.template, &guard.config, guard.name, limiter);
+            let Some(key) = context_key? else {
+                continue;
+            };
+            let listed = match site::listed(&guard.config, guard.name, limiter, key) {
+                Ok(listed) => listed,
+                // Unchecked, or refused at once (a ban): the list is not asked.
+                Err(answered) => {
+                    if let Err(err) = answered {
+                        refused.get_or_insert(err);
+                    }
+                    continue;
+                }
+            };
+            if listed.is_shadow() {
+                alone.push((limiter, vec![listed]));
+                continue;
+            }
+            match lists.iter_mut().find(|(l, _)| std::ptr::eq(*l, limiter)) {
+                Some((_, list)) => list.push(listed),
+                None => lists.push((limiter, vec![listed])),
+            }
+        }
+        if let Some(err) = refused {
+            return Err(err);
+        }
+        for (limiter, list) in lists.into_iter().chain(alone) {
+            let plans: Vec<_> = list.iter().map(site::Listed::plan).collect();
+            let answers = limiter.answer_plans(&plans).await;
+            drop(plans);
+            for (listed, answer) in list.into_iter().zip(answers) {
+                if let Err(err) = listed.answer(answer.result) {
+                    refused.get_or_insert(err);
+                }
+            }
+            if let Some(err) = refused {
+                return Err(err);
+            }
+        }
+        Ok(())
     }
 }
 

@@ -5,6 +5,9 @@
 //! attribute's `name`, or the function's own path, read by [`function_path`].
 
 use std::fmt::{self, Write as _};
+use std::net::IpAddr;
+
+use ipnet::IpNet;
 
 use crate::LimitType;
 
@@ -22,6 +25,9 @@ pub struct KeyTemplate {
     head: String,
     /// `:{path}`; empty for [`LimitType::Global`].
     tail: String,
+    /// Whether the identities are IP addresses ([`LimitType::Ip`]), written in their
+    /// canonical form.
+    ip: bool,
 }
 
 impl KeyTemplate {
@@ -32,10 +38,12 @@ impl KeyTemplate {
             LimitType::Global => KeyTemplate {
                 head: format!("{prefix}{segment}:{path}"),
                 tail: String::new(),
+                ip: false,
             },
             _ => KeyTemplate {
                 head: format!("{prefix}{segment}:"),
                 tail: format!(":{path}"),
+                ip: limit_type == LimitType::Ip,
             },
         }
     }
@@ -45,18 +53,30 @@ impl KeyTemplate {
         &self.head
     }
 
-    /// The key for `identity`, escaped as the key layout requires.
+    /// The key for `identity`, escaped as the key layout requires. For an `IP` site, an
+    /// identity that is an IP address is written in its canonical form: an IPv4-mapped
+    /// IPv6 address (`::ffff:203.0.113.9`, as a dual-stack listener reports IPv4 peers) as
+    /// its IPv4 address, an IPv6 address compressed and in lower case.
     ///
     /// ```
+    /// use std::net::IpAddr;
+    ///
     /// use ratelimit_runtime::{key::KeyTemplate, LimitType};
     ///
     /// let t = KeyTemplate::new("rate_limit:", LimitType::Custom, "app::send");
     /// assert_eq!(t.key_for("+1 555:0100"), "rate_limit:custom:+1%20555%3A0100:app::send");
+    ///
+    /// let t = KeyTemplate::new("rate_limit:", LimitType::Ip, "app::send");
+    /// let mapped: IpAddr = "::ffff:203.0.113.9".parse().unwrap();
+    /// assert_eq!(t.key_for(mapped), "rate_limit:ip:203.0.113.9:app::send");
     /// ```
     pub fn key_for(&self, identity: impl fmt::Display) -> String {
         let mut key = String::with_capacity(self.head.len() + 48 + self.tail.len());
         key.push_str(&self.head);
-        push_identity(&mut key, identity);
+        match self.ip {
+            true => push_ip_identity(&mut key, identity),
+            false => push_identity(&mut key, identity),
+        }
         key.push_str(&self.tail);
         key
     }
@@ -101,6 +121,79 @@ pub fn push_identity(out: &mut String, identity: impl fmt::Display) {
     // addresses, ids) need nothing, and a byte scan is cheaper than escaping as it goes.
     // Writing into a String cannot fail.
     let _ = write!(out, "{identity}");
+    escape_from(out, start);
+}
+
+/// [`push_identity`] for the identity of an `IP` site: an IP address in its canonical
+/// text form (see [`KeyTemplate::key_for`]), anything else as it is.
+fn push_ip_identity(out: &mut String, identity: impl fmt::Display) {
+    let start = out.len();
+    let _ = write!(out, "{identity}");
+    // Only IPv6 text has a colon; IPv4 text is canonical as an `IpAddr` writes it.
+    if out[start..].contains(':') {
+        if let Ok(ip) = out[start..].parse::<IpAddr>() {
+            out.truncate(start);
+            let _ = write!(out, "{}", ip.to_canonical());
+        }
+    }
+    escape_from(out, start);
+}
+
+/// The identity part of the keys of a site of `limit_type` for `identity`, as it stands
+/// between the prefix and the path (`ip:203.0.113.9`, `custom:john%20doe`, `global`):
+/// what a ban on that identity matches keys by.
+pub(crate) fn identity_in_keys(limit_type: LimitType, identity: impl fmt::Display) -> String {
+    let mut part = String::from(limit_type.key_segment());
+    match limit_type {
+        LimitType::Global => {}
+        LimitType::Ip => {
+            part.push(':');
+            push_ip_identity(&mut part, identity);
+        }
+        LimitType::UserId | LimitType::Custom => {
+            part.push(':');
+            push_identity(&mut part, identity);
+        }
+    }
+    part
+}
+
+/// The address an `IP` site's escaped identity (`203.0.113.9`, `2001%3Adb8%3A%3A1`)
+/// holds: the inverse of [`push_ip_identity`] for addresses. `None` for any other text.
+pub(crate) fn ip_in_identity(escaped: &str) -> Option<IpAddr> {
+    // The longest IPv6 text (45 bytes, `ffff:...:255.255.255.255`) with its colons
+    // escaped fits; no allocation on a check.
+    let mut text = [0u8; 96];
+    let mut len = 0;
+    let mut rest = escaped.as_bytes();
+    while let Some((&b, tail)) = rest.split_first() {
+        let (byte, tail) = match (b, tail) {
+            (b'%', [b'3', b'A', tail @ ..]) => (b':', tail),
+            (b'%', _) => return None,
+            _ => (b, tail),
+        };
+        *text.get_mut(len)? = byte;
+        len += 1;
+        rest = tail;
+    }
+    std::str::from_utf8(&text[..len]).ok()?.parse().ok()
+}
+
+/// `network` as addresses are keyed: an IPv4-mapped network (within `::ffff:0:0/96`) is
+/// the IPv4 network it maps, and host bits are cleared (`10.1.2.3/8` is `10.0.0.0/8`).
+pub(crate) fn canonical_network(network: IpNet) -> IpNet {
+    let network = network.trunc();
+    match network {
+        IpNet::V6(v6) if v6.prefix_len() >= 96 => match v6.network().to_ipv4_mapped() {
+            Some(v4) => IpNet::new_assert(v4.into(), v6.prefix_len() - 96),
+            None => network,
+        },
+        _ => network,
+    }
+}
+
+/// Escapes what `out` holds from `start` on, as [`push_identity`] describes.
+fn escape_from(out: &mut String, start: usize) {
     if !out.as_bytes()[start..].iter().all(|&b| is_plain(b)) {
         let raw = out.split_off(start);
         for c in raw.chars() {
@@ -382,6 +475,67 @@ mod tests {
         let t = KeyTemplate::new("p:", LimitType::Ip, "f");
         let ip: std::net::IpAddr = "2001:db8::1".parse().unwrap();
         assert_eq!(t.key_for(ip), "p:ip:2001%3Adb8%3A%3A1:f");
+    }
+
+    #[test]
+    fn ip_identities_are_written_in_their_canonical_form() {
+        let t = KeyTemplate::new("p:", LimitType::Ip, "f");
+        let mapped: std::net::IpAddr = "::ffff:203.0.113.9".parse().unwrap();
+        assert_eq!(t.key_for(mapped), "p:ip:203.0.113.9:f");
+        // Given as text (`by = ...`), too.
+        assert_eq!(t.key_for("::FFFF:203.0.113.9"), "p:ip:203.0.113.9:f");
+        assert_eq!(t.key_for("2001:DB8:0::1"), "p:ip:2001%3Adb8%3A%3A1:f");
+        assert_eq!(t.key_for("not an address"), "p:ip:not%20an%20address:f");
+        // Other sites' identities are never read as addresses.
+        let t = KeyTemplate::new("p:", LimitType::Custom, "f");
+        assert_eq!(t.key_for(mapped), "p:custom:%3A%3Affff%3A203.0.113.9:f");
+    }
+
+    #[test]
+    fn identity_parts_are_what_keys_hold_between_prefix_and_path() {
+        let long = "y".repeat(MAX_IDENTITY_LEN + 1);
+        for (limit_type, identity) in [
+            (LimitType::Ip, "::ffff:10.0.0.1"),
+            (LimitType::Ip, "2001:db8::1"),
+            (LimitType::UserId, "ann smith"),
+            (LimitType::Custom, "tenant:42"),
+            (LimitType::Custom, "100%"),
+            (LimitType::Custom, long.as_str()),
+        ] {
+            let key = KeyTemplate::new("p:", limit_type, "f").key_for(identity);
+            let part = identity_in_keys(limit_type, identity);
+            assert_eq!(key, format!("p:{part}:f"), "{identity}");
+        }
+        assert_eq!(identity_in_keys(LimitType::Global, "x"), "global");
+    }
+
+    #[test]
+    fn addresses_are_read_back_from_escaped_identities() {
+        for ip in [
+            "203.0.113.9",
+            "2001:db8::1",
+            "::",
+            "ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255",
+        ] {
+            let ip: std::net::IpAddr = ip.parse().unwrap();
+            let part = identity_in_keys(LimitType::Ip, ip);
+            let escaped = part.strip_prefix("ip:").unwrap();
+            assert_eq!(
+                ip_in_identity(escaped),
+                Some(ip.to_canonical()),
+                "{escaped}"
+            );
+        }
+        for not in [
+            "",
+            "x",
+            "1.2.3",
+            "2001%3Adb8%3A%3A1%3",
+            "%3a%3a1",
+            &"1".repeat(200),
+        ] {
+            assert_eq!(ip_in_identity(not), None, "{not}");
+        }
     }
 
     #[test]

@@ -67,7 +67,7 @@ pub use global::{global, init, ALLOWANCE_ENV, REDIS_URL_ENV, STATE_FILE_ENV};
 pub use guard::Guard;
 pub use limit_type::LimitType;
 pub use limiter::Acquire;
-pub use limiter::{BlockState, Check, KeyState, Limiter, LogState, RuleState};
+pub use limiter::{BlockState, Check, CheckAll, KeyState, Limiter, LogState, RuleState};
 #[cfg(feature = "redis")]
 pub use limiter::{OverrideError, StoredOverride, StoredOverrides};
 pub use mode::{Mode, ParseModeError};

@@ -6,6 +6,7 @@ mod acquire;
 mod allowance;
 mod bans;
 mod check;
+mod check_all;
 pub(crate) use check::{boxed_in_place, checked_warn_at, decided, decided_with_slot, Begun, Plan};
 mod deny_cache;
 mod inspect;
@@ -17,6 +18,7 @@ mod stored_overrides;
 
 pub use acquire::Acquire;
 pub use check::Check;
+pub use check_all::CheckAll;
 pub use inspect::{BlockState, KeyState, LogState, RuleState};
 #[cfg(feature = "redis")]
 pub use stored_overrides::{OverrideError, StoredOverride, StoredOverrides};
@@ -602,8 +604,9 @@ impl Limiter {
     ///
     /// Each instance applies a change within one interval plus a round trip of its next
     /// read (1.2 s + the round trip by default), from the first guarded check of a site
-    /// with that prefix on. Reads run in a task of their own, started on the runtime of a
-    /// check: a check never waits for them, and while Redis cannot answer, the rules last
+    /// with that prefix on. Reads run on a thread of their own (`ratelimit-poll`, one per
+    /// limiter, ending after the limiter is dropped), so that they go on whichever runtimes
+    /// come and go: a check never waits for them, and while Redis cannot answer, the rules last
     /// read stay in force. A malformed value is ignored with one warning (the compiled rules
     /// stay in force for that path). The ordinary rules and the duplicate-submission rule
     /// (field `{path}#duplicate`) are overridden separately: an override of the rules keeps
@@ -1320,9 +1323,7 @@ impl Limiter {
             };
             count_draw(site);
             #[cfg(feature = "redis")]
-            if let (Remote::Redis(_), Store::Redis(redis)) = (remote, &self.store) {
-                self.ensure_giving_back(redis);
-            }
+            let drew = ticket.draw.is_some();
             let drawing = Request {
                 draw: ticket.draw.as_ref(),
                 cost: ticket.units,
@@ -1333,7 +1334,14 @@ impl Limiter {
                 ..*request
             };
             let raw = remote.check(&drawing).await?;
-            match self.allowances.drawn(request, ticket, raw) {
+            let drawn = self.allowances.drawn(request, ticket, raw);
+            // Once a draw made an allowance to give back: started for every check sent
+            // alone, the task would be spawned, and end at once, for each.
+            #[cfg(feature = "redis")]
+            if let (true, Remote::Redis(_), Store::Redis(redis)) = (drew, remote, &self.store) {
+                self.ensure_giving_back(redis);
+            }
+            match drawn {
                 Drawn::Answer(raw) => return Ok((raw, by_backend)),
                 Drawn::Retry => {
                     count_draw(site);

@@ -16,9 +16,38 @@ use crate::backend::Request;
 use crate::decision::RawDecision;
 use crate::{BackendError, Rule};
 
-/// The `site` of checks made through [`Limiter::check`](crate::Limiter::check) and
+/// The `site` label of checks made through [`Limiter::check`](crate::Limiter::check) and
 /// [`Limiter::peek`](crate::Limiter::peek), whose keys are the caller's own.
 pub(crate) const PROGRAMMATIC: &str = "programmatic";
+
+/// The `site` label of a guarded site whose path is [`PROGRAMMATIC`] (`name =
+/// "programmatic"` is a name like any other), apart from the programmatic checks': no
+/// site's path has a space (a `name` has none, a function's path starts with its crate).
+pub(crate) const PROGRAMMATIC_SITE: &str = "programmatic (site)";
+
+/// Who makes a check. What a check is, not read from a name: a guarded site may be named
+/// `programmatic`, and is a site all the same (its refusals are in `most_limited`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Site {
+    /// A guarded site (an attribute's, a layer guard's), by its path: the `name`, else
+    /// the function's path.
+    Guarded(&'static str),
+    /// [`Limiter::check`](crate::Limiter::check) and [`Limiter::peek`](crate::Limiter::peek).
+    Programmatic,
+}
+
+impl Site {
+    /// The `site` label of the metrics, the span and a [`Warning`](crate::Warning): a
+    /// guarded site's path, [`PROGRAMMATIC`] for programmatic checks.
+    #[inline]
+    pub fn label(self) -> &'static str {
+        match self {
+            Site::Programmatic => PROGRAMMATIC,
+            Site::Guarded(PROGRAMMATIC) => PROGRAMMATIC_SITE,
+            Site::Guarded(path) => path,
+        }
+    }
+}
 
 /// Who answered a check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

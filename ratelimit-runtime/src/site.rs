@@ -209,43 +209,10 @@ pub(crate) fn guard<'a>(
     cost: NonZeroU64,
     rules: Option<&[Rule]>,
 ) -> Guarded<'a> {
-    let (in_force, mode) =
-        limiter.site_policy(config.prefix, path, config.compiled_rules(), config.shadow);
-    if mode == Mode::Off {
-        return Guarded::unchecked();
-    }
-    let rules: Cow<'_, [Rule]> = match rules {
-        // An operator's override of the ordinary rules wins over the call's own.
-        Some(given) if in_force.ordinary().is_empty() => match in_force.duplicate() {
-            None => Cow::Borrowed(given),
-            Some(duplicate) => Cow::Owned(given.iter().copied().chain([duplicate]).collect()),
-        },
-        _ => Cow::Borrowed(in_force.rules),
+    let (step, rules, key) = match policy(config, path, limiter, key, cost, rules) {
+        Ok(policy) => policy,
+        Err(answered) => return Guarded::Ready(answered),
     };
-    if rules.is_empty() {
-        return Guarded::unchecked();
-    }
-    let step = Step {
-        config,
-        path,
-        limiter,
-        in_force,
-        shadow: mode == Mode::Shadow,
-        cost,
-    };
-    // An operator's ban refuses the caller whatever its counts, in memory, counting nothing.
-    if let Some(left_us) = limiter.ban_left_us(&key, config.prefix, path) {
-        let banned = RawDecision {
-            allowed: false,
-            rule_index: 0,
-            remaining: 0,
-            reset_after_us: left_us,
-            retry_after_us: left_us,
-            receipt: Receipt::NONE,
-            crossed: None,
-        };
-        return Guarded::Ready(step.answer(Ok(banned.into_decision(&rules)), key, rules, None));
-    }
     // A slot to take with the rules, when the site limits calls in flight.
     let ask = config.concurrency.map(SlotAsk::new);
     match step.plan(&key, &rules, ask.as_ref()).begin() {
@@ -267,6 +234,109 @@ pub(crate) fn guard<'a>(
     }
 }
 
+/// The first steps of a guarded check: the site's mode (`Off`: unchecked), the rules in
+/// force (none: unchecked), an operator's ban; the check's step, rules and key when it is
+/// to be asked, else its answer.
+#[inline]
+#[allow(clippy::type_complexity)]
+fn policy<'a, 'r>(
+    config: &'a SiteConfig,
+    path: &'static str,
+    limiter: &'a Limiter,
+    key: Cow<'static, str>,
+    cost: NonZeroU64,
+    rules: Option<&'r [Rule]>,
+) -> Result<(Step<'a>, Cow<'r, [Rule]>, Cow<'static, str>), Result<Permit<'a>, RateLimitError>> {
+    let (in_force, mode) =
+        limiter.site_policy(config.prefix, path, config.compiled_rules(), config.shadow);
+    if mode == Mode::Off {
+        return Err(Ok(Permit::NOTHING));
+    }
+    let rules: Cow<'r, [Rule]> = match rules {
+        // An operator's override of the ordinary rules wins over the call's own.
+        Some(given) if in_force.ordinary().is_empty() => match in_force.duplicate() {
+            None => Cow::Borrowed(given),
+            Some(duplicate) => Cow::Owned(given.iter().copied().chain([duplicate]).collect()),
+        },
+        _ => Cow::Borrowed(in_force.rules),
+    };
+    if rules.is_empty() {
+        return Err(Ok(Permit::NOTHING));
+    }
+    let step = Step {
+        config,
+        path,
+        limiter,
+        in_force,
+        shadow: mode == Mode::Shadow,
+        cost,
+    };
+    // An operator's ban refuses the caller whatever its counts, in memory, counting nothing.
+    if let Some(left_us) = limiter.ban_left_us(&key, config.prefix, path) {
+        let banned = RawDecision {
+            allowed: false,
+            rule_index: 0,
+            remaining: 0,
+            reset_after_us: left_us,
+            retry_after_us: left_us,
+            receipt: Receipt::NONE,
+            crossed: None,
+        };
+        return Err(step.answer(Ok(banned.into_decision(&rules)), key, rules, None));
+    }
+    Ok((step, rules, key))
+}
+
+/// A guarded check of a site without slots, to be counted with others as one
+/// (`Limiter::check_all`: a layer's guards): [`listed`] prepares it, its
+/// [`plan`](Listed::plan) goes into the list, and [`answer`](Listed::answer) turns the
+/// list's decision for it into the call's answer, as [`guard`] would.
+#[cfg(any(feature = "tower", feature = "actix"))]
+pub(crate) struct Listed<'a> {
+    step: Step<'a>,
+    key: Cow<'static, str>,
+    rules: Cow<'static, [Rule]>,
+}
+
+/// The check of `key` by the site at `path`, prepared for a list: `Err` with its answer
+/// when it needs no check (its mode is off, it has no rules) or is refused at once (a
+/// ban). The site must take no slot.
+#[cfg(any(feature = "tower", feature = "actix"))]
+pub(crate) fn listed<'a>(
+    config: &'a SiteConfig,
+    path: &'static str,
+    limiter: &'a Limiter,
+    key: Cow<'static, str>,
+) -> Result<Listed<'a>, Result<Permit<'a>, RateLimitError>> {
+    debug_assert!(config.concurrency.is_none(), "a listed site takes no slot");
+    let (step, rules, key) = policy(config, path, limiter, key, NonZeroU64::MIN, None)?;
+    let rules = step.owned(rules);
+    Ok(Listed { step, key, rules })
+}
+
+#[cfg(any(feature = "tower", feature = "actix"))]
+impl<'a> Listed<'a> {
+    /// The check, as a list runs it.
+    pub(crate) fn plan(&self) -> Plan<'_> {
+        self.step.plan(&self.key, &self.rules, None)
+    }
+
+    /// Whether this check's site is in shadow mode (it refuses nothing, so it takes no
+    /// part in a list's admission).
+    pub(crate) fn is_shadow(&self) -> bool {
+        self.step.shadow
+    }
+
+    /// The call's answer from the list's `result` for this check.
+    pub(crate) fn answer(
+        self,
+        result: Result<RawDecision, BackendError>,
+    ) -> Result<Permit<'a>, RateLimitError> {
+        let result = decided(result, &self.rules);
+        self.step.answer(result, self.key, self.rules, None)
+    }
+}
+
 /// A guarded check: answered at once, or still waiting (see `guard`). The caller takes
 /// a ready answer as it is and awaits only a waiting one, so that an answer at hand goes
 /// through no future at all.
@@ -279,10 +349,6 @@ pub enum Guarded<'a> {
 }
 
 impl<'a> Guarded<'a> {
-    fn unchecked() -> Self {
-        Guarded::Ready(Ok(Permit::NOTHING))
-    }
-
     /// The answer: the one at hand, or the waiting check's once it comes. (The attribute's
     /// expansion matches instead, to spare a ready answer even this future.)
     pub async fn answer(self) -> Result<Permit<'a>, RateLimitError> {

@@ -189,20 +189,24 @@ pub(crate) struct State<A: PerRule> {
     /// When the key expires (0: never written).
     expires_at_us: u64,
     records: Records<A::Record>,
-    /// The number of the next draw, its receipt's id (the token bucket's is its witness).
-    draws: u64,
-    /// The draws given back, as (time counted at, id, until when a give-back of it could
-    /// still change the records), so that a give-back sent twice changes them once.
-    given_back: Vec<(u64, u64, u64)>,
+    /// The draws these records count and have not had back, as (time counted at, id,
+    /// until when a give-back of it could still change the records): a give-back changes
+    /// the records only when it finds its draw here, and takes it out, so that one sent
+    /// twice changes them once, and one of a draw made before a reset (a new state)
+    /// changes nothing.
+    drawn: Vec<(u64, u64, u64)>,
 }
+
+/// Numbers the draws of the windows' algorithms over every key of the process: a draw
+/// made before its key was reset never shares its number with one made after.
+static NEXT_DRAW: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl<A: PerRule> Default for State<A> {
     fn default() -> Self {
         State {
             expires_at_us: 0,
             records: Records::default(),
-            draws: 0,
-            given_back: Vec::new(),
+            drawn: Vec::new(),
         }
     }
 }
@@ -246,8 +250,7 @@ impl<A: PerRule> State<A> {
         State {
             expires_at_us,
             records: Records(records.into()),
-            draws: 0,
-            given_back: Vec::new(),
+            drawn: Vec::new(),
         }
     }
 }
@@ -257,8 +260,7 @@ impl<A: PerRule> Clone for State<A> {
         State {
             expires_at_us: self.expires_at_us,
             records: Records(self.records.0.clone()),
-            draws: self.draws,
-            given_back: self.given_back.clone(),
+            drawn: self.drawn.clone(),
         }
     }
 }
@@ -344,12 +346,10 @@ fn whole(x: f64) -> Option<u64> {
 impl<A: PerRule> State<A> {
     /// The id of a draw of `rules` just written: the witness of its first rule counting
     /// in windows, where the algorithm keeps one (the token bucket's `tat`); else the
-    /// key's next draw number.
-    fn draw_id(&mut self, rules: &[Rule]) -> u64 {
-        self.witness(rules).unwrap_or_else(|| {
-            self.draws = self.draws.wrapping_add(1);
-            self.draws
-        })
+    /// process's next draw number.
+    fn draw_id(&self, rules: &[Rule]) -> u64 {
+        self.witness(rules)
+            .unwrap_or_else(|| NEXT_DRAW.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
     }
 
     /// The witness of the first rule of `rules` counting in windows (see
@@ -411,15 +411,15 @@ impl<A: PerRule> Counter for State<A> {
                 Some(&Some(v)) => v.counted,
                 _ => judge::<A>(stored, rule, now, call.units(rule), hold_us).counted,
             });
-        decision.receipt = match call.hold_us {
-            0 => Receipt::new(cost, now, 0, A::ALGORITHM, CountedBy::Memory),
-            _ => Receipt::of_draw(
-                cost,
-                now,
-                self.draw_id(rules),
-                A::ALGORITHM,
-                CountedBy::Memory,
-            ),
+        decision.receipt = match call.draw {
+            false => Receipt::new(cost, now, 0, A::ALGORITHM, CountedBy::Memory),
+            true => {
+                let id = self.draw_id(rules);
+                self.drawn.retain(|&(_, _, until_us)| until_us > now_us);
+                let until_us = super::draw_matters_until_us(rules, now, hold_us);
+                self.drawn.push((now, id, until_us));
+                Receipt::of_draw(cost, now, id, A::ALGORITHM, CountedBy::Memory)
+            }
         };
         // From the caller's `now`, which the key's expiry (the script's PX) is relative to.
         let ttl_us = extend_expiry(
@@ -442,12 +442,11 @@ impl<A: PerRule> Counter for State<A> {
     }
 
     fn give_back(&mut self, back: &Returned<'_>, now_us: u64) {
-        self.given_back
-            .retain(|&(_, _, until_us)| until_us > now_us);
-        let given = |&(at_us, id, _): &(u64, u64, u64)| at_us == back.at_us && id == back.id;
-        if self.given_back.iter().any(given) {
+        let drawn = |&(at_us, id, _): &(u64, u64, u64)| at_us == back.at_us && id == back.id;
+        let Some(at) = self.drawn.iter().position(drawn) else {
             return;
-        }
+        };
+        self.drawn.swap_remove(at);
         // The token bucket's draw gives back only while no later charge has moved its
         // `tat` (see `docs/allowances.md`): what it holds unused then comes back by refill.
         let unmoved = self.witness(back.rules).is_none_or(|tat| tat == back.id);
@@ -466,8 +465,6 @@ impl<A: PerRule> Counter for State<A> {
                 };
             }
         }
-        self.given_back
-            .push((back.at_us, back.id, back.matters_until_us()));
     }
 
     fn settle(

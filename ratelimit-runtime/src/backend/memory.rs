@@ -31,6 +31,8 @@ type KeyHasher = SeedableRandomState;
 // hash. 0.15 is the newest line within the workspace's rust-version.
 use hashbrown::HashTable;
 
+mod all;
+
 use super::memory_slots::MemorySlots;
 use super::{GiveBack, Request};
 use crate::algorithm::{Call, KeyState};

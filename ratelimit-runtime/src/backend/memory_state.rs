@@ -15,12 +15,14 @@
 //! Times are the backend clock's, µs since the Unix epoch (the wall clock): a call admitted
 //! 20 s before a restart still counts for the rest of its window after it. A file is
 //! written whole to a temporary file beside it, then renamed over it, so a reader sees the
-//! old file or the new one, never a part. Each shard's lock is held only while a chunk of
-//! its slots is copied out, so checks go on while a save runs.
+//! old file or the new one, never a part; each save's temporary file is its own, so
+//! writers saving to one path at once (two limiters, two processes) never mix. Each
+//! shard's lock is held only while a chunk of its slots is copied out, so checks go on
+//! while a save runs.
 
 use std::fs::{self, File};
 use std::io::{self, BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -45,7 +47,8 @@ pub(crate) struct StateFile {
     every_ms: AtomicU64,
     /// Whether the last save failed (its error was logged; the next failure is not).
     failing: AtomicBool,
-    /// One save at a time: the saver's and `Limiter::save_state`'s.
+    /// One save of this backend at a time (the saver's and `Limiter::save_state`'s): two
+    /// would write the same keys twice.
     saving: Mutex<()>,
 }
 
@@ -80,8 +83,8 @@ impl StateFile {
     /// Writes `backend`'s live keys to the file, atomically.
     pub fn save(&self, backend: &MemoryBackend) -> io::Result<Saved> {
         let _one_at_a_time = crate::sync::lock(&self.saving);
-        let temporary = self.sibling(&format!("tmp.{}", std::process::id()));
-        let written = write(backend, &temporary).and_then(|saved| {
+        let (temporary, file) = self.temporary()?;
+        let written = write(backend, file).and_then(|saved| {
             fs::rename(&temporary, &self.path)?;
             Ok(saved)
         });
@@ -89,6 +92,29 @@ impl StateFile {
             let _ = fs::remove_file(&temporary);
         }
         written
+    }
+
+    /// A new temporary file beside the path, this save's alone: other writers of the path
+    /// (another limiter of the process, another process, containers that are all PID 1)
+    /// save at the same time, and a name they could share would have one writer's rename
+    /// take the other's file, or publish it half written. Hence a random part, and
+    /// `create_new`, which never opens a file that exists.
+    fn temporary(&self) -> io::Result<(PathBuf, File)> {
+        let mut attempts = 0;
+        loop {
+            let temporary = self.sibling(&format!("tmp.{:016x}", crate::random::u64()));
+            let opened = File::options()
+                .write(true)
+                .create_new(true)
+                .open(&temporary);
+            match opened {
+                // 64 random bits: a name taken three times in a row is no coincidence.
+                Err(err) if err.kind() == io::ErrorKind::AlreadyExists && attempts < 2 => {
+                    attempts += 1;
+                }
+                opened => return opened.map(|file| (temporary, file)),
+            }
+        }
     }
 
     /// [`save`](Self::save), logging a failure once (until a save succeeds again): a
@@ -209,10 +235,10 @@ impl StateFile {
     }
 }
 
-/// Writes every live key of `backend` to `path`, synced to disk.
-fn write(backend: &MemoryBackend, path: &Path) -> io::Result<Saved> {
+/// Writes every live key of `backend` to `file`, synced to disk.
+fn write(backend: &MemoryBackend, file: File) -> io::Result<Saved> {
     let mut out = Checksummed {
-        file: BufWriter::with_capacity(1 << 16, File::create(path)?),
+        file: BufWriter::with_capacity(1 << 16, file),
         hash: Fnv::new(),
         bytes: 0,
     };

@@ -181,6 +181,7 @@ impl<'a> Request<'a> {
             cost: self.cost.get(),
             calls: self.draw.map_or(1, |draw| draw.calls.get()),
             hold_us: self.draw.map_or(0, |draw| draw.hold_us),
+            draw: self.draw.is_some(),
             consume: self.consume,
             block_for_us: self.block_for_us,
         }

@@ -142,6 +142,18 @@ impl Backend {
         Ok(raw.retry_after_us)
     }
 
+    /// Forgets `key`, as an operator's reset does.
+    pub async fn reset(&self, key: &str) -> Result<(), BackendError> {
+        match &self.0 {
+            Store::Memory(memory) => {
+                memory.reset_now(key);
+                Ok(())
+            }
+            #[cfg(feature = "redis")]
+            Store::Redis(redis) => redis.reset(key).await,
+        }
+    }
+
     /// Gives back `drawn`: `used_calls` calls and `used_units` units were spent, the last
     /// at `last_spend_us`; at `now_us`.
     pub async fn give_back(

@@ -18,13 +18,15 @@
 #![cfg_attr(not(feature = "redis"), allow(dead_code))]
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
-use std::hash::{BuildHasher, RandomState};
+use std::collections::BinaryHeap;
+use std::hash::BuildHasher;
 use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use foldhash::quality::RandomState;
+use hashbrown::HashMap;
 use tokio::sync::{watch, Notify};
 
 use crate::backend::{Draw, GiveBack, Request};
@@ -46,7 +48,9 @@ const SHARE_OF_ROOM: u64 = 8;
 
 /// A draw pays off when this instance's pace fills at least this many checks of an
 /// allowance's life: a draw left with units unused costs its give-back too, and a draw's
-/// script costs Redis more than a check's.
+/// script costs Redis more than a check's. (Drawing four fifths of a warm key's two to
+/// six checks, mostly spent whole, was measured: fewer scripts, but more client and Redis
+/// CPU per check than sending them alone; see BENCHMARKS.md.)
 const MIN_EXPECTED_CHECKS: f64 = 6.0;
 
 /// The most checks one draw stands for.
@@ -114,8 +118,23 @@ impl LocalClock {
 }
 
 struct Shard {
-    held: HashMap<Box<str>, Held>,
+    /// The keys checked here again within their `max_age`: those that may draw.
+    // foldhash: a check looks its key up two or three times, which SipHash made a
+    // measurable part of a check that goes to Redis anyway.
+    held: HashMap<Box<str>, Held, RandomState>,
+    /// The keys checked here lately that are not in `held`: per slot (bits 8..18 of the
+    /// key's hash), the upper half of the key's hash and when it was checked
+    /// (local ms, wrapping), packed in one number; empty until first used. A key enters
+    /// `held` when it is checked again at a pace that may draw (see [`Shard::seen_again`]):
+    /// until then each check of it is its own round trip, as it would be anyway (a key
+    /// checked less often is not worth a draw), and costs one look here. So `held` keeps the warm keys alone, and
+    /// its lookups stay in cache whatever the number of cold keys checked.
+    seen: Box<[u64]>,
 }
+
+/// The slots of a shard's [`Shard::seen`]: two keys on one slot forget each other, which
+/// costs either one more check sent alone.
+const SEEN_SLOTS: usize = 1024;
 
 /// One key's allowance, and what sizes its next draw.
 struct Held {
@@ -260,11 +279,12 @@ impl Allowances {
 
     fn with_clock(clock: LocalClock) -> Self {
         Allowances {
-            hasher: RandomState::new(),
+            hasher: RandomState::default(),
             shards: (0..SHARDS)
                 .map(|_| {
                     Mutex::new(Shard {
-                        held: HashMap::new(),
+                        held: HashMap::default(),
+                        seen: Box::default(),
                     })
                 })
                 .collect(),
@@ -280,8 +300,18 @@ impl Allowances {
     }
 
     fn shard(&self, key: &str) -> MutexGuard<'_, Shard> {
-        let index = self.hasher.hash_one(key) as usize % SHARDS;
-        sync::lock(&self.shards[index])
+        self.locate(key).1
+    }
+
+    /// `key`'s hash and its shard, locked. The shard is taken from bits 40..45, which a
+    /// shard's table does not use (its buckets by the low bits, its tags by the top 7), so
+    /// that the keys of a shard still spread over its table's buckets.
+    fn locate(&self, key: &str) -> (u64, MutexGuard<'_, Shard>) {
+        let hash = self.hasher.hash_one(key);
+        (
+            hash,
+            sync::lock(&self.shards[(hash >> 40) as usize % SHARDS]),
+        )
     }
 
     /// The local time of `request`: its explicit one (tests), else the local clock's.
@@ -320,7 +350,14 @@ impl Allowances {
         let now_us = self.now_us(request);
         let mut retired = None;
         let step = {
-            let mut shard = self.shard(request.key);
+            let (hash, mut shard) = self.locate(request.key);
+            // A key checked here for the first time within its `max_age` goes to the
+            // backend alone, leaving nothing in `held` (see `Shard::seen`).
+            if !shard.held.contains_key(request.key)
+                && !shard.seen_again(hash, now_us, request.allowance_ms)
+            {
+                return Step::Ask(Ticket::plain(request, now_us));
+            }
             let Some(held) = shard.entry(request) else {
                 return Step::Ask(Ticket::plain(request, now_us));
             };
@@ -412,7 +449,14 @@ impl Allowances {
             shared,
         } = ticket;
         let mut shard = self.shard(request.key);
-        let Some(held) = shard.entry(request) else {
+        // A check sent alone for a key not in `held` (not seen again yet) leaves it out.
+        let held = match (&draw, &shared) {
+            (None, None) => shard.held.get_mut(request.key).filter(|held| {
+                held.algorithm == request.algorithm && *held.rules == *request.rules
+            }),
+            _ => shard.entry(request),
+        };
+        let Some(held) = held else {
             return Drawn::Answer(raw);
         };
         if let Some((id, answered)) = &shared {
@@ -460,9 +504,18 @@ impl Allowances {
             reset_after_us: raw.reset_after_us,
             checks: 0,
         };
-        let answer = live
-            .admit(request, sent_at_us)
-            .expect("a draw holds its own check");
+        // The draw's own check was counted with it, after it was sent: admitted whatever
+        // the hold, none included (a draw counted in the last µs of its aligned window or
+        // UTC day), where an allowance has no life left to spend the rest in.
+        let mut answer = live.spend(request, sent_at_us);
+        // A rule the draw took over its warning share warns through the check that drew
+        // (the backend decided it once, fleet-wide, from the counts it holds).
+        answer.crossed = raw.crossed;
+        if lifetime_us == 0 {
+            drop(shard);
+            self.retire(request.key, request.rules, live);
+            return Drawn::Answer(answer);
+        }
         let replaced = held.live.replace(live);
         drop(shard);
         sync::lock(&self.ends).push(Reverse((
@@ -715,22 +768,37 @@ pub(crate) fn report_give_back_failed(err: &crate::BackendError) {
 }
 
 impl Shard {
+    /// Whether the key of `hash`, checked at local `now_us`, was checked here at a pace
+    /// that may draw: within the last `max_age_ms` over [`MIN_EXPECTED_CHECKS`] (see
+    /// [`Shard::seen`]); notes the check either way.
+    fn seen_again(&mut self, hash: u64, now_us: u64, max_age_ms: u32) -> bool {
+        if self.seen.is_empty() {
+            self.seen = vec![0; SEEN_SLOTS].into_boxed_slice();
+        }
+        let slot = &mut self.seen[(hash >> 8) as usize % SEEN_SLOTS];
+        let (tag, now_ms) = (hash >> 32, (now_us / 1000) as u32);
+        let before = std::mem::replace(slot, tag << 32 | u64::from(now_ms));
+        // Checked again sooner than `max_age` over MIN_EXPECTED_CHECKS: a pace that may draw.
+        let warm_ms = (f64::from(max_age_ms) / MIN_EXPECTED_CHECKS) as u32;
+        before != 0 && before >> 32 == tag && now_ms.wrapping_sub(before as u32) <= warm_ms
+    }
+
     /// `request`'s entry, made when absent; a different set of rules or algorithm for the
     /// key starts over (a change of the site's rules ends an allowance: its give-back is
     /// then sent by the give-back task's sweep). `None` when the shard is full.
     fn entry(&mut self, request: &Request<'_>) -> Option<&mut Held> {
-        // Looked up by `&str` first: a key already here costs no allocation.
-        if !self.held.contains_key(request.key) {
+        if self.held.len() >= SHARD_CAPACITY && !self.held.contains_key(request.key) {
+            self.held
+                .retain(|_, held| held.live.is_some() || held.drawing.is_some());
             if self.held.len() >= SHARD_CAPACITY {
-                self.held
-                    .retain(|_, held| held.live.is_some() || held.drawing.is_some());
-                if self.held.len() >= SHARD_CAPACITY {
-                    return None;
-                }
+                return None;
             }
-            self.held.insert(Box::from(request.key), Held::new(request));
         }
-        let held = self.held.get_mut(request.key).expect("just inserted");
+        // Looked up once, by `&str`: a key already here costs no allocation.
+        let held = self
+            .held
+            .entry_ref(request.key)
+            .or_insert_with(|| Held::new(request));
         if held.algorithm != request.algorithm || *held.rules != *request.rules {
             // Kept until the sweep gives the old allowance back: only its sizing resets.
             if held.live.is_none() && held.drawing.is_none() {
@@ -764,11 +832,18 @@ impl Live {
         if now_us >= self.ends_at_us || self.units_left < cost || self.calls_left == 0 {
             return None;
         }
+        Some(self.spend(request, now_us))
+    }
+
+    /// Spends `request`'s cost, which the allowance holds, at local `now_us`.
+    #[inline]
+    fn spend(&mut self, request: &Request<'_>, now_us: u64) -> RawDecision {
+        let cost = request.cost.get();
         self.units_left -= cost;
         self.calls_left -= 1;
         self.checks += 1;
         self.last_spend_us = self.last_spend_us.max(now_us);
-        Some(self.figures(request.rules, cost, true))
+        self.figures(request.rules, cost, true)
     }
 
     /// How the key stands in this instance's view: what the backend had left after the draw

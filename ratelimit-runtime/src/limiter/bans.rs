@@ -9,15 +9,25 @@ use crate::key::DEFAULT_PREFIX;
 use crate::{BackendError, BackendErrorKind};
 
 impl Limiter {
+    /// The longest a ban lasts: 100 years. A longer one ([`Duration::MAX`] for "until
+    /// lifted") lasts this long, on both backends.
+    pub const MAX_BAN: Duration = Duration::from_secs(100 * 365 * 86_400);
+
     /// Refuses every guarded check whose key has `identity`, at every site, for
     /// `duration`: the check answers [`RateLimitError::Limited`](crate::RateLimitError::Limited)
     /// with `retry_after` = what is left of the ban, whatever the site's counts, and counts
     /// nothing. The way to shut an abusive client or network out at once.
     ///
-    /// `identity` is a key's identity part (`{prefix}{identity}:{path}`):
-    /// `ip:203.0.113.9`, `user:42`, `custom:alice`, or `global` (every
-    /// `GLOBAL` site); `ip:` also takes a network, IPv4 or IPv6 (`ip:203.0.113.0/24`,
-    /// `ip:2001:db8::/48`). Banning an identity again sets its ban's end anew.
+    /// `identity` is a key's identity part (`{prefix}{identity}:{path}`), written as the
+    /// guarded call gives it, unescaped: `ip:203.0.113.9`, `user:42`, `custom:alice`,
+    /// `custom:john doe`, or `global` (every `GLOBAL` site). It refuses the keys of that
+    /// very value, however keys escape or hash it, and [`bans`](Self::bans) lists it as
+    /// written. `ip:` also takes a network, IPv4 or IPv6 (`ip:203.0.113.0/24`,
+    /// `ip:2001:db8::/48`), of /8 (IPv6: /16) or narrower; addresses are read in canonical
+    /// form, an IPv4-mapped one (`::ffff:203.0.113.9`) as its IPv4 address, as keys hold
+    /// them. Behind the layers, which count an IPv6 client by its network (`/64`), a ban of
+    /// one IPv6 address refuses that network. Banning an identity again sets its ban's end
+    /// anew; a ban lasts at most [`MAX_BAN`](Self::MAX_BAN).
     ///
     /// On Redis the ban is stored beside the rule overrides, in the hash
     /// `rate_limit:bans` (field: the identity; value: its end, ms since the epoch; the
@@ -46,8 +56,8 @@ impl Limiter {
     ///
     /// # Errors
     ///
-    /// [`BackendErrorKind::Misconfigured`] for an identity that is none of those forms (or
-    /// a zero duration); a Redis failure.
+    /// [`BackendErrorKind::Misconfigured`] for an identity that is none of those forms, a
+    /// network wider than /8 (IPv6: /16), or a zero duration; a Redis failure.
     pub async fn ban(&self, identity: &str, duration: Duration) -> Result<(), BackendError> {
         self.ban_under(DEFAULT_PREFIX, identity, duration).await
     }
@@ -78,6 +88,7 @@ impl Limiter {
         if duration.is_zero() {
             return Err(refused("a ban lasts longer than 0 s".into()));
         }
+        let duration = duration.min(Self::MAX_BAN);
         let until_us = bans::now_us().saturating_add(crate::clock::micros(duration));
         match &self.store {
             Store::Memory(_) => self.overrides.bans.set_local(&banned, until_us),

@@ -20,7 +20,7 @@ use tracing::Instrument as _;
 use super::{Limiter, Now};
 use crate::backend::Request;
 use crate::decision::RawDecision;
-use crate::observe::{Answer, Observation, PROGRAMMATIC};
+use crate::observe::{Answer, Observation, Site};
 use crate::{clock, random, Algorithm, BackendError, Decision, Rule};
 
 /// A check (or peek) of one key: returned by [`Limiter::check`] and [`Limiter::peek`],
@@ -56,8 +56,8 @@ pub(crate) fn boxed_in_place<F: Future>(make: impl FnOnce() -> F) -> Pin<Box<F>>
 pub(crate) struct Plan<'a> {
     limiter: &'a Limiter,
     request: Request<'a>,
-    /// The metrics `site` label: the guarded site's path, or [`PROGRAMMATIC`].
-    site: &'static str,
+    /// Who makes the check: a guarded site, or the caller of `check`/`peek`.
+    site: Site,
     /// How long to wait for room instead of answering a denial at once, in µs (0: not at
     /// all; see [`wait_us`]), or [`SHADOW`]: a shadow site's check, which never waits and
     /// whose denial is reported as a would-be refusal. One number, not an
@@ -95,7 +95,7 @@ impl<'a> Check<'a> {
                     allowance_ms: limiter.allowance_ms(None),
                     ..request
                 },
-                site: PROGRAMMATIC,
+                site: Site::Programmatic,
                 wait_us: 0,
             },
             running: None,
@@ -276,7 +276,39 @@ impl<'a> Check<'a> {
     }
 }
 
+impl<'a> Check<'a> {
+    /// The check's plan, for a list of checks run as one (`check_all.rs`).
+    pub(super) fn into_plan(self) -> Plan<'a> {
+        self.plan
+    }
+}
+
 impl<'a> Plan<'a> {
+    /// The request this plan checks.
+    pub(crate) fn request(&self) -> &Request<'a> {
+        &self.request
+    }
+
+    /// Whether this plan is a shadow site's check.
+    pub(crate) fn is_shadow(&self) -> bool {
+        self.wait_us == SHADOW
+    }
+
+    /// Starts observing this plan's check (its span, its metrics once finished).
+    pub(crate) fn observe(&self) -> Observation {
+        Observation::start(self.site.label(), &self.request, self.is_shadow())
+    }
+
+    /// [`report`](Self::report), for a check of a list.
+    pub(crate) fn report_answer(&self, answer: &Answer) {
+        self.report(answer);
+    }
+
+    /// How long this plan's check may wait for room, if at all.
+    pub(crate) fn wait_budget(&self) -> Option<Duration> {
+        self.wait()
+    }
+
     /// The check of `request` by the guarded site at `site` (see `site.rs`), in shadow
     /// mode when `shadow`, waiting up to `wait` for room.
     #[inline]
@@ -290,7 +322,7 @@ impl<'a> Plan<'a> {
         Plan {
             limiter,
             request,
-            site,
+            site: Site::Guarded(site),
             wait_us: match shadow {
                 true => SHADOW,
                 false => wait_us(wait),
@@ -309,7 +341,7 @@ impl<'a> Plan<'a> {
         Plan {
             limiter,
             request,
-            site: PROGRAMMATIC,
+            site: Site::Programmatic,
             wait_us: wait_us(wait),
         }
     }
@@ -322,8 +354,9 @@ impl<'a> Plan<'a> {
             !self.request.rules.is_empty() || self.request.slot.is_some(),
             "a rate-limit check needs at least one rule"
         );
-        let observation = Observation::start(self.site, &self.request, self.wait_us == SHADOW);
-        let now = observation.in_scope(|| self.limiter.answer_now(&self.request, self.site));
+        let site = self.site.label();
+        let observation = Observation::start(site, &self.request, self.wait_us == SHADOW);
+        let now = observation.in_scope(|| self.limiter.answer_now(&self.request, site));
         match now {
             Now::Answered(answer) if !self.waits_after(&answer) => {
                 self.report(&answer);
@@ -353,7 +386,11 @@ impl<'a> Plan<'a> {
         let mut answer = match first {
             Now::Answered(answer) => answer,
             #[cfg(feature = "redis")]
-            Now::Ask(redis) => self.limiter.ask(&redis, self.request, self.site).await,
+            Now::Ask(redis) => {
+                self.limiter
+                    .ask(&redis, self.request, self.site.label())
+                    .await
+            }
         };
         if let Some(budget) = self.wait() {
             // Rare, and asleep most of its time: boxed, so that it adds nothing to the
@@ -383,11 +420,14 @@ impl<'a> Plan<'a> {
             return;
         };
         if let Some(crossings) = &raw.crossed {
+            let site = self.site.label();
             self.limiter
-                .warned(self.site, self.request.key, self.request.rules, crossings);
+                .warned(site, self.request.key, self.request.rules, crossings);
         }
-        if !raw.allowed && self.wait_us != SHADOW && self.site != PROGRAMMATIC {
-            self.limiter.refused(self.site, self.request.key);
+        if let Site::Guarded(path) = self.site {
+            if !raw.allowed && self.wait_us != SHADOW {
+                self.limiter.refused(path, self.request.key);
+            }
         }
     }
 
@@ -464,7 +504,7 @@ async fn wait_for_room(plan: Plan<'_>, budget: Duration, mut answer: Answer) -> 
     let deadline = tokio::time::Instant::now() + budget;
     while let Some(pause) = pause(&answer, deadline - tokio::time::Instant::now()) {
         tokio::time::sleep(pause).await;
-        answer = plan.limiter.answer(plan.request, plan.site).await;
+        answer = plan.limiter.answer(plan.request, plan.site.label()).await;
     }
     answer
 }

@@ -22,9 +22,10 @@ impl Limiter {
     /// simply gone. Calls in flight ([`Limiter::acquire`]) are not kept: their holders are
     /// gone with the process.
     ///
-    /// - Each save is atomic: written to a temporary file beside `path`, synced, then
-    ///   renamed over it. A save copies the keys a shard at a time, a thousand keys per hold
-    ///   of the shard's lock, so checks go on while it runs (BENCHMARKS.md measures it).
+    /// - Each save is atomic: written to a temporary file beside `path` that is its own
+    ///   (a random name, created new), synced, then renamed over it. A save copies the
+    ///   keys a shard at a time, a thousand keys per hold of the shard's lock, so checks
+    ///   go on while it runs (BENCHMARKS.md measures it).
     /// - A file that cannot be read or decoded (damaged, cut short, not a state file, or
     ///   of another version of the format) is renamed aside (its name gains `.corrupt`)
     ///   and logged at `WARN`; the limiter starts empty. It never panics and never refuses
@@ -38,8 +39,9 @@ impl Limiter {
     /// The global limiter on the embedded backend reads the path from
     /// `RATELIMIT_STATE_FILE`. Call it while building the limiter; it has no effect on a
     /// Redis limiter (Redis keeps the state itself; give its fallback a state file if it
-    /// matters). One file per process: two processes saving to one path overwrite each
-    /// other.
+    /// matters). Give each limiter a file of its own: limiters (of one process or of
+    /// several) saving to one path each write whole files, so the file is never damaged,
+    /// but it holds only the last one's state.
     ///
     /// ```
     /// use std::time::Duration;
@@ -285,6 +287,23 @@ mod tests {
         let err = limiter.save_state().await.unwrap_err();
         assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
         assert!(limiter.check("k", &RULES).await.unwrap().allowed);
+    }
+
+    #[tokio::test]
+    async fn a_save_that_fails_after_writing_removes_its_temporary_file() {
+        // A directory in the way: the temporary file is written, the rename over it fails.
+        let path = path("in-the-way");
+        let limiter = Limiter::memory().state_file(&path);
+        std::fs::create_dir_all(path.join("occupied")).unwrap();
+        limiter.check("k", &RULES).await.unwrap();
+        assert!(limiter.save_state().await.is_err());
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let left: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|other| other.starts_with(&format!("{name}.")))
+            .collect();
+        assert_eq!(left, Vec::<String>::new());
     }
 
     #[tokio::test]

@@ -9,6 +9,7 @@ use std::time::Duration;
 use super::{path_of, Entry, Overrides, Setting, Value, DUPLICATE_SUFFIX, MODE_SUFFIX};
 use crate::backend::redis::RedisBackend;
 use crate::sync::lock;
+use crate::throttle::throttled;
 use crate::{random, Rule};
 
 /// The value of a `{path}#duplicate` field that removes the duplicate-submission rule.
@@ -17,7 +18,7 @@ const NO_DUPLICATE: &str = "none";
 /// What the poller of one limiter keeps between reads.
 #[derive(Default)]
 pub(super) struct Reading {
-    /// Whether a poller task is running.
+    /// Whether a poller thread is running.
     polling: AtomicBool,
     /// The last malformed value warned about, by prefix and field: one warning per value.
     malformed: Mutex<HashMap<(String, String), String>>,
@@ -92,8 +93,15 @@ impl Overrides {
         warned.retain(|(p, field), _| p != prefix || still.contains(field));
     }
 
-    /// Starts the poller for `redis` on the current Tokio runtime, unless one runs or there
-    /// is no runtime. Never blocks.
+    /// Starts the poller for `redis` on a thread of its own, unless one runs. Never
+    /// waits for it.
+    ///
+    /// Not on the caller's runtime: a limiter outlives the runtimes that check through it
+    /// (a `static` limiter shared by `#[tokio::test]`s, each with a runtime that ends with
+    /// its test), and a poller spawned on one of them ends with it, or stops while its
+    /// threads are busy. One spawned by a check that answered at once (a ban, the deny
+    /// cache) on a runtime ending right after was dropped before it first ran, leaving
+    /// the limiter marked as polling, with no poller, for good.
     pub fn ensure_polling(
         self: &Arc<Self>,
         redis: &Arc<RedisBackend>,
@@ -103,9 +111,6 @@ impl Overrides {
         if self.stored.polling.load(Ordering::Relaxed) {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
         if self.stored.polling.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -115,7 +120,33 @@ impl Overrides {
             every,
             timeout,
         };
-        runtime.spawn(poller.run());
+        // Outside the thread's closure's body: dropped with it also when the thread never
+        // starts, so that the next check tries again.
+        let stopped = Stopped(Arc::downgrade(self));
+        // The poller logs where the check that started it does, also when that is a
+        // thread's own subscriber (`tracing::subscriber::set_default`), not the global one.
+        let dispatch = tracing::dispatcher::get_default(Clone::clone);
+        let started = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .and_then(|runtime| {
+                std::thread::Builder::new()
+                    .name("ratelimit-poll".into())
+                    .spawn(move || {
+                        let _stopped = stopped;
+                        tracing::dispatcher::with_default(&dispatch, || {
+                            runtime.block_on(poller.run())
+                        });
+                    })
+            });
+        if let Err(err) = started {
+            throttled!(
+                warn,
+                [error = %err],
+                "cannot start reading rate limit rule overrides and bans from Redis; the next \
+                 guarded check tries again"
+            );
+        }
     }
 }
 
@@ -209,7 +240,8 @@ impl std::fmt::Display for Described<'_> {
     }
 }
 
-/// The task that reads the stored overrides of one limiter.
+/// What the thread reading the stored overrides and bans of one limiter runs: until the
+/// limiter is dropped.
 struct Poller {
     overrides: Weak<Overrides>,
     redis: Weak<RedisBackend>,
@@ -217,7 +249,7 @@ struct Poller {
     timeout: Duration,
 }
 
-/// Marks the poller stopped when its task ends, also when its runtime drops it.
+/// Marks the poller stopped when its thread ends.
 struct Stopped(Weak<Overrides>);
 
 impl Drop for Stopped {
@@ -230,7 +262,6 @@ impl Drop for Stopped {
 
 impl Poller {
     async fn run(self) {
-        let _stopped = Stopped(self.overrides.clone());
         loop {
             let (Some(overrides), Some(redis)) = (self.overrides.upgrade(), self.redis.upgrade())
             else {

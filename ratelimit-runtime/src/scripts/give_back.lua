@@ -3,15 +3,17 @@
 -- the token bucket (token_bucket_give_back.lua). scripts/sources.rs composes it.
 --
 -- KEYS[1]  the key
--- KEYS[2]  the give-back's mark, in the key's hash slot, set with it: a give-back sent
---          again finds it and changes nothing
+-- KEYS[2]  the draws the key's records count and have not had back, a hash beside the
+--          key in its hash slot (drawn.lua): a give-back whose draw is not there (sent
+--          again, or the key was reset since) changes nothing
 -- ARGV[1]  refund.lua's numbers: the time the draw was counted at, its unused units,
 --          now (unused), then count, window per rule
 -- ARGV[2]  struct '<dd': its unused calls (what a rule counting calls gets back,
 --          calls.lua), and the token bucket's witness
--- ARGV[3]  the mark's lifetime in ms: as long as the draw's records may still change
+-- ARGV[3]  the draw's name in KEYS[2]: its check's id, the token bucket's witness as
+--          struct '<d'
 -- Returns  how many records it changed
-if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[3]) then
+if redis.call('HDEL', KEYS[2], ARGV[3]) == 0 then
     return 0
 end
 local calls_taken, witness = struct.unpack('<dd', ARGV[2])

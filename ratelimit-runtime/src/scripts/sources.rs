@@ -70,7 +70,7 @@ macro_rules! state_check {
             $($algorithm,)+
             decided!(),
             "end\n",
-            check_tail!(include_str!("save.lua")),
+            check_tail!(include_str!("save.lua"), include_str!("drawn.lua")),
         )
     };
 }
@@ -360,3 +360,8 @@ pub const BLOCK_KEY: &str = concat!(
     include_str!("time.lua"),
     include_str!("block_key_write.lua"),
 );
+
+/// The driver of a list of checks as one script (`Limiter::check_all`), after each
+/// algorithm's check script as a function (backend/redis/script/all.rs composes it).
+#[allow(dead_code)] // the tests that EVAL the check scripts do not use it
+pub const CHECK_ALL: &str = include_str!("check_all.lua");

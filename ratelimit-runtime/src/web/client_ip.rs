@@ -66,7 +66,7 @@ impl Error for InvalidProxyNet {}
 pub(crate) fn parse_network(input: &str) -> Result<IpNet, InvalidProxyNet> {
     let text = input.trim();
     let net = match text.parse::<IpNet>() {
-        Ok(net) => net.trunc(),
+        Ok(net) => net,
         Err(_) => match text.parse::<IpAddr>() {
             Ok(addr) => IpNet::from(addr),
             Err(_) => {
@@ -77,15 +77,8 @@ pub(crate) fn parse_network(input: &str) -> Result<IpNet, InvalidProxyNet> {
             }
         },
     };
-    // Addresses are matched in canonical form, so an IPv4-mapped network (within
-    // ::ffff:0:0/96) is the IPv4 network it maps.
-    Ok(match net {
-        IpNet::V6(v6) if v6.prefix_len() >= 96 => match v6.network().to_ipv4_mapped() {
-            Some(v4) => IpNet::new_assert(v4.into(), v6.prefix_len() - 96),
-            None => net,
-        },
-        _ => net,
-    })
+    // Addresses are matched in canonical form, as keys hold them.
+    Ok(crate::key::canonical_network(net))
 }
 
 /// What is wrong with a network `ipnet` did not parse, for the message.
@@ -160,7 +153,12 @@ impl ClientIpConfig {
             peer
         };
         Some(match client {
-            IpAddr::V6(_) => network_of(client, self.ipv6_prefix),
+            IpAddr::V6(_) => {
+                // So that a ban of one address in that network refuses the client as
+                // counted here (bans.rs).
+                crate::bans::grouping_ipv6_by(self.ipv6_prefix);
+                network_of(client, self.ipv6_prefix)
+            }
             IpAddr::V4(_) => client,
         })
     }

@@ -290,7 +290,10 @@ impl Admission {
             Some(guards) => Stage::Guarding {
                 checks: Box::pin(async move {
                     let mut held = HeldSlots::default();
-                    for guard in guards.iter() {
+                    // The guards that can be are one list: one round trip, and a refusal
+                    // by one consumes nothing from the others. The rest after them.
+                    crate::guard::check_listed(&guards).await?;
+                    for guard in guards.iter().filter(|guard| !guard.is_listed()) {
                         if let Some(slot) = guard.check().await? {
                             held.hold(slot);
                         }

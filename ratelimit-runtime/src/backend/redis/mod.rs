@@ -57,6 +57,7 @@ use tokio::time::{timeout_at, Instant};
 
 mod block;
 mod breaker;
+mod check_all;
 mod cluster;
 mod config;
 mod dial;
@@ -563,11 +564,7 @@ impl RedisBackend {
             return Ok(());
         }
         let key = give_back.key;
-        let now_us = match give_back.now_us {
-            0 => SystemClock.now_us(),
-            now_us => now_us,
-        };
-        let [evalsha, eval] = script::give_back(give_back, now_us);
+        let [evalsha, eval] = script::give_back(give_back);
         let deadline = self.deadline(self.config.timeout);
         self.send_script(key, &evalsha, || Some(eval), true, deadline)
             .await
@@ -587,8 +584,11 @@ impl RedisBackend {
     /// Forgets `key`.
     pub(crate) async fn reset(&self, key: &str) -> Result<(), BackendError> {
         let mut del = redis::cmd("DEL");
-        // The key's slots too: in its hash slot, so one command on a Cluster as well.
-        del.arg(key).arg(script::slots_key(key));
+        // The key's slots and draws too: in its hash slot, so one command on a Cluster as
+        // well.
+        del.arg(key)
+            .arg(script::slots_key(key))
+            .arg(script::drawn_key(key));
         let deadline = self.deadline(self.config.timeout);
         // Deleting twice forgets the key once.
         self.send(key, &del, true, deadline)

@@ -20,6 +20,8 @@ pub(super) mod sources {
     include!("../../scripts/sources.rs");
 }
 
+pub(crate) mod all;
+
 /// The Lua source of the script that runs `algorithm`.
 fn source(algorithm: Algorithm) -> &'static str {
     match algorithm {
@@ -80,12 +82,9 @@ impl<'r> Invocation<'r> {
         let size =
             "EVALSHA".len() + hash.len() + 1 + request.key.len() + Numbers::len(request) + id_len;
         let mut evalsha = Cmd::with_capacity(5 + usize::from(self.id.is_some()), size);
-        evalsha
-            .arg("EVALSHA")
-            .arg(hash)
-            .arg(1)
-            .arg(request.key)
-            .arg(Numbers(request));
+        evalsha.arg("EVALSHA").arg(hash);
+        self.keys(&mut evalsha);
+        evalsha.arg(Numbers(request));
         self.optional_args(&mut evalsha);
         evalsha
     }
@@ -98,12 +97,22 @@ impl<'r> Invocation<'r> {
             return self.taking_slot(ask, false);
         }
         let mut eval = redis::cmd("EVAL");
-        eval.arg(source(request.algorithm))
-            .arg(1)
-            .arg(request.key)
-            .arg(Numbers(request));
+        eval.arg(source(request.algorithm));
+        self.keys(&mut eval);
+        eval.arg(Numbers(request));
         self.optional_args(&mut eval);
         eval
+    }
+
+    /// The check's keys: its key, and for a draw of a string-state algorithm the draws
+    /// its records count (`scripts/drawn.lua`), beside it.
+    #[inline]
+    fn keys(&self, cmd: &mut Cmd) {
+        let request = self.request;
+        match request.draw.is_some() && request.algorithm != Algorithm::SlidingLog {
+            true => cmd.arg(2).arg(request.key).arg(drawn_key(request.key)),
+            false => cmd.arg(1).arg(request.key),
+        };
     }
 
     /// The arguments after the check's numbers, each at a place of its own so that every
@@ -158,7 +167,7 @@ impl<'r> Invocation<'r> {
             // its receipt), its give-back by the id it carried.
             let (cost, at_us) = (request.cost.get(), at_us.unwrap_or(0));
             raw.receipt = match (request.draw, request.algorithm) {
-                (Some(_), Algorithm::TokenBucket) => Receipt::of_draw(
+                (Some(_), algorithm) if has_witness(algorithm, request.rules) => Receipt::of_draw(
                     cost,
                     at_us,
                     raw.receipt.id,
@@ -290,6 +299,13 @@ pub(crate) fn slots_key(key: &str) -> String {
     sibling_key(key, "slots")
 }
 
+/// The draws of a string-state algorithm that `key`'s records count and have not had
+/// back (`scripts/drawn.lua`): a hash beside `key`, in its hash slot, deleted with it by a
+/// reset.
+pub(crate) fn drawn_key(key: &str) -> String {
+    sibling_key(key, "drawn")
+}
+
 /// A key beside `key` in its hash slot, named by `suffix`, as [`slots_key`] names the
 /// key's slots (`suffix` in place of `slots`).
 fn sibling_key(key: &str, suffix: &str) -> String {
@@ -315,10 +331,11 @@ fn sibling_key(key: &str, suffix: &str) -> String {
 
 /// A draw's give-back (`backend::GiveBack`), as one script: the sliding log's
 /// (`scripts/sliding_log_give_back.lua`) names the draw's members by its id; the others'
-/// (`scripts/give_back.lua`) set a mark named by it beside the key. Either way, sent twice
+/// (`scripts/give_back.lua`) take the draw's name out of the key's draws
+/// (`scripts/drawn.lua`), and change nothing when it is not there. Either way, sent twice
 /// it changes the key once, so it is re-sent like a sliding-log check. Returns the
 /// `EVALSHA`, then NOSCRIPT's `EVAL`.
-pub(crate) fn give_back(give_back: &crate::backend::GiveBack<'_>, now_us: u64) -> [Cmd; 2] {
+pub(crate) fn give_back(give_back: &crate::backend::GiveBack<'_>) -> [Cmd; 2] {
     static SCRIPTS: LazyLock<[Script; 4]> =
         LazyLock::new(|| Algorithm::ALL.map(|algorithm| Script::new(give_back_source(algorithm))));
     let receipt = &give_back.receipt;
@@ -364,21 +381,32 @@ pub(crate) fn give_back(give_back: &crate::backend::GiveBack<'_>, now_us: u64) -
                 .arg(&id[..])
                 .arg(spent);
         } else {
-            let mark = sibling_key(give_back.key, &format!("given:{}", hex(&id)));
             let mut calls = Vec::with_capacity(16);
             calls.extend_from_slice(&(returned.calls as f64).to_le_bytes());
             calls.extend_from_slice(&(returned.id as f64).to_le_bytes());
-            let ms = returned.matters_until_us().saturating_sub(now_us) / 1000 + 1000;
+            // The draw's name among the key's draws (`scripts/drawn.lua`).
+            let witness = (returned.id as f64).to_le_bytes();
+            let name = match has_witness(algorithm, give_back.rules) {
+                true => &witness[..],
+                false => &id[..],
+            };
             cmd.arg(2)
                 .arg(give_back.key)
-                .arg(mark)
+                .arg(drawn_key(give_back.key))
                 .arg(&numbers[..])
                 .arg(calls)
-                .arg(ms);
+                .arg(name);
         }
         cmd
     });
     commands
+}
+
+/// Whether a draw of `rules` by `algorithm` is named by its witness (the token bucket's
+/// first rule counting in windows: `scripts/token_bucket.lua`), rather than by its
+/// check's id.
+fn has_witness(algorithm: Algorithm, rules: &[Rule]) -> bool {
+    algorithm == Algorithm::TokenBucket && rules.iter().any(|rule| rule.calendar().is_none())
 }
 
 /// The give-back script of `algorithm`.
@@ -389,11 +417,6 @@ fn give_back_source(algorithm: Algorithm) -> &'static str {
         Algorithm::SlidingWindow => sources::SLIDING_WINDOW_GIVE_BACK,
         Algorithm::TokenBucket => sources::TOKEN_BUCKET_GIVE_BACK,
     }
-}
-
-/// `bytes` in lowercase hexadecimal.
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A slot's renewal (`scripts/slot_renew.lua`) and NOSCRIPT's EVAL of it.
