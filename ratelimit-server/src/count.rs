@@ -28,7 +28,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use redis_ratelimit::key::push_identity;
-use redis_ratelimit::{BackendError, BackendErrorKind, Check, Decision, Limiter};
+use redis_ratelimit::{BackendError, BackendErrorKind, Decision, Limiter};
 
 use crate::config::load::rule_of;
 use crate::config::{Answer, Limit, Loaded};
@@ -141,7 +141,7 @@ impl Service {
             if pending.is_empty() {
                 break false;
             }
-            let checks = pending
+            let checks: Vec<_> = pending
                 .iter()
                 .map(|&i| {
                     let t = targets[i].as_ref().expect("pending targets exist");
@@ -156,7 +156,7 @@ impl Service {
                     }
                 })
                 .collect();
-            let decisions = match check_all(&self.limiter, checks).await {
+            let decisions = match self.limiter.check_all(checks).await {
                 Ok(decisions) => decisions,
                 Err(e) => return self.backend_failed(request, domain, e),
             };
@@ -342,19 +342,6 @@ impl Service {
         response.statuses = statuses;
         response
     }
-}
-
-/// Checks every descriptor's key of a request.
-// stand-in until Limiter::check_all
-async fn check_all(
-    _limiter: &Limiter,
-    checks: Vec<Check<'_>>,
-) -> Result<Vec<Decision>, BackendError> {
-    let mut decisions = Vec::with_capacity(checks.len());
-    for check in checks {
-        decisions.push(check.await?);
-    }
-    Ok(decisions)
 }
 
 /// Whether the request is over: a descriptor that enforces is over, or every quota

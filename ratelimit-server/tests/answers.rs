@@ -387,7 +387,6 @@ async fn response_headers_carry_the_ratelimit_fields() {
 
 /// A request refused by one descriptor consumes nothing from the others.
 #[tokio::test]
-#[ignore = "needs Limiter::check_all"]
 async fn a_refused_request_consumes_nothing_from_its_other_descriptors() {
     let (_dir, server) = start("atomic", &[]);
     for _ in 0..2 {

@@ -107,7 +107,6 @@ async fn two_instances_on_one_redis_admit_exactly_the_limit_between_them() {
 /// Two instances, requests of two descriptors where the first refuses: the second consumed
 /// exactly what the admitted requests took.
 #[tokio::test]
-#[ignore = "needs Limiter::check_all"]
 async fn two_instances_refused_requests_consume_nothing_between_them() {
     let redis = RedisServer::start();
     let (_a_dir, a) = on("atomic-a", &redis.url(), &[]);

@@ -58,8 +58,9 @@ impl Limiter {
     /// remembered denial refuses the list without asking the backend for that key; the
     /// others are then peeked, consuming nothing), the breaker, the timeout and the
     /// [`fallback`](Limiter::fallback) (which then counts the whole list). A check's
-    /// [`allowance`](crate::Check::allowance) is not spent in a list: its units are
-    /// counted by the backend with the others. A check's [`wait`](crate::Check::wait)
+    /// [`allowance`](crate::Check::allowance) is not spent in a list of two or more: its
+    /// units are counted by the backend with the others. A list of one check is that
+    /// check alone, run as awaiting it runs it (its allowance spent, its limiter's). A check's [`wait`](crate::Check::wait)
     /// waits for the whole list: when every refusing check has a wait budget that its
     /// `retry_after` fits in, the list sleeps for the longest of them and is checked again,
     /// within the shortest of those budgets.
@@ -103,6 +104,16 @@ impl Limiter {
         &'a self,
         checks: impl IntoIterator<Item = crate::Check<'a>>,
     ) -> CheckAll<'a> {
+        let mut checks: Vec<crate::Check<'a>> = checks.into_iter().collect();
+        if checks.len() == 1 {
+            // A list of one is that check alone: all or nothing holds trivially, and its
+            // allowance and wait apply as they do to the check.
+            let check = checks.pop().expect("one check");
+            return CheckAll {
+                checks: 1,
+                running: Box::pin(async move { Ok(vec![check.await?]) }),
+            };
+        }
         let plans: Vec<Plan<'a>> = checks.into_iter().map(crate::Check::into_plan).collect();
         CheckAll {
             checks: plans.len(),
