@@ -161,7 +161,7 @@ static IPV6_GROUPINGS: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 
 /// Records that IPv6 clients are counted by their network of `prefix` bits (a layer's
 /// `ipv6_prefix`). Once per request: one atomic load once recorded.
-#[cfg(any(feature = "tower", feature = "actix"))]
+#[cfg(any(feature = "tower", feature = "actix", test))]
 pub(crate) fn grouping_ipv6_by(prefix: u8) {
     if prefix >= 128 {
         return;
