@@ -1029,6 +1029,9 @@ pub fn capture_logs_up_to(level: tracing_subscriber::filter::LevelFilter) -> (Lo
     let guard = tracing_subscriber::fmt()
         .with_max_level(level)
         .with_writer(move || buffer.clone())
+        // Plain text to search: the workspace's other crates turn tracing-subscriber's
+        // `ansi` feature on, and with it colours by default.
+        .with_ansi(false)
         .without_time()
         .finish()
         .set_default();
