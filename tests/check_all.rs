@@ -13,23 +13,13 @@ use std::time::Duration;
 use redis_ratelimit::clock::ManualClock;
 use redis_ratelimit::{Algorithm, Calendar, Decision, Limiter, Rule};
 use support::cluster::RedisCluster;
-use support::Topology;
+use support::{remaining, Topology};
 
 const MINUTE: Duration = Duration::from_secs(60);
 const TEN: [Rule; 1] = [Rule::new(10, MINUTE)];
 const THREE: [Rule; 1] = [Rule::new(3, MINUTE)];
 /// Two rules, one of them a calendar day's.
 const WITH_CALENDAR: [Rule; 2] = [Rule::new(5, MINUTE), Rule::per_calendar(100, Calendar::Day)];
-
-/// What `key` has left under `rules` by `algorithm`: a peek, which counts nothing.
-async fn left(limiter: &Limiter, key: &str, rules: &[Rule], algorithm: Algorithm) -> u64 {
-    limiter
-        .peek(key, rules)
-        .algorithm(algorithm)
-        .await
-        .unwrap()
-        .remaining
-}
 
 /// Each scenario on the embedded backend and on a Redis server of its own.
 macro_rules! on_both_backends {
@@ -76,8 +66,8 @@ on_both_backends! {
                 .unwrap();
             assert!(ds.iter().all(|d| d.allowed), "{algorithm}: {ds:?}");
             assert_eq!((ds[0].remaining, ds[1].remaining), (9, 7), "{algorithm}");
-            assert_eq!(left(limiter, &ip, &TEN, Algorithm::SlidingLog).await, 9);
-            assert_eq!(left(limiter, &tenant, &TEN, algorithm).await, 7, "{algorithm}");
+            assert_eq!(remaining(limiter, Algorithm::SlidingLog, &ip, &TEN).await, 9);
+            assert_eq!(remaining(limiter, algorithm, &tenant, &TEN).await, 7, "{algorithm}");
         }
     }
 
@@ -101,9 +91,9 @@ on_both_backends! {
             assert_eq!(allowed, [true, true, false], "{algorithm}: {ds:?}");
             assert!(ds[2].retry_after.is_some(), "{algorithm}: {ds:?}");
             assert_eq!(ds[0].retry_after, None);
-            assert_eq!(left(limiter, &ip, &TEN, Algorithm::TokenBucket).await, 10, "{algorithm}");
-            assert_eq!(left(limiter, &user, &WITH_CALENDAR, algorithm).await, 5, "{algorithm}");
-            assert_eq!(left(limiter, &tenant, &THREE, algorithm).await, 0, "{algorithm}");
+            assert_eq!(remaining(limiter, Algorithm::TokenBucket, &ip, &TEN).await, 10, "{algorithm}");
+            assert_eq!(remaining(limiter, algorithm, &user, &WITH_CALENDAR).await, 5, "{algorithm}");
+            assert_eq!(remaining(limiter, algorithm, &tenant, &THREE).await, 0, "{algorithm}");
         }
     }
 
@@ -113,15 +103,15 @@ on_both_backends! {
             .await
             .unwrap();
         assert!(ds.iter().all(|d| d.allowed), "{ds:?}");
-        assert_eq!(left(limiter, "peeked:a", &TEN, Algorithm::SlidingLog).await, 9);
-        assert_eq!(left(limiter, "peeked:b", &THREE, Algorithm::SlidingLog).await, 3);
+        assert_eq!(remaining(limiter, Algorithm::SlidingLog, "peeked:a", &TEN).await, 9);
+        assert_eq!(remaining(limiter, Algorithm::SlidingLog, "peeked:b", &THREE).await, 3);
         // A peek that would not pass refuses the list.
         let ds = limiter
             .check_all([limiter.check("peeked:a", &TEN), limiter.peek("peeked:b", &THREE).cost(4)])
             .await
             .unwrap();
         assert_eq!((ds[0].allowed, ds[1].allowed), (true, false), "{ds:?}");
-        assert_eq!(left(limiter, "peeked:a", &TEN, Algorithm::SlidingLog).await, 9);
+        assert_eq!(remaining(limiter, Algorithm::SlidingLog, "peeked:a", &TEN).await, 9);
     }
 
     async fn a_refusing_check_starts_its_own_block_and_the_others_consume_nothing(limiter: &Limiter) {
@@ -137,7 +127,7 @@ on_both_backends! {
         assert_eq!((ds[0].allowed, ds[1].allowed), (true, false), "{ds:?}");
         assert!(ds[1].retry_after > Some(MINUTE), "locked out: {ds:?}");
         // The key that would have passed is neither counted nor blocked.
-        assert_eq!(left(limiter, "blocked:a", &TEN, Algorithm::SlidingLog).await, 10);
+        assert_eq!(remaining(limiter, Algorithm::SlidingLog, "blocked:a", &TEN).await, 10);
         assert!(limiter.check("blocked:a", &TEN).await.unwrap().allowed);
         let d = limiter.peek("blocked:b", &THREE).await.unwrap();
         assert!(d.retry_after > Some(MINUTE), "{d:?}");
@@ -154,13 +144,13 @@ on_both_backends! {
             };
             let ds = both().await.unwrap();
             assert!(ds.iter().all(|d| d.allowed), "{algorithm}: {ds:?}");
-            assert_eq!(left(limiter, &key, &THREE, algorithm).await, 0, "{algorithm}");
+            assert_eq!(remaining(limiter, algorithm, &key, &THREE).await, 0, "{algorithm}");
             limiter.reset(&key).await.unwrap();
             limiter.check(&key, &THREE).algorithm(algorithm).await.unwrap();
             // 1 + 2 fit, 1 + 2 + 1 do not: the list takes nothing.
             let ds = both().await.unwrap();
             assert!(!ds.iter().all(|d| d.allowed), "{algorithm}: {ds:?}");
-            assert_eq!(left(limiter, &key, &THREE, algorithm).await, 2, "{algorithm}");
+            assert_eq!(remaining(limiter, algorithm, &key, &THREE).await, 2, "{algorithm}");
         }
     }
 
@@ -175,8 +165,8 @@ on_both_backends! {
                 .await
                 .unwrap();
             limiter.refund(&b, &TEN, &ds[1]).await.unwrap();
-            assert_eq!(left(limiter, &a, &TEN, algorithm).await, 8, "{algorithm}");
-            assert_eq!(left(limiter, &b, &TEN, algorithm).await, 10, "{algorithm}");
+            assert_eq!(remaining(limiter, algorithm, &a, &TEN).await, 8, "{algorithm}");
+            assert_eq!(remaining(limiter, algorithm, &b, &TEN).await, 10, "{algorithm}");
             let settled = limiter.settle(&a, &TEN, &ds[0], 1).await.unwrap();
             assert_eq!(settled.remaining, 9, "{algorithm}");
         }
@@ -191,7 +181,7 @@ on_both_backends! {
             .await
             .unwrap_err();
         assert_eq!(err.kind(), redis_ratelimit::BackendErrorKind::CostTooLarge);
-        assert_eq!(left(limiter, "large:a", &TEN, Algorithm::SlidingLog).await, 10);
+        assert_eq!(remaining(limiter, Algorithm::SlidingLog, "large:a", &TEN).await, 10);
     }
 
     async fn a_list_waits_for_room_when_its_refusing_check_asks(limiter: &Limiter) {
@@ -205,7 +195,7 @@ on_both_backends! {
             .await
             .unwrap();
         assert!(ds.iter().all(|d| d.allowed), "{ds:?}");
-        assert_eq!(left(limiter, "waits:a", &TEN, Algorithm::SlidingLog).await, 9);
+        assert_eq!(remaining(limiter, Algorithm::SlidingLog, "waits:a", &TEN).await, 9);
     }
 }
 
@@ -249,15 +239,15 @@ async fn lists_from_many_tasks_count_exactly(a: &'static Limiter, b: &'static Li
     // The tenant holds 40 units at 2 a list: 20 lists, of 160.
     assert_eq!(admitted, 20);
     assert_eq!(
-        left(a, "exact:ip", &WIDE, Algorithm::SlidingLog).await,
+        remaining(a, Algorithm::SlidingLog, "exact:ip", &WIDE).await,
         1000 - admitted
     );
     assert_eq!(
-        left(a, "exact:user", &WIDE, Algorithm::FixedWindow).await,
+        remaining(a, Algorithm::FixedWindow, "exact:user", &WIDE).await,
         1000 - admitted
     );
     assert_eq!(
-        left(a, "exact:tenant", &TIGHT, Algorithm::TokenBucket).await,
+        remaining(a, Algorithm::TokenBucket, "exact:tenant", &TIGHT).await,
         0
     );
 }
@@ -342,9 +332,12 @@ async fn on_a_cluster_nothing_is_kept_on_one_master_when_another_refuses() {
         .await
         .unwrap();
     assert!(ds.iter().all(|d| d.allowed), "{ds:?}");
-    assert_eq!(left(&limiter, &first, &TEN, Algorithm::SlidingLog).await, 9);
     assert_eq!(
-        left(&limiter, &third, &TEN, Algorithm::FixedWindow).await,
+        remaining(&limiter, Algorithm::SlidingLog, &first, &TEN).await,
+        9
+    );
+    assert_eq!(
+        remaining(&limiter, Algorithm::FixedWindow, &third, &TEN).await,
         9
     );
 }
@@ -365,7 +358,10 @@ async fn shared_scenario(n: u32) {
     ];
     let admitted = ds.iter().filter(|d| d.iter().all(|d| d.allowed)).count();
     assert_eq!(admitted, 3);
-    assert_eq!(left(&SHARED, &ip, &TEN, Algorithm::SlidingLog).await, 7);
+    assert_eq!(
+        remaining(&SHARED, Algorithm::SlidingLog, &ip, &TEN).await,
+        7
+    );
 }
 
 #[tokio::test]
@@ -394,8 +390,8 @@ mod another_algorithm {
                 .await
                 .unwrap_err();
             assert_eq!(err.kind(), redis_ratelimit::BackendErrorKind::Command, "{err}");
-            assert_eq!(left(limiter, "other:a", &TEN, Algorithm::SlidingLog).await, 10);
-            assert_eq!(left(limiter, "other:b", &TEN, Algorithm::TokenBucket).await, 9);
+            assert_eq!(remaining(limiter, Algorithm::SlidingLog, "other:a", &TEN).await, 10);
+            assert_eq!(remaining(limiter, Algorithm::TokenBucket, "other:b", &TEN).await, 9);
         }
     }
 }

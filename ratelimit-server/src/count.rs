@@ -105,15 +105,7 @@ impl Service {
         let config = self.config.load_full();
         let Some(domain) = config.domains.get(&request.domain) else {
             self.metrics.unknown_domain.count(false);
-            return Ok(RateLimitResponse {
-                overall_code: Code::Ok as i32,
-                statuses: request
-                    .descriptors
-                    .iter()
-                    .map(|_| ok_without_limit())
-                    .collect(),
-                ..RateLimitResponse::default()
-            });
+            return Ok(all_ok(request));
         };
         let request_hits = u64::from(request.hits_addend.max(1));
         let mut targets: Vec<Option<Target>> = Vec::with_capacity(request.descriptors.len());
@@ -278,15 +270,7 @@ impl Service {
         tracing::warn!(domain = %request.domain, error = %error, "the backend failed: answering OK (--fail-open)");
         self.metrics.error();
         domain.requests.count(false);
-        Ok(RateLimitResponse {
-            overall_code: Code::Ok as i32,
-            statuses: request
-                .descriptors
-                .iter()
-                .map(|_| ok_without_limit())
-                .collect(),
-            ..RateLimitResponse::default()
-        })
+        Ok(all_ok(request))
     }
 
     fn respond(
@@ -461,6 +445,20 @@ fn ok_without_limit() -> DescriptorStatus {
     DescriptorStatus {
         code: Code::Ok as i32,
         ..DescriptorStatus::default()
+    }
+}
+
+/// OK for the request and each of its descriptors, none of them limited: the answer for an
+/// unknown domain and for a backend failure under `--fail-open`.
+fn all_ok(request: &RateLimitRequest) -> RateLimitResponse {
+    RateLimitResponse {
+        overall_code: Code::Ok as i32,
+        statuses: request
+            .descriptors
+            .iter()
+            .map(|_| ok_without_limit())
+            .collect(),
+        ..RateLimitResponse::default()
     }
 }
 

@@ -7,9 +7,8 @@ mod support;
 
 mod common;
 
-use std::sync::Arc;
-
 use common::{config_dir, descriptor, ok, one, over, request, Server, GIVE_UP_AFTER};
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use support::cluster::RedisCluster;
 use support::{eventually, RedisServer, ScratchDir, Topology};
 use tonic::Code as GrpcCode;
@@ -32,6 +31,28 @@ fn on(test: &str, url: &str, extra: &[&str]) -> (ScratchDir, Server) {
     args.extend_from_slice(extra);
     let server = Server::start(&dir, &args);
     (dir, server)
+}
+
+/// Sends 64 `request()`s at once, alternately to `a` and `b`: how many were admitted.
+async fn admitted_between(a: &Server, b: &Server, request: fn() -> RateLimitRequest) -> usize {
+    let clients = [a.client().await, b.client().await];
+    let mut calls = Vec::new();
+    for i in 0..64 {
+        let mut client = clients[i % 2].clone();
+        calls.push(tokio::spawn(async move {
+            client
+                .should_rate_limit(request())
+                .await
+                .unwrap()
+                .into_inner()
+                .overall_code
+        }));
+    }
+    let mut admitted = 0;
+    for call in calls {
+        admitted += usize::from(call.await.unwrap() == ok());
+    }
+    admitted
 }
 
 #[tokio::test]
@@ -83,24 +104,7 @@ async fn two_instances_on_one_redis_admit_exactly_the_limit_between_them() {
     let redis = RedisServer::start();
     let (_a_dir, a) = on("two-a", &redis.url(), &[]);
     let (_b_dir, b) = on("two-b", &redis.url(), &[]);
-    let (a, b) = (Arc::new(a), Arc::new(b));
-    let clients = [a.client().await, b.client().await];
-    let mut calls = Vec::new();
-    for i in 0..64 {
-        let mut client = clients[i % 2].clone();
-        calls.push(tokio::spawn(async move {
-            client
-                .should_rate_limit(one("shop", &[("user", "shared")]))
-                .await
-                .unwrap()
-                .into_inner()
-                .overall_code
-        }));
-    }
-    let mut admitted = 0;
-    for call in calls {
-        admitted += usize::from(call.await.unwrap() == ok());
-    }
+    let admitted = admitted_between(&a, &b, || one("shop", &[("user", "shared")])).await;
     assert_eq!(admitted, 20);
 }
 
@@ -111,27 +115,13 @@ async fn two_instances_refused_requests_consume_nothing_between_them() {
     let redis = RedisServer::start();
     let (_a_dir, a) = on("atomic-a", &redis.url(), &[]);
     let (_b_dir, b) = on("atomic-b", &redis.url(), &[]);
-    let clients = [a.client().await, b.client().await];
-    let mut calls = Vec::new();
-    for i in 0..64 {
-        let mut client = clients[i % 2].clone();
-        calls.push(tokio::spawn(async move {
-            let both = request(
-                "shop",
-                vec![descriptor(&[("user", "u")]), descriptor(&[("tenant", "t")])],
-            );
-            client
-                .should_rate_limit(both)
-                .await
-                .unwrap()
-                .into_inner()
-                .overall_code
-        }));
-    }
-    let mut admitted = 0;
-    for call in calls {
-        admitted += usize::from(call.await.unwrap() == ok());
-    }
+    let both = || {
+        request(
+            "shop",
+            vec![descriptor(&[("user", "u")]), descriptor(&[("tenant", "t")])],
+        )
+    };
+    let admitted = admitted_between(&a, &b, both).await;
     assert_eq!(admitted, 20);
     let tenant = a.ask(one("shop", &[("tenant", "t")])).await;
     assert_eq!(tenant.statuses[0].limit_remaining, 1000 - 20 - 1);

@@ -91,21 +91,16 @@ fn descriptors(node: &Node, errors: &mut Vec<(usize, String)>) -> Vec<Descriptor
 }
 
 fn descriptor(node: &Node, errors: &mut Vec<(usize, String)>) -> Option<Descriptor> {
-    if !matches!(node.value, Value::Mapping(_)) {
-        errors.push((
-            node.line,
-            format!(
-                "a descriptor is {}: write a mapping with at least `key`",
-                node.kind()
-            ),
-        ));
-        return None;
-    }
+    let mut fields = Fields::mapping(
+        node,
+        "a descriptor",
+        "write a mapping with at least `key`",
+        errors,
+    )?;
     let mut d = Descriptor {
         line: node.line,
         ..Descriptor::default()
     };
-    let mut fields = Fields::new(node, "a descriptor", errors);
     for (name, value) in fields.take() {
         match name.as_str() {
             "key" => d.key = fields.string(value),
@@ -127,21 +122,16 @@ fn descriptor(node: &Node, errors: &mut Vec<(usize, String)>) -> Option<Descript
 }
 
 fn rate_limit(node: &Node, errors: &mut Vec<(usize, String)>) -> Option<RateLimit> {
-    if !matches!(node.value, Value::Mapping(_)) {
-        errors.push((
-            node.line,
-            format!(
-                "`rate_limit` is {}: write a mapping (`unit:` and `requests_per_unit:`, or `limits:`)",
-                node.kind()
-            ),
-        ));
-        return None;
-    }
+    let mut fields = Fields::mapping(
+        node,
+        "`rate_limit`",
+        "write a mapping (`unit:` and `requests_per_unit:`, or `limits:`)",
+        errors,
+    )?;
     let mut r = RateLimit {
         line: node.line,
         ..RateLimit::default()
     };
-    let mut fields = Fields::new(node, "`rate_limit`", errors);
     for (name, value) in fields.take() {
         match name.as_str() {
             "unit" => r.unit = fields.string(value),
@@ -184,14 +174,11 @@ fn replaces(node: &Node, errors: &mut Vec<(usize, String)>) -> Vec<(String, usiz
     };
     let mut names = Vec::new();
     for item in items {
-        if !matches!(item.value, Value::Mapping(_)) {
-            errors.push((
-                item.line,
-                format!("a `replaces` entry is {}: write `- name: ...`", item.kind()),
-            ));
+        let Some(mut fields) =
+            Fields::mapping(item, "a `replaces` entry", "write `- name: ...`", errors)
+        else {
             continue;
-        }
-        let mut fields = Fields::new(item, "a `replaces` entry", errors);
+        };
         let mut name = None;
         for (field, value) in fields.take() {
             match field.as_str() {
@@ -224,6 +211,21 @@ struct Fields<'n, 'e> {
 impl<'n, 'e> Fields<'n, 'e> {
     fn new(node: &'n Node, what: &'static str, errors: &'e mut Vec<(usize, String)>) -> Self {
         Fields { node, what, errors }
+    }
+
+    /// The fields of `node` when it is a mapping; otherwise `None`, and the error
+    /// "`what` is (its kind): `write`".
+    fn mapping(
+        node: &'n Node,
+        what: &'static str,
+        write: &str,
+        errors: &'e mut Vec<(usize, String)>,
+    ) -> Option<Self> {
+        if !matches!(node.value, Value::Mapping(_)) {
+            errors.push((node.line, format!("{what} is {}: {write}", node.kind())));
+            return None;
+        }
+        Some(Fields::new(node, what, errors))
     }
 
     /// The fields with string names, each once; reports the others.

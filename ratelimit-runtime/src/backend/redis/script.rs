@@ -203,18 +203,7 @@ impl Invocation<'_> {
     fn taking_slot(&self, ask: &SlotAsk, by_hash: bool) -> Cmd {
         let request = self.request;
         let (source, script) = slot_script(request);
-        let mut cmd = match by_hash {
-            true => {
-                let mut cmd = redis::cmd("EVALSHA");
-                cmd.arg(script.get_hash());
-                cmd
-            }
-            false => {
-                let mut cmd = redis::cmd("EVAL");
-                cmd.arg(source);
-                cmd
-            }
-        };
+        let mut cmd = evalsha_or_eval(by_hash, source, script);
         cmd.arg(2)
             .arg(request.key)
             .arg(slots_key(request.key))
@@ -268,6 +257,20 @@ impl Invocation<'_> {
 /// The source and script of a check that takes a slot: the algorithm's script as the
 /// function `check`, then `slot.lua`; without rules, `slot.lua` alone. Composed and
 /// hashed once per process.
+/// `EVALSHA` and the hash of `script` (`by_hash`), or `EVAL` and its `source`: a command's
+/// head, its keys and arguments to follow.
+fn evalsha_or_eval(by_hash: bool, source: &str, script: &Script) -> Cmd {
+    let mut cmd = match by_hash {
+        true => redis::cmd("EVALSHA"),
+        false => redis::cmd("EVAL"),
+    };
+    match by_hash {
+        true => cmd.arg(script.get_hash()),
+        false => cmd.arg(source),
+    };
+    cmd
+}
+
 fn slot_script(request: &Request<'_>) -> &'static (String, Script) {
     static SCRIPTS: LazyLock<[(String, Script); 5]> = LazyLock::new(|| {
         let wrapped = |algorithm: Algorithm| {

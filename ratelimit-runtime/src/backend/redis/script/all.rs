@@ -5,7 +5,9 @@ use std::sync::LazyLock;
 
 use redis::{Cmd, Script, Value};
 
-use super::{check_id, draw_numbers, source, sources, Invocation, Numbers, Schedule};
+use super::{
+    check_id, draw_numbers, evalsha_or_eval, source, sources, Invocation, Numbers, Schedule,
+};
 use crate::backend::Request;
 use crate::decision::RawDecision;
 use crate::Algorithm;
@@ -57,18 +59,7 @@ impl<'r> ListInvocation<'r> {
     /// The list's EVALSHA (`by_hash`) or EVAL.
     pub fn command(&self, by_hash: bool) -> Cmd {
         let (source, script) = list_script();
-        let mut cmd = match by_hash {
-            true => {
-                let mut cmd = redis::cmd("EVALSHA");
-                cmd.arg(script.get_hash());
-                cmd
-            }
-            false => {
-                let mut cmd = redis::cmd("EVAL");
-                cmd.arg(source.as_str());
-                cmd
-            }
-        };
+        let mut cmd = evalsha_or_eval(by_hash, source, script);
         cmd.arg(self.checks.len());
         for check in &self.checks {
             cmd.arg(check.request.key);
