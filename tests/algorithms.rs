@@ -922,13 +922,7 @@ mod scripts {
             (1_000_000u64, 86_400_000_000u64),
             (3_000_000_007, 3_600_000_000),
         ];
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = |bound: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % bound
-        };
+        let mut next = crate::support::xorshift(0x2545_f491_4f6c_dd1d);
         let mut checked = 0;
         for (count, w) in cases {
             // (elapsed, curr, prev)

@@ -454,13 +454,7 @@ async fn redis_and_memory_decide_lists_alike() {
     let memory = Limiter::memory();
     let keys: Vec<String> = (0..8).map(|i| format!("diff:{i}")).collect();
     let algorithm_of = |i: usize| Algorithm::ALL[i % 4];
-    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut next = move |bound: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % bound
-    };
+    let mut next = support::xorshift(0x9e37_79b9_7f4a_7c15);
     let mut now = T0;
     let (mut admitted, mut refused) = (0, 0);
     for step in 0..600 {

@@ -381,13 +381,7 @@ mod redis_only {
                 Rule::new(9, secs(1)),
             ],
         ];
-        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut next = move |bound: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % bound
-        };
+        let mut next = support::xorshift(0x9e37_79b9_7f4a_7c15);
         let mut now = T0;
         let mut denials = 0;
         // Clocks go back by up to 1.5 s, though never more than the TTL margin (1 s)

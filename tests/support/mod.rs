@@ -1037,3 +1037,14 @@ pub fn capture_logs_up_to(level: tracing_subscriber::filter::LevelFilter) -> (Lo
         .set_default();
     (Logs(logs), guard)
 }
+
+/// A small deterministic generator (xorshift64) for tests that walk many cases: each call
+/// answers a number below `bound`. The same seed gives the same cases on every run.
+pub fn xorshift(mut seed: u64) -> impl FnMut(u64) -> u64 {
+    move |bound: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % bound
+    }
+}
