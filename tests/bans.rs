@@ -66,93 +66,127 @@ fn listed(bans: Vec<(String, Duration)>) -> Vec<String> {
     bans.into_iter().map(|(identity, _)| identity).collect()
 }
 
-/// Identities that keys escape or hash: banned as written, they refuse the keys of those
-/// very values, are listed as written, and are lifted by what is listed.
-async fn bans_on_escaped_identities_refuse_those_identities(limiter: &'static Limiter) {
-    let long = format!("custom:{}", "x".repeat(200));
-    let banned = [
-        "custom:john doe",
-        "custom:tenant:42",
-        "custom:100%",
-        "custom:{tag}",
-        long.as_str(),
-        "user:ann smith",
-    ];
-    for identity in banned {
-        limiter.ban(identity, HOUR).await.unwrap();
-    }
-    for value in ["john doe", "tenant:42", "100%", "{tag}", &"x".repeat(200)] {
-        for (site, answer) in [
-            ("send", send(limiter, value).await),
-            ("submit", submit(limiter, value).await),
-        ] {
-            let refused = refused_for(answer, Duration::from_secs(3500));
-            assert!(refused.is_ok(), "{site} for {value:?}: {refused:?}");
+backend_tests! {
+    memory = leak(Limiter::memory()),
+    redis = |url: &str| leak(support::redis_limiter(url));
+
+    /// Identities that keys escape or hash: banned as written, they refuse the keys of those
+    /// very values, are listed as written, and are lifted by what is listed.
+    async fn bans_on_escaped_identities_refuse_those_identities(limiter: &'static Limiter) {
+        let long = format!("custom:{}", "x".repeat(200));
+        let banned = [
+            "custom:john doe",
+            "custom:tenant:42",
+            "custom:100%",
+            "custom:{tag}",
+            long.as_str(),
+            "user:ann smith",
+        ];
+        for identity in banned {
+            limiter.ban(identity, HOUR).await.unwrap();
         }
+        for value in ["john doe", "tenant:42", "100%", "{tag}", &"x".repeat(200)] {
+            for (site, answer) in [
+                ("send", send(limiter, value).await),
+                ("submit", submit(limiter, value).await),
+            ] {
+                let refused = refused_for(answer, Duration::from_secs(3500));
+                assert!(refused.is_ok(), "{site} for {value:?}: {refused:?}");
+            }
+        }
+        assert!(refused_for(as_user(limiter, "ann smith").await, HOUR / 2).is_ok());
+        // Neighbours are free: the escaped text is not what was banned.
+        for free in ["john%20doe", "tenant", "100", &"x".repeat(199)] {
+            assert!(send(limiter, free).await.is_ok(), "{free}");
+        }
+        assert!(as_user(limiter, "ann").await.is_ok());
+
+        let mut expected: Vec<String> = banned.iter().map(|b| b.to_string()).collect();
+        expected.sort();
+        let listed = listed(limiter.bans().await.unwrap());
+        assert_eq!(listed, expected);
+        for identity in &listed {
+            limiter.unban(identity).await.unwrap();
+        }
+        assert_eq!(limiter.bans().await.unwrap(), []);
+        for value in ["john doe", "tenant:42", "100%", "{tag}", &"x".repeat(200)] {
+            assert!(send(limiter, value).await.is_ok(), "{value:?} still banned");
+        }
+        assert!(as_user(limiter, "ann smith").await.is_ok());
     }
-    assert!(refused_for(as_user(limiter, "ann smith").await, HOUR / 2).is_ok());
-    // Neighbours are free: the escaped text is not what was banned.
-    for free in ["john%20doe", "tenant", "100", &"x".repeat(199)] {
-        assert!(send(limiter, free).await.is_ok(), "{free}");
+
+    /// An IPv4-mapped IPv6 address is its IPv4 address, in a key and in a ban, whether it
+    /// comes from the request context or from `by = peer.ip()`.
+    async fn ipv4_mapped_addresses_are_their_ipv4_addresses(limiter: &'static Limiter) {
+        limiter.ban("ip:203.0.113.0/24", HOUR).await.unwrap();
+        limiter.ban("ip:::ffff:198.51.100.7", HOUR).await.unwrap();
+        for ip in ["::ffff:203.0.113.9", "::ffff:198.51.100.7", "198.51.100.7"] {
+            let refused = refused_for(from_ip(limiter, ip).await, HOUR / 2);
+            assert!(refused.is_ok(), "{ip}: {refused:?}");
+            let peer = SocketAddr::new(ip.parse().unwrap(), 50_000);
+            let refused = refused_for(by_peer(limiter, peer).await, HOUR / 2);
+            assert!(refused.is_ok(), "by = peer.ip() of {ip}: {refused:?}");
+        }
+        assert!(from_ip(limiter, "::ffff:198.51.100.8").await.is_ok());
+        let listed = listed(limiter.bans().await.unwrap());
+        assert_eq!(listed, ["ip:198.51.100.7", "ip:203.0.113.0/24"]);
+        // The mapped form lifts what the IPv4 form banned.
+        limiter.unban("ip:::ffff:198.51.100.7").await.unwrap();
+        assert!(from_ip(limiter, "198.51.100.7").await.is_ok());
     }
-    assert!(as_user(limiter, "ann").await.is_ok());
 
-    let mut expected: Vec<String> = banned.iter().map(|b| b.to_string()).collect();
-    expected.sort();
-    let listed = listed(limiter.bans().await.unwrap());
-    assert_eq!(listed, expected);
-    for identity in &listed {
-        limiter.unban(identity).await.unwrap();
+    /// Networks that would cover a whole address family are refused with a message that says
+    /// what a ban takes; what is refused bans nothing.
+    async fn bans_of_whole_address_families_are_refused(limiter: &'static Limiter) {
+        for wide in [
+            "ip:1.2.3.4/0",
+            "ip:0.0.0.0/0",
+            "ip:10.0.0.0/7",
+            "ip:::/0",
+            "ip:2001::/15",
+        ] {
+            let err = limiter.ban(wide, HOUR).await.unwrap_err();
+            assert_eq!(err.kind(), BackendErrorKind::Misconfigured, "{wide}");
+            let message = err.to_string();
+            assert!(
+                message.contains(wide.trim_start_matches("ip:")) && message.contains("/8"),
+                "{wide}: {message}"
+            );
+        }
+        assert_eq!(limiter.bans().await.unwrap(), []);
+        assert!(from_ip(limiter, "198.51.100.1").await.is_ok());
+        // The widest networks a ban takes.
+        limiter.ban("ip:10.0.0.0/8", HOUR).await.unwrap();
+        limiter.ban("ip:2001::/16", HOUR).await.unwrap();
+        assert!(from_ip(limiter, "10.200.0.1").await.is_err());
+        assert!(from_ip(limiter, "2001:ffff::1").await.is_err());
     }
-    assert_eq!(limiter.bans().await.unwrap(), []);
-    for value in ["john doe", "tenant:42", "100%", "{tag}", &"x".repeat(200)] {
-        assert!(send(limiter, value).await.is_ok(), "{value:?} still banned");
+
+    /// The longest ban: a longer one (`Duration::MAX` for "until lifted") lasts that long, is
+    /// listed and is enforced, the same on both backends.
+    async fn a_ban_longer_than_the_longest_lasts_the_longest(limiter: &'static Limiter) {
+        limiter.ban("custom:forever", Duration::MAX).await.unwrap();
+        limiter
+            .ban("custom:century", Duration::from_secs(200 * 365 * 86_400))
+            .await
+            .unwrap();
+        let longest = Limiter::MAX_BAN;
+        let bans = limiter.bans().await.unwrap();
+        assert_eq!(listed(bans.clone()), ["custom:century", "custom:forever"]);
+        for (identity, left) in bans {
+            // Redis keeps a ban's end in whole milliseconds, rounded up.
+            assert!(
+                left <= longest + Duration::from_millis(1) && left > longest - Duration::from_secs(60),
+                "{identity}: {left:?}"
+            );
+        }
+        for who in ["forever", "century"] {
+            let refused = refused_for(send(limiter, who).await, longest - Duration::from_secs(60));
+            assert!(refused.is_ok(), "{who}: {refused:?}");
+        }
+        limiter.unban("custom:forever").await.unwrap();
+        assert!(send(limiter, "forever").await.is_ok());
     }
-    assert!(as_user(limiter, "ann smith").await.is_ok());
-}
-
-#[tokio::test]
-async fn bans_on_escaped_identities_on_the_embedded_backend() {
-    bans_on_escaped_identities_refuse_those_identities(leak(Limiter::memory())).await;
-}
-
-#[tokio::test]
-async fn bans_on_escaped_identities_on_redis() {
-    let server = RedisServer::start();
-    let limiter = leak(support::redis_limiter(&server.url()));
-    bans_on_escaped_identities_refuse_those_identities(limiter).await;
-}
-
-/// An IPv4-mapped IPv6 address is its IPv4 address, in a key and in a ban, whether it
-/// comes from the request context or from `by = peer.ip()`.
-async fn ipv4_mapped_addresses_are_their_ipv4_addresses(limiter: &'static Limiter) {
-    limiter.ban("ip:203.0.113.0/24", HOUR).await.unwrap();
-    limiter.ban("ip:::ffff:198.51.100.7", HOUR).await.unwrap();
-    for ip in ["::ffff:203.0.113.9", "::ffff:198.51.100.7", "198.51.100.7"] {
-        let refused = refused_for(from_ip(limiter, ip).await, HOUR / 2);
-        assert!(refused.is_ok(), "{ip}: {refused:?}");
-        let peer = SocketAddr::new(ip.parse().unwrap(), 50_000);
-        let refused = refused_for(by_peer(limiter, peer).await, HOUR / 2);
-        assert!(refused.is_ok(), "by = peer.ip() of {ip}: {refused:?}");
-    }
-    assert!(from_ip(limiter, "::ffff:198.51.100.8").await.is_ok());
-    let listed = listed(limiter.bans().await.unwrap());
-    assert_eq!(listed, ["ip:198.51.100.7", "ip:203.0.113.0/24"]);
-    // The mapped form lifts what the IPv4 form banned.
-    limiter.unban("ip:::ffff:198.51.100.7").await.unwrap();
-    assert!(from_ip(limiter, "198.51.100.7").await.is_ok());
-}
-
-#[tokio::test]
-async fn ipv4_mapped_addresses_on_the_embedded_backend() {
-    ipv4_mapped_addresses_are_their_ipv4_addresses(leak(Limiter::memory())).await;
-}
-
-#[tokio::test]
-async fn ipv4_mapped_addresses_on_redis() {
-    let server = RedisServer::start();
-    ipv4_mapped_addresses_are_their_ipv4_addresses(leak(support::redis_limiter(&server.url())))
-        .await;
 }
 
 #[tokio::test]
@@ -174,82 +208,6 @@ async fn an_ipv4_mapped_address_is_keyed_as_its_ipv4_address() {
             "rate_limit:ip:203.0.113.9:bans.by_ip",
         ]
     );
-}
-
-/// Networks that would cover a whole address family are refused with a message that says
-/// what a ban takes; what is refused bans nothing.
-async fn bans_of_whole_address_families_are_refused(limiter: &'static Limiter) {
-    for wide in [
-        "ip:1.2.3.4/0",
-        "ip:0.0.0.0/0",
-        "ip:10.0.0.0/7",
-        "ip:::/0",
-        "ip:2001::/15",
-    ] {
-        let err = limiter.ban(wide, HOUR).await.unwrap_err();
-        assert_eq!(err.kind(), BackendErrorKind::Misconfigured, "{wide}");
-        let message = err.to_string();
-        assert!(
-            message.contains(wide.trim_start_matches("ip:")) && message.contains("/8"),
-            "{wide}: {message}"
-        );
-    }
-    assert_eq!(limiter.bans().await.unwrap(), []);
-    assert!(from_ip(limiter, "198.51.100.1").await.is_ok());
-    // The widest networks a ban takes.
-    limiter.ban("ip:10.0.0.0/8", HOUR).await.unwrap();
-    limiter.ban("ip:2001::/16", HOUR).await.unwrap();
-    assert!(from_ip(limiter, "10.200.0.1").await.is_err());
-    assert!(from_ip(limiter, "2001:ffff::1").await.is_err());
-}
-
-#[tokio::test]
-async fn whole_address_families_on_the_embedded_backend() {
-    bans_of_whole_address_families_are_refused(leak(Limiter::memory())).await;
-}
-
-#[tokio::test]
-async fn whole_address_families_on_redis() {
-    let server = RedisServer::start();
-    bans_of_whole_address_families_are_refused(leak(support::redis_limiter(&server.url()))).await;
-}
-
-/// The longest ban: a longer one (`Duration::MAX` for "until lifted") lasts that long, is
-/// listed and is enforced, the same on both backends.
-async fn a_ban_longer_than_the_longest_lasts_the_longest(limiter: &'static Limiter) {
-    limiter.ban("custom:forever", Duration::MAX).await.unwrap();
-    limiter
-        .ban("custom:century", Duration::from_secs(200 * 365 * 86_400))
-        .await
-        .unwrap();
-    let longest = Limiter::MAX_BAN;
-    let bans = limiter.bans().await.unwrap();
-    assert_eq!(listed(bans.clone()), ["custom:century", "custom:forever"]);
-    for (identity, left) in bans {
-        // Redis keeps a ban's end in whole milliseconds, rounded up.
-        assert!(
-            left <= longest + Duration::from_millis(1) && left > longest - Duration::from_secs(60),
-            "{identity}: {left:?}"
-        );
-    }
-    for who in ["forever", "century"] {
-        let refused = refused_for(send(limiter, who).await, longest - Duration::from_secs(60));
-        assert!(refused.is_ok(), "{who}: {refused:?}");
-    }
-    limiter.unban("custom:forever").await.unwrap();
-    assert!(send(limiter, "forever").await.is_ok());
-}
-
-#[tokio::test]
-async fn the_longest_ban_on_the_embedded_backend() {
-    a_ban_longer_than_the_longest_lasts_the_longest(leak(Limiter::memory())).await;
-}
-
-#[tokio::test]
-async fn the_longest_ban_on_redis() {
-    let server = RedisServer::start();
-    a_ban_longer_than_the_longest_lasts_the_longest(leak(support::redis_limiter(&server.url())))
-        .await;
 }
 
 mod behind_the_layer {

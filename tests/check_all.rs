@@ -21,35 +21,10 @@ const THREE: [Rule; 1] = [Rule::new(3, MINUTE)];
 /// Two rules, one of them a calendar day's.
 const WITH_CALENDAR: [Rule; 2] = [Rule::new(5, MINUTE), Rule::per_calendar(100, Calendar::Day)];
 
-/// Each scenario on the embedded backend and on a Redis server of its own.
-macro_rules! on_both_backends {
-    ($( async fn $name:ident($limiter:ident: &Limiter) $body:block )*) => {
-        mod memory_backend {
-            use super::*;
-            $(
-                #[tokio::test]
-                async fn $name() {
-                    let $limiter = &Limiter::memory();
-                    $body
-                }
-            )*
-        }
-        mod redis_backend {
-            use super::*;
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let server = support::RedisServer::start();
-                    let $limiter = &support::counting_limiter(&server.url());
-                    $body
-                    drop(server);
-                }
-            )*
-        }
-    };
-}
+backend_tests! {
+    memory = support::leak(Limiter::memory()),
+    redis = |url: &str| support::leak(support::counting_limiter(url));
 
-on_both_backends! {
     async fn an_empty_list_is_admitted(limiter: &Limiter) {
         assert!(limiter.check_all([]).await.unwrap().is_empty());
     }
@@ -382,7 +357,10 @@ async fn a_static_limiter_serves_parallel_tests_3() {
 mod another_algorithm {
     use super::*;
 
-    on_both_backends! {
+    backend_tests! {
+        memory = support::leak(Limiter::memory()),
+        redis = |url: &str| support::leak(support::counting_limiter(url));
+
         async fn a_key_of_another_algorithm_fails_the_list_and_counts_nothing(limiter: &Limiter) {
             limiter.check("other:b", &TEN).algorithm(Algorithm::TokenBucket).await.unwrap();
             let err = limiter

@@ -17,34 +17,6 @@ const T0: u64 = 1_700_000_040_000_000;
 const SEC: u64 = 1_000_000;
 const ALL: [Algorithm; 4] = Algorithm::ALL;
 
-/// Each test, on the embedded backend and on a Redis server of its own.
-macro_rules! on_both_backends {
-    ($( async fn $name:ident($backend:ident: &Backend) $body:block )*) => {
-        mod memory_backend {
-            use super::*;
-            $(
-                #[tokio::test]
-                async fn $name() {
-                    let $backend = &Backend::memory();
-                    $body
-                }
-            )*
-        }
-        mod redis_backend {
-            use super::*;
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let server = support::RedisServer::start();
-                    let $backend = &Backend::redis(&server.url());
-                    $body
-                    drop(server);
-                }
-            )*
-        }
-    };
-}
-
 /// A draw of 6 units over `calls` calls at `T0`, held a second.
 async fn draw_a_second(
     b: &Backend,
@@ -66,7 +38,10 @@ async fn left(b: &Backend, key: &str, rule: Rule, algorithm: Algorithm, now: u64
         .1
 }
 
-on_both_backends! {
+backend_tests! {
+    memory = support::leak(Backend::memory()),
+    redis = |url: &str| support::leak(Backend::redis(url));
+
     async fn a_draw_given_back_leaves_the_key_counting_what_was_used(b: &Backend) {
         let units = Rule::per_minute(10);
         let calls = Rule::per_minute(5).calls();

@@ -260,65 +260,58 @@ async fn from_ip(limiter: &'static Limiter, ip: &str) -> Result<(), Duration> {
     }
 }
 
-/// Bans on both backends: an identity or a network, IPv4 or IPv6, refused at every site
-/// whatever its counts, until lifted; listed with what is left of each.
-async fn bans_refuse_identities_and_networks_at_every_site(limiter: &'static Limiter) {
-    let hour = Duration::from_secs(3600);
-    limiter.ban("ip:203.0.113.0/24", hour).await.unwrap();
-    limiter.ban("ip:2001:db8::/48", hour).await.unwrap();
-    limiter
-        .ban("custom:mallory", Duration::from_secs(600))
-        .await
-        .unwrap();
-    for banned in ["203.0.113.9", "203.0.113.250", "2001:db8:0:1::7"] {
-        let waited = from_ip(limiter, banned).await.unwrap_err();
-        assert!(waited > Duration::from_secs(3500), "{banned}: {waited:?}");
-    }
-    // Neighbours are not banned, and the bans counted nothing for anyone.
-    for free in ["203.0.114.9", "2001:db9::7"] {
-        assert_eq!(from_ip(limiter, free).await, Ok(()), "{free}");
-    }
-    // Every site with that identity: `send` and `submit` are two sites.
-    for refused in [
-        send(limiter, "mallory").await,
-        submit(limiter, "mallory").await,
-    ] {
-        let Err(RateLimitError::Limited { retry_after, .. }) = refused else {
-            panic!("{refused:?}")
-        };
-        assert!(retry_after > Duration::from_secs(500), "{retry_after:?}");
-    }
-    assert!(send(limiter, "alice").await.is_ok());
-    let listed: Vec<String> = limiter
-        .bans()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|(who, _)| who)
-        .collect();
-    assert_eq!(
-        listed,
-        ["custom:mallory", "ip:2001:db8::/48", "ip:203.0.113.0/24"]
-    );
+backend_tests! {
+    memory = leak(Limiter::memory()),
+    redis = |url: &str| leak(Limiter::redis(url).unwrap());
 
-    limiter.unban("custom:mallory").await.unwrap();
-    limiter.unban("ip:203.0.113.0/24").await.unwrap();
-    assert!(send(limiter, "mallory").await.is_ok());
-    assert_eq!(from_ip(limiter, "203.0.113.9").await, Ok(()));
-    assert!(from_ip(limiter, "2001:db8::1").await.is_err());
-    assert!(limiter.ban("host:mallory", hour).await.is_err());
-}
+    /// Bans on both backends: an identity or a network, IPv4 or IPv6, refused at every site
+    /// whatever its counts, until lifted; listed with what is left of each.
+    async fn bans_refuse_identities_and_networks_at_every_site(limiter: &'static Limiter) {
+        let hour = Duration::from_secs(3600);
+        limiter.ban("ip:203.0.113.0/24", hour).await.unwrap();
+        limiter.ban("ip:2001:db8::/48", hour).await.unwrap();
+        limiter
+            .ban("custom:mallory", Duration::from_secs(600))
+            .await
+            .unwrap();
+        for banned in ["203.0.113.9", "203.0.113.250", "2001:db8:0:1::7"] {
+            let waited = from_ip(limiter, banned).await.unwrap_err();
+            assert!(waited > Duration::from_secs(3500), "{banned}: {waited:?}");
+        }
+        // Neighbours are not banned, and the bans counted nothing for anyone.
+        for free in ["203.0.114.9", "2001:db9::7"] {
+            assert_eq!(from_ip(limiter, free).await, Ok(()), "{free}");
+        }
+        // Every site with that identity: `send` and `submit` are two sites.
+        for refused in [
+            send(limiter, "mallory").await,
+            submit(limiter, "mallory").await,
+        ] {
+            let Err(RateLimitError::Limited { retry_after, .. }) = refused else {
+                panic!("{refused:?}")
+            };
+            assert!(retry_after > Duration::from_secs(500), "{retry_after:?}");
+        }
+        assert!(send(limiter, "alice").await.is_ok());
+        let listed: Vec<String> = limiter
+            .bans()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|(who, _)| who)
+            .collect();
+        assert_eq!(
+            listed,
+            ["custom:mallory", "ip:2001:db8::/48", "ip:203.0.113.0/24"]
+        );
 
-#[tokio::test]
-async fn bans_on_the_embedded_backend() {
-    bans_refuse_identities_and_networks_at_every_site(leak(Limiter::memory())).await;
-}
-
-#[tokio::test]
-async fn bans_on_redis() {
-    let server = RedisServer::start();
-    bans_refuse_identities_and_networks_at_every_site(leak(Limiter::redis(&server.url()).unwrap()))
-        .await;
+        limiter.unban("custom:mallory").await.unwrap();
+        limiter.unban("ip:203.0.113.0/24").await.unwrap();
+        assert!(send(limiter, "mallory").await.is_ok());
+        assert_eq!(from_ip(limiter, "203.0.113.9").await, Ok(()));
+        assert!(from_ip(limiter, "2001:db8::1").await.is_err());
+        assert!(limiter.ban("host:mallory", hour).await.is_err());
+    }
 }
 
 custom_sites! {

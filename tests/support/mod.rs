@@ -89,10 +89,10 @@ pub fn counting_limiter(url: &str) -> Limiter {
         .timeout(CHECK_TIMEOUT)
 }
 
-/// `limiter` for `'static` use (guarded functions, spawned tasks); leaked, as a test's
-/// limiter lives until the process ends anyway.
-pub fn leak(limiter: Limiter) -> &'static Limiter {
-    Box::leak(Box::new(limiter))
+/// `value` for `'static` use (guarded functions, spawned tasks); leaked, as a test's
+/// value lives until the process ends anyway.
+pub fn leak<T>(value: T) -> &'static T {
+    Box::leak(Box::new(value))
 }
 
 /// A `redis-server` child process bound to 127.0.0.1 on a port of its own; killed on drop.
@@ -871,9 +871,42 @@ pub fn process_server_url() -> &'static str {
 /// backend_tests! {
 ///     async fn warns(limiter: Limiter) { let limiter = limiter.on_warning(...); ... }
 /// }
+/// backend_tests! {
+///     memory = leak(Backend::memory()), redis = |url: &str| leak(Backend::redis(url));
+///     async fn draws(backend: &'static Backend) { ... } // given what each builds
+/// }
 /// ```
 #[macro_export]
 macro_rules! backend_tests {
+    (
+        memory = $memory:expr, redis = $redis:expr;
+        $( $(#[$meta:meta])* async fn $name:ident($arg:ident: $ty:ty) $body:block )*
+    ) => {
+        mod memory_backend {
+            use super::*;
+            $(
+                $(#[$meta])*
+                #[tokio::test]
+                async fn $name() {
+                    let $arg: $ty = $memory;
+                    $body
+                }
+            )*
+        }
+        mod redis_backend {
+            use super::*;
+            $(
+                $(#[$meta])*
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let server = $crate::support::RedisServer::start();
+                    let $arg: $ty = ($redis)(&server.url());
+                    $body
+                    drop(server);
+                }
+            )*
+        }
+    };
     ($( $(#[$meta:meta])* async fn $name:ident() $body:block )*) => {
         $crate::backend_tests! {
             @both $( $(#[$meta])* $name(limiter) {
