@@ -32,11 +32,13 @@ pub struct RawRules {
 impl RawRules {
     /// Parses one rule argument, if `next` is one; `None` for any other argument.
     pub fn parse(&mut self, next: &Lookahead1, input: ParseStream, errors: &mut Errors) -> Parsed {
-        if next.peek(kw::rules) && input.peek2(Token![=]) {
-            return Some(self.per_call.parse::<kw::rules>(input, errors, parsed));
-        }
+        // One peek of `rules` (each peek adds its token to the lookahead's "expected one
+        // of ..."), then `rules = <expr>` or `rules(...)`.
         if next.peek(kw::rules) {
-            return Some(self.parse_listed(input, errors));
+            return Some(match input.peek2(Token![=]) {
+                true => self.per_call.parse::<kw::rules>(input, errors, parsed),
+                false => self.parse_listed(input, errors),
+            });
         }
         Some(fill_slot! {
             next, input, errors,

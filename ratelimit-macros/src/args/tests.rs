@@ -485,3 +485,21 @@ fn rules_per_call_exclude_listed_rules_but_not_the_duplicate_rule() {
     assert!(matches!(both.rules, Rules::PerCall(_)));
     assert_eq!(both.duplicate_rule, Some(Rule::DEFAULT_DUPLICATE));
 }
+
+#[test]
+fn a_token_that_is_no_argument_lists_each_argument_once() {
+    let errors = messages(quote!(5));
+    let listed: Vec<&str> = errors[0]
+        .trim_start_matches("expected one of: ")
+        .split(", ")
+        .collect();
+    assert_eq!(listed.first(), Some(&"`rules`"), "{errors:?}");
+    let mut unique = listed.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(
+        unique.len(),
+        listed.len(),
+        "an argument listed twice: {errors:?}"
+    );
+}
