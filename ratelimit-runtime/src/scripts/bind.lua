@@ -9,4 +9,3 @@
     elseif not least or left < least then
         binding, binding_count, least, reset, binding_units = i, count, left, reset_after, units
     end
-end

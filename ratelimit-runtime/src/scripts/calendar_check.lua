@@ -5,7 +5,6 @@
     -- `end` the loop. Its record holds the units counted in the period, the CAL-th byte
     -- after the record's window (sources.rs): after the period's start where the
     -- algorithm's record starts with a time (LATEST), alone in the token bucket's.
-    if period_start then
         local held = 0
         if p then
             if p == first then

@@ -15,6 +15,3 @@
 -- Each rule's record is rewritten in place (SETRANGE), where the key still counts the
 -- reservation (algorithm::KeyState::settle documents the arithmetic).
 local TAKE = ARGV[2] == '+'
-local function settle()
-    -- The key's expiry as the value's header holds it, once a take has moved it.
-    local moved

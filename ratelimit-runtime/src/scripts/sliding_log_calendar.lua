@@ -7,7 +7,6 @@
     -- its own rules' (sliding_log_add.lua), so that a period past is forgotten.
     -- sliding_log_rules.lua has judged it as a rule of nothing counted: its figures are
     -- replaced here.
-    if period_start then
         -- As ARGV gave it: sliding_log_rules.lua leaves a calendar rule's count as it is.
         local signed = count
         units = cost

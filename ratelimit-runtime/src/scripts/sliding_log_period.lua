@@ -20,5 +20,3 @@
                 redis.call('ZADD', KEYS[1], string.format('%d', -4503599627370496 - held), member)
             end
         end
-    end
-end

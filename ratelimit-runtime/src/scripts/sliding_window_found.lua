@@ -2,7 +2,6 @@
     -- units counted at `at` are in: `n` units, at byte `at_byte` (nil: neither window
     -- holds them any more). The algorithm's refund, take or give-back follows
     -- (sources.rs), then the `end` of this `if`.
-    if p then
         local start, curr, prev = struct.unpack('<ddd', state, p + 16)
         local n, at_byte = 0, nil
         if start <= at and at < start + window then

@@ -1,4 +1,3 @@
-end
 -- Calls in flight (slot.rs): a check that also takes a slot of the key's set, all or
 -- nothing. Composed after the body of a check's script, which it closes as the function
 -- `check` (backend::redis::script opens it: `local function check()`), or alone, after

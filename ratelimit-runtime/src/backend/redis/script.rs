@@ -273,18 +273,14 @@ fn evalsha_or_eval(by_hash: bool, source: &str, script: &Script) -> Cmd {
 
 fn slot_script(request: &Request<'_>) -> &'static (String, Script) {
     static SCRIPTS: LazyLock<[(String, Script); 5]> = LazyLock::new(|| {
-        let wrapped = |algorithm: Algorithm| {
-            format!(
-                "local function check()\n{}{}",
-                source(algorithm),
-                sources::SLOT
-            )
-        };
-        let [a, b, c, d] = Algorithm::ALL.map(wrapped);
-        [a, b, c, d, format!("local check\ndo\n{}", sources::SLOT)].map(|source| {
-            let script = Script::new(&source);
-            (source, script)
-        })
+        [
+            sources::SLIDING_LOG_SLOT,
+            sources::FIXED_WINDOW_SLOT,
+            sources::SLIDING_WINDOW_SLOT,
+            sources::TOKEN_BUCKET_SLOT,
+            sources::SLOT_ALONE,
+        ]
+        .map(|source| (source.to_string(), Script::new(source)))
     });
     match request.rules.is_empty() {
         true => &SCRIPTS[4],
@@ -807,20 +803,14 @@ fn settle_script(algorithm: Algorithm) -> &'static Script {
 }
 
 /// A settle script's body: the settle, then the algorithm's check script, which answers
-/// as a peek. Composed once per process.
+/// as a peek.
 fn settle_source(algorithm: Algorithm) -> &'static str {
-    static SOURCES: LazyLock<[String; 4]> = LazyLock::new(|| {
-        Algorithm::ALL.map(|algorithm| {
-            let settle = match algorithm {
-                Algorithm::SlidingLog => sources::SLIDING_LOG_SETTLE,
-                Algorithm::FixedWindow => sources::FIXED_WINDOW_SETTLE,
-                Algorithm::SlidingWindow => sources::SLIDING_WINDOW_SETTLE,
-                Algorithm::TokenBucket => sources::TOKEN_BUCKET_SETTLE,
-            };
-            [settle, source(algorithm)].concat()
-        })
-    });
-    &SOURCES[algorithm as usize]
+    match algorithm {
+        Algorithm::SlidingLog => sources::SLIDING_LOG_SETTLE,
+        Algorithm::FixedWindow => sources::FIXED_WINDOW_SETTLE,
+        Algorithm::SlidingWindow => sources::SLIDING_WINDOW_SETTLE,
+        Algorithm::TokenBucket => sources::TOKEN_BUCKET_SETTLE,
+    }
 }
 
 /// The command that settles what one decision reserved of a key at `actual` units and
