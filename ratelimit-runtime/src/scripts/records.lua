@@ -5,5 +5,7 @@
 -- matters, and how far ahead a write of the same rules can ever need (expiry.lua,
 -- save.lua). Rule 0 apart, a write of one rule makes one string: each string costs Redis
 -- an allocation, hashing and collection.
+--
+-- Defines `records`, `needed`, `reach`, `r1`, `r2`, `r3`, `r4`, `r5`.
 local records, needed, reach = '', 0, 0
 local r1, r2, r3, r4, r5

@@ -1,3 +1,11 @@
+    -- The sliding log's judging of rule i (count, window: rule_numbers.lua), as
+    -- sliding_log_rules.lua describes it: the units inside its window, what is left, and
+    -- when the call it cannot take now could pass.
+    --
+    -- Reads `cost`, `window`, `calls_taken`, `stamp`, `clocked`, `call`, `key`, `now`,
+    -- `reach`, `longest`, `upto`, `weights`, `last`, `NEVER`; sets `has_calls`, `count`,
+    -- `empty`, `newest`; defines `inside`, `units`, `calls`, `left`, `reset_after`,
+    -- `retry`.
     local inside, units, calls = 0, cost, nil
     if count < 0 and window > 0 then
         count, units, calls, has_calls = -count, calls_taken, true, true

@@ -19,6 +19,11 @@
 --@ draw_hold
 local moment = now
 --@ records
+-- The loop over the rules. Rule i (0-based) has `count` and `window`, and `p`, the byte
+-- where its record starts in the state, or nil (when `p == first`, its numbers are x0, y0,
+-- z0: state.lua). The next check with the same rules finds each at its place; a rule
+-- found elsewhere (the rules changed) is still used, and one not found starts empty. A
+-- block's record, of count 0, is never found.
 for i = 0, rules - 1 do
     --@ rule_numbers
     --@ moment
