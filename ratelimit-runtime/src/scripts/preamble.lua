@@ -52,7 +52,7 @@
 --          string-state check asking for its time does, as a table with a seventh number:
 --          the token bucket's witness (token_bucket.lua), else 0 (reply.lua).
 --          Each optional argument has its place; one before a place that is sent goes
---          empty, and a check needing none sends none (backend/redis/script.rs).
+--          empty, and a check needing none sends none (backend/redis/script/check.rs).
 -- Returns  {allowed (1|0), rule_index (0-based binding rule), remaining, reset_after_us,
 --          retry_after_us (0 when allowed, -1 when the call can never pass)},
 --          or an admitted call's short form (see reply.lua), which a check that asks for
