@@ -1,4 +1,3 @@
-
 -- A consuming check refused by a rule starts a block of the key when the check asks for
 -- one (block_for): every check is refused from now until `now + block_for`
 -- (blocked.lua). The refusal says so: no call passes before the block ends. The write
@@ -11,6 +10,10 @@
 -- (which has ended: blocked.lua answered otherwise) when that one was of a schedule and ended less
 -- than 24 hours ago, else 1; the last duration repeats. The key then lives 24 hours past
 -- the lock-out, so that the next one finds its streak (streak.lua keeps it).
+--
+-- Reads `denied`, `consume`, `escalating`, `now`, `NEVER`; sets `block_for`,
+-- `blocked_strikes`, `blocked_rule`, `blocked_until`, `denied_retry`, `denied_reset`,
+-- `needed`, `reach`.
 if denied and consume and block_for then
     local remembered = 0
     if escalating then

@@ -19,6 +19,8 @@
 -- ARGV[1]  how long to block it, µs (integer text)
 -- ARGV[2]  now in µs since the epoch (integer text), or 0 to read Redis TIME
 -- Returns  1 when the block was written, 0 when the key was blocked at least as long.
+--
+-- Defines `key`, `block_for`, `now`.
 
 local key = KEYS[1]
 local block_for, now = tonumber(ARGV[1]), tonumber(ARGV[2])

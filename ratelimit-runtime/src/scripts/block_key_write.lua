@@ -1,3 +1,5 @@
+-- Reads `now`, `block_for`, `key`; defines `blocked_until`, `ms`, `pttl`, `kind`; may
+-- return the answer.
 local blocked_until = now + block_for
 -- The TTL the block needs, in whole ms rounded up, with the margin (algorithm::ttl_us).
 local ms = math.ceil(block_for / 1000) + 1000

@@ -1,5 +1,8 @@
 -- A block's rule as stored is its index plus 65536 times its strikes: which lock-out of
 -- an escalating schedule it is (block.lua; 0 for a block of one duration).
+--
+-- Reads `blocked_until`, `now`, `rules`, `clock`; sets `blocked_strikes`, `blocked_rule`;
+-- may return the answer.
 if blocked_rule and blocked_rule >= 65536 then
     blocked_strikes = (blocked_rule - blocked_rule % 65536) / 65536
     blocked_rule = blocked_rule % 65536

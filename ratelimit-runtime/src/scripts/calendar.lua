@@ -6,6 +6,8 @@
     -- period is not found and decides like no record. Days and civil dates convert by
     -- Howard Hinnant's civil_from_days and days_from_civil (calendar.rs), on doubles that
     -- stay integers far below 2^53.
+    --
+    -- Reads `moment`; sets `window`; defines `period_start`, `period_end`.
     local period_start, period_end
     if window < 0 then
         local r = moment % 86400000000

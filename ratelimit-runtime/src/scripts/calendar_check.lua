@@ -1,11 +1,13 @@
     -- A calendar rule (calendar.lua): a fixed window from period_start to period_end,
-    -- judged here in place of the algorithm's arithmetic; sources.rs composes
-    -- `if period_start then <this> <fixed_count.lua> <bind.lua> if not period_start then
-    -- <the algorithm> <bind.lua> end`, bind.lua's `end` closing each `if`, and the last
-    -- `end` the loop. Its record holds the units counted in the period, the CAL-th byte
+    -- judged here in place of the algorithm's arithmetic, inside templates/state_check.lua's
+    -- `if period_start then`, before fixed_count.lua. Its record holds the units counted in the period, the CAL-th byte
     -- after the record's window (sources.rs): after the period's start where the
     -- algorithm's record starts with a time (LATEST), alone in the token bucket's.
-    if period_start then
+    --
+    -- Reads `p`, `first`, `y0`, `CAL`, `x0`, `state`, `period_end`, `now`, `consume`, `i`,
+    -- `signed`, `window`, `units`, `period_start`, `OWN`, `count`; sets `needed`, `reach`,
+    -- `r2`, `r1`, `r3`, `r5`, `r4`, `records`; defines `held`, `reset_after`, `left`,
+    -- `retry`.
         local held = 0
         if p then
             if p == first then
@@ -39,5 +41,5 @@
                     .. struct.pack(OWN, period_start, held + units, 0)
             end
         end
-        -- What is left, judged by fixed_count.lua, which sources.rs composes next.
+        -- What is left, judged by fixed_count.lua, which follows.
         local left, retry = count - held, 0

@@ -5,6 +5,8 @@
 -- did not take. The hash expires no later than the key: its expiry after this write.
 -- A draw is named by its check's id (ARGV[2]), the token bucket's by its witness, as
 -- struct '<d' (what its receipt keeps: token_bucket.lua).
+--
+-- Reads `draw`, `denied`, `witness`, `ms`, `expires`, `clock`.
 if draw and not denied then
     local name = ARGV[2]
     if witness then

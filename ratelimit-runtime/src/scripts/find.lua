@@ -1,5 +1,7 @@
     -- The record of rule i (count, window) in the string `state`, as records.lua describes:
     -- `p`, where it starts, or nil. Shared by the checks and the refunds.
+    --
+    -- Reads `state`, `first`, `i`, `SIZE`, `c0`, `w0`, `count`, `window`; defines `p`.
     local p
     if state then
         p = first + i * SIZE

@@ -1,6 +1,10 @@
     -- Fixed window (algorithm/fixed_window.rs), for one rule: its records are count,
     -- window_us, window_start_us, units counted in that window.
     -- Until the window ends.
+    --
+    -- Reads `now`, `window`, `p`, `x0`, `y0`, `first`, `state`, `consume`, `i`, `signed`,
+    -- `units`, `count`; sets `reach`, `needed`, `r4`, `r3`, `r2`, `r1`, `records`; defines
+    -- `reset_after`, `start`, `calls`, `left`, `retry`.
     local reset_after = now % window
     if reset_after < 0 then
         reset_after = reset_after + window
@@ -28,5 +32,5 @@
             records = records .. struct.pack('<dddd', signed, window, start, calls + units)
         end
     end
-    -- What is left, judged by fixed_count.lua, which sources.rs composes next.
+    -- What is left, judged by fixed_count.lua, which follows.
     local left, retry = count - calls, 0

@@ -13,6 +13,8 @@
 -- ARGV[3]  the draw's name in KEYS[2]: its check's id, the token bucket's witness as
 --          struct '<d'
 -- Returns  how many records it changed
+--
+-- Defines `calls_taken`, `witness`, `moved`; may return the answer.
 if redis.call('HDEL', KEYS[2], ARGV[3]) == 0 then
     return 0
 end

@@ -4,6 +4,8 @@
 -- Returns  {type, pttl} (TYPE's answer, and PTTL's: -2 absent, -1 no expiry, else ms),
 --          then for a string its value (the string-state algorithms, scripts/state.lua),
 --          for a sorted set every member and score (the sliding log, sliding_log.lua)
+--
+-- Defines `key`, `kind`, `pttl`; may return the answer.
 local key = KEYS[1]
 local kind = redis.call('TYPE', key)['ok']
 local pttl = redis.call('PTTL', key)

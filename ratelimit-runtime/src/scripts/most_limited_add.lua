@@ -7,6 +7,8 @@
 -- ARGV[1]  CAP; ARGV[2] the set's expiry, in seconds since the epoch; then pairs of
 --          identity and refusals
 -- Returns  the members the set holds
+--
+-- Defines `key`, `held`, `over`; may return the answer.
 local key = KEYS[1]
 for i = 3, #ARGV, 2 do
     redis.call('ZINCRBY', key, ARGV[i + 1], ARGV[i])

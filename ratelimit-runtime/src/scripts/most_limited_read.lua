@@ -5,6 +5,8 @@
 --          the hash tag)
 -- ARGV[1]  how many to answer
 -- Returns  {identity, refusals, ...}, most first (ties: in byte order)
+--
+-- Defines `sums`, `names`, `answer`; may return the answer.
 local sums, names = {}, {}
 for _, key in ipairs(KEYS) do
     local members = redis.call('ZRANGE', key, '0', '-1', 'WITHSCORES')

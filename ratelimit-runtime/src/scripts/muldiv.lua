@@ -4,6 +4,8 @@
 -- floor(a * b / d) and the remainder, exact for 0 <= b <= d < 2^52 however large a * b.
 -- Below 2^52 the product and `%` are exact; above, long multiplication over the bits of
 -- a keeps the partial remainder below d.
+--
+-- Defines `muldiv`.
 local function muldiv(a, b, d)
     local p = a * b
     if p < 4503599627370496 then

@@ -4,8 +4,9 @@
 --   state.lua      reads the key, its block, and the time the check is counted at
 --                  (sliding_log.lua for the sliding log);
 --   blocked.lua    the refusal of a key under a block;
---   records.lua    opens the loop over the rules and finds each rule's record (the
---                  sliding log's loop is sliding_log_rules.lua);
+--   records.lua    what the loop over the rules fills in (the sliding log's:
+--                  sliding_log_rules.lua), then, for each rule, rule_numbers.lua and
+--                  find.lua, its record;
 --   calendar.lua   a rule counting in calendar periods: its period, and the window its
 --                  record is stored under (before find.lua);
 --   calls.lua      a rule counting calls takes one unit of any call;
@@ -14,7 +15,7 @@
 --   <algorithm>    the algorithm's arithmetic for one rule;
 --   fixed_count.lua  what is left of a count fixed until a reset, after calendar_check.lua,
 --                  sliding_log_calendar.lua and the fixed window's fixed_window.lua;
---   bind.lua       the binding rule's choice, and the end of the loop;
+--   bind.lua       the binding rule's choice, the last of the loop;
 --   sliding_log_rerun.lua  (the sliding log) a re-sent check answers as it did;
 --   block.lua      a refusal that starts a block;
 --   expiry.lua     the TTL of a write;
@@ -51,7 +52,7 @@
 --          string-state check asking for its time does, as a table with a seventh number:
 --          the token bucket's witness (token_bucket.lua), else 0 (reply.lua).
 --          Each optional argument has its place; one before a place that is sent goes
---          empty, and a check needing none sends none (backend/redis/script.rs).
+--          empty, and a check needing none sends none (backend/redis/script/check.rs).
 -- Returns  {allowed (1|0), rule_index (0-based binding rule), remaining, reset_after_us,
 --          retry_after_us (0 when allowed, -1 when the call can never pass)},
 --          or an admitted call's short form (see reply.lua), which a check that asks for
@@ -63,11 +64,18 @@
 --
 -- A script runs on every check, so it creates no closures or tables on the common path
 -- (each costs allocations and garbage collection): the fragments are plain code, composed
--- in sequence, some of them opening or closing the loop over the rules. Numbers go to
+-- in sequence, the loop over the rules written in templates/state_check.lua and
+-- sliding_log_check.lua. Numbers go to
 -- redis.call as integer text made with string.format('%d', ..): a Lua number argument is
 -- formatted by Redis with '%.17g', which costs several times a whole command. The cost is
 -- measured in instructions per check with redis-server under callgrind
 -- (scripts/bench-instructions).
+--
+-- Defines `key`, `numbers`, `call`, `consume`, `now`, `cost`, `count0`, `window0`,
+-- `block_for`, `answer_at`, `escalating`, `draw`, `calls_taken`, `hold`, `witness`,
+-- `rules`, `time`, `clock`, `lag`, `NEVER`, `denied`, `denied_left`, `denied_reset`,
+-- `denied_retry`, `binding`, `binding_count`, `binding_units`, `least`, `reset`,
+-- `blocked_until`, `blocked_rule`, `blocked_strikes`, `streak`.
 
 local key = KEYS[1]
 local numbers = ARGV[1]

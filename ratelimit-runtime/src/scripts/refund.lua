@@ -2,9 +2,9 @@
 -- key still holds them (algorithm::Counter::refund, which documents the arithmetic; keep
 -- the two in step). scripts/sources.rs composes it: NAME and SIZE (as for state.lua),
 -- ARGS (which argument holds its numbers: 1; a settle's are its third, see settle.lua),
--- this fragment, time.lua where the algorithm reads the time (the token bucket),
--- refund_rules.lua (the loop over the rules), find.lua, the algorithm's
--- <algorithm>_found.lua and <algorithm>_refund.lua, and the end of the loop.
+-- this fragment, time.lua where the algorithm reads the time (the token bucket), then
+-- the loop over the rules (templates/state_gives_back.lua): find.lua, the algorithm's
+-- <algorithm>_found.lua and <algorithm>_refund.lua.
 --
 -- KEYS[1]  the key
 -- ARGV[1]  little-endian doubles (struct '<d'): the time the check was counted at (µs),
@@ -14,6 +14,9 @@
 --
 -- Each rule's numbers are rewritten in place (SETRANGE), which keeps the key's expiry and
 -- its block. A key that holds nothing of this algorithm has nothing to give back.
+--
+-- Reads `ARGS`, `NAME`, `SIZE`; defines `key`, `numbers`, `at`, `cost`, `now`, `reserved`,
+-- `rules`, `state`, `first`, `name`, `c0`, `w0`; may return the answer.
 
 local key = KEYS[1]
 local numbers = ARGV[ARGS]
@@ -32,4 +35,5 @@ if name ~= NAME and name ~= string.upper(NAME) then
     return 0
 end
 local c0, w0 = struct.unpack('<dd', state, first)
--- Then (sources.rs) time.lua where the algorithm reads it, then refund_rules.lua.
+-- Then (templates/state_gives_back.lua) time.lua where the algorithm reads it, then the
+-- loop over the rules.

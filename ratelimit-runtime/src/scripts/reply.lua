@@ -1,6 +1,9 @@
-
 -- The answer (see algorithm::decide). Durations were computed at the time the check is
 -- counted at; `lag` turns them into durations from the caller's clock.
+--
+-- Reads `denied`, `denied_retry`, `NEVER`, `lag`, `denied_left`, `denied_reset`, `least`,
+-- `consume`, `binding_units`, `draw`, `binding`, `now`, `witness`, `binding_count`,
+-- `answer_at`; sets `reset`; defines `remaining`, `short`; may return the answer.
 if denied then
     local retry = -1
     if denied_retry ~= NEVER then

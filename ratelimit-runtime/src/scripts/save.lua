@@ -1,4 +1,3 @@
-
 -- Writes the records of this check, with the key's expiry as expiry.lua moved it, or
 -- keeping it (KEEPTTL), which saves Redis rewriting it. An admitted check writes its
 -- rules' records alone, under NAME (ending a block that has passed); a refusal that
@@ -6,6 +5,10 @@
 -- under NAME in capitals (state.lua). The common write, of one rule whose record the
 -- key holds alone under NAME, keeping the expiry, rewrites only that record's own
 -- numbers (OWN) in place: SETRANGE costs Redis less than making and storing a new value.
+--
+-- Reads `denied`, `consume`, `block_for`, `ms`, `clock`, `state`, `NAME`, `SIZE`, `first`,
+-- `blocked_until`, `blocked_rule`, `blocked_strikes`, `call`, `key`, `streak`, `HEAD`,
+-- `r1`, `r2`, `r3`, `r4`, `r5`, `records`, `rules`, `c0`, `w0`, `OWN`; sets `expires`.
 if denied then
     if consume and block_for then
         if ms then

@@ -1,7 +1,7 @@
 -- Settles a reservation, then answers as a peek of cost 1 (Limiter::settle): a string-state
 -- algorithm's settle script is this fragment, refund.lua's loop over the units rules (in
--- the function below, whose early returns leave the peek to run), and the algorithm's
--- check script, which answers the peek. scripts/sources.rs composes it.
+-- the function `settle`, whose early returns leave the peek to run), and the algorithm's
+-- check script, which answers the peek (templates/state_settle.lua).
 --
 -- KEYS[1]  the key
 -- ARGV[1]  the peek's numbers, as preamble.lua reads them (a peek of cost 1 of every rule)
@@ -14,7 +14,6 @@
 --
 -- Each rule's record is rewritten in place (SETRANGE), where the key still counts the
 -- reservation (algorithm::KeyState::settle documents the arithmetic).
+--
+-- Defines `TAKE`.
 local TAKE = ARGV[2] == '+'
-local function settle()
-    -- The key's expiry as the value's header holds it, once a take has moved it.
-    local moved

@@ -15,6 +15,11 @@
 --
 -- Times reach redis.call as integer text (see preamble.lua): `stamp` is `now`'s, made
 -- from TIME's own text where the script read it.
+--
+-- Reads `window0`, `rules`, `numbers`, `time`, `call`, `key`, `clock`, `draw`, `cost`,
+-- `WEIGHED`, `consume`; sets `blocked_rule`, `blocked_until`, `now`, `lag`; defines
+-- `expires`, `needed`, `reach`, `id`, `stamp`, `total`, `longest`, `stale`, `newest`,
+-- `block`, `last`, `upto`, `clocked`, `unheld`, `weights`, `wstale`, `first`, `weighed`.
 
 -- The longest window: how long the key's entries matter after a write; a write always
 -- moves the expiry (expiry.lua).

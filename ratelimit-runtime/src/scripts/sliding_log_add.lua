@@ -1,4 +1,3 @@
-
 -- An admitted check adds its entries, and trims those outside the longest window (when
 -- sliding_log.lua found any). Only an admitted check trims, as its own entries become the
 -- newest: a later check from a clock behind is counted at the newest entry, and an entry
@@ -12,6 +11,11 @@
 -- A draw's entries (a large one's weighted entry, in the band above the log) and calls
 -- are scored `hold` after `now`, and it moves the key's clock member (sliding_log.lua), as
 -- every later write does.
+--
+-- Reads `stamp`, `draw`, `now`, `hold`, `weighed`, `ms`, `denied`, `block`, `call`, `key`,
+-- `blocked_until`, `blocked_rule`, `blocked_strikes`, `first`, `streak`, `stale`,
+-- `has_calls`, `trim`, `wstale`, `periods`, `id`, `calls_taken`, `unheld`, `clocked`,
+-- `cost`, `binding_units`, `binding_count`; sets `least`; defines `held`, `score`.
 local held, score = stamp, stamp
 if draw then
     held = string.format('%d', now + hold)

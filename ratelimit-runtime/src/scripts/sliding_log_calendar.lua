@@ -7,8 +7,11 @@
     -- its own rules' (sliding_log_add.lua), so that a period past is forgotten.
     -- sliding_log_rules.lua has judged it as a rule of nothing counted: its figures are
     -- replaced here.
-    if period_start then
         -- As ARGV gave it: sliding_log_rules.lua leaves a calendar rule's count as it is.
+    --
+    -- Reads `cost`, `calls_taken`, `window`, `call`, `key`, `period_end`, `now`, `consume`;
+    -- sets `units`, `count`, `reset_after`, `period_reach`, `periods`, `retry`, `left`;
+    -- defines `signed`, `member`, `held`.
         local signed = count
         units = cost
         if signed < 0 then
@@ -32,6 +35,5 @@
             periods[#periods + 1] = string.format('%d', -4503599627370496 - held - units)
             periods[#periods + 1] = member
         end
-        -- What is left, judged by fixed_count.lua, which sources.rs composes next (and the
-        -- `end` of this `if`).
+        -- What is left, judged by fixed_count.lua, which follows.
         left, retry = count - held, 0

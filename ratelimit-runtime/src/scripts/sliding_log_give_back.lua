@@ -12,6 +12,10 @@
 -- ARGV[2]  the draw's id
 -- ARGV[3]  struct '<ddddd': the units used, unused; the calls used, unused; the last spend
 -- Returns  how many units and calls it removed
+--
+-- Reads `WEIGHED`, `members`, `windowed_calls`; defines `period_numbers`, `id`, `key`,
+-- `moment`, `used`, `unused`, `used_calls`, `unused_calls`, `last`, `spent`, `delta`,
+-- `delta_calls`, `removed`.
 local period_numbers, id, key = ARGV[1], ARGV[2], KEYS[1]
 local moment = struct.unpack('<d', period_numbers)
 local used, unused, used_calls, unused_calls, last = struct.unpack('<ddddd', ARGV[3])

@@ -4,6 +4,8 @@
 -- or removed (`score` nil); in batches, as Lua's stack bounds the arguments of one call.
 -- Returns how many it added or removed. Composed (sources.rs) before the settle and the
 -- give-back of the sliding log.
+--
+-- Defines `members`.
 local function members(key, id, from, to, suffix, score, flag)
     local args, n, changed = {}, 0, 0
     for k = from, to do

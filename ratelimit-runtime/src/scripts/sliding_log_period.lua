@@ -1,4 +1,7 @@
         -- A rule listed twice has one counter, changed once.
+        --
+        -- Reads `i`, `period_numbers`, `count`, `window`, `delta`, `delta_calls`; sets
+        -- `period_start`.
         for j = 0, i - 1 do
             local c, w = struct.unpack('<dd', period_numbers, 16 * j + 25)
             if period_start and c == count and w == -((-window) % 4) then
@@ -20,5 +23,3 @@
                 redis.call('ZADD', KEYS[1], string.format('%d', -4503599627370496 - held), member)
             end
         end
-    end
-end

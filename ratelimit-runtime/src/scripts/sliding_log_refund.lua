@@ -10,6 +10,9 @@
 --          member's score says it), its cost, now (unused), then count, window per rule
 -- ARGV[2]  the check's id
 -- Returns  how many members it removed
+--
+-- Reads `windowed_calls`; defines `period_numbers`, `id`, `_`, `cost`, `moment`, `members`,
+-- `removed`, `delta`, `delta_calls`.
 local period_numbers, id = ARGV[1], ARGV[2]
 local _, cost = struct.unpack('<dd', period_numbers)
 local moment = tonumber(redis.call('ZSCORE', KEYS[1], id))

@@ -16,6 +16,8 @@
 -- twice changes the key once. Its call, for rules counting calls, stays. Returns how
 -- many entries it added (negative: removed), by which sliding_log_periods.lua changes the
 -- calendar rules' counters, and the check's time.
+--
+-- Reads `members`; defines `settle`, `delta`, `moment`, `period_numbers`, `delta_calls`.
 local function settle()
     local key, id = KEYS[1], ARGV[2]
     local at, reserved, actual = struct.unpack('<ddd', ARGV[3])

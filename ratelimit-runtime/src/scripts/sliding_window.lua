@@ -1,6 +1,11 @@
     -- Sliding window (algorithm/sliding_window.rs), for one rule: its records are count,
     -- window_us, window_start_us, units in that window, units in the window before.
     -- Products that may pass 2^53 go through the long multiplication of muldiv.lua.
+    --
+    -- Reads `window`, `now`, `p`, `x0`, `y0`, `z0`, `first`, `state`, `muldiv`, `count`,
+    -- `units`, `NEVER`, `consume`, `i`, `signed`; sets `reach`, `needed`, `r5`, `r4`, `r3`,
+    -- `r2`, `r1`, `records`; defines `w`, `e`, `start`, `curr`, `prev`, `weighted`, `left`,
+    -- `reset_after`, `retry`.
     local w = window
     local e = now % w
     if e < 0 then

@@ -1,8 +1,7 @@
-end
 -- Calls in flight (slot.rs): a check that also takes a slot of the key's set, all or
--- nothing. Composed after the body of a check's script, which it closes as the function
--- `check` (backend::redis::script opens it: `local function check()`), or alone, after
--- `local check`, for a slot taken without rules (Limiter::acquire). The rules' fragments
+-- nothing. Composed after a check's script as the function `check`
+-- (templates/slot_check.lua), or alone, after `local check`, for a slot taken without
+-- rules (Limiter::acquire, templates/slot_alone.lua). The rules' fragments
 -- are not changed by it: what they read and answer stays theirs.
 --
 -- KEYS[2]      the key's slots: a ZSET of slot ids, each scored by the end of its lease
@@ -18,6 +17,8 @@ end
 -- A re-sent check whose slot is held already answers as the rules do, taking nothing
 -- more: the slot's id is the client's, so running it twice holds one slot (a set with
 -- room takes it again in place; a full one finds it held).
+--
+-- Defines `slots`, `slot`, `most`, `lease`, `slot_id`, `now`.
 local slots = KEYS[2]
 local slot = ARGV[#ARGV]
 local most, lease = struct.unpack('<dd', slot)

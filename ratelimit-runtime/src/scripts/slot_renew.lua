@@ -8,6 +8,8 @@
 -- Returns  1 when the slot was held and its lease now ends `lease` from now; 0 when it
 --          is no longer held (it lapsed, or the key was reset): it is not taken again,
 --          since another call may hold that place now.
+--
+-- Defines `slots`, `now`, `lease`, `ends`; may return the answer.
 local slots = KEYS[1]
 local now, lease = struct.unpack('<dd', ARGV[1])
 local ends = redis.call('ZSCORE', slots, ARGV[2])

@@ -1,3 +1,4 @@
+-- Reads `ends`, `now`, `slots`, `lease`; defines `ms`; may return the answer.
 if tonumber(ends) <= now then
     redis.call('ZREM', slots, ARGV[2])
     return 0

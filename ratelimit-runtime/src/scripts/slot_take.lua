@@ -1,5 +1,8 @@
 -- Lapsed slots are dropped only when they could be in the way: a set with room admits
 -- whatever lapsed, and holds now most `most` slots.
+--
+-- Reads `slots`, `most`, `now`, `slot_id`, `check`, `lease`; defines `in_use`, `answer`,
+-- `t`; may return the answer.
 local in_use = redis.call('ZCARD', slots)
 if in_use >= most then
     redis.call('ZREMRANGEBYSCORE', slots, '-inf', string.format('%d', now))

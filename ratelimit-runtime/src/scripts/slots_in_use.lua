@@ -3,6 +3,8 @@
 -- KEYS[1]  the key's slots (slot.lua)
 -- ARGV[1]  now in µs as integer text, or 0 for Redis TIME
 -- Returns  the number of slots whose lease ends after now
+--
+-- Defines `now`; may return the answer.
 local now = tonumber(ARGV[1])
 if now == 0 then
     local time = redis.call('TIME')

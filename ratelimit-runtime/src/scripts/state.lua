@@ -17,6 +17,10 @@
 -- of the rule that started the block, zeros to SIZE. So a check of a key without a block
 -- spends nothing on blocks: its name says so. Each check makes three calls: TIME, GET,
 -- and one write (save.lua): a SET of the state with its expiry, or a SETRANGE in place.
+--
+-- Reads `key`, `NAME`, `SIZE`, `HEAD`, `call`, `LATEST`, `clock`; sets `blocked_rule`,
+-- `blocked_until`, `now`, `lag`; defines `state`, `expires`, `first`, `c0`, `w0`, `x0`,
+-- `y0`, `z0`; may return the answer.
 
 -- GET of a key that is no string answers an error, as a table (pcall): a sorted set is
 -- refused with it, unless it holds only a block (a key blocked while it held nothing,

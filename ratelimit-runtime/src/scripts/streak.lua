@@ -3,6 +3,9 @@
 -- after its end (algorithm::Block::end). The key then lives at least that long, whatever
 -- the TTL of this write (expiry.lua), in whole ms rounded up, with the margin. (The strikes
 -- are tested first: a key without a lock-out, the common case, pays one test.)
+--
+-- Reads `blocked_strikes`, `consume`, `denied`, `now`, `blocked_until`, `clock`; sets
+-- `streak`, `ms`.
 if blocked_strikes and blocked_strikes > 0 and consume and not denied
     and now < blocked_until + 86400000000 then
     streak = true

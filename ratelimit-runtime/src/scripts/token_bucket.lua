@@ -5,6 +5,11 @@
     -- that the writes after it keep it.
     --
     -- T (interval, token_interval.lua), count * T the burst span.
+    --
+    -- Reads `count`, `interval`, `p`, `x0`, `first`, `state`, `now`, `hold`, `units`,
+    -- `NEVER`, `consume`, `draw`, `i`, `signed`, `window`; sets `reach`, `needed`,
+    -- `witness`, `r3`, `r2`, `r1`, `records`; defines `burst`, `ahead`, `left`, `r`,
+    -- `after`, `reset_after`, `retry`.
     local burst = count * interval
     local ahead = 0
     if p then

@@ -3,6 +3,8 @@
     -- start) counts the check in that period, as the other algorithms' clamp does
     -- (algorithm/calendar.rs, judge). A record's window is -(4 * its first day + 1 or 2)
     -- (calendar.lua); this rule's window is still -1 or -2 here.
+    --
+    -- Reads `now`, `window`, `state`, `first`, `SIZE`, `count`; sets `moment`.
     moment = now
     if window < 0 and state then
         for q = first, #state, SIZE do

@@ -3,6 +3,9 @@
         -- full before them, and these the last of those: all n until at + (m - n) * T,
         -- then less what has passed since, none after at + m * T; the tat never goes
         -- below now (a full bucket). Keep in step with algorithm/token_bucket.rs.
+        --
+        -- Reads `now`, `at`, `units`, `reserved`, `count`, `interval`, `key`, `p`; sets
+        -- `tat`, `given`; defines `from`, `n`, `m`, `held`, `ahead`.
         local from = now
         if at > from then
             from = at

@@ -1,6 +1,9 @@
         -- Token bucket: the excess taken from now (or from the reservation, if later):
         -- the tat moves on by units * T from there, in debt past the burst span if need
         -- be.
+        --
+        -- Reads `now`, `at`, `units`, `interval`, `key`, `p`, `state`, `NAME`; sets `tat`,
+        -- `given`, `moved`; defines `from`, `expires`.
         local from = now
         if at > from then
             from = at

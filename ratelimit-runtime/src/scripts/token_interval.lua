@@ -1,5 +1,7 @@
     -- The token bucket's emission interval T = ceil(window / count) (algorithm/
     -- token_bucket.rs), for one rule, in its check and its refund.
+    --
+    -- Reads `window`, `count`; defines `interval`.
     local interval = window % count
     if interval < 0 then
         interval = interval + count

@@ -4,7 +4,11 @@
 -- (negative: given back), `delta_calls` for a calendar rule counting calls; never below
 -- 0. Only a change of entries, which are named, moves them, so that a settle or refund
 -- sent twice moves them once. `period_numbers` holds the rules as preamble.lua's ARGV[1]
--- does. sliding_log_period.lua closes the loop.
+-- does. A template (sources.rs): each `--@ name` line is the fragment name.lua.
 if delta ~= 0 or delta_calls ~= 0 then
     for i = 0, (#period_numbers - 24) / 16 - 1 do
         local count, window = struct.unpack('<dd', period_numbers, 16 * i + 25)
+        --@ calendar
+        --@ sliding_log_period
+    end
+end

@@ -1,0 +1,9 @@
+-- The sliding log's settle (sliding_log_settle.lua), then its check script, which answers
+-- as a peek. A template (scripts/sources.rs, `compose!`): each line `--@ name` is
+-- replaced by the fragment name.lua, or by the part sources.rs names so:
+--   periods  the calendar counters' change (templates/sliding_log_periods.lua);
+--   check    the sliding log's check script (sliding_log_check.lua).
+--@ sliding_log_members
+--@ sliding_log_settle
+--@ periods
+--@ check
