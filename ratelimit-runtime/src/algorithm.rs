@@ -324,7 +324,7 @@ impl Outcome {
 
 /// How one algorithm counts a key's state.
 pub(crate) trait Counter {
-    /// Runs `call` (see [`KeyState::check`]): refused while `block` lasts; else judged at
+    /// Runs `call` (see [`StoredState::check`]): refused while `block` lasts; else judged at
     /// the time [`Clamp`] makes of it and decided, recorded with its receipt when it
     /// consumes and every rule admits it ([`Block::end`]), and blocking the key when it
     /// asks to and is refused ([`Block::start`]).
@@ -342,7 +342,7 @@ pub(crate) trait Counter {
     /// units (rules counting calls keep their one): gives back the difference as far as
     /// the state still holds it, or takes it, even past a rule's count, where the state
     /// still counts the reservation; `now_us` is the caller's clock. See
-    /// [`KeyState::settle`]. Returns the key's new TTL from `now_us` when the settle moved
+    /// [`StoredState::settle`]. Returns the key's new TTL from `now_us` when the settle moved
     /// its expiry (a debt that outlives it), as [`Outcome::ttl_us`].
     fn settle(
         &mut self,
@@ -376,12 +376,12 @@ enum Counts {
 
 /// The state one key holds: its counts and its block.
 #[derive(Clone, Debug)]
-pub(crate) struct KeyState {
+pub(crate) struct StoredState {
     counts: Counts,
     block: Block,
 }
 
-impl KeyState {
+impl StoredState {
     /// The empty state of a key that does not exist yet.
     pub fn new(algorithm: Algorithm) -> Self {
         let counts = match algorithm {
@@ -390,7 +390,7 @@ impl KeyState {
             Algorithm::SlidingWindow => Counts::SlidingWindow(Default::default()),
             Algorithm::TokenBucket => Counts::TokenBucket(Default::default()),
         };
-        KeyState {
+        StoredState {
             counts,
             block: Block::NONE,
         }
@@ -442,14 +442,14 @@ impl KeyState {
     /// (as on Redis: a sorted set holding only the block's member). Whichever algorithm
     /// checks it first takes it over, keeping the block; `None` when the state holds
     /// counts, or is already `algorithm`'s.
-    pub fn taken_over_by(&self, algorithm: Algorithm) -> Option<KeyState> {
+    pub fn taken_over_by(&self, algorithm: Algorithm) -> Option<StoredState> {
         match &self.counts {
             Counts::SlidingLog(s)
                 if algorithm != Algorithm::SlidingLog && s.latest_us().is_none() =>
             {
-                Some(KeyState {
+                Some(StoredState {
                     block: self.block,
-                    ..KeyState::new(algorithm)
+                    ..StoredState::new(algorithm)
                 })
             }
             _ => None,
@@ -471,7 +471,7 @@ impl KeyState {
     }
 }
 
-impl KeyState {
+impl StoredState {
     /// Gives back what a draw did not use and re-times what it used (see [`Returned`]),
     /// once; nothing when another algorithm counted it.
     pub fn give_back(&mut self, algorithm: Algorithm, back: &Returned<'_>, now_us: u64) {
@@ -531,7 +531,7 @@ pub(crate) struct Standing {
 }
 
 /// Reading a key's state without changing it.
-impl KeyState {
+impl StoredState {
     /// How `rule` stands at `now_us`, by the algorithm's own arithmetic: a peek of one unit
     /// (`left`, `retry_after_us`) and of more than the rule's count (the window as things
     /// stand, `reset_after_us`), counted at the time a check would be ([`Clamp`]). A rule
@@ -593,7 +593,7 @@ impl KeyState {
     /// (in capitals under a block), the key's expiry, the records, and the block's record.
     /// An error says what the value is instead.
     #[cfg(feature = "redis")]
-    pub fn from_redis_string(value: &[u8]) -> Result<KeyState, String> {
+    pub fn from_redis_string(value: &[u8]) -> Result<StoredState, String> {
         use records::State;
         for algorithm in [
             Algorithm::FixedWindow,
@@ -619,7 +619,7 @@ impl KeyState {
                 _ => State::decode(body, blocked).map(|(s, block)| (Counts::TokenBucket(s), block)),
             };
             return decoded
-                .map(|(counts, block)| KeyState { counts, block })
+                .map(|(counts, block)| StoredState { counts, block })
                 .ok_or_else(|| format!("a value named {algorithm} of an unexpected length"));
         }
         Err("a string the limiter did not write".into())
@@ -635,9 +635,9 @@ impl KeyState {
         calls: Vec<u64>,
         periods: Vec<(Rule, u64, u64)>,
         block: Option<(u64, usize)>,
-    ) -> KeyState {
+    ) -> StoredState {
         let log = sliding_log::State::from_entries(entries, calls, periods);
-        KeyState {
+        StoredState {
             counts: Counts::SlidingLog(log),
             block: block.map_or(Block::NONE, |(until_us, rule)| {
                 Block::stored(until_us, rule as u64)

@@ -3,7 +3,7 @@
 use std::num::NonZeroU64;
 
 use super::testing::{call, rule};
-use super::{Call, KeyState};
+use super::{Call, StoredState};
 use crate::decision::{RawDecision, Receipt};
 use crate::Algorithm;
 use crate::Rule;
@@ -11,7 +11,7 @@ use crate::Rule;
 const ALL: [Algorithm; 4] = Algorithm::ALL;
 
 /// The arithmetic of one key, for the hand-worked sequences.
-struct Key(Option<KeyState>);
+struct Key(Option<StoredState>);
 
 impl super::worked::Runner for Key {
     type Receipt = Receipt;
@@ -29,7 +29,7 @@ impl super::worked::Runner for Key {
             consume: check.consume,
             block_for_us: NonZeroU64::new(check.block_for_us),
         };
-        let state = self.0.get_or_insert_with(|| KeyState::new(algorithm));
+        let state = self.0.get_or_insert_with(|| StoredState::new(algorithm));
         let d = state.check(&call).decision;
         let answer = [
             u64::from(d.allowed),
@@ -66,7 +66,7 @@ fn hand_worked_sequences_are_answered_exactly() {
 fn a_cost_above_a_count_is_denied_for_ever_and_consumes_nothing() {
     let rules = [rule(10, 1_000), rule(3, 100)];
     for algorithm in ALL {
-        let mut s = KeyState::new(algorithm);
+        let mut s = StoredState::new(algorithm);
         assert!(s.check(&call(&rules, 5_000, 1, true)).decision.allowed);
         let never = s.check(&call(&rules, 5_000, 4, true));
         assert!(!never.decision.allowed, "{algorithm:?}");
@@ -84,7 +84,7 @@ fn a_cost_above_a_count_is_denied_for_ever_and_consumes_nothing() {
 fn a_cost_uses_that_many_units_of_every_rule() {
     let rules = [rule(10, 1_000_000), rule(4, 1_000_000)];
     for algorithm in ALL {
-        let mut s = KeyState::new(algorithm);
+        let mut s = StoredState::new(algorithm);
         let d = s.check(&call(&rules, 0, 3, true)).decision;
         assert_eq!(
             (d.allowed, d.rule_index, d.remaining),
@@ -106,7 +106,7 @@ fn a_cost_uses_that_many_units_of_every_rule() {
 fn denied_calls_consume_nothing() {
     let rules = [rule(10, 1_000), rule(1, 100)];
     for algorithm in ALL {
-        let (mut denied, mut fresh) = (KeyState::new(algorithm), KeyState::new(algorithm));
+        let (mut denied, mut fresh) = (StoredState::new(algorithm), StoredState::new(algorithm));
         for s in [&mut denied, &mut fresh] {
             assert!(s.check(&call(&rules, 0, 1, true)).decision.allowed);
         }
@@ -142,7 +142,7 @@ fn retry_after_is_exactly_when_the_binding_rule_passes() {
     ];
     for algorithm in ALL {
         for (rules, step, denials) in cases {
-            let mut s = KeyState::new(algorithm);
+            let mut s = StoredState::new(algorithm);
             let (mut now, mut seen) = (1_234, 0);
             for &cost in [1, 2, 1, 1, 2].iter().cycle() {
                 if seen == denials {
@@ -171,7 +171,7 @@ fn retry_after_is_exactly_when_the_binding_rule_passes() {
 fn peek_tells_what_is_left_now_and_writes_nothing() {
     let rules = [rule(2, 1_000)];
     for algorithm in ALL {
-        let mut s = KeyState::new(algorithm);
+        let mut s = StoredState::new(algorithm);
         for now in [0, 1] {
             let peek = s.check(&call(&rules, now, 1, false));
             assert_eq!(peek.ttl_us, None, "{algorithm:?}");
@@ -194,10 +194,10 @@ fn peek_tells_what_is_left_now_and_writes_nothing() {
 fn stale_state_decides_like_absent_state() {
     let rules = [rule(2, 1_000)];
     for algorithm in ALL {
-        let mut s = KeyState::new(algorithm);
+        let mut s = StoredState::new(algorithm);
         s.check(&call(&rules, 500, 1, true));
         s.check(&call(&rules, 501, 1, true));
-        let mut fresh = KeyState::new(algorithm);
+        let mut fresh = StoredState::new(algorithm);
         for now in [2_501, 7_000] {
             assert_eq!(
                 s.check(&call(&rules, now, 1, false)).decision,
@@ -219,7 +219,7 @@ fn stale_state_decides_like_absent_state() {
 fn binding_rule_is_least_remaining_when_allowed_and_last_to_free_when_denied() {
     let rules = [rule(2, 1_000), rule(2, 10_000), rule(5, 10_000)];
     for algorithm in ALL {
-        let mut s = KeyState::new(algorithm);
+        let mut s = StoredState::new(algorithm);
         // Remaining 1, 1, 4, then 0, 0, 3: ties go to the lowest index.
         for remaining in [1, 0] {
             let d = s.check(&call(&rules, 0, 1, true)).decision;
@@ -232,7 +232,7 @@ fn binding_rule_is_least_remaining_when_allowed_and_last_to_free_when_denied() {
     // Equal retries bind the lowest index.
     let both = [rule(1, 1_000), rule(1, 1_000), rule(2, 1_000)];
     for algorithm in ALL {
-        let mut s = KeyState::new(algorithm);
+        let mut s = StoredState::new(algorithm);
         s.check(&call(&both, 0, 1, true));
         let d = s.check(&call(&both, 10, 1, true)).decision;
         assert_eq!((d.allowed, d.rule_index), (false, 0), "{algorithm:?}");
@@ -243,7 +243,7 @@ fn binding_rule_is_least_remaining_when_allowed_and_last_to_free_when_denied() {
 fn a_write_of_one_record_per_rule_keeps_only_the_rules_it_checked() {
     let (short, long) = (rule(3, 1_000), rule(5, 10_000));
     for algorithm in &ALL[1..] {
-        let mut s = KeyState::new(*algorithm);
+        let mut s = StoredState::new(*algorithm);
         s.check(&call(&[short, long], 0, 1, true));
         s.check(&call(&[short, long], 1, 1, true));
         // The long rule keeps its count when checked alone, in any position.
@@ -252,7 +252,7 @@ fn a_write_of_one_record_per_rule_keeps_only_the_rules_it_checked() {
         let d = s.check(&call(&[short, long], 3, 1, false)).decision;
         assert_eq!((d.rule_index, d.remaining), (1, 2), "{algorithm:?}");
         // The short rule was not in that write: it starts empty again.
-        let fresh = KeyState::new(*algorithm).check(&call(&[short], 3, 1, false));
+        let fresh = StoredState::new(*algorithm).check(&call(&[short], 3, 1, false));
         assert_eq!(
             s.check(&call(&[short], 3, 1, false)),
             fresh,
@@ -267,7 +267,7 @@ fn an_older_now_never_discards_newer_state() {
     // (the previous window) must still find it full.
     let rules = [rule(2, 1_000)];
     for algorithm in ALL {
-        let mut s = KeyState::new(algorithm);
+        let mut s = StoredState::new(algorithm);
         assert!(s.check(&call(&rules, 10_100, 1, true)).decision.allowed);
         assert!(s.check(&call(&rules, 10_100, 1, true)).decision.allowed);
         let late = s.check(&call(&rules, 9_500, 1, true)).decision;
@@ -339,7 +339,7 @@ fn a_write_moves_the_expiry_to_cover_what_its_state_needs() {
         ),
     ];
     for (algorithm, rules, writes) in cases {
-        let mut s = KeyState::new(algorithm);
+        let mut s = StoredState::new(algorithm);
         for &(now, cost, ttl) in writes {
             let outcome = s.check(&call(rules, now, cost, true));
             assert!(outcome.decision.allowed, "{algorithm:?} at {now}");

@@ -30,10 +30,10 @@ type KeyHasher = SeedableRandomState;
 mod all;
 mod shard;
 
-use self::shard::{Shard, Slot};
+use self::shard::{Entry, Shard};
 use super::memory_slots::MemorySlots;
 use super::{GiveBack, Request};
-use crate::algorithm::KeyState;
+use crate::algorithm::StoredState;
 use crate::clock::{Clock, SystemClock};
 use crate::decision::{CountedBy, RawDecision, Receipt};
 use crate::{random, sync, Algorithm, BackendError, Rule};
@@ -177,7 +177,7 @@ impl MemoryBackend {
 
     /// Settles what `receipt` (of a decision this backend made for `peek.key` and
     /// `peek.rules`) reserved at `actual` units, as far as the key's state still counts it
-    /// (see `algorithm::KeyState::settle`), then answers `peek`, under one lock. `None`:
+    /// (see `algorithm::StoredState::settle`), then answers `peek`, under one lock. `None`:
     /// nothing to settle here (a receipt of nothing, or of another backend).
     pub(crate) fn settle(
         &self,
@@ -231,7 +231,7 @@ impl MemoryBackend {
 
     /// A copy of `key`'s state, the clock's time and when the key expires (µs); `None`
     /// when the key is absent or expired. Counts as no use of the key.
-    pub(crate) fn inspect(&self, key: &str) -> Option<(KeyState, u64, u64)> {
+    pub(crate) fn inspect(&self, key: &str) -> Option<(StoredState, u64, u64)> {
         let hash = self.hash(key);
         let shard = self.shard(hash);
         let now_us = self.clock.now_us();
@@ -269,16 +269,16 @@ impl MemoryBackend {
                 .as_mut()
                 .expect("the index lists only slots in use");
             if slot.expires_at_us <= now_us {
-                slot.state = KeyState::new(Algorithm::SlidingLog);
+                slot.state = StoredState::new(Algorithm::SlidingLog);
             }
             let until_us = slot.state.block_until(until_us);
             slot.expires_at_us = slot.expires_at_us.max(until_us);
             shard.touch(id);
             return;
         }
-        let mut state = KeyState::new(Algorithm::SlidingLog);
+        let mut state = StoredState::new(Algorithm::SlidingLog);
         state.block_until(until_us);
-        let slot = Slot {
+        let slot = Entry {
             key: Box::from(key),
             hash,
             state,
@@ -322,7 +322,7 @@ impl MemoryBackend {
         from: usize,
         max: usize,
         now_us: u64,
-        mut each: impl FnMut(&str, &KeyState, u64),
+        mut each: impl FnMut(&str, &StoredState, u64),
     ) -> Option<usize> {
         let shard = sync::lock(&self.shards[shard]);
         let end = shard.slots.len().min(from.saturating_add(max));
@@ -336,13 +336,13 @@ impl MemoryBackend {
 
     /// Stores `key` with `state` until `expires_at_us`, replacing what it held, as the
     /// most recently used key (making room as a new key does).
-    pub(crate) fn put(&self, key: &str, state: KeyState, expires_at_us: u64, now_us: u64) {
+    pub(crate) fn put(&self, key: &str, state: StoredState, expires_at_us: u64, now_us: u64) {
         let hash = self.hash(key);
         let mut shard = self.shard(hash);
         if let Some(id) = shard.find(hash, key) {
             shard.remove(id);
         }
-        let slot = Slot {
+        let slot = Entry {
             key: Box::from(key),
             hash,
             state,

@@ -6,7 +6,7 @@
 // hash. 0.15 is the newest line within the workspace's rust-version.
 use hashbrown::HashTable;
 
-use crate::algorithm::{Call, KeyState};
+use crate::algorithm::{Call, StoredState};
 use crate::backend::Request;
 use crate::decision::RawDecision;
 use crate::{BackendError, BackendErrorKind};
@@ -25,13 +25,13 @@ const NIL: u32 = u32::MAX;
 /// doubly linked list from the most to the least recently used (a small intrusive LRU
 /// rather than a crate: the sweep and the eviction need to walk it and the slab directly).
 pub(super) struct Shard {
-    /// Slot numbers, hashed by their key's hash.
+    /// Entry numbers, hashed by their key's hash.
     pub(super) index: HashTable<u32>,
     /// `None` for a free slot, listed in `free`.
-    pub(super) slots: Vec<Option<Slot>>,
+    pub(super) slots: Vec<Option<Entry>>,
     /// The recency list, beside the slots so that moving a key to its front touches a few
     /// small records rather than the slots themselves.
-    pub(super) links: Vec<Link>,
+    pub(super) links: Vec<Recency>,
     pub(super) free: Vec<u32>,
     /// Most recently used slot, or `NIL`.
     pub(super) head: u32,
@@ -45,16 +45,16 @@ pub(super) struct Shard {
     pub(super) hand: usize,
 }
 
-pub(super) struct Slot {
+pub(super) struct Entry {
     pub(super) key: Box<str>,
     pub(super) hash: u64,
-    pub(super) state: KeyState,
+    pub(super) state: StoredState,
     /// When the key stops existing (µs since the epoch), as `PEXPIRE` would make it.
     pub(super) expires_at_us: u64,
 }
 
 #[derive(Clone, Copy)]
-pub(super) struct Link {
+pub(super) struct Recency {
     /// Towards the most recently used.
     pub(super) prev: u32,
     /// Towards the least recently used.
@@ -154,7 +154,7 @@ impl Shard {
             } else {
                 // Expired: start over as if the key were absent. A check that writes
                 // nothing leaves the (still expired) entry for the sweep.
-                slot.state = KeyState::new(algorithm);
+                slot.state = StoredState::new(algorithm);
             }
             let outcome = slot.state.check(&call);
             if let Some(ttl) = outcome.ttl_us {
@@ -176,12 +176,12 @@ impl Shard {
         hash: u64,
     ) -> Result<RawDecision, BackendError> {
         let (key, now_us) = (request.key, call.now_us);
-        let mut state = KeyState::new(request.algorithm);
+        let mut state = StoredState::new(request.algorithm);
         let outcome = state.check(call);
         // A peek, or a denial, of an absent key stores nothing (unless it starts a block).
         if let Some(ttl) = outcome.ttl_us {
             self.insert(
-                Slot {
+                Entry {
                     key: Box::from(key),
                     hash,
                     state,
@@ -210,7 +210,7 @@ impl Shard {
     }
 
     /// Stores a new key as the most recently used, making room first.
-    pub(super) fn insert(&mut self, slot: Slot, now_us: u64) {
+    pub(super) fn insert(&mut self, slot: Entry, now_us: u64) {
         self.sweep(now_us);
         if self.len >= self.capacity {
             self.evict(now_us);
@@ -234,7 +234,7 @@ impl Shard {
                     self.links.reserve_exact(more);
                 }
                 self.slots.push(Some(slot));
-                self.links.push(Link {
+                self.links.push(Recency {
                     prev: NIL,
                     next: NIL,
                 });
@@ -309,7 +309,7 @@ impl Shard {
     }
 
     pub(super) fn unlink(&mut self, id: u32) {
-        let Link { prev, next } = self.links[id as usize];
+        let Recency { prev, next } = self.links[id as usize];
         match prev {
             NIL => self.head = next,
             prev => self.links[prev as usize].next = next,
@@ -321,7 +321,7 @@ impl Shard {
     }
 
     pub(super) fn push_front(&mut self, id: u32) {
-        self.links[id as usize] = Link {
+        self.links[id as usize] = Recency {
             prev: NIL,
             next: self.head,
         };
