@@ -11,6 +11,7 @@
 //! one record per rule and share all but their arithmetic ([`records`]); the sliding log
 //! keeps its entries.
 
+mod block;
 mod calendar;
 mod fixed_window;
 mod records;
@@ -23,8 +24,8 @@ mod worked;
 
 use std::num::NonZeroU64;
 
+pub(crate) use self::block::Block;
 use crate::decision::{RawDecision, Receipt};
-use crate::lockout::{Lockout, STREAK_US};
 use crate::{Algorithm, Rule};
 
 /// The time a check is counted at: never earlier than the key's stored state.
@@ -323,7 +324,7 @@ impl Outcome {
 
 /// How one algorithm counts a key's state.
 pub(crate) trait Counter {
-    /// Runs `call` (see [`KeyState::check`]): refused while `block` lasts; else judged at
+    /// Runs `call` (see [`StoredState::check`]): refused while `block` lasts; else judged at
     /// the time [`Clamp`] makes of it and decided, recorded with its receipt when it
     /// consumes and every rule admits it ([`Block::end`]), and blocking the key when it
     /// asks to and is refused ([`Block::start`]).
@@ -341,7 +342,7 @@ pub(crate) trait Counter {
     /// units (rules counting calls keep their one): gives back the difference as far as
     /// the state still holds it, or takes it, even past a rule's count, where the state
     /// still counts the reservation; `now_us` is the caller's clock. See
-    /// [`KeyState::settle`]. Returns the key's new TTL from `now_us` when the settle moved
+    /// [`StoredState::settle`]. Returns the key's new TTL from `now_us` when the settle moved
     /// its expiry (a debt that outlives it), as [`Outcome::ttl_us`].
     fn settle(
         &mut self,
@@ -364,144 +365,6 @@ pub(crate) trait Counter {
     fn held(&self, rule: &Rule, at_us: u64) -> u64;
 }
 
-/// A key's lock-out: after a consuming check with `block_for` set is refused by a rule,
-/// every check of the key (and every peek) is refused, consuming nothing, until the time
-/// it was counted at plus `block_for`. The refusal answers with the rule that started the
-/// block (rule 0 when the rules have changed since and there is no such rule), nothing
-/// remaining, and `retry_after` and `reset_after` the block's remaining time.
-///
-/// It is kept with the key's state: on Redis in the key itself (a string state named in
-/// capitals, with a last record of count 0; a member scored `+inf` in the sliding log's
-/// sorted set), whose expiry a block moves to cover it; so `reset` (deleting the key)
-/// lifts it, and a block longer than every window outlives them. An admitted write ends a
-/// block that has passed. Its rule is the one that refused the call (the binding rule of
-/// the refusal), kept as an index.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Block {
-    /// µs since the epoch; 0: no block.
-    until_us: u64,
-    rule_index: usize,
-    /// Which lock-out of an escalating schedule this is (1 for the first; 0 for a block
-    /// of one duration, which starts no streak).
-    strikes: u32,
-}
-
-impl Block {
-    /// No block.
-    pub const NONE: Block = Block {
-        until_us: 0,
-        rule_index: 0,
-        strikes: 0,
-    };
-
-    /// A block as the scripts store it: its end and its rule's index plus 65536 times its
-    /// strikes (blocked.lua).
-    #[cfg(feature = "redis")]
-    pub fn stored(until_us: u64, rule: u64) -> Block {
-        Block {
-            until_us,
-            rule_index: (rule % 65536) as usize,
-            strikes: u32::try_from(rule / 65536).unwrap_or(u32::MAX),
-        }
-    }
-
-    /// The time `call` is counted at, `latest_us` being the newest time the key's state
-    /// records (see [`Clamp`]); or, while the block lasts, the call's refusal.
-    fn clamp(&self, call: &Call<'_>, latest_us: Option<u64>) -> Result<Clamp, Outcome> {
-        let clamp = Clamp::new(call.now_us, latest_us);
-        if clamp.at_us >= self.until_us {
-            return Ok(clamp);
-        }
-        let left_us = self.until_us - clamp.at_us + clamp.lag_us;
-        Err(Outcome::unwritten(RawDecision {
-            allowed: false,
-            rule_index: if self.rule_index < call.rules.len() {
-                self.rule_index
-            } else {
-                0
-            },
-            remaining: 0,
-            reset_after_us: left_us,
-            retry_after_us: left_us,
-            receipt: Receipt::NONE,
-            crossed: None,
-        }))
-    }
-
-    /// After `call`, counted at `clamp`, is refused: blocks the key when the call consumes
-    /// and asks for a block, from the time the refusal was counted at, and the refusal
-    /// then says that no call passes before the block ends. Returns how long the key must
-    /// live from the caller's clock for the block, `None` when there is none: to its end,
-    /// and for an escalating lock-out 24 hours more, so that its streak is remembered
-    /// (see [`crate::lockout`]).
-    fn start(&mut self, refusal: &mut RawDecision, call: &Call<'_>, clamp: Clamp) -> Option<u64> {
-        let lockout = match call.block_for_us {
-            Some(block_for_us) if call.consume => Lockout::of(block_for_us),
-            _ => return None,
-        };
-        let (strikes, remembered_us) = match lockout {
-            Lockout::Fixed(_) => (0, 0),
-            // The previous lock-out has ended (a refusal under one is answered before).
-            Lockout::Escalating(_) if self.streak_at(clamp.at_us) => (self.strikes + 1, STREAK_US),
-            Lockout::Escalating(_) => (1, STREAK_US),
-        };
-        let block_for_us = lockout.duration_us(strikes);
-        self.extend(
-            clamp.at_us.saturating_add(block_for_us),
-            refusal.rule_index,
-            strikes,
-        );
-        let block_us = block_for_us.saturating_add(clamp.lag_us);
-        if refusal.retry_after_us != RawDecision::NEVER {
-            refusal.retry_after_us = refusal.retry_after_us.max(block_us);
-        }
-        refusal.reset_after_us = refusal.reset_after_us.max(block_us);
-        Some(block_us.saturating_add(remembered_us))
-    }
-
-    /// Whether a lock-out starting at `at_us` continues the key's streak: its previous
-    /// lock-out was one of a schedule and ended less than 24 hours before.
-    fn streak_at(&self, at_us: u64) -> bool {
-        self.strikes > 0 && at_us < self.until_us.saturating_add(STREAK_US)
-    }
-
-    /// Blocks the key until `until_us` (µs since the epoch), answered by rule
-    /// `rule_index`, the `strikes`th lock-out of a streak (0: none), unless a block already
-    /// runs at least as long: a block never shortens another. Both ways a block starts come
-    /// here: a refusal with `block_for` ([`start`](Self::start)) and
-    /// [`KeyState::block_until`] (`Limiter::block`).
-    fn extend(&mut self, until_us: u64, rule_index: usize, strikes: u32) {
-        if until_us > self.until_us {
-            *self = Block {
-                until_us,
-                rule_index,
-                strikes,
-            };
-        }
-    }
-
-    /// How long from `now_us` the key must live to remember its streak: until 24 hours
-    /// after its last lock-out's end; 0 without one.
-    fn remembered_us(&self, now_us: u64) -> u64 {
-        match self.strikes {
-            0 => 0,
-            _ => self
-                .until_us
-                .saturating_add(STREAK_US)
-                .saturating_sub(now_us),
-        }
-    }
-
-    /// An admitted write at `at_us` ends a block that has passed, as a script's write drops
-    /// it; but for an escalating lock-out's, kept (refusing nothing) while the next one
-    /// would continue its streak.
-    fn end(&mut self, at_us: u64) {
-        if !self.streak_at(at_us) {
-            *self = Block::NONE;
-        }
-    }
-}
-
 /// The counts of one key, for whichever algorithm keeps them.
 #[derive(Clone, Debug)]
 enum Counts {
@@ -513,12 +376,12 @@ enum Counts {
 
 /// The state one key holds: its counts and its block.
 #[derive(Clone, Debug)]
-pub(crate) struct KeyState {
+pub(crate) struct StoredState {
     counts: Counts,
     block: Block,
 }
 
-impl KeyState {
+impl StoredState {
     /// The empty state of a key that does not exist yet.
     pub fn new(algorithm: Algorithm) -> Self {
         let counts = match algorithm {
@@ -527,7 +390,7 @@ impl KeyState {
             Algorithm::SlidingWindow => Counts::SlidingWindow(Default::default()),
             Algorithm::TokenBucket => Counts::TokenBucket(Default::default()),
         };
-        KeyState {
+        StoredState {
             counts,
             block: Block::NONE,
         }
@@ -579,14 +442,14 @@ impl KeyState {
     /// (as on Redis: a sorted set holding only the block's member). Whichever algorithm
     /// checks it first takes it over, keeping the block; `None` when the state holds
     /// counts, or is already `algorithm`'s.
-    pub fn taken_over_by(&self, algorithm: Algorithm) -> Option<KeyState> {
+    pub fn taken_over_by(&self, algorithm: Algorithm) -> Option<StoredState> {
         match &self.counts {
             Counts::SlidingLog(s)
                 if algorithm != Algorithm::SlidingLog && s.latest_us().is_none() =>
             {
-                Some(KeyState {
+                Some(StoredState {
                     block: self.block,
-                    ..KeyState::new(algorithm)
+                    ..StoredState::new(algorithm)
                 })
             }
             _ => None,
@@ -608,7 +471,7 @@ impl KeyState {
     }
 }
 
-impl KeyState {
+impl StoredState {
     /// Gives back what a draw did not use and re-times what it used (see [`Returned`]),
     /// once; nothing when another algorithm counted it.
     pub fn give_back(&mut self, algorithm: Algorithm, back: &Returned<'_>, now_us: u64) {
@@ -668,7 +531,7 @@ pub(crate) struct Standing {
 }
 
 /// Reading a key's state without changing it.
-impl KeyState {
+impl StoredState {
     /// How `rule` stands at `now_us`, by the algorithm's own arithmetic: a peek of one unit
     /// (`left`, `retry_after_us`) and of more than the rule's count (the window as things
     /// stand, `reset_after_us`), counted at the time a check would be ([`Clamp`]). A rule
@@ -730,7 +593,7 @@ impl KeyState {
     /// (in capitals under a block), the key's expiry, the records, and the block's record.
     /// An error says what the value is instead.
     #[cfg(feature = "redis")]
-    pub fn from_redis_string(value: &[u8]) -> Result<KeyState, String> {
+    pub fn from_redis_string(value: &[u8]) -> Result<StoredState, String> {
         use records::State;
         for algorithm in [
             Algorithm::FixedWindow,
@@ -756,7 +619,7 @@ impl KeyState {
                 _ => State::decode(body, blocked).map(|(s, block)| (Counts::TokenBucket(s), block)),
             };
             return decoded
-                .map(|(counts, block)| KeyState { counts, block })
+                .map(|(counts, block)| StoredState { counts, block })
                 .ok_or_else(|| format!("a value named {algorithm} of an unexpected length"));
         }
         Err("a string the limiter did not write".into())
@@ -772,9 +635,9 @@ impl KeyState {
         calls: Vec<u64>,
         periods: Vec<(Rule, u64, u64)>,
         block: Option<(u64, usize)>,
-    ) -> KeyState {
+    ) -> StoredState {
         let log = sliding_log::State::from_entries(entries, calls, periods);
-        KeyState {
+        StoredState {
             counts: Counts::SlidingLog(log),
             block: block.map_or(Block::NONE, |(until_us, rule)| {
                 Block::stored(until_us, rule as u64)
@@ -835,352 +698,4 @@ pub(crate) mod testing {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::num::NonZeroU64;
-
-    use super::testing::{call, rule};
-    use super::{Call, KeyState};
-    use crate::decision::{RawDecision, Receipt};
-    use crate::Algorithm;
-    use crate::Rule;
-
-    const ALL: [Algorithm; 4] = Algorithm::ALL;
-
-    /// The arithmetic of one key, for the hand-worked sequences.
-    struct Key(Option<KeyState>);
-
-    impl super::worked::Runner for Key {
-        type Receipt = Receipt;
-
-        fn check(&mut self, check: &super::worked::Check<'_>) -> ([u64; 5], Receipt) {
-            let algorithm: Algorithm = check.algorithm.parse().unwrap();
-            let rules: Vec<Rule> = check.rules.iter().map(|&(c, w)| rule(c, w)).collect();
-            let call = Call {
-                rules: &rules,
-                now_us: check.now_us,
-                cost: check.cost,
-                calls: 1,
-                hold_us: 0,
-                draw: false,
-                consume: check.consume,
-                block_for_us: NonZeroU64::new(check.block_for_us),
-            };
-            let state = self.0.get_or_insert_with(|| KeyState::new(algorithm));
-            let d = state.check(&call).decision;
-            let answer = [
-                u64::from(d.allowed),
-                d.rule_index as u64,
-                d.remaining,
-                d.reset_after_us,
-                d.retry_after_us,
-            ];
-            (answer, d.receipt)
-        }
-
-        fn refund(&mut self, _: &str, rules: &[(u64, u64)], receipt: &Receipt, now_us: u64) {
-            let rules: Vec<Rule> = rules.iter().map(|&(c, w)| rule(c, w)).collect();
-            if let Some(state) = &mut self.0 {
-                state.refund(&rules, receipt, now_us);
-            }
-        }
-
-        fn reset(&mut self) {
-            self.0 = None;
-        }
-
-        fn start(&mut self, _: usize) {
-            self.0 = None;
-        }
-    }
-
-    #[test]
-    fn hand_worked_sequences_are_answered_exactly() {
-        super::worked::replay(&mut Key(None));
-    }
-
-    #[test]
-    fn a_cost_above_a_count_is_denied_for_ever_and_consumes_nothing() {
-        let rules = [rule(10, 1_000), rule(3, 100)];
-        for algorithm in ALL {
-            let mut s = KeyState::new(algorithm);
-            assert!(s.check(&call(&rules, 5_000, 1, true)).decision.allowed);
-            let never = s.check(&call(&rules, 5_000, 4, true));
-            assert!(!never.decision.allowed, "{algorithm:?}");
-            assert_eq!(never.decision.rule_index, 1, "{algorithm:?}");
-            assert_eq!(never.decision.retry_after_us, RawDecision::NEVER);
-            assert_eq!(never.decision.remaining, 2, "{algorithm:?}: left now");
-            assert_eq!(never.ttl_us, None);
-            // Nothing was consumed: 2 units of the 3 are still there.
-            let d = s.check(&call(&rules, 5_000, 2, true)).decision;
-            assert_eq!((d.allowed, d.remaining), (true, 0), "{algorithm:?}");
-        }
-    }
-
-    #[test]
-    fn a_cost_uses_that_many_units_of_every_rule() {
-        let rules = [rule(10, 1_000_000), rule(4, 1_000_000)];
-        for algorithm in ALL {
-            let mut s = KeyState::new(algorithm);
-            let d = s.check(&call(&rules, 0, 3, true)).decision;
-            assert_eq!(
-                (d.allowed, d.rule_index, d.remaining),
-                (true, 1, 1),
-                "{algorithm:?}"
-            );
-            let peek = s.check(&call(&rules, 0, 1, false)).decision;
-            assert_eq!((peek.rule_index, peek.remaining), (1, 1), "{algorithm:?}");
-            let denied = s.check(&call(&rules, 0, 2, true)).decision;
-            assert!(!denied.allowed, "{algorithm:?}");
-            assert_eq!(denied.remaining, 1, "{algorithm:?}: left now");
-            // The denial took nothing: the last unit still passes, under both rules.
-            let last = s.check(&call(&rules, 0, 1, true)).decision;
-            assert_eq!((last.allowed, last.remaining), (true, 0), "{algorithm:?}");
-        }
-    }
-
-    #[test]
-    fn denied_calls_consume_nothing() {
-        let rules = [rule(10, 1_000), rule(1, 100)];
-        for algorithm in ALL {
-            let (mut denied, mut fresh) = (KeyState::new(algorithm), KeyState::new(algorithm));
-            for s in [&mut denied, &mut fresh] {
-                assert!(s.check(&call(&rules, 0, 1, true)).decision.allowed);
-            }
-            // The 100 µs rule is full: denials, which write nothing.
-            for now in [40, 50, 60] {
-                let d = denied.check(&call(&rules, now, 1, true));
-                assert_eq!(
-                    (d.decision.allowed, d.decision.rule_index, d.ttl_us),
-                    (false, 1, None),
-                    "{algorithm:?}"
-                );
-            }
-            // The state that saw them answers every later call as the one that did not.
-            for now in [100, 200, 250, 900, 1_100] {
-                let (a, b) = (
-                    denied.check(&call(&rules, now, 1, true)),
-                    fresh.check(&call(&rules, now, 1, true)),
-                );
-                assert_eq!(a, b, "{algorithm:?} at {now}");
-            }
-        }
-    }
-
-    #[test]
-    fn retry_after_is_exactly_when_the_binding_rule_passes() {
-        // Calls every `step` µs with the costs in turn, until enough denials: each denial's
-        // `retry_after` must be exact for its binding rule alone: a peek of the same cost
-        // one µs earlier is denied, one on time is admitted.
-        let cases: [(&[Rule], u64, usize); 3] = [
-            (&[rule(2, 700), rule(5, 3_000)], 37, 6),
-            (&[rule(3, 700), rule(7, 5_000), rule(2, 333)], 23, 12),
-            (&[rule(3, 700), rule(7, 5_000)], 29, 8),
-        ];
-        for algorithm in ALL {
-            for (rules, step, denials) in cases {
-                let mut s = KeyState::new(algorithm);
-                let (mut now, mut seen) = (1_234, 0);
-                for &cost in [1, 2, 1, 1, 2].iter().cycle() {
-                    if seen == denials {
-                        break;
-                    }
-                    let d = s.check(&call(rules, now, cost, true)).decision;
-                    if d.allowed {
-                        now += step;
-                        continue;
-                    }
-                    seen += 1;
-                    let retry = d.retry_after_us;
-                    assert_ne!(retry, RawDecision::NEVER, "{algorithm:?}, cost {cost}");
-                    let binding = [rules[d.rule_index]];
-                    let early = s.check(&call(&binding, now + retry - 1, cost, false));
-                    assert!(!early.decision.allowed, "{algorithm:?}: 1 µs early");
-                    now += retry;
-                    let on_time = s.check(&call(&binding, now, cost, false));
-                    assert!(on_time.decision.allowed, "{algorithm:?}: on time");
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn peek_tells_what_is_left_now_and_writes_nothing() {
-        let rules = [rule(2, 1_000)];
-        for algorithm in ALL {
-            let mut s = KeyState::new(algorithm);
-            for now in [0, 1] {
-                let peek = s.check(&call(&rules, now, 1, false));
-                assert_eq!(peek.ttl_us, None, "{algorithm:?}");
-                let counted = s.check(&call(&rules, now, 1, true)).decision;
-                let left_now = counted.remaining + 1;
-                let expected = RawDecision {
-                    remaining: left_now,
-                    ..counted
-                };
-                assert_eq!(peek.decision, expected, "{algorithm:?}");
-            }
-            let full = s.check(&call(&rules, 3, 1, false));
-            assert_eq!(full.ttl_us, None, "{algorithm:?}");
-            assert!(!full.decision.allowed, "{algorithm:?}");
-            assert_eq!(s.check(&call(&rules, 3, 1, true)).decision, full.decision);
-        }
-    }
-
-    #[test]
-    fn stale_state_decides_like_absent_state() {
-        let rules = [rule(2, 1_000)];
-        for algorithm in ALL {
-            let mut s = KeyState::new(algorithm);
-            s.check(&call(&rules, 500, 1, true));
-            s.check(&call(&rules, 501, 1, true));
-            let mut fresh = KeyState::new(algorithm);
-            for now in [2_501, 7_000] {
-                assert_eq!(
-                    s.check(&call(&rules, now, 1, false)).decision,
-                    fresh.check(&call(&rules, now, 1, false)).decision,
-                    "{algorithm:?} at {now}"
-                );
-            }
-            for _ in 0..3 {
-                assert_eq!(
-                    s.check(&call(&rules, 7_000, 1, true)).decision,
-                    fresh.check(&call(&rules, 7_000, 1, true)).decision,
-                    "{algorithm:?}"
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn binding_rule_is_least_remaining_when_allowed_and_last_to_free_when_denied() {
-        let rules = [rule(2, 1_000), rule(2, 10_000), rule(5, 10_000)];
-        for algorithm in ALL {
-            let mut s = KeyState::new(algorithm);
-            // Remaining 1, 1, 4, then 0, 0, 3: ties go to the lowest index.
-            for remaining in [1, 0] {
-                let d = s.check(&call(&rules, 0, 1, true)).decision;
-                assert_eq!((d.rule_index, d.remaining), (0, remaining), "{algorithm:?}");
-            }
-            // Rules 0 and 1 deny; rule 1's window frees last.
-            let d = s.check(&call(&rules, 10, 1, true)).decision;
-            assert_eq!((d.allowed, d.rule_index), (false, 1), "{algorithm:?}");
-        }
-        // Equal retries bind the lowest index.
-        let both = [rule(1, 1_000), rule(1, 1_000), rule(2, 1_000)];
-        for algorithm in ALL {
-            let mut s = KeyState::new(algorithm);
-            s.check(&call(&both, 0, 1, true));
-            let d = s.check(&call(&both, 10, 1, true)).decision;
-            assert_eq!((d.allowed, d.rule_index), (false, 0), "{algorithm:?}");
-        }
-    }
-
-    #[test]
-    fn a_write_of_one_record_per_rule_keeps_only_the_rules_it_checked() {
-        let (short, long) = (rule(3, 1_000), rule(5, 10_000));
-        for algorithm in &ALL[1..] {
-            let mut s = KeyState::new(*algorithm);
-            s.check(&call(&[short, long], 0, 1, true));
-            s.check(&call(&[short, long], 1, 1, true));
-            // The long rule keeps its count when checked alone, in any position.
-            let d = s.check(&call(&[long], 2, 1, true)).decision;
-            assert_eq!((d.allowed, d.remaining), (true, 2), "{algorithm:?}");
-            let d = s.check(&call(&[short, long], 3, 1, false)).decision;
-            assert_eq!((d.rule_index, d.remaining), (1, 2), "{algorithm:?}");
-            // The short rule was not in that write: it starts empty again.
-            let fresh = KeyState::new(*algorithm).check(&call(&[short], 3, 1, false));
-            assert_eq!(
-                s.check(&call(&[short], 3, 1, false)),
-                fresh,
-                "{algorithm:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn an_older_now_never_discards_newer_state() {
-        // Two windows of 1 ms: the newer one full, then a check from 600 µs in the past
-        // (the previous window) must still find it full.
-        let rules = [rule(2, 1_000)];
-        for algorithm in ALL {
-            let mut s = KeyState::new(algorithm);
-            assert!(s.check(&call(&rules, 10_100, 1, true)).decision.allowed);
-            assert!(s.check(&call(&rules, 10_100, 1, true)).decision.allowed);
-            let late = s.check(&call(&rules, 9_500, 1, true)).decision;
-            assert!(!late.allowed, "{algorithm:?}: {late:?}");
-            // Answered from the caller's clock: a call from it passes exactly on time.
-            let retry = late.retry_after_us;
-            let early = s.check(&call(&rules, 9_500 + retry - 1, 1, false)).decision;
-            assert!(!early.allowed, "{algorithm:?}");
-            let on_time = s.check(&call(&rules, 9_500 + retry, 1, false)).decision;
-            assert!(on_time.allowed, "{algorithm:?}");
-        }
-    }
-
-    #[test]
-    fn ttl_is_whole_milliseconds_rounded_up_plus_one_second() {
-        use super::ttl_us;
-        assert_eq!(ttl_us(0), 1_000_000);
-        assert_eq!(ttl_us(1), 1_001_000);
-        assert_eq!(ttl_us(1_000), 1_001_000);
-        assert_eq!(ttl_us(1_001), 1_002_000);
-        assert_eq!(ttl_us(60_000_000), 61_000_000);
-    }
-
-    #[test]
-    fn a_write_moves_the_expiry_to_cover_what_its_state_needs() {
-        const S: u64 = 1_000_000;
-        // Admitted checks as (now, cost, the TTL they set, or None when the expiry
-        // already covers what they wrote): the time the state matters, rounded up to whole
-        // ms, plus the one-second margin.
-        type Writes = &'static [(u64, u64, Option<u64>)];
-        let cases: [(Algorithm, &[Rule], Writes); 5] = [
-            // Until the last rule's window ends; the next minute outlives it.
-            (
-                Algorithm::FixedWindow,
-                &[rule(5, 1_000), rule(5, 60 * S)],
-                &[
-                    (59 * S, 1, Some(2 * S)),
-                    (59 * S + 1, 1, None),
-                    (60 * S, 1, Some(61 * S)),
-                ],
-            ),
-            // Until the end of the next window.
-            (
-                Algorithm::SlidingWindow,
-                &[rule(4, 1_000)],
-                &[(100, 1, Some(1_002_000)), (200, 1, None)],
-            ),
-            // The whole burst span, from the first write on: T = 250 µs, then 600 ms, whose
-            // burst, by 0, leaves a tat of 60 s; one more, 60.6 s, outgrows the expiry.
-            (
-                Algorithm::TokenBucket,
-                &[rule(4, 1_000)],
-                &[(0, 1, Some(1_001_000)), (0, 3, None)],
-            ),
-            (
-                Algorithm::TokenBucket,
-                &[rule(100, 60 * S)],
-                &[
-                    (0, 1, Some(61 * S)),
-                    (0, 99, None),
-                    (600_000, 1, Some(61 * S)),
-                ],
-            ),
-            // Every write, for the longest window.
-            (
-                Algorithm::SlidingLog,
-                &[rule(5, 10 * S), rule(5, 60 * S)],
-                &[(0, 1, Some(61 * S)), (S, 1, Some(61 * S))],
-            ),
-        ];
-        for (algorithm, rules, writes) in cases {
-            let mut s = KeyState::new(algorithm);
-            for &(now, cost, ttl) in writes {
-                let outcome = s.check(&call(rules, now, cost, true));
-                assert!(outcome.decision.allowed, "{algorithm:?} at {now}");
-                assert_eq!(outcome.ttl_us, ttl, "{algorithm:?} at {now}");
-            }
-        }
-    }
-}
+mod tests;

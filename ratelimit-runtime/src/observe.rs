@@ -100,7 +100,7 @@ pub(crate) struct Answer {
 
 /// The `outcome` label: exactly one per check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Outcome {
+pub(crate) enum OutcomeLabel {
     /// The backend admitted the call (or, for a peek, would).
     Allowed,
     /// The backend denied it (also from the deny cache).
@@ -113,25 +113,25 @@ pub(crate) enum Outcome {
     ShadowLimited,
 }
 
-impl Outcome {
+impl OutcomeLabel {
     #[inline]
-    fn of(answer: &Answer, shadow: bool) -> Outcome {
+    fn of(answer: &Answer, shadow: bool) -> OutcomeLabel {
         match &answer.result {
-            _ if answer.by.fallback => Outcome::Fallback,
-            Ok(decision) if decision.allowed => Outcome::Allowed,
-            Ok(_) if shadow => Outcome::ShadowLimited,
-            Ok(_) => Outcome::Limited,
-            Err(_) => Outcome::Error,
+            _ if answer.by.fallback => OutcomeLabel::Fallback,
+            Ok(decision) if decision.allowed => OutcomeLabel::Allowed,
+            Ok(_) if shadow => OutcomeLabel::ShadowLimited,
+            Ok(_) => OutcomeLabel::Limited,
+            Err(_) => OutcomeLabel::Error,
         }
     }
 
     pub const fn label(self) -> &'static str {
         match self {
-            Outcome::Allowed => "allowed",
-            Outcome::Limited => "limited",
-            Outcome::Error => "error",
-            Outcome::Fallback => "fallback",
-            Outcome::ShadowLimited => "shadow_limited",
+            OutcomeLabel::Allowed => "allowed",
+            OutcomeLabel::Limited => "limited",
+            OutcomeLabel::Error => "error",
+            OutcomeLabel::Fallback => "fallback",
+            OutcomeLabel::ShadowLimited => "shadow_limited",
         }
     }
 }
@@ -224,7 +224,7 @@ impl Observation {
     }
 
     fn record(self, answer: &Answer, rules: &[Rule]) {
-        let outcome = Outcome::of(answer, self.shadow);
+        let outcome = OutcomeLabel::of(answer, self.shadow);
         if let Some(span) = &self.span {
             span.record("outcome", outcome.label());
             span.record("answered_by", answer.by.backend());
@@ -304,7 +304,7 @@ mod tests {
 
     #[test]
     fn every_answer_has_exactly_one_outcome() {
-        let answer = |result, by| Outcome::of(&Answer { result, by }, false);
+        let answer = |result, by| OutcomeLabel::of(&Answer { result, by }, false);
         let failed = || Err(BackendError::timeout(Duration::from_millis(1)));
         let fallback = AnsweredBy {
             fallback: true,
@@ -312,17 +312,20 @@ mod tests {
         };
         assert_eq!(
             answer(Ok(decision(true)), AnsweredBy::REDIS),
-            Outcome::Allowed
+            OutcomeLabel::Allowed
         );
         assert_eq!(
             answer(Ok(decision(false)), AnsweredBy::MEMORY),
-            Outcome::Limited
+            OutcomeLabel::Limited
         );
-        assert_eq!(answer(failed(), AnsweredBy::REDIS), Outcome::Error);
-        assert_eq!(answer(Ok(decision(true)), fallback), Outcome::Fallback);
-        assert_eq!(answer(Ok(decision(false)), fallback), Outcome::Fallback);
+        assert_eq!(answer(failed(), AnsweredBy::REDIS), OutcomeLabel::Error);
+        assert_eq!(answer(Ok(decision(true)), fallback), OutcomeLabel::Fallback);
+        assert_eq!(
+            answer(Ok(decision(false)), fallback),
+            OutcomeLabel::Fallback
+        );
         let shadow = |result| {
-            Outcome::of(
+            OutcomeLabel::of(
                 &Answer {
                     result,
                     by: AnsweredBy::REDIS,
@@ -330,7 +333,7 @@ mod tests {
                 true,
             )
         };
-        assert_eq!(shadow(Ok(decision(false))), Outcome::ShadowLimited);
-        assert_eq!(shadow(Ok(decision(true))), Outcome::Allowed);
+        assert_eq!(shadow(Ok(decision(false))), OutcomeLabel::ShadowLimited);
+        assert_eq!(shadow(Ok(decision(true))), OutcomeLabel::Allowed);
     }
 }

@@ -246,7 +246,10 @@ fn policy<'a, 'r>(
     key: Cow<'static, str>,
     cost: NonZeroU64,
     rules: Option<&'r [Rule]>,
-) -> Result<(Step<'a>, Cow<'r, [Rule]>, Cow<'static, str>), Result<Permit<'a>, RateLimitError>> {
+) -> Result<
+    (GuardedCheck<'a>, Cow<'r, [Rule]>, Cow<'static, str>),
+    Result<Permit<'a>, RateLimitError>,
+> {
     let (in_force, mode) =
         limiter.site_policy(config.prefix, path, config.compiled_rules(), config.shadow);
     if mode == Mode::Off {
@@ -263,7 +266,7 @@ fn policy<'a, 'r>(
     if rules.is_empty() {
         return Err(Ok(Permit::NOTHING));
     }
-    let step = Step {
+    let step = GuardedCheck {
         config,
         path,
         limiter,
@@ -293,7 +296,7 @@ fn policy<'a, 'r>(
 /// list's decision for it into the call's answer, as [`guard`] would.
 #[cfg(any(feature = "tower", feature = "actix"))]
 pub(crate) struct Listed<'a> {
-    step: Step<'a>,
+    step: GuardedCheck<'a>,
     key: Cow<'static, str>,
     rules: Cow<'static, [Rule]>,
 }
@@ -370,7 +373,7 @@ impl fmt::Debug for Guarded<'_> {
 
 /// One guarded check, once its mode and rules are known.
 #[derive(Clone, Copy)]
-struct Step<'a> {
+struct GuardedCheck<'a> {
     config: &'a SiteConfig,
     path: &'static str,
     limiter: &'a Limiter,
@@ -379,7 +382,7 @@ struct Step<'a> {
     cost: NonZeroU64,
 }
 
-impl<'a> Step<'a> {
+impl<'a> GuardedCheck<'a> {
     /// The check of `key` against `rules`.
     #[inline]
     fn plan<'p>(&self, key: &'p str, rules: &'p [Rule], slot: Option<&'p SlotAsk>) -> Plan<'p>

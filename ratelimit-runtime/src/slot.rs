@@ -52,10 +52,10 @@ use crate::BackendError;
 /// ```
 #[must_use = "a slot is released as soon as it is dropped"]
 pub struct Slot {
-    held: Option<Box<Held>>,
+    held: Option<Box<Lease>>,
 }
 
-struct Held {
+struct Lease {
     home: Home,
     /// The rules' key the slot belongs to.
     key: String,
@@ -86,7 +86,7 @@ impl Slot {
 
     /// The slot `ask` took for `key` in `home`, renewed from now on.
     pub(crate) fn held(home: Home, key: &str, ask: &SlotAsk) -> Slot {
-        let mut held = Box::new(Held {
+        let mut held = Box::new(Lease {
             home,
             key: key.to_owned(),
             id: ask.id,
@@ -124,7 +124,7 @@ impl Slot {
     }
 }
 
-impl Held {
+impl Lease {
     async fn release(self) -> Result<(), BackendError> {
         if let Some(renewal) = &self.renewal {
             renewal.abort();

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use super::calendar::Period;
 use super::records::{self, PerRule};
-use super::{sliding_log, Block, Counts, KeyState};
+use super::{sliding_log, Block, Counts, StoredState};
 use crate::{Algorithm, Calendar, Rule};
 
 /// Writes numbers and bytes to the end of a buffer.
@@ -165,7 +165,7 @@ impl SavedRecord for (u64, u64) {
     }
 }
 
-impl KeyState {
+impl StoredState {
     /// Appends the state to `out`.
     pub fn save(&self, out: &mut Writer<'_>) {
         let algorithm = self.algorithm();
@@ -194,7 +194,7 @@ impl KeyState {
     }
 
     /// A state [`save`](Self::save) wrote; `None` when the bytes are not one.
-    pub fn restore(from: &mut Reader<'_>) -> Option<KeyState> {
+    pub fn restore(from: &mut Reader<'_>) -> Option<StoredState> {
         let algorithm = *Algorithm::ALL.get(usize::try_from(from.number()?).ok()?)?;
         let until_us = from.number()?;
         let block = match until_us {
@@ -211,7 +211,7 @@ impl KeyState {
             Algorithm::SlidingWindow => Counts::SlidingWindow(records::State::restore(from)?),
             Algorithm::TokenBucket => Counts::TokenBucket(records::State::restore(from)?),
         };
-        Some(KeyState { counts, block })
+        Some(StoredState { counts, block })
     }
 }
 
@@ -271,11 +271,11 @@ mod tests {
     use crate::algorithm::testing::{call, rule};
     use crate::algorithm::Call;
 
-    fn round_trip(state: &KeyState) -> KeyState {
+    fn round_trip(state: &StoredState) -> StoredState {
         let mut bytes = Vec::new();
         state.save(&mut Writer(&mut bytes));
         let mut reader = Reader::new(&bytes);
-        let restored = KeyState::restore(&mut reader).expect("a state just saved");
+        let restored = StoredState::restore(&mut reader).expect("a state just saved");
         assert!(reader.is_empty());
         restored
     }
@@ -291,7 +291,7 @@ mod tests {
             Rule::per_calendar(100, Calendar::Month),
         ];
         for algorithm in Algorithm::ALL {
-            let mut state = KeyState::new(algorithm);
+            let mut state = StoredState::new(algorithm);
             for (i, cost) in [1, 2, 1].into_iter().enumerate() {
                 state.check(&call(&rules, t0 + i as u64 * S, cost, true));
             }
@@ -315,14 +315,14 @@ mod tests {
 
     #[test]
     fn damaged_bytes_are_refused_never_trusted() {
-        let mut state = KeyState::new(Algorithm::SlidingLog);
+        let mut state = StoredState::new(Algorithm::SlidingLog);
         state.check(&call(&[rule(3, 1_000)], 5_000, 2, true));
         let mut bytes = Vec::new();
         state.save(&mut Writer(&mut bytes));
         for cut in 0..bytes.len() {
-            assert!(KeyState::restore(&mut Reader::new(&bytes[..cut])).is_none());
+            assert!(StoredState::restore(&mut Reader::new(&bytes[..cut])).is_none());
         }
-        assert!(KeyState::restore(&mut Reader::new(&[9, 0])).is_none());
+        assert!(StoredState::restore(&mut Reader::new(&[9, 0])).is_none());
         assert!(Reader::new(&[0xff; 11]).number().is_none());
     }
 }

@@ -11,11 +11,11 @@ struct Sequence {
     algorithm: &'static str,
     /// Each rule's count and window in µs.
     rules: Vec<(u64, u64)>,
-    steps: Vec<Step>,
+    steps: Vec<WorkedCall>,
 }
 
 /// One call, at `now_us` (µs since the epoch); `line` is its line in worked.txt.
-struct Step {
+struct WorkedCall {
     line: usize,
     now_us: u64,
     call: Call,
@@ -175,7 +175,7 @@ fn sequences() -> Vec<Sequence> {
                 .last_mut()
                 .expect("a sequence's first line names its algorithm")
                 .steps
-                .push(Step {
+                .push(WorkedCall {
                     line: n + 1,
                     now_us: START_US + number(time),
                     call,

@@ -26,19 +26,17 @@ use foldhash::SharedSeed;
 /// IPs, user ids) clustered there, leaving some shards empty and giving others up to 5
 /// times their share of the keys, and of the checks contending for their lock.
 type KeyHasher = SeedableRandomState;
-// `HashTable` lets the shard keep only slot numbers in the table and hash each key once
-// per check, for both the shard and the table; std's `HashMap` cannot take a precomputed
-// hash. 0.15 is the newest line within the workspace's rust-version.
-use hashbrown::HashTable;
 
 mod all;
+mod shard;
 
+use self::shard::{Entry, Shard};
 use super::memory_slots::MemorySlots;
 use super::{GiveBack, Request};
-use crate::algorithm::{Call, KeyState};
+use crate::algorithm::StoredState;
 use crate::clock::{Clock, SystemClock};
 use crate::decision::{CountedBy, RawDecision, Receipt};
-use crate::{random, sync, Algorithm, BackendError, BackendErrorKind, Rule};
+use crate::{random, sync, Algorithm, BackendError, Rule};
 
 /// How many keys a backend holds unless told otherwise.
 pub(crate) const DEFAULT_MAX_KEYS: usize = 1_000_000;
@@ -49,16 +47,6 @@ const MAX_SHARDS: usize = 64;
 /// A shard is not made smaller than this (unless `max_keys` is): the least recently used
 /// key is chosen within a shard, so few large shards choose closer to the global order.
 const MIN_KEYS_PER_SHARD: usize = 1024;
-
-/// How many stored keys each new key lets the sweep look at.
-const SWEEP_STEP: usize = 4;
-
-/// How many of the least recently used keys a full shard looks through for an expired
-/// one before it drops the least recently used.
-const EVICTION_SCAN: usize = 8;
-
-/// The end of a list.
-const NIL: u32 = u32::MAX;
 
 pub(crate) struct MemoryBackend {
     clock: Arc<dyn Clock>,
@@ -189,7 +177,7 @@ impl MemoryBackend {
 
     /// Settles what `receipt` (of a decision this backend made for `peek.key` and
     /// `peek.rules`) reserved at `actual` units, as far as the key's state still counts it
-    /// (see `algorithm::KeyState::settle`), then answers `peek`, under one lock. `None`:
+    /// (see `algorithm::StoredState::settle`), then answers `peek`, under one lock. `None`:
     /// nothing to settle here (a receipt of nothing, or of another backend).
     pub(crate) fn settle(
         &self,
@@ -243,7 +231,7 @@ impl MemoryBackend {
 
     /// A copy of `key`'s state, the clock's time and when the key expires (µs); `None`
     /// when the key is absent or expired. Counts as no use of the key.
-    pub(crate) fn inspect(&self, key: &str) -> Option<(KeyState, u64, u64)> {
+    pub(crate) fn inspect(&self, key: &str) -> Option<(StoredState, u64, u64)> {
         let hash = self.hash(key);
         let shard = self.shard(hash);
         let now_us = self.clock.now_us();
@@ -281,16 +269,16 @@ impl MemoryBackend {
                 .as_mut()
                 .expect("the index lists only slots in use");
             if slot.expires_at_us <= now_us {
-                slot.state = KeyState::new(Algorithm::SlidingLog);
+                slot.state = StoredState::new(Algorithm::SlidingLog);
             }
             let until_us = slot.state.block_until(until_us);
             slot.expires_at_us = slot.expires_at_us.max(until_us);
             shard.touch(id);
             return;
         }
-        let mut state = KeyState::new(Algorithm::SlidingLog);
+        let mut state = StoredState::new(Algorithm::SlidingLog);
         state.block_until(until_us);
-        let slot = Slot {
+        let slot = Entry {
             key: Box::from(key),
             hash,
             state,
@@ -334,7 +322,7 @@ impl MemoryBackend {
         from: usize,
         max: usize,
         now_us: u64,
-        mut each: impl FnMut(&str, &KeyState, u64),
+        mut each: impl FnMut(&str, &StoredState, u64),
     ) -> Option<usize> {
         let shard = sync::lock(&self.shards[shard]);
         let end = shard.slots.len().min(from.saturating_add(max));
@@ -348,331 +336,19 @@ impl MemoryBackend {
 
     /// Stores `key` with `state` until `expires_at_us`, replacing what it held, as the
     /// most recently used key (making room as a new key does).
-    pub(crate) fn put(&self, key: &str, state: KeyState, expires_at_us: u64, now_us: u64) {
+    pub(crate) fn put(&self, key: &str, state: StoredState, expires_at_us: u64, now_us: u64) {
         let hash = self.hash(key);
         let mut shard = self.shard(hash);
         if let Some(id) = shard.find(hash, key) {
             shard.remove(id);
         }
-        let slot = Slot {
+        let slot = Entry {
             key: Box::from(key),
             hash,
             state,
             expires_at_us,
         };
         shard.insert(slot, now_us);
-    }
-}
-
-/// One lock's keys: a slab of slots, a table from key to slot, and the slots in use in a
-/// doubly linked list from the most to the least recently used (a small intrusive LRU
-/// rather than a crate: the sweep and the eviction need to walk it and the slab directly).
-struct Shard {
-    /// Slot numbers, hashed by their key's hash.
-    index: HashTable<u32>,
-    /// `None` for a free slot, listed in `free`.
-    slots: Vec<Option<Slot>>,
-    /// The recency list, beside the slots so that moving a key to its front touches a few
-    /// small records rather than the slots themselves.
-    links: Vec<Link>,
-    free: Vec<u32>,
-    /// Most recently used slot, or `NIL`.
-    head: u32,
-    /// Least recently used slot, or `NIL`.
-    tail: u32,
-    /// Slots in use.
-    len: usize,
-    /// At most this many slots in use.
-    capacity: usize,
-    /// The next slot the sweep looks at.
-    hand: usize,
-}
-
-struct Slot {
-    key: Box<str>,
-    hash: u64,
-    state: KeyState,
-    /// When the key stops existing (µs since the epoch), as `PEXPIRE` would make it.
-    expires_at_us: u64,
-}
-
-#[derive(Clone, Copy)]
-struct Link {
-    /// Towards the most recently used.
-    prev: u32,
-    /// Towards the least recently used.
-    next: u32,
-}
-
-impl Shard {
-    /// [`check`](Self::check), with the rules an admitted check asking for warnings
-    /// (`warn_at`) took to their warning share (`warning.rs`), judged under the same lock
-    /// from what each rule had left: the embedded backend's `warn.lua`.
-    #[inline]
-    fn check_warned(
-        &mut self,
-        request: &Request<'_>,
-        hash: u64,
-        now_us: u64,
-    ) -> Result<RawDecision, BackendError> {
-        if request.warn_at == 0 || !request.consume {
-            return self.check(request, hash, now_us);
-        }
-        self.check_crossing(request, hash, now_us)
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn check_crossing(
-        &mut self,
-        request: &Request<'_>,
-        hash: u64,
-        now_us: u64,
-    ) -> Result<RawDecision, BackendError> {
-        let held = self
-            .find(hash, request.key)
-            .and_then(|id| self.slots[id as usize].as_ref())
-            .filter(|slot| {
-                slot.expires_at_us > now_us && slot.state.algorithm() == request.algorithm
-            });
-        let left: Vec<u64> = request
-            .rules
-            .iter()
-            .map(|rule| held.map_or(rule.count(), |slot| slot.state.standing(rule, now_us).left))
-            .collect();
-        let mut raw = self.check(request, hash, now_us)?;
-        if raw.allowed {
-            raw.crossed = crate::warning::crossings(
-                request.rules,
-                &left,
-                request.cost.get(),
-                request.warn_at,
-            );
-        }
-        Ok(raw)
-    }
-
-    fn new(capacity: usize) -> Self {
-        Shard {
-            index: HashTable::new(),
-            slots: Vec::new(),
-            links: Vec::new(),
-            free: Vec::new(),
-            head: NIL,
-            tail: NIL,
-            len: 0,
-            capacity,
-            hand: 0,
-        }
-    }
-
-    fn check(
-        &mut self,
-        request: &Request<'_>,
-        hash: u64,
-        now_us: u64,
-    ) -> Result<RawDecision, BackendError> {
-        let (key, algorithm) = (request.key, request.algorithm);
-        let call = request.call(now_us);
-        if let Some(id) = self.find(hash, key) {
-            let slot = self.slots[id as usize]
-                .as_mut()
-                .expect("the index lists only slots in use");
-            if slot.expires_at_us > now_us {
-                let held = slot.state.algorithm();
-                if held != algorithm {
-                    // A key blocked while it held nothing (`Limiter::block`) is anyone's.
-                    if let Some(taken) = slot.state.taken_over_by(algorithm) {
-                        slot.state = taken;
-                    } else {
-                        return Err(BackendError::new(
-                            BackendErrorKind::Command,
-                            format!(
-                                "key `{key}` holds {held} state; it cannot be checked with \
-                             {algorithm} (use one algorithm per key)"
-                            ),
-                        ));
-                    }
-                }
-            } else {
-                // Expired: start over as if the key were absent. A check that writes
-                // nothing leaves the (still expired) entry for the sweep.
-                slot.state = KeyState::new(algorithm);
-            }
-            let outcome = slot.state.check(&call);
-            if let Some(ttl) = outcome.ttl_us {
-                slot.expires_at_us = now_us.saturating_add(ttl);
-            }
-            self.touch(id);
-            return Ok(outcome.decision);
-        }
-        self.check_absent(request, &call, hash)
-    }
-
-    /// [`check`](Self::check) of a key not stored: apart, so that the check of a stored key
-    /// (nearly every one) is small enough to be inlined where its answer is used.
-    #[inline(never)]
-    fn check_absent(
-        &mut self,
-        request: &Request<'_>,
-        call: &Call<'_>,
-        hash: u64,
-    ) -> Result<RawDecision, BackendError> {
-        let (key, now_us) = (request.key, call.now_us);
-        let mut state = KeyState::new(request.algorithm);
-        let outcome = state.check(call);
-        // A peek, or a denial, of an absent key stores nothing (unless it starts a block).
-        if let Some(ttl) = outcome.ttl_us {
-            self.insert(
-                Slot {
-                    key: Box::from(key),
-                    hash,
-                    state,
-                    expires_at_us: now_us.saturating_add(ttl),
-                },
-                now_us,
-            );
-        }
-        Ok(outcome.decision)
-    }
-
-    fn find(&self, hash: u64, key: &str) -> Option<u32> {
-        let slots = &self.slots;
-        // A slot whose hash matches is almost always the key's: its state's memory is
-        // asked for before the key's text is compared, so the two cache misses overlap.
-        self.index
-            .find(hash, |&id| {
-                slots[id as usize].as_ref().is_some_and(|slot| {
-                    slot.hash == hash && {
-                        slot.state.prefetch();
-                        &*slot.key == key
-                    }
-                })
-            })
-            .copied()
-    }
-
-    /// Stores a new key as the most recently used, making room first.
-    fn insert(&mut self, slot: Slot, now_us: u64) {
-        self.sweep(now_us);
-        if self.len >= self.capacity {
-            self.evict(now_us);
-        }
-        let hash = slot.hash;
-        let id = match self.free.pop() {
-            Some(id) => {
-                self.slots[id as usize] = Some(slot);
-                id
-            }
-            None => {
-                // Grow by doubling, but never past the capacity: the slab is the bulk of a
-                // shard's memory.
-                if self.slots.len() == self.slots.capacity() {
-                    let more = self
-                        .slots
-                        .len()
-                        .max(16)
-                        .min(self.capacity - self.slots.len());
-                    self.slots.reserve_exact(more);
-                    self.links.reserve_exact(more);
-                }
-                self.slots.push(Some(slot));
-                self.links.push(Link {
-                    prev: NIL,
-                    next: NIL,
-                });
-                (self.slots.len() - 1) as u32
-            }
-        };
-        let slots = &self.slots;
-        self.index.insert_unique(hash, id, |&id| {
-            slots[id as usize]
-                .as_ref()
-                .expect("the index lists only slots in use")
-                .hash
-        });
-        self.push_front(id);
-        self.len += 1;
-    }
-
-    /// Looks at the next [`SWEEP_STEP`] slots, dropping the expired keys among them: a
-    /// bounded share of the work per new key, so an expired key is dropped within about
-    /// `capacity / SWEEP_STEP` new keys of the shard, with no pass over the whole shard.
-    fn sweep(&mut self, now_us: u64) {
-        for _ in 0..SWEEP_STEP.min(self.slots.len()) {
-            self.hand = (self.hand + 1) % self.slots.len();
-            if self.slots[self.hand]
-                .as_ref()
-                .is_some_and(|slot| slot.expires_at_us <= now_us)
-            {
-                self.remove(self.hand as u32);
-            }
-        }
-    }
-
-    /// Frees one slot of a full shard: an expired key among the [`EVICTION_SCAN`] least
-    /// recently used, else the least recently used.
-    fn evict(&mut self, now_us: u64) {
-        let mut id = self.tail;
-        for _ in 0..EVICTION_SCAN {
-            if id == NIL {
-                break;
-            }
-            if self.slots[id as usize]
-                .as_ref()
-                .is_some_and(|slot| slot.expires_at_us <= now_us)
-            {
-                self.remove(id);
-                return;
-            }
-            id = self.links[id as usize].prev;
-        }
-        self.remove(self.tail);
-    }
-
-    fn remove(&mut self, id: u32) {
-        let slot = self.slots[id as usize]
-            .take()
-            .expect("only slots in use are removed");
-        self.index
-            .find_entry(slot.hash, |&other| other == id)
-            .expect("every slot in use is indexed")
-            .remove();
-        self.unlink(id);
-        self.free.push(id);
-        self.len -= 1;
-    }
-
-    /// Makes `id` the most recently used.
-    fn touch(&mut self, id: u32) {
-        if self.head != id {
-            self.unlink(id);
-            self.push_front(id);
-        }
-    }
-
-    fn unlink(&mut self, id: u32) {
-        let Link { prev, next } = self.links[id as usize];
-        match prev {
-            NIL => self.head = next,
-            prev => self.links[prev as usize].next = next,
-        }
-        match next {
-            NIL => self.tail = prev,
-            next => self.links[next as usize].prev = prev,
-        }
-    }
-
-    fn push_front(&mut self, id: u32) {
-        self.links[id as usize] = Link {
-            prev: NIL,
-            next: self.head,
-        };
-        match self.head {
-            NIL => self.tail = id,
-            head => self.links[head as usize].prev = id,
-        }
-        self.head = id;
     }
 }
 
@@ -691,7 +367,7 @@ mod tests {
 
     use super::*;
     use crate::clock::ManualClock;
-    use crate::{Algorithm, Rule};
+    use crate::{Algorithm, BackendErrorKind, Rule};
 
     const START: Duration = Duration::from_secs(1_700_000_000);
     const RULES: [Rule; 1] = [Rule::new(3, Duration::from_secs(10))];

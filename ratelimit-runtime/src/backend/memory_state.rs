@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use super::memory::MemoryBackend;
 use crate::algorithm::saved::{Reader, Writer};
-use crate::algorithm::KeyState;
+use crate::algorithm::StoredState;
 
 const MAGIC: &[u8; 7] = b"RLSTATE";
 
@@ -298,7 +298,7 @@ fn read(backend: &MemoryBackend, bytes: &[u8]) -> Result<u64, &'static str> {
     const DAMAGED: &str = "it is damaged";
     // Decoded whole before any key is stored: a damaged file restores nothing.
     let mut reader = Reader::new(&body[MAGIC.len() + 1..]);
-    let mut entries: Vec<(&[u8], u64, KeyState)> = Vec::new();
+    let mut entries: Vec<(&[u8], u64, StoredState)> = Vec::new();
     loop {
         match reader.number().ok_or(DAMAGED)? {
             0 => break,
@@ -307,7 +307,7 @@ fn read(backend: &MemoryBackend, bytes: &[u8]) -> Result<u64, &'static str> {
         }
         let key = reader.bytes().ok_or(DAMAGED)?;
         let expires_at_us = reader.number().ok_or(DAMAGED)?;
-        let state = KeyState::restore(&mut reader).ok_or(DAMAGED)?;
+        let state = StoredState::restore(&mut reader).ok_or(DAMAGED)?;
         entries.push((key, expires_at_us, state));
     }
     if reader.number() != Some(entries.len() as u64) || !reader.is_empty() {

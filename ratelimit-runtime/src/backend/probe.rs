@@ -13,9 +13,9 @@ use crate::decision::{RawDecision, Receipt};
 use crate::{Algorithm, BackendError, Rule};
 
 /// One backend, spoken to directly.
-pub struct Backend(Store);
+pub struct Backend(ProbeStore);
 
-enum Store {
+enum ProbeStore {
     Memory(MemoryBackend),
     #[cfg(feature = "redis")]
     Redis(Box<super::redis::RedisBackend>),
@@ -43,23 +43,25 @@ pub struct Drawn {
 impl Backend {
     /// The embedded backend (every call gives its time).
     pub fn memory() -> Backend {
-        Backend(Store::Memory(MemoryBackend::new(Arc::new(SystemClock))))
+        Backend(ProbeStore::Memory(MemoryBackend::new(Arc::new(
+            SystemClock,
+        ))))
     }
 
     /// Redis at `url`.
     #[cfg(feature = "redis")]
     pub fn redis(url: &str) -> Backend {
         let config = super::redis::RedisConfig::new(url, Duration::from_secs(5)).expect("a URL");
-        Backend(Store::Redis(Box::new(super::redis::RedisBackend::new(
-            &config,
-        ))))
+        Backend(ProbeStore::Redis(Box::new(
+            super::redis::RedisBackend::new(&config),
+        )))
     }
 
     async fn run(&self, request: &Request<'_>) -> Result<RawDecision, BackendError> {
         match &self.0 {
-            Store::Memory(memory) => memory.check_now(request),
+            ProbeStore::Memory(memory) => memory.check_now(request),
             #[cfg(feature = "redis")]
-            Store::Redis(redis) => redis.check(request).await,
+            ProbeStore::Redis(redis) => redis.check(request).await,
         }
     }
 
@@ -145,12 +147,12 @@ impl Backend {
     /// Forgets `key`, as an operator's reset does.
     pub async fn reset(&self, key: &str) -> Result<(), BackendError> {
         match &self.0 {
-            Store::Memory(memory) => {
+            ProbeStore::Memory(memory) => {
                 memory.reset_now(key);
                 Ok(())
             }
             #[cfg(feature = "redis")]
-            Store::Redis(redis) => redis.reset(key).await,
+            ProbeStore::Redis(redis) => redis.reset(key).await,
         }
     }
 
@@ -175,12 +177,12 @@ impl Backend {
             now_us,
         };
         match &self.0 {
-            Store::Memory(memory) => {
+            ProbeStore::Memory(memory) => {
                 memory.give_back(&give_back);
                 Ok(())
             }
             #[cfg(feature = "redis")]
-            Store::Redis(redis) => redis.give_back(&give_back).await,
+            ProbeStore::Redis(redis) => redis.give_back(&give_back).await,
         }
     }
 }

@@ -3,7 +3,7 @@
 //! `stored_overrides`.
 //!
 //! Nothing here decodes a second time: a key's state is read into the algorithms' own state
-//! (`algorithm::KeyState`, the memory backend's type; Redis values are read as
+//! (`algorithm::StoredState`, the memory backend's type; Redis values are read as
 //! `scripts/state.lua` and `scripts/sliding_log.lua` describe them) and judged by their own
 //! arithmetic.
 
@@ -90,7 +90,7 @@ impl Limiter {
 /// which the `ratelimit` command uses, or the compiled ones).
 #[derive(Clone, Debug)]
 pub struct KeyState {
-    state: algorithm::KeyState,
+    state: algorithm::StoredState,
     /// The store's time when the key was read.
     now_us: u64,
     ttl: Option<Duration>,

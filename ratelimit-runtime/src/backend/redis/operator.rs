@@ -8,7 +8,7 @@ use std::time::Duration;
 use redis::{Cmd, Script, Value};
 
 use super::{Failure, RedisBackend};
-use crate::algorithm::KeyState;
+use crate::algorithm::StoredState;
 use crate::clock::{Clock, SystemClock};
 use crate::{BackendError, Calendar, Rule};
 
@@ -17,8 +17,8 @@ static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(SOURCE));
 const SOURCE: &str = include_str!("../../scripts/inspect.lua");
 
 /// A key as [`RedisBackend::read_key`] finds it.
-pub(crate) struct Held {
-    pub state: KeyState,
+pub(crate) struct FoundKey {
+    pub state: StoredState,
     /// The server's time when read, µs since the epoch (this process's when the server
     /// refuses `TIME`).
     pub now_us: u64,
@@ -47,7 +47,7 @@ impl RedisBackend {
 
     /// What `key` holds, decoded by the algorithms' own code; `None` when it is absent. An
     /// error when it holds something the limiter does not write.
-    pub(crate) async fn read_key(&self, key: &str) -> Result<Option<Held>, BackendError> {
+    pub(crate) async fn read_key(&self, key: &str) -> Result<Option<FoundKey>, BackendError> {
         let args = |cmd: &mut Cmd| {
             cmd.arg(1).arg(key);
         };
@@ -66,8 +66,10 @@ impl RedisBackend {
         };
         let state = match (kind.as_deref(), value) {
             (Some("none"), _) => return Ok(None),
-            (Some("string"), Some(Value::BulkString(bytes))) => KeyState::from_redis_string(bytes)
-                .map_err(|what| command_error(key, &format!("holds {what}")))?,
+            (Some("string"), Some(Value::BulkString(bytes))) => {
+                StoredState::from_redis_string(bytes)
+                    .map_err(|what| command_error(key, &format!("holds {what}")))?
+            }
             (Some("zset"), Some(Value::Array(members))) => {
                 log_state(members).map_err(|what| command_error(key, &what))?
             }
@@ -79,7 +81,7 @@ impl RedisBackend {
         };
         let now_us = self.server_time_us(key).await;
         let ttl = u64::try_from(pttl).ok().map(Duration::from_millis);
-        Ok(Some(Held { state, now_us, ttl }))
+        Ok(Some(FoundKey { state, now_us, ttl }))
     }
 
     /// The time on `key`'s server, in µs since the epoch; this process's clock when the
@@ -133,7 +135,7 @@ impl RedisBackend {
 /// the checks counted by rules counting calls (scored minus their time), and the block
 /// member (`B`, then the block's end and rule as two little-endian doubles, scored
 /// `+inf`).
-fn log_state(members: &[Value]) -> Result<KeyState, String> {
+fn log_state(members: &[Value]) -> Result<StoredState, String> {
     let mut entries = Vec::with_capacity(members.len() / 2);
     let (mut calls, mut periods, mut block) = (Vec::new(), Vec::new(), None);
     for pair in members.chunks(2) {
@@ -188,7 +190,7 @@ fn log_state(members: &[Value]) -> Result<KeyState, String> {
             }
         }
     }
-    Ok(KeyState::from_redis_log(entries, calls, periods, block))
+    Ok(StoredState::from_redis_log(entries, calls, periods, block))
 }
 
 /// 2^52: a calendar counter's score is below minus this.

@@ -22,12 +22,12 @@ const CONNECTIONS: usize = 2;
 /// One runtime's connections: [`CONNECTIONS`] slots taking calls in turn.
 #[derive(Default)]
 pub(super) struct Pool {
-    slots: [Arc<Slot>; CONNECTIONS],
+    slots: [Arc<ConnectionSlot>; CONNECTIONS],
     /// Which slot the next call takes, modulo [`CONNECTIONS`].
     turn: AtomicUsize,
 }
 
-type Slot = Mutex<State>;
+type ConnectionSlot = Mutex<State>;
 
 #[derive(Default)]
 enum State {
@@ -67,7 +67,7 @@ impl Pool {
     }
 }
 
-async fn get(endpoint: &Endpoint, slot: &Arc<Slot>) -> Result<Link, Failure> {
+async fn get(endpoint: &Endpoint, slot: &Arc<ConnectionSlot>) -> Result<Link, Failure> {
     let link = connected(endpoint, slot).await?;
     if link.is_waited_on() {
         return Ok(link);
@@ -86,7 +86,7 @@ async fn get(endpoint: &Endpoint, slot: &Arc<Slot>) -> Result<Link, Failure> {
 }
 
 /// `slot`'s connection, made first if it has none that works.
-async fn connected(endpoint: &Endpoint, slot: &Arc<Slot>) -> Result<Link, Failure> {
+async fn connected(endpoint: &Endpoint, slot: &Arc<ConnectionSlot>) -> Result<Link, Failure> {
     let mut connecting = {
         let mut state = lock(slot);
         match &*state {
@@ -115,7 +115,7 @@ async fn connected(endpoint: &Endpoint, slot: &Arc<Slot>) -> Result<Link, Failur
 /// result when it ends.
 fn connect(
     endpoint: &Endpoint,
-    slot: &Arc<Slot>,
+    slot: &Arc<ConnectionSlot>,
 ) -> watch::Receiver<Option<Result<Link, Failure>>> {
     let (done, connecting) = watch::channel(None);
     let (endpoint, slot) = (endpoint.clone(), slot.clone());

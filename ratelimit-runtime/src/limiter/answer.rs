@@ -1,0 +1,366 @@
+//! One attempt at a check: answered now (deny cache, allowance, embedded backend) or
+//! asked of Redis, with the fallback on failure.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::allowance::{Drawn, Step};
+use super::{allowance, misconfigured, Limiter, Store};
+use crate::backend::memory::MemoryBackend;
+#[cfg(feature = "redis")]
+use crate::backend::redis::RedisBackend;
+use crate::backend::Request;
+use crate::decision::{CountedBy, RawDecision};
+use crate::observe::{Answer, AnsweredBy};
+use crate::slot::Home as SlotHome;
+use crate::{BackendError, BackendErrorKind, Rule};
+
+impl Limiter {
+    /// Reports the crossings of a check of `key` by `site` (see [`on_warning`](Self::on_warning)).
+    #[cold]
+    pub(crate) fn warned(
+        &self,
+        site: &str,
+        key: &str,
+        rules: &[Rule],
+        crossings: &[crate::warning::Crossing],
+    ) {
+        crate::warning::report(self.warning_hook.as_ref(), site, key, rules, crossings);
+    }
+
+    /// Where a slot is kept that a decision with `receipt` took: the backend that counted
+    /// it (this limiter's, or its fallback's).
+    pub(crate) fn slot_home(&self, receipt: &crate::decision::Receipt) -> Option<SlotHome> {
+        match (&self.store, receipt.counted_by) {
+            #[cfg(feature = "redis")]
+            (Store::Redis(redis), CountedBy::Redis) => Some(SlotHome::Redis(Arc::clone(redis))),
+            (Store::Memory(memory), CountedBy::Memory) => {
+                Some(SlotHome::Memory(Arc::clone(memory.slots())))
+            }
+            _ => self.fallback.as_ref()?.slot_home(receipt),
+        }
+    }
+
+    /// The answer to `request` when it needs no waiting: a cached denial, a call admitted
+    /// from its allowance, or a check of the embedded backend, which is synchronous. `site`
+    /// counts the allowance's draws.
+    #[inline]
+    pub(crate) fn answer_now(&self, request: &Request<'_>, site: &'static str) -> Now {
+        if !request.algorithm.takes(request.cost.get()) {
+            return Now::Answered(Answer {
+                result: Err(BackendError::cost_too_large(request.cost.get())),
+                by: self.answered_by(),
+            });
+        }
+        if let Some(denial) = self.deny_cache.as_ref().and_then(|c| c.lookup(request)) {
+            return Now::Answered(Answer {
+                result: Ok(denial),
+                by: AnsweredBy::LOCAL,
+            });
+        }
+        let spends = spends_allowance(request);
+        let raw = match &self.store {
+            Store::Memory(memory) if spends && self.remote_memory => {
+                let remote = Remote::Memory(memory);
+                let answer = self.with_allowance(remote, request, site);
+                let answer = now_or_never(answer).expect("the embedded backend answers at once");
+                for retired in self.allowances.take_retired() {
+                    memory.give_back(&retired.give_back(request.now_us));
+                }
+                return Now::Answered(self.answered(request, answer));
+            }
+            Store::Memory(memory) => memory.check_now(request),
+            Store::Misconfigured(err) => Err(misconfigured(err)),
+            #[cfg(feature = "redis")]
+            Store::Redis(redis) => {
+                if let Some(raw) = spends.then(|| self.allowances.admit(request)).flatten() {
+                    return Now::Answered(Answer {
+                        result: Ok(raw),
+                        by: AnsweredBy::LOCAL,
+                    });
+                }
+                return Now::Ask(Arc::clone(redis));
+            }
+        };
+        Now::Answered(self.decided(request, raw))
+    }
+
+    /// The allowance of a check whose own (a check's, else its site's) is `own`: that one,
+    /// else this limiter's default. In ms, 0 for none.
+    #[inline]
+    pub(crate) fn allowance_ms(&self, own: Option<Duration>) -> u32 {
+        own.map_or(self.allowance_ms, allowance::max_age_ms)
+    }
+
+    /// One attempt at `request` (made by `site`): answered now, or asked of Redis (and,
+    /// when Redis cannot answer, of the fallback).
+    pub(crate) async fn answer(&self, request: Request<'_>, site: &'static str) -> Answer {
+        match self.answer_now(&request, site) {
+            Now::Answered(answer) => answer,
+            #[cfg(feature = "redis")]
+            Now::Ask(redis) => self.ask(&redis, request, site).await,
+        }
+    }
+
+    #[cfg(feature = "redis")]
+    pub(crate) async fn ask(
+        &self,
+        redis: &RedisBackend,
+        request: Request<'_>,
+        site: &'static str,
+    ) -> Answer {
+        let asked = match spends_allowance(&request) {
+            true => {
+                self.with_allowance(Remote::Redis(redis), &request, site)
+                    .await
+            }
+            false => redis
+                .check(&request)
+                .await
+                .map(|raw| (raw, self.answered_by())),
+        };
+        match asked {
+            Ok(answer) => self.answered(&request, Ok(answer)),
+            Err(err) => self.on_failure(request, err).await,
+        }
+    }
+
+    /// A check that spends an allowance: admitted from the key's allowance, or from the
+    /// draw it makes (or waits for), or sent alone near the limit.
+    // Without Redis nothing is waited for: the loop is left at once.
+    #[cfg_attr(not(feature = "redis"), allow(clippy::never_loop))]
+    async fn with_allowance(
+        &self,
+        remote: Remote<'_>,
+        request: &Request<'_>,
+        site: &'static str,
+    ) -> Result<(RawDecision, AnsweredBy), BackendError> {
+        let by_backend = self.answered_by();
+        loop {
+            let ticket = match self.allowances.step(request) {
+                Step::Local(raw) => return Ok((raw, AnsweredBy::LOCAL)),
+                Step::Wait(drawing) => match remote {
+                    #[cfg(feature = "redis")]
+                    Remote::Redis(_) => {
+                        let mut drawing = drawing;
+                        // Ends with the draw: answered, failed, or dropped with its check.
+                        let _ = drawing.changed().await;
+                        match allowance::answered(&drawing) {
+                            true => continue,
+                            false => allowance::Ticket::alone(request),
+                        }
+                    }
+                    // Answered at once: nothing to wait for but another thread's draw.
+                    Remote::Memory(_) => {
+                        drop(drawing);
+                        allowance::Ticket::alone(request)
+                    }
+                },
+                Step::Ask(ticket) => ticket,
+            };
+            count_draw(site);
+            #[cfg(feature = "redis")]
+            let drew = ticket.draw.is_some();
+            let drawing = Request {
+                draw: ticket.draw.as_ref(),
+                cost: ticket.units,
+                // A draw larger than the check is refused for its size, not the check:
+                // no block, no denial to remember; the check alone is asked next.
+                block_for_us: request.block_for_us.filter(|_| ticket.draw.is_none()),
+                refundable: request.refundable || ticket.draw.is_some(),
+                ..*request
+            };
+            let raw = remote.check(&drawing).await?;
+            let drawn = self.allowances.drawn(request, ticket, raw);
+            // Once a draw made an allowance to give back: started for every check sent
+            // alone, the task would be spawned, and end at once, for each.
+            #[cfg(feature = "redis")]
+            if let (true, Remote::Redis(_), Store::Redis(redis)) = (drew, remote, &self.store) {
+                self.ensure_giving_back(redis);
+            }
+            match drawn {
+                Drawn::Answer(raw) => return Ok((raw, by_backend)),
+                Drawn::Retry => {
+                    count_draw(site);
+                    let raw = remote.check(request).await?;
+                    self.allowances.learn(request, &raw);
+                    return Ok((raw, by_backend));
+                }
+            }
+        }
+    }
+
+    /// Starts the task that gives allowances back at the end of their life, on the current
+    /// Tokio runtime, unless it runs (or there is no runtime). Like the overrides poll, it
+    /// holds the limiter's parts weakly and ends with its runtime; the next draw starts it
+    /// again, on its own runtime.
+    #[cfg(feature = "redis")]
+    fn ensure_giving_back(&self, redis: &Arc<RedisBackend>) {
+        if self.allowances.is_giving_back() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if self.allowances.start_giving_back() {
+            runtime.spawn(allowance::give_backs(
+                Arc::downgrade(&self.allowances),
+                Arc::downgrade(redis),
+            ));
+        }
+    }
+
+    /// The answer to `request`, by whoever gave it: a denial the backend gave is
+    /// remembered by the deny cache.
+    fn answered(
+        &self,
+        request: &Request<'_>,
+        asked: Result<(RawDecision, AnsweredBy), BackendError>,
+    ) -> Answer {
+        match asked {
+            Ok((raw, by)) => Answer {
+                by,
+                ..self.decided(request, Ok(raw))
+            },
+            Err(err) => self.decided(request, Err(err)),
+        }
+    }
+
+    /// This limiter's own answer to `request`, from its backend's `raw` one.
+    #[inline]
+    pub(super) fn decided(
+        &self,
+        request: &Request<'_>,
+        raw: Result<RawDecision, BackendError>,
+    ) -> Answer {
+        if let (Some(cache), Ok(raw)) = (&self.deny_cache, &raw) {
+            // A refusal for want of a slot says nothing of when one frees: not cached.
+            if raw.rule_index < request.rules.len() {
+                cache.remember(request, raw);
+            }
+        }
+        Answer {
+            result: raw,
+            by: self.answered_by(),
+        }
+    }
+
+    /// The `backend` label of this limiter's own answers (a misconfigured limiter is a Redis
+    /// one whose URL was invalid).
+    pub(super) fn answered_by(&self) -> AnsweredBy {
+        match self.store {
+            Store::Memory(_) => AnsweredBy::MEMORY,
+            #[cfg(feature = "redis")]
+            Store::Redis(_) => AnsweredBy::REDIS,
+            Store::Misconfigured(_) => AnsweredBy::REDIS,
+        }
+    }
+
+    /// What a failed check answers: the fallback's decision, or the error. An error about
+    /// the key itself (another algorithm's state) would be the same anywhere: only a
+    /// backend that cannot answer hands over to the fallback.
+    #[cfg(feature = "redis")]
+    pub(super) async fn on_failure(&self, request: Request<'_>, err: BackendError) -> Answer {
+        match &self.fallback {
+            Some(fallback) if err.kind() != BackendErrorKind::Command => {
+                self.warn_backend_failed(request.key, &err, "counting on the fallback");
+                // Boxed: a fallback on Redis of its own makes the future recursive.
+                let site = crate::observe::PROGRAMMATIC;
+                let answer = Box::pin(fallback.answer(request, site)).await;
+                Answer {
+                    by: AnsweredBy {
+                        fallback: true,
+                        ..answer.by
+                    },
+                    ..answer
+                }
+            }
+            _ => Answer {
+                result: Err(err),
+                by: self.answered_by(),
+            },
+        }
+    }
+
+    /// Logs a backend failure that a fail-open limiter let through, at most once per
+    /// [`LogThrottle::INTERVAL`](crate::throttle::LogThrottle::INTERVAL), with the number of failures since the last warning.
+    pub(crate) fn warn_fail_open(&self, key: &str, err: &BackendError) {
+        self.warn_backend_failed(key, err, "letting the call through (fail-open)");
+    }
+
+    pub(super) fn warn_backend_failed(&self, key: &str, err: &BackendError, action: &str) {
+        let Some(suppressed) = self.warnings.admit() else {
+            return;
+        };
+        // Not a passing failure: it lasts until someone changes the configuration.
+        if err.kind() == BackendErrorKind::Misconfigured {
+            tracing::error!(
+                target: "redis_ratelimit",
+                %key,
+                error = %err,
+                suppressed,
+                "rate limiter backend is misconfigured; {action}"
+            );
+        } else {
+            tracing::warn!(
+                target: "redis_ratelimit",
+                %key,
+                error = %err,
+                suppressed,
+                "rate limiter backend failed; {action}"
+            );
+        }
+    }
+}
+
+/// Whether `request` spends an allowance: a consuming check that has one and takes no
+/// slot (slots and peeks always go to the backend).
+#[inline]
+fn spends_allowance(request: &Request<'_>) -> bool {
+    request.allowance_ms > 0 && request.consume && request.slot.is_none() && request.draw.is_none()
+}
+
+/// Counts one round trip of a check with an allowance made for `site`.
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+fn count_draw(site: &'static str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("ratelimit_allowance_draws_total", "site" => site).increment(1);
+}
+
+/// The store a check with an allowance asks.
+#[derive(Clone, Copy)]
+enum Remote<'a> {
+    #[cfg(feature = "redis")]
+    Redis(&'a RedisBackend),
+    /// The embedded backend standing for a remote one (tests).
+    Memory(&'a MemoryBackend),
+}
+
+impl Remote<'_> {
+    async fn check(self, request: &Request<'_>) -> Result<RawDecision, BackendError> {
+        match self {
+            #[cfg(feature = "redis")]
+            Remote::Redis(redis) => redis.check(request).await,
+            Remote::Memory(memory) => memory.check_now(request),
+        }
+    }
+}
+
+/// The output of `future` if it is ready at its first poll.
+fn now_or_never<F: std::future::Future>(future: F) -> Option<F::Output> {
+    let future = std::pin::pin!(future);
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    match future.poll(&mut context) {
+        std::task::Poll::Ready(output) => Some(output),
+        std::task::Poll::Pending => None,
+    }
+}
+
+/// What [`Limiter::answer_now`] found.
+pub(crate) enum Now {
+    /// Answered without waiting: a cached denial, the embedded backend, a misconfiguration.
+    Answered(Answer),
+    /// Only Redis can answer.
+    #[cfg(feature = "redis")]
+    Ask(Arc<RedisBackend>),
+}
