@@ -18,6 +18,7 @@ mod operator;
 mod refunds;
 mod settle;
 mod state_file;
+mod store;
 #[cfg(feature = "redis")]
 mod stored_overrides;
 
@@ -31,14 +32,12 @@ pub use stored_overrides::{OverrideError, StoredOverride, StoredOverrides};
 use self::allowance::Allowances;
 use self::deny_cache::DenyCache;
 use self::refunds::Refunds;
-use crate::backend::memory::MemoryBackend;
+use self::store::{misconfigured, Store};
 use crate::backend::memory_state::StateFile;
-#[cfg(feature = "redis")]
-use crate::backend::redis::RedisBackend;
 use crate::backend::Request;
 use crate::overrides::Overrides;
 use crate::throttle::LogThrottle;
-use crate::{BackendError, BackendErrorKind, ConfigError, Rule};
+use crate::Rule;
 
 /// Checks rules against a backend: Redis (shared by every process) or the embedded
 /// in-process memory backend.
@@ -85,18 +84,6 @@ pub struct Limiter {
     allowances: Arc<Allowances>,
     /// The embedded backend standing for a remote one, for tests: allowances apply.
     remote_memory: bool,
-}
-
-enum Store {
-    // Behind a pointer: its connections make it several times larger than the other
-    // variants. Shared with the rule-override poller.
-    #[cfg(feature = "redis")]
-    Redis(Arc<RedisBackend>),
-    // Shared with the thread that saves its state, if any, and by the limiters of a test
-    // that stand for instances over one remote store.
-    Memory(Arc<MemoryBackend>),
-    /// Built from an invalid environment; every check fails with this error.
-    Misconfigured(ConfigError),
 }
 
 impl Limiter {
@@ -185,20 +172,10 @@ impl Limiter {
     }
 }
 
-fn misconfigured(err: &ConfigError) -> BackendError {
-    BackendError::new(BackendErrorKind::Misconfigured, err.to_string())
-}
-
 impl fmt::Debug for Limiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let backend = match &self.store {
-            #[cfg(feature = "redis")]
-            Store::Redis(_) => "redis",
-            Store::Memory(_) => "memory",
-            Store::Misconfigured(_) => "misconfigured",
-        };
         let mut debug = f.debug_struct("Limiter");
-        debug.field("backend", &backend);
+        debug.field("backend", &self.store.name());
         #[cfg(feature = "redis")]
         if let Store::Redis(redis) = &self.store {
             debug.field("redis", redis.config());

@@ -248,12 +248,7 @@ impl Limiter {
     /// The `backend` label of this limiter's own answers (a misconfigured limiter is a Redis
     /// one whose URL was invalid).
     pub(super) fn answered_by(&self) -> AnsweredBy {
-        match self.store {
-            Store::Memory(_) => AnsweredBy::MEMORY,
-            #[cfg(feature = "redis")]
-            Store::Redis(_) => AnsweredBy::REDIS,
-            Store::Misconfigured(_) => AnsweredBy::REDIS,
-        }
+        self.store.answered_by()
     }
 
     /// What a failed check answers: the fallback's decision, or the error. An error about

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 #[cfg(feature = "redis")]
 use super::most_limited;
-use super::{misconfigured, Limiter, Store};
+use super::{Limiter, Store};
 use crate::overrides::{path_of, InForce, SiteRules};
 use crate::{BackendError, Mode, Rule};
 
@@ -64,15 +64,9 @@ impl Limiter {
         since: Duration,
         n: usize,
     ) -> Result<Vec<(String, u64)>, BackendError> {
-        match &self.store {
-            Store::Memory(_) => Ok(self.refusals.read_here(prefix, site, since, n)),
-            #[cfg(feature = "redis")]
-            Store::Redis(redis) => {
-                let minutes = most_limited::minutes(since, most_limited::this_minute());
-                redis.most_limited(prefix, site, minutes, n).await
-            }
-            Store::Misconfigured(err) => Err(misconfigured(err)),
-        }
+        self.store
+            .most_limited(&self.refusals, prefix, site, since, n)
+            .await
     }
 
     /// Counts a refusal of `key` by the guarded site `site` (see
@@ -227,15 +221,7 @@ impl Limiter {
         if let Some(fallback) = &self.fallback {
             Box::pin(fallback.reset(key)).await?;
         }
-        match &self.store {
-            #[cfg(feature = "redis")]
-            Store::Redis(redis) => redis.reset(key).await,
-            Store::Memory(memory) => {
-                memory.reset_now(key);
-                Ok(())
-            }
-            Store::Misconfigured(err) => Err(misconfigured(err)),
-        }
+        self.store.reset(key).await
     }
 
     /// Refuses every check of `key` for `duration` from now, whatever its rules and
@@ -317,12 +303,7 @@ impl Limiter {
         if let Some(fallback) = &self.fallback {
             Box::pin(fallback.block_at_us(key, duration, now_us)).await?;
         }
-        match &self.store {
-            #[cfg(feature = "redis")]
-            Store::Redis(redis) => redis.block(key, block_for_us, now_us).await?,
-            Store::Memory(memory) => memory.block(key, block_for_us, now_us),
-            Store::Misconfigured(err) => return Err(misconfigured(err)),
-        }
+        self.store.block(key, block_for_us, now_us).await?;
         self.forget_denial(key);
         Ok(())
     }
