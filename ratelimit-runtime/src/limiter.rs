@@ -35,6 +35,7 @@ use self::refunds::Refunds;
 use self::store::{misconfigured, Store};
 use crate::backend::memory_state::StateFile;
 use crate::backend::Request;
+use crate::decision::CountedBy;
 use crate::overrides::Overrides;
 use crate::throttle::LogThrottle;
 use crate::Rule;
@@ -169,6 +170,25 @@ impl Limiter {
     /// When `max` is 0 or above [`Rule::MAX_COUNT`].
     pub fn acquire<'a>(&'a self, key: &'a str, max: u64) -> Acquire<'a> {
         Acquire::new(self, key, max)
+    }
+}
+
+// The fallback's routing, written once: an operation on a decision goes to the store that
+// counted it; one on a key (reset, block) to every store, the last fallback first.
+impl Limiter {
+    /// The limiter whose own store counted a receipt counted by `counted_by`: this one or
+    /// a fallback of it; `None` when none did (an allowance's, a misconfigured store's).
+    fn counter_of(&self, counted_by: CountedBy) -> Option<&Limiter> {
+        let mut limiter = self;
+        while !limiter.store.counted(counted_by) {
+            limiter = limiter.fallback.as_deref()?;
+        }
+        Some(limiter)
+    }
+
+    /// This limiter, then its fallback, then the fallback's own, and so on.
+    fn with_fallbacks(&self) -> Vec<&Limiter> {
+        std::iter::successors(Some(self), |limiter| limiter.fallback.as_deref()).collect()
     }
 }
 

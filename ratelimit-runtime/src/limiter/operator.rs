@@ -216,12 +216,15 @@ impl Limiter {
     ///
     /// With a [`fallback`](Self::fallback), the key is forgotten there too.
     pub async fn reset(&self, key: &str) -> Result<(), BackendError> {
-        self.forget_denial(key);
-        self.allowances.forget(key);
-        if let Some(fallback) = &self.fallback {
-            Box::pin(fallback.reset(key)).await?;
+        let limiters = self.with_fallbacks();
+        for limiter in &limiters {
+            limiter.forget_denial(key);
+            limiter.allowances.forget(key);
         }
-        self.store.reset(key).await
+        for limiter in limiters.iter().rev() {
+            limiter.store.reset(key).await?;
+        }
+        Ok(())
     }
 
     /// Refuses every check of `key` for `duration` from now, whatever its rules and
@@ -298,13 +301,15 @@ impl Limiter {
         if block_for_us == 0 {
             return Ok(());
         }
+        let limiters = self.with_fallbacks();
         // What this instance holds of the key goes back; its next check meets the block.
-        self.allowances.end(key);
-        if let Some(fallback) = &self.fallback {
-            Box::pin(fallback.block_at_us(key, duration, now_us)).await?;
+        for limiter in &limiters {
+            limiter.allowances.end(key);
         }
-        self.store.block(key, block_for_us, now_us).await?;
-        self.forget_denial(key);
+        for limiter in limiters.iter().rev() {
+            limiter.store.block(key, block_for_us, now_us).await?;
+            limiter.forget_denial(key);
+        }
         Ok(())
     }
 }

@@ -127,23 +127,12 @@ impl Limiter {
         if !self.refunds.first(key, receipt) {
             return Ok(());
         }
-        if !self.counted_here(receipt.counted_by) {
-            return match &self.fallback {
-                Some(fallback) => {
-                    Box::pin(fallback.refund_at_us(key, rules, decision, now_us)).await
-                }
-                None => Ok(()),
-            };
-        }
-        self.store.refund(key, rules, receipt, now_us).await?;
-        self.forget_denial(key);
+        let Some(counter) = self.counter_of(receipt.counted_by) else {
+            return Ok(());
+        };
+        counter.store.refund(key, rules, receipt, now_us).await?;
+        counter.forget_denial(key);
         Ok(())
-    }
-
-    /// Whether this limiter's own store counted a receipt counted by `counted_by`: one
-    /// counted elsewhere (by its fallback) is refunded or settled there.
-    pub(super) fn counted_here(&self, counted_by: CountedBy) -> bool {
-        self.store.counted(counted_by)
     }
 
     /// Forgets the deny cache's denial of `key` once a settle, refund, block or reset
@@ -253,16 +242,11 @@ impl Limiter {
             now_us,
             ..Request::new(key, rules, false)
         };
-        if !self.counted_here(receipt.counted_by) {
-            return match &self.fallback {
-                Some(fallback) => {
-                    Box::pin(fallback.settle_at_us(key, rules, decision, actual, now_us)).await
-                }
-                None => Ok(*decision),
-            };
-        }
-        let settled = self.store.settle(peek, receipt, actual).await?;
-        self.forget_denial(key);
+        let Some(counter) = self.counter_of(receipt.counted_by) else {
+            return Ok(*decision);
+        };
+        let settled = counter.store.settle(peek, receipt, actual).await?;
+        counter.forget_denial(key);
         Ok(settled.map_or(*decision, |raw| raw.into_decision(rules)))
     }
 }

@@ -17,6 +17,7 @@ use crate::backend::redis::RedisBackend;
 use crate::backend::Request;
 use crate::decision::{CountedBy, RawDecision, Receipt};
 use crate::observe::AnsweredBy;
+use crate::slot::Home as SlotHome;
 use crate::{BackendError, BackendErrorKind, ConfigError, Rule};
 
 pub(super) enum Store {
@@ -66,6 +67,16 @@ impl Store {
             #[cfg(feature = "redis")]
             (Store::Redis(_), CountedBy::Redis) => true,
             _ => false,
+        }
+    }
+
+    /// Where this store keeps slots (none when misconfigured).
+    pub(super) fn slot_home(&self) -> Option<SlotHome> {
+        match self {
+            #[cfg(feature = "redis")]
+            Store::Redis(redis) => Some(SlotHome::Redis(Arc::clone(redis))),
+            Store::Memory(memory) => Some(SlotHome::Memory(Arc::clone(memory.slots()))),
+            Store::Misconfigured(_) => None,
         }
     }
 
