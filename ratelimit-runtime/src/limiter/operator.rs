@@ -230,7 +230,7 @@ impl Limiter {
     /// Refuses every check of `key` for `duration` from now, whatever its rules and
     /// algorithm: each is denied with `retry_after` = what is left of the block, consuming
     /// nothing, in every process sharing the backend. The block a refusal with
-    /// [`block_for`](Check::block_for) starts, written the same way: kept with the key's
+    /// [`block_for`](crate::Check::block_for) starts, written the same way: kept with the key's
     /// state (which it keeps), answered by the key's first rule, lifted by
     /// [`reset`](Self::reset). It never shortens a block that lasts longer already. A key
     /// that holds nothing yet is blocked too: the first algorithm to check it after the
