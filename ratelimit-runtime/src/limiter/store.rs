@@ -40,6 +40,7 @@ pub(super) type ReadKey = (StoredState, u64, Option<Duration>);
 impl Store {
     /// The `backend` label of this store's answers (a misconfigured limiter is a Redis
     /// one whose URL was invalid).
+    #[inline]
     pub(super) fn answered_by(&self) -> AnsweredBy {
         match self {
             Store::Memory(_) => AnsweredBy::MEMORY,
@@ -61,6 +62,7 @@ impl Store {
 
     /// Whether this store counted a receipt counted by `counted_by`: one counted elsewhere
     /// (by the fallback) is refunded or settled there.
+    #[inline]
     pub(super) fn counted(&self, counted_by: CountedBy) -> bool {
         match (self, counted_by) {
             (Store::Memory(_), CountedBy::Memory) => true,
