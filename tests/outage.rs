@@ -237,6 +237,40 @@ async fn the_fallback_counts_exactly_while_redis_is_gone_and_hands_back() {
 }
 
 #[tokio::test]
+async fn what_the_fallback_counted_is_refunded_settled_reset_and_blocked_there() {
+    let mut server = RedisServer::start();
+    let limiter = support::counting_limiter(&server.url()).fallback(Limiter::memory());
+    server.kill();
+
+    let d = limiter.check("r", &FIVE_PER_MINUTE).cost(3).await.unwrap();
+    assert_eq!((d.allowed, d.remaining), (true, 2));
+    limiter.refund("r", &FIVE_PER_MINUTE, &d).await.unwrap();
+    assert_eq!(
+        limiter.peek("r", &FIVE_PER_MINUTE).await.unwrap().remaining,
+        5
+    );
+
+    let reserved = limiter.check("r", &FIVE_PER_MINUTE).cost(4).await.unwrap();
+    assert_eq!(reserved.remaining, 1);
+    let settled = limiter
+        .settle("r", &FIVE_PER_MINUTE, &reserved, 1)
+        .await
+        .unwrap();
+    assert_eq!(settled.remaining, 4);
+
+    // A block and a reset reach every store: the fallback takes them, Redis cannot.
+    let err = limiter
+        .block("r", Duration::from_secs(30))
+        .await
+        .unwrap_err();
+    assert_ne!(err.kind(), BackendErrorKind::Command);
+    assert!(!limiter.check("r", &FIVE_PER_MINUTE).await.unwrap().allowed);
+    assert!(limiter.reset("r").await.is_err());
+    let d = limiter.check("r", &FIVE_PER_MINUTE).await.unwrap();
+    assert_eq!((d.allowed, d.remaining), (true, 4));
+}
+
+#[tokio::test]
 async fn the_deny_cache_keeps_a_flood_on_one_key_off_redis() {
     let server = RedisServer::start();
     let limiter = support::counting_limiter(&server.url()).deny_cache(true);

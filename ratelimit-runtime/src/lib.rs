@@ -3,6 +3,46 @@
 //!
 //! Depend on the `redis-ratelimit` facade crate; it re-exports everything here together
 //! with the `#[rate_limiter]` attribute.
+//!
+//! # Inside the crate
+//!
+//! The modules in layers; a module calls only those in its own layer's leaves or below it
+//! (`scripts/import-cycles` keeps it so: no module imports one that imports it back).
+//!
+//! - **Leaves**: `rule`, `calendar`, `algorithm_kind`, `limit_type`, `mode`, `error`,
+//!   `decision` (a check's answer and its receipt), `clock`, `random`, `sync` (the lock
+//!   helper), `throttle` (throttled logs), `warning`, `lockout`, `concurrency` (the data
+//!   of a limit on calls in flight), `most_limited_keys`, `key` (the key layout),
+//!   `context` (the per-request identity) and `rule_text`. They own plain data and call
+//!   nothing above them.
+//! - **`algorithm`** owns the arithmetic: each algorithm's counts (one file each under
+//!   `algorithm/`), the lock-out kept with them (`block.rs`), what a key stores
+//!   (`StoredState`) and its saved form (`saved.rs`). It calls only the leaves; the
+//!   embedded backend runs it and the Lua scripts repeat it.
+//! - **`backend`** owns storage: `backend::redis` (topologies, connections, breakers,
+//!   scripts), `backend::memory` (the embedded backend and its shards), its slots and its
+//!   state file, and `probe` (draws on a backend, for tests). It calls `algorithm` and
+//!   the leaves, never the limiter.
+//! - **`bans`** and **`overrides`** own the tables operators change at run time (banned
+//!   identities; rules and modes by site path) and their polling of Redis: `bans` calls
+//!   only the leaves, `overrides` calls `bans`, `backend::redis` and the leaves.
+//! - **`limiter`** owns [`Limiter`], a handle over one store: `limiter/store.rs` routes
+//!   every operation to Redis, the embedded backend or a misconfiguration;
+//!   `build.rs` builds it; `check.rs`, `answer.rs` and `check_all.rs` are the check
+//!   pipeline (with `deny_cache.rs` and `allowance.rs`, the local answers); `settle.rs`
+//!   and `refunds.rs` what goes back; `operator.rs`, `bans.rs`, `inspect.rs`,
+//!   `most_limited.rs`, `stored_overrides.rs` and `state_file.rs` the operator surface;
+//!   `acquire.rs` slots. It calls `backend`, `bans`, `overrides`, `observe`, `slot`,
+//!   `registry` and the leaves.
+//! - **`observe`** (spans, events, metrics of a check) and **`slot`** (a held slot and its
+//!   renewal) sit beside the limiter: it calls them; they call `backend` and the leaves.
+//! - **`site`**, `site_config`, `registry`, `guard` and `global` own guarded call sites:
+//!   what `#[rate_limiter]` expands to and the router's guards, turning a call into a key
+//!   and a check of the `Limiter`. They call `limiter` and everything below it.
+//! - **Faces**: `web` (what the framework integrations share: client IP, response fields,
+//!   problem bodies, the middleware), `tower`, `axum`, `tonic`, `actix` and `reqwest`.
+//!   They turn a framework's request into a check through `guard`/`site` and the answer
+//!   into a response; nothing below calls them.
 
 #![warn(missing_docs)]
 

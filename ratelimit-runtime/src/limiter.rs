@@ -18,6 +18,7 @@ mod operator;
 mod refunds;
 mod settle;
 mod state_file;
+mod store;
 #[cfg(feature = "redis")]
 mod stored_overrides;
 
@@ -31,14 +32,13 @@ pub use stored_overrides::{OverrideError, StoredOverride, StoredOverrides};
 use self::allowance::Allowances;
 use self::deny_cache::DenyCache;
 use self::refunds::Refunds;
-use crate::backend::memory::MemoryBackend;
+use self::store::{misconfigured, Store};
 use crate::backend::memory_state::StateFile;
-#[cfg(feature = "redis")]
-use crate::backend::redis::RedisBackend;
 use crate::backend::Request;
+use crate::decision::CountedBy;
 use crate::overrides::Overrides;
 use crate::throttle::LogThrottle;
-use crate::{BackendError, BackendErrorKind, ConfigError, Rule};
+use crate::Rule;
 
 /// Checks rules against a backend: Redis (shared by every process) or the embedded
 /// in-process memory backend.
@@ -85,18 +85,6 @@ pub struct Limiter {
     allowances: Arc<Allowances>,
     /// The embedded backend standing for a remote one, for tests: allowances apply.
     remote_memory: bool,
-}
-
-enum Store {
-    // Behind a pointer: its connections make it several times larger than the other
-    // variants. Shared with the rule-override poller.
-    #[cfg(feature = "redis")]
-    Redis(Arc<RedisBackend>),
-    // Shared with the thread that saves its state, if any, and by the limiters of a test
-    // that stand for instances over one remote store.
-    Memory(Arc<MemoryBackend>),
-    /// Built from an invalid environment; every check fails with this error.
-    Misconfigured(ConfigError),
 }
 
 impl Limiter {
@@ -185,20 +173,29 @@ impl Limiter {
     }
 }
 
-fn misconfigured(err: &ConfigError) -> BackendError {
-    BackendError::new(BackendErrorKind::Misconfigured, err.to_string())
+// The fallback's routing, written once: an operation on a decision goes to the store that
+// counted it; one on a key (reset, block) to every store, the last fallback first.
+impl Limiter {
+    /// The limiter whose own store counted a receipt counted by `counted_by`: this one or
+    /// a fallback of it; `None` when none did (an allowance's, a misconfigured store's).
+    fn counter_of(&self, counted_by: CountedBy) -> Option<&Limiter> {
+        let mut limiter = self;
+        while !limiter.store.counted(counted_by) {
+            limiter = limiter.fallback.as_deref()?;
+        }
+        Some(limiter)
+    }
+
+    /// This limiter, then its fallback, then the fallback's own, and so on.
+    fn with_fallbacks(&self) -> Vec<&Limiter> {
+        std::iter::successors(Some(self), |limiter| limiter.fallback.as_deref()).collect()
+    }
 }
 
 impl fmt::Debug for Limiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let backend = match &self.store {
-            #[cfg(feature = "redis")]
-            Store::Redis(_) => "redis",
-            Store::Memory(_) => "memory",
-            Store::Misconfigured(_) => "misconfigured",
-        };
         let mut debug = f.debug_struct("Limiter");
-        debug.field("backend", &backend);
+        debug.field("backend", &self.store.name());
         #[cfg(feature = "redis")]
         if let Store::Redis(redis) = &self.store {
             debug.field("redis", redis.config());

@@ -114,7 +114,7 @@ impl Block {
     /// `rule_index`, the `strikes`th lock-out of a streak (0: none), unless a block already
     /// runs at least as long: a block never shortens another. Both ways a block starts come
     /// here: a refusal with `block_for` ([`start`](Self::start)) and
-    /// [`StoredState::block_until`] (`Limiter::block`).
+    /// [`StoredState::block_until`](super::StoredState::block_until) (`Limiter::block`).
     pub(super) fn extend(&mut self, until_us: u64, rule_index: usize, strikes: u32) {
         if until_us > self.until_us {
             *self = Block {

@@ -1,6 +1,7 @@
 //! One attempt at a check: answered now (deny cache, allowance, embedded backend) or
 //! asked of Redis, with the fallback on failure.
 
+#[cfg(feature = "redis")]
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,7 +11,7 @@ use crate::backend::memory::MemoryBackend;
 #[cfg(feature = "redis")]
 use crate::backend::redis::RedisBackend;
 use crate::backend::Request;
-use crate::decision::{CountedBy, RawDecision};
+use crate::decision::RawDecision;
 use crate::observe::{Answer, AnsweredBy};
 use crate::slot::Home as SlotHome;
 use crate::{BackendError, BackendErrorKind, Rule};
@@ -31,14 +32,7 @@ impl Limiter {
     /// Where a slot is kept that a decision with `receipt` took: the backend that counted
     /// it (this limiter's, or its fallback's).
     pub(crate) fn slot_home(&self, receipt: &crate::decision::Receipt) -> Option<SlotHome> {
-        match (&self.store, receipt.counted_by) {
-            #[cfg(feature = "redis")]
-            (Store::Redis(redis), CountedBy::Redis) => Some(SlotHome::Redis(Arc::clone(redis))),
-            (Store::Memory(memory), CountedBy::Memory) => {
-                Some(SlotHome::Memory(Arc::clone(memory.slots())))
-            }
-            _ => self.fallback.as_ref()?.slot_home(receipt),
-        }
+        self.counter_of(receipt.counted_by)?.store.slot_home()
     }
 
     /// The answer to `request` when it needs no waiting: a cached denial, a call admitted
@@ -248,12 +242,7 @@ impl Limiter {
     /// The `backend` label of this limiter's own answers (a misconfigured limiter is a Redis
     /// one whose URL was invalid).
     pub(super) fn answered_by(&self) -> AnsweredBy {
-        match self.store {
-            Store::Memory(_) => AnsweredBy::MEMORY,
-            #[cfg(feature = "redis")]
-            Store::Redis(_) => AnsweredBy::REDIS,
-            Store::Misconfigured(_) => AnsweredBy::REDIS,
-        }
+        self.store.answered_by()
     }
 
     /// What a failed check answers: the fallback's decision, or the error. An error about

@@ -14,7 +14,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use super::{Limiter, Plan, Store};
+use super::{Limiter, Plan};
 use crate::backend::Request;
 use crate::decision::RawDecision;
 use crate::observe::{Answer, AnsweredBy};
@@ -279,12 +279,7 @@ impl Limiter {
         if requests.is_empty() {
             return Ok((Vec::new(), by));
         }
-        let answered = match &self.store {
-            Store::Memory(memory) => memory.check_all_now(requests),
-            Store::Misconfigured(err) => Err(super::misconfigured(err)),
-            #[cfg(feature = "redis")]
-            Store::Redis(redis) => redis.check_all(requests).await,
-        };
+        let answered = self.store.check_all(requests).await;
         answered.map(|raws| (raws, by)).map_err(|err| (err, by))
     }
 }

@@ -9,7 +9,6 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::{misconfigured, Store};
 use crate::algorithm;
 use crate::{Algorithm, BackendError, Limiter, Rule};
 
@@ -56,26 +55,13 @@ impl Limiter {
 
     /// What `key` holds, but for its slots.
     async fn inspect_counts(&self, key: &str) -> Result<Option<KeyState>, BackendError> {
-        match &self.store {
-            #[cfg(feature = "redis")]
-            Store::Redis(redis) => Ok(redis.read_key(key).await?.map(|held| KeyState {
-                state: held.state,
-                now_us: held.now_us,
-                ttl: held.ttl,
-                slots_in_use: 0,
-            })),
-            Store::Memory(memory) => {
-                Ok(memory
-                    .inspect(key)
-                    .map(|(state, now_us, expires)| KeyState {
-                        state,
-                        now_us,
-                        ttl: Some(Duration::from_micros(expires.saturating_sub(now_us))),
-                        slots_in_use: 0,
-                    }))
-            }
-            Store::Misconfigured(err) => Err(misconfigured(err)),
-        }
+        let found = self.store.read_key(key).await?;
+        Ok(found.map(|(state, now_us, ttl)| KeyState {
+            state,
+            now_us,
+            ttl,
+            slots_in_use: 0,
+        }))
     }
 }
 
@@ -249,15 +235,7 @@ impl Limiter {
     /// # Ok(()) }
     /// ```
     pub async fn slots_in_use(&self, key: &str) -> Result<u64, BackendError> {
-        match &self.store {
-            #[cfg(feature = "redis")]
-            Store::Redis(redis) => redis.slots_in_use(key).await,
-            Store::Memory(memory) => {
-                let slots = memory.slots();
-                Ok(slots.in_use(key, slots.now_us()))
-            }
-            Store::Misconfigured(err) => Err(misconfigured(err)),
-        }
+        self.store.slots_in_use(key).await
     }
 }
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 #[cfg(feature = "redis")]
 use super::most_limited;
-use super::{misconfigured, Limiter, Store};
+use super::{Limiter, Store};
 use crate::overrides::{path_of, InForce, SiteRules};
 use crate::{BackendError, Mode, Rule};
 
@@ -64,15 +64,9 @@ impl Limiter {
         since: Duration,
         n: usize,
     ) -> Result<Vec<(String, u64)>, BackendError> {
-        match &self.store {
-            Store::Memory(_) => Ok(self.refusals.read_here(prefix, site, since, n)),
-            #[cfg(feature = "redis")]
-            Store::Redis(redis) => {
-                let minutes = most_limited::minutes(since, most_limited::this_minute());
-                redis.most_limited(prefix, site, minutes, n).await
-            }
-            Store::Misconfigured(err) => Err(misconfigured(err)),
-        }
+        self.store
+            .most_limited(&self.refusals, prefix, site, since, n)
+            .await
     }
 
     /// Counts a refusal of `key` by the guarded site `site` (see
@@ -222,26 +216,21 @@ impl Limiter {
     ///
     /// With a [`fallback`](Self::fallback), the key is forgotten there too.
     pub async fn reset(&self, key: &str) -> Result<(), BackendError> {
-        self.forget_denial(key);
-        self.allowances.forget(key);
-        if let Some(fallback) = &self.fallback {
-            Box::pin(fallback.reset(key)).await?;
+        let limiters = self.with_fallbacks();
+        for limiter in &limiters {
+            limiter.forget_denial(key);
+            limiter.allowances.forget(key);
         }
-        match &self.store {
-            #[cfg(feature = "redis")]
-            Store::Redis(redis) => redis.reset(key).await,
-            Store::Memory(memory) => {
-                memory.reset_now(key);
-                Ok(())
-            }
-            Store::Misconfigured(err) => Err(misconfigured(err)),
+        for limiter in limiters.iter().rev() {
+            limiter.store.reset(key).await?;
         }
+        Ok(())
     }
 
     /// Refuses every check of `key` for `duration` from now, whatever its rules and
     /// algorithm: each is denied with `retry_after` = what is left of the block, consuming
     /// nothing, in every process sharing the backend. The block a refusal with
-    /// [`block_for`](Check::block_for) starts, written the same way: kept with the key's
+    /// [`block_for`](crate::Check::block_for) starts, written the same way: kept with the key's
     /// state (which it keeps), answered by the key's first rule, lifted by
     /// [`reset`](Self::reset). It never shortens a block that lasts longer already. A key
     /// that holds nothing yet is blocked too: the first algorithm to check it after the
@@ -312,18 +301,15 @@ impl Limiter {
         if block_for_us == 0 {
             return Ok(());
         }
+        let limiters = self.with_fallbacks();
         // What this instance holds of the key goes back; its next check meets the block.
-        self.allowances.end(key);
-        if let Some(fallback) = &self.fallback {
-            Box::pin(fallback.block_at_us(key, duration, now_us)).await?;
+        for limiter in &limiters {
+            limiter.allowances.end(key);
         }
-        match &self.store {
-            #[cfg(feature = "redis")]
-            Store::Redis(redis) => redis.block(key, block_for_us, now_us).await?,
-            Store::Memory(memory) => memory.block(key, block_for_us, now_us),
-            Store::Misconfigured(err) => return Err(misconfigured(err)),
+        for limiter in limiters.iter().rev() {
+            limiter.store.block(key, block_for_us, now_us).await?;
+            limiter.forget_denial(key);
         }
-        self.forget_denial(key);
         Ok(())
     }
 }

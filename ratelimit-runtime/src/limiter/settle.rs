@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::allowance::Retired;
-use super::{misconfigured, Limiter, Store};
+use super::Limiter;
 use crate::backend::Request;
 use crate::decision::CountedBy;
 use crate::{BackendError, Decision, Rule};
@@ -52,20 +52,7 @@ impl Limiter {
         if retired.is_empty() {
             return Ok(());
         }
-        match &self.store {
-            Store::Memory(memory) => {
-                for retired in &retired {
-                    memory.give_back(&retired.give_back(0));
-                }
-                Ok(())
-            }
-            #[cfg(feature = "redis")]
-            Store::Redis(redis) => {
-                let backs: Vec<_> = retired.iter().map(|r| r.give_back(0)).collect();
-                redis.give_back_all(&backs).await.into_iter().collect()
-            }
-            Store::Misconfigured(err) => Err(misconfigured(err)),
-        }
+        self.store.give_back(&retired).await
     }
 
     /// Gives back exactly the units `decision` took from `key` under `rules`: a no-op for a
@@ -140,33 +127,12 @@ impl Limiter {
         if !self.refunds.first(key, receipt) {
             return Ok(());
         }
-        if !self.counted_here(receipt.counted_by) {
-            return match &self.fallback {
-                Some(fallback) => {
-                    Box::pin(fallback.refund_at_us(key, rules, decision, now_us)).await
-                }
-                None => Ok(()),
-            };
-        }
-        match &self.store {
-            Store::Memory(memory) => memory.refund(key, rules, receipt, now_us),
-            #[cfg(feature = "redis")]
-            Store::Redis(redis) => redis.refund(key, rules, receipt, now_us).await?,
-            Store::Misconfigured(err) => return Err(misconfigured(err)),
-        }
-        self.forget_denial(key);
+        let Some(counter) = self.counter_of(receipt.counted_by) else {
+            return Ok(());
+        };
+        counter.store.refund(key, rules, receipt, now_us).await?;
+        counter.forget_denial(key);
         Ok(())
-    }
-
-    /// Whether this limiter's own store counted a receipt counted by `counted_by`: one
-    /// counted elsewhere (by its fallback) is refunded or settled there.
-    pub(super) fn counted_here(&self, counted_by: CountedBy) -> bool {
-        match (&self.store, counted_by) {
-            (Store::Memory(_), CountedBy::Memory) => true,
-            #[cfg(feature = "redis")]
-            (Store::Redis(_), CountedBy::Redis) => true,
-            _ => false,
-        }
     }
 
     /// Forgets the deny cache's denial of `key` once a settle, refund, block or reset
@@ -276,21 +242,11 @@ impl Limiter {
             now_us,
             ..Request::new(key, rules, false)
         };
-        if !self.counted_here(receipt.counted_by) {
-            return match &self.fallback {
-                Some(fallback) => {
-                    Box::pin(fallback.settle_at_us(key, rules, decision, actual, now_us)).await
-                }
-                None => Ok(*decision),
-            };
-        }
-        let settled = match &self.store {
-            Store::Memory(memory) => memory.settle(&peek, receipt, actual).transpose()?,
-            #[cfg(feature = "redis")]
-            Store::Redis(redis) => redis.settle(peek, receipt, actual).await?,
-            Store::Misconfigured(err) => return Err(misconfigured(err)),
+        let Some(counter) = self.counter_of(receipt.counted_by) else {
+            return Ok(*decision);
         };
-        self.forget_denial(key);
+        let settled = counter.store.settle(peek, receipt, actual).await?;
+        counter.forget_denial(key);
         Ok(settled.map_or(*decision, |raw| raw.into_decision(rules)))
     }
 }

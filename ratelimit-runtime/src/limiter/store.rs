@@ -1,0 +1,237 @@
+//! The store a limiter counts in, and the one place an operation is routed to Redis, the
+//! embedded backend or a misconfiguration. The limiter's modules call these methods; only
+//! the check path (`answer.rs`, which answers the embedded backend without awaiting) and
+//! the operations Redis alone has (bans, stored overrides) match on the store themselves.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::allowance::Retired;
+#[cfg(feature = "redis")]
+use super::most_limited;
+use super::most_limited::Refusals;
+use crate::algorithm::StoredState;
+use crate::backend::memory::MemoryBackend;
+#[cfg(feature = "redis")]
+use crate::backend::redis::RedisBackend;
+use crate::backend::Request;
+use crate::decision::{CountedBy, RawDecision, Receipt};
+use crate::observe::AnsweredBy;
+use crate::slot::Home as SlotHome;
+use crate::{BackendError, BackendErrorKind, ConfigError, Rule};
+
+pub(super) enum Store {
+    // Behind a pointer: its connections make it several times larger than the other
+    // variants. Shared with the rule-override poller.
+    #[cfg(feature = "redis")]
+    Redis(Arc<RedisBackend>),
+    // Shared with the thread that saves its state, if any, and by the limiters of a test
+    // that stand for instances over one remote store.
+    Memory(Arc<MemoryBackend>),
+    /// Built from an invalid environment; every check fails with this error.
+    Misconfigured(ConfigError),
+}
+
+/// What a key holds, but for its slots, as [`Store::read_key`] finds it: its state, the
+/// store's time when read (µs since the epoch) and how long until it expires (`None`:
+/// never).
+pub(super) type ReadKey = (StoredState, u64, Option<Duration>);
+
+impl Store {
+    /// The `backend` label of this store's answers (a misconfigured limiter is a Redis
+    /// one whose URL was invalid).
+    #[inline]
+    pub(super) fn answered_by(&self) -> AnsweredBy {
+        match self {
+            Store::Memory(_) => AnsweredBy::MEMORY,
+            #[cfg(feature = "redis")]
+            Store::Redis(_) => AnsweredBy::REDIS,
+            Store::Misconfigured(_) => AnsweredBy::REDIS,
+        }
+    }
+
+    /// The backend's name, for `Debug`.
+    pub(super) fn name(&self) -> &'static str {
+        match self {
+            #[cfg(feature = "redis")]
+            Store::Redis(_) => "redis",
+            Store::Memory(_) => "memory",
+            Store::Misconfigured(_) => "misconfigured",
+        }
+    }
+
+    /// Whether this store counted a receipt counted by `counted_by`: one counted elsewhere
+    /// (by the fallback) is refunded or settled there.
+    #[inline]
+    pub(super) fn counted(&self, counted_by: CountedBy) -> bool {
+        match (self, counted_by) {
+            (Store::Memory(_), CountedBy::Memory) => true,
+            #[cfg(feature = "redis")]
+            (Store::Redis(_), CountedBy::Redis) => true,
+            _ => false,
+        }
+    }
+
+    /// Where this store keeps slots (none when misconfigured).
+    pub(super) fn slot_home(&self) -> Option<SlotHome> {
+        match self {
+            #[cfg(feature = "redis")]
+            Store::Redis(redis) => Some(SlotHome::Redis(Arc::clone(redis))),
+            Store::Memory(memory) => Some(SlotHome::Memory(Arc::clone(memory.slots()))),
+            Store::Misconfigured(_) => None,
+        }
+    }
+
+    /// Checks `requests` as one, all or nothing.
+    pub(super) async fn check_all(
+        &self,
+        requests: &[Request<'_>],
+    ) -> Result<Vec<RawDecision>, BackendError> {
+        match self {
+            Store::Memory(memory) => memory.check_all_now(requests),
+            Store::Misconfigured(err) => Err(misconfigured(err)),
+            #[cfg(feature = "redis")]
+            Store::Redis(redis) => redis.check_all(requests).await,
+        }
+    }
+
+    /// Forgets everything counted for `key`, its block and its slots.
+    pub(super) async fn reset(&self, key: &str) -> Result<(), BackendError> {
+        match self {
+            #[cfg(feature = "redis")]
+            Store::Redis(redis) => redis.reset(key).await,
+            Store::Memory(memory) => {
+                memory.reset_now(key);
+                Ok(())
+            }
+            Store::Misconfigured(err) => Err(misconfigured(err)),
+        }
+    }
+
+    /// Blocks `key` for `block_for_us` from `now_us` (`None`: the store's clock).
+    pub(super) async fn block(
+        &self,
+        key: &str,
+        block_for_us: u64,
+        now_us: Option<u64>,
+    ) -> Result<(), BackendError> {
+        match self {
+            #[cfg(feature = "redis")]
+            Store::Redis(redis) => redis.block(key, block_for_us, now_us).await,
+            Store::Memory(memory) => {
+                memory.block(key, block_for_us, now_us);
+                Ok(())
+            }
+            Store::Misconfigured(err) => Err(misconfigured(err)),
+        }
+    }
+
+    /// Gives back what `receipt` took from `key` under `rules`, at `now_us` (`None`: the
+    /// store's clock).
+    pub(super) async fn refund(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        receipt: &Receipt,
+        now_us: Option<u64>,
+    ) -> Result<(), BackendError> {
+        match self {
+            Store::Memory(memory) => {
+                memory.refund(key, rules, receipt, now_us);
+                Ok(())
+            }
+            #[cfg(feature = "redis")]
+            Store::Redis(redis) => redis.refund(key, rules, receipt, now_us).await,
+            Store::Misconfigured(err) => Err(misconfigured(err)),
+        }
+    }
+
+    /// Settles what `receipt` reserved at `actual` units and answers as `peek`; `None`
+    /// when the key no longer holds it.
+    pub(super) async fn settle(
+        &self,
+        peek: Request<'_>,
+        receipt: &Receipt,
+        actual: u64,
+    ) -> Result<Option<RawDecision>, BackendError> {
+        match self {
+            Store::Memory(memory) => memory.settle(&peek, receipt, actual).transpose(),
+            #[cfg(feature = "redis")]
+            Store::Redis(redis) => redis.settle(peek, receipt, actual).await,
+            Store::Misconfigured(err) => Err(misconfigured(err)),
+        }
+    }
+
+    /// Gives back the `retired` allowances at the store's clock (concurrently on Redis).
+    pub(super) async fn give_back(&self, retired: &[Retired]) -> Result<(), BackendError> {
+        match self {
+            Store::Memory(memory) => {
+                for retired in retired {
+                    memory.give_back(&retired.give_back(0));
+                }
+                Ok(())
+            }
+            #[cfg(feature = "redis")]
+            Store::Redis(redis) => {
+                let backs: Vec<_> = retired.iter().map(|r| r.give_back(0)).collect();
+                redis.give_back_all(&backs).await.into_iter().collect()
+            }
+            Store::Misconfigured(err) => Err(misconfigured(err)),
+        }
+    }
+
+    /// What `key` holds, but for its slots.
+    pub(super) async fn read_key(&self, key: &str) -> Result<Option<ReadKey>, BackendError> {
+        match self {
+            #[cfg(feature = "redis")]
+            Store::Redis(redis) => Ok(redis
+                .read_key(key)
+                .await?
+                .map(|found| (found.state, found.now_us, found.ttl))),
+            Store::Memory(memory) => Ok(memory.inspect(key).map(|(state, now_us, expires)| {
+                let ttl = Duration::from_micros(expires.saturating_sub(now_us));
+                (state, now_us, Some(ttl))
+            })),
+            Store::Misconfigured(err) => Err(misconfigured(err)),
+        }
+    }
+
+    /// How many slots of `key` are held now.
+    pub(super) async fn slots_in_use(&self, key: &str) -> Result<u64, BackendError> {
+        match self {
+            #[cfg(feature = "redis")]
+            Store::Redis(redis) => redis.slots_in_use(key).await,
+            Store::Memory(memory) => {
+                let slots = memory.slots();
+                Ok(slots.in_use(key, slots.now_us()))
+            }
+            Store::Misconfigured(err) => Err(misconfigured(err)),
+        }
+    }
+
+    /// The most refused identities of `site` under `prefix` over the last `since`, at most
+    /// `n`: on the embedded backend, this process's `refusals`.
+    pub(super) async fn most_limited(
+        &self,
+        refusals: &Refusals,
+        prefix: &str,
+        site: &str,
+        since: Duration,
+        n: usize,
+    ) -> Result<Vec<(String, u64)>, BackendError> {
+        match self {
+            Store::Memory(_) => Ok(refusals.read_here(prefix, site, since, n)),
+            #[cfg(feature = "redis")]
+            Store::Redis(redis) => {
+                let minutes = most_limited::minutes(since, most_limited::this_minute());
+                redis.most_limited(prefix, site, minutes, n).await
+            }
+            Store::Misconfigured(err) => Err(misconfigured(err)),
+        }
+    }
+}
+
+/// The error every operation of a misconfigured limiter answers.
+pub(super) fn misconfigured(err: &ConfigError) -> BackendError {
+    BackendError::new(BackendErrorKind::Misconfigured, err.to_string())
+}
