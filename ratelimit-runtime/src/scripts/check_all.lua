@@ -11,11 +11,13 @@
 --           `write_refused` (its lock-out); then it answers as its script does. A check
 --           may answer before that point: refused under a block, or an error.
 -- KEYS      each check's key, in the list's order, each once.
--- ARGV[1]   each check's algorithm, one byte a check: 0 sliding log, 1 fixed window,
---           2 sliding window, 3 token bucket (Algorithm::ALL's order).
--- ARGV[5 * i - 3 .. 5 * i + 1]  check i's five arguments, as its own script reads them
---           (preamble.lua): its numbers, the sliding log's id, warn_at, a lock-out's
---           schedule, a draw ('' where a check has none).
+-- ARGV[1]   two bytes a check: its algorithm (0 sliding log, 1 fixed window, 2 sliding
+--           window, 3 token bucket: Algorithm::ALL's order), and how many arguments it
+--           sends (2 to 5).
+-- ARGV[2 ..]  each check's arguments in turn, as its own script reads them
+--           (preamble.lua): its numbers, the sliding log's id, then, up to the last it
+--           has, warn_at, a lock-out's schedule, a draw ('' where a check has none
+--           before one it has; an argument not sent reads as nil, as in its script).
 -- Returns   {admitted (1|0), then each check's reply}, each as its check alone answers;
 --           or the error a check answered (another algorithm's key), nothing written.
 --
@@ -33,17 +35,20 @@ local replies = {0}
 -- check's judging starts, but a draw's writes (drawn.lua), and a list of two or more has
 -- no draw (Check::allowance).
 local keys, args = {}, {}
+-- Where the next check's arguments start.
+local at = 2
 
 -- Judges check i and, within it (or here, after a check answering before its writes),
 -- the checks after it; once all are judged, sets what they write.
 judge_from = function(i)
     reached = i
     while i <= checks do
-        local base = 5 * i - 3
+        local kind, sent = string.byte(kinds, 2 * i - 1, 2 * i)
         keys[1] = KEYS[i]
-        args[1], args[2], args[3], args[4], args[5] =
-            ARGV[base], ARGV[base + 1], ARGV[base + 2], ARGV[base + 3], ARGV[base + 4]
-        local answer = run[string.byte(kinds, i) + 1](keys, args, i)
+        -- The arguments a check does not send are nil, as the last ones of its script.
+        args[1], args[2], args[3], args[4], args[5] = unpack(ARGV, at, at + sent - 1)
+        at = at + sent
+        local answer = run[kind + 1](keys, args, i)
         replies[i + 1] = answer
         if reached > i then
             -- It judged the checks after it, and has written and answered.

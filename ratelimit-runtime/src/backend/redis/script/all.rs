@@ -102,7 +102,7 @@ impl<'r> ListInvocation<'r> {
         let kinds: Vec<u8> = self
             .checks
             .iter()
-            .map(|check| check.request.algorithm as u8)
+            .flat_map(|check| [check.request.algorithm as u8, check.list_args_sent()])
             .collect();
         cmd.arg(kinds);
         for check in &self.checks {
@@ -152,27 +152,52 @@ impl<'r> ListInvocation<'r> {
 }
 
 impl Invocation<'_> {
-    /// This check's five arguments in a list's script (`check_all.lua`): its numbers, then
-    /// every optional argument's place, empty where it has none.
+    /// How many of its five arguments this check sends in a list's script
+    /// (`check_all.lua`): up to its last one that is not empty (at least its numbers and
+    /// its id). Each argument costs Redis a few hundred instructions to read and to hand
+    /// the script, and most checks have none of the optional three.
+    fn list_args_sent(&self) -> u8 {
+        let request = self.request;
+        if request.draw.is_some() {
+            5
+        } else if Schedule::of(request).is_some() {
+            4
+        } else if request.warn_at != 0 && request.consume {
+            3
+        } else {
+            2
+        }
+    }
+
+    /// This check's arguments in a list's script (`check_all.lua`), as many as
+    /// [`Self::list_args_sent`] says: its numbers, then every optional argument's place up to
+    /// the last it has, empty where it has none.
     fn list_args(&self, cmd: &mut Cmd) {
         let request = self.request;
+        let sent = self.list_args_sent();
         cmd.arg(Numbers(request));
         match self.id {
             Some(id) => cmd.arg(&check_id(id)[..]),
             None => cmd.arg(&b""[..]),
         };
-        match request.warn_at != 0 && request.consume {
-            true => cmd.arg(&[request.warn_at][..]),
-            false => cmd.arg(&b""[..]),
-        };
-        match Schedule::of(request) {
-            Some(schedule) => cmd.arg(schedule),
-            None => cmd.arg(&b""[..]),
-        };
-        match request.draw {
-            Some(draw) => cmd.arg(&draw_numbers(draw)[..]),
-            None => cmd.arg(&b""[..]),
-        };
+        if sent > 2 {
+            match request.warn_at != 0 && request.consume {
+                true => cmd.arg(&[request.warn_at][..]),
+                false => cmd.arg(&b""[..]),
+            };
+        }
+        if sent > 3 {
+            match Schedule::of(request) {
+                Some(schedule) => cmd.arg(schedule),
+                None => cmd.arg(&b""[..]),
+            };
+        }
+        if sent > 4 {
+            match request.draw {
+                Some(draw) => cmd.arg(&draw_numbers(draw)[..]),
+                None => cmd.arg(&b""[..]),
+            };
+        }
     }
 }
 
