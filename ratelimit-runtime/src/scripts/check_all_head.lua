@@ -11,5 +11,8 @@
 -- write_refused  once every check is judged: whether a refused check writes the
 --                lock-out it starts (not when a check failed: then nothing is written).
 -- judge_from     check_all.lua's function judging the checks from an index on.
+--
+-- Defines `list_time`, `admitted`, `failed`, `reached`, `write_all`, `write_refused`,
+-- `judge_from`.
 local list_time, failed, reached, write_all, write_refused, judge_from
 local admitted = true
