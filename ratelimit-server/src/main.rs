@@ -79,7 +79,8 @@ async fn run(flags: Flags) -> ExitCode {
     let service = Arc::new(Service {
         limiter,
         config: ArcSwap::from_pointee(loaded),
-        prefix: flags.prefix.clone(),
+        // Once per process: the limiter's poller reads `{prefix}bans` for good.
+        prefix: Box::leak(flags.prefix.clone().into_boxed_str()),
         fail_open: flags.fail_open,
         response_headers: flags.response_headers,
         metrics: metrics::ServiceMetrics::new(),
