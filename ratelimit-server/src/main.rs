@@ -30,6 +30,11 @@ use tracing_subscriber::EnvFilter;
 use crate::count::Service;
 use crate::flags::{Flags, LogFormat};
 
+// Each request allocates its messages, keys and futures: mimalloc's thread-local free
+// lists cost less than glibc's malloc (a sixth of the CPU under load, by perf).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let flags = Flags::parse();
     log_to_stderr(flags.log_format);
