@@ -205,6 +205,16 @@ impl Bans {
         self.left_in_table(identity)
     }
 
+    /// [`left_us`](Self::left_us) of an identity as an operator writes it
+    /// ([`Banned::parse`]); `None` also for one that is no identity, or a network.
+    #[inline]
+    pub fn left_us_of(&self, identity: &str) -> Option<u64> {
+        if !self.any.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.left_in_table(&Banned::parse(identity).ok()?.in_keys()?)
+    }
+
     #[cold]
     fn left_in_table(&self, identity: &str) -> Option<u64> {
         let table = self.table.load();

@@ -1,6 +1,7 @@
 //! A load generator for the rate-limit service, speaking Envoy's protocol with Envoy's
 //! generated client (envoy-types): `scripts/bench-rls` runs it. Each request carries one
-//! descriptor `{key}={value}`, the value cycling through `--values` of them; requests are
+//! descriptor `{key}={value}` per key of `--key` (comma-separated), the value cycling
+//! through `--values` of them; requests are
 //! spread over `--connections` HTTP/2 connections (across every `--target`), `--in-flight`
 //! at a time. Prints one line of JSON: requests/s, latency percentiles, and how many
 //! requests were admitted, refused or failed.
@@ -39,6 +40,7 @@ struct Args {
     values: usize,
     #[arg(long, default_value = "bench")]
     domain: String,
+    /// The descriptors' keys, comma-separated: one descriptor of one entry each.
     #[arg(long, default_value = "value")]
     key: String,
 }
@@ -71,15 +73,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     if i >= args.requests {
                         break;
                     }
+                    let value = (i % args.values.max(1)).to_string();
                     let request = RateLimitRequest {
                         domain: args.domain.clone(),
-                        descriptors: vec![RateLimitDescriptor {
-                            entries: vec![Entry {
-                                key: args.key.clone(),
-                                value: (i % args.values.max(1)).to_string(),
-                            }],
-                            ..RateLimitDescriptor::default()
-                        }],
+                        descriptors: args
+                            .key
+                            .split(',')
+                            .map(|key| RateLimitDescriptor {
+                                entries: vec![Entry {
+                                    key: key.to_owned(),
+                                    value: value.clone(),
+                                }],
+                                ..RateLimitDescriptor::default()
+                            })
+                            .collect(),
                         hits_addend: 0,
                     };
                     let sent = Instant::now();

@@ -48,7 +48,9 @@ pub struct Service {
     pub limiter: Limiter,
     /// Swapped whole by a reload; each request reads one version of it.
     pub config: ArcSwap<Loaded>,
-    pub prefix: String,
+    /// Also the prefix of the bans hash read (`{prefix}bans`, as `ratelimit ban --prefix`
+    /// writes it); `'static` as the limiter's poller keeps it.
+    pub prefix: &'static str,
     pub fail_open: bool,
     pub response_headers: bool,
     pub metrics: ServiceMetrics,
@@ -86,6 +88,9 @@ enum State {
     Unconsumed(Decision),
     /// Over its limit (`None`: a limit of 0, over without asking).
     Over(Option<Decision>),
+    /// Its `remote_address` is banned ([`Limiter::ban`]) for this long still: over,
+    /// without asking.
+    Banned(Duration),
 }
 
 impl Service {
@@ -196,7 +201,7 @@ impl Service {
                 key,
                 cost,
                 detailed: None,
-                state: State::Pending,
+                state: self.ban_of(&entries).unwrap_or(State::Pending),
             }));
         }
         let Some(found) = matcher::find(domain_config, &entries) else {
@@ -210,9 +215,10 @@ impl Service {
             false => None,
         };
         let limit = found.limit.clone();
-        let state = match limit.refuse_all {
-            true => State::Over(None),
-            false => State::Pending,
+        let state = match (self.ban_of(&entries), limit.refuse_all) {
+            (Some(banned), _) => banned,
+            (None, true) => State::Over(None),
+            (None, false) => State::Pending,
         };
         Ok(Some(Target {
             key: self.key(domain, &entries, Some(&found)),
@@ -221,6 +227,19 @@ impl Service {
             detailed,
             state,
         }))
+    }
+
+    /// [`State::Banned`] when an entry `remote_address` is a banned address (or in a banned
+    /// network), as `ratelimit ban ip:…` refuses the library's sites: no I/O, one atomic
+    /// load while nothing is banned.
+    fn ban_of(&self, entries: &[Entry<'_>]) -> Option<State> {
+        entries
+            .iter()
+            .filter(|e| e.key == "remote_address")
+            .filter_map(|e| e.value.parse::<IpAddr>().ok())
+            .filter_map(|ip| self.limiter.banned_under(self.prefix, &format!("ip:{ip}")))
+            .max()
+            .map(State::Banned)
     }
 
     /// `{prefix}rls:{domain}:{k1}_{v1}:{k2}_{v2}...`, each part escaped (and a long one
@@ -234,7 +253,7 @@ impl Service {
     ) -> String {
         let mut key =
             String::with_capacity(self.prefix.len() + 8 + domain.len() + 32 * entries.len());
-        key.push_str(&self.prefix);
+        key.push_str(self.prefix);
         key.push_str("rls:");
         push_identity(&mut key, domain);
         for (i, entry) in entries.iter().enumerate() {
@@ -332,7 +351,7 @@ impl Service {
 /// descriptor is.
 fn is_over(targets: &[Option<Target>]) -> bool {
     let limited = || targets.iter().flatten().filter(|t| !t.limit.unlimited);
-    let over = |t: &Target| matches!(t.state, State::Over(_));
+    let over = |t: &Target| matches!(t.state, State::Over(_) | State::Banned(_));
     let quotas = limited().filter(|t| t.limit.quota_mode).count();
     let quotas_over = limited().filter(|t| t.limit.quota_mode && over(t)).count();
     limited().any(|t| t.limit.enforces() && over(t)) || (quotas > 0 && quotas == quotas_over)
@@ -477,11 +496,12 @@ fn status(t: &Target) -> DescriptorStatus {
             ..DescriptorStatus::default()
         };
     }
-    let (index, remaining, reset) = match decision_of(t) {
-        Some(d) => (d.rule_index, d.remaining, d.reset_after),
-        None => (0, 0, Duration::ZERO),
+    let (index, remaining, reset) = match (decision_of(t), t.state) {
+        (Some(d), _) => (d.rule_index, d.remaining, d.reset_after),
+        (None, State::Banned(left)) => (0, 0, left),
+        (None, _) => (0, 0, Duration::ZERO),
     };
-    let over = matches!(t.state, State::Over(_));
+    let over = matches!(t.state, State::Over(_) | State::Banned(_));
     let answer = t.limit.answers.get(index).or(t.limit.answers.first());
     let code = match (over, t.limit.shadow_mode) {
         (true, false) => Code::OverLimit,
@@ -506,8 +526,8 @@ fn status(t: &Target) -> DescriptorStatus {
 
 fn hit_result(t: &Target, status: &DescriptorStatus) -> HitResult {
     match t.state {
-        State::Over(_) if t.limit.shadow_mode => HitResult::ShadowMode,
-        State::Over(_) => HitResult::OverLimit,
+        State::Over(_) | State::Banned(_) if t.limit.shadow_mode => HitResult::ShadowMode,
+        State::Over(_) | State::Banned(_) => HitResult::OverLimit,
         State::Passed(d) | State::Unconsumed(d) => {
             let used = d.limit.saturating_sub(d.remaining);
             match used * 5 >= d.limit * 4 {
@@ -527,5 +547,85 @@ pub fn proto_duration(d: Duration) -> ProtoDuration {
     ProtoDuration {
         seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
         nanos: d.subsec_nanos() as i32,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry as ProtoEntry;
+
+    use super::*;
+
+    fn service(limiter: Limiter) -> Service {
+        let yaml = "
+domain: shop
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 20}
+  - key: remote_address
+    rate_limit: {unit: hour, requests_per_unit: 5}
+";
+        let sources = vec![(PathBuf::from("shop.yaml"), yaml.to_owned())];
+        Service {
+            limiter,
+            config: ArcSwap::from_pointee(crate::config::load::build(&sources).unwrap()),
+            prefix: "rate_limit:",
+            fail_open: false,
+            response_headers: false,
+            metrics: ServiceMetrics::new(),
+            draining: AtomicBool::new(false),
+        }
+    }
+
+    fn request(descriptors: &[(&str, &str)]) -> RateLimitRequest {
+        RateLimitRequest {
+            domain: "shop".into(),
+            descriptors: descriptors
+                .iter()
+                .map(|(key, value)| RateLimitDescriptor {
+                    entries: vec![ProtoEntry {
+                        key: (*key).into(),
+                        value: (*value).into(),
+                    }],
+                    ..RateLimitDescriptor::default()
+                })
+                .collect(),
+            ..RateLimitRequest::default()
+        }
+    }
+
+    /// The embedded backend's half of the ban test (the Redis half, across processes, is
+    /// in tests/redis.rs): nothing outside the process can ban on it.
+    #[tokio::test]
+    async fn a_banned_remote_address_is_over_and_nothing_is_consumed() {
+        let service = service(Limiter::memory());
+        service
+            .limiter
+            .ban("ip:203.0.113.0/24", Duration::from_secs(3600))
+            .await
+            .unwrap();
+        let banned = request(&[("user", "alice"), ("remote_address", "203.0.113.9")]);
+        let answer = service.should_rate_limit(&banned).await.unwrap();
+        assert_eq!(answer.overall_code, Code::OverLimit as i32);
+        assert_eq!(answer.statuses[0].code, Code::Ok as i32);
+        assert_eq!(answer.statuses[1].code, Code::OverLimit as i32);
+        let reset = answer.statuses[1].duration_until_reset.unwrap();
+        assert!((3500..=3600).contains(&reset.seconds), "{reset:?}");
+
+        // Neither descriptor consumed: alice has all 20, the address all 5 once lifted.
+        let alice = service
+            .should_rate_limit(&request(&[("user", "alice")]))
+            .await
+            .unwrap();
+        assert_eq!(alice.statuses[0].limit_remaining, 19);
+        let other = request(&[("remote_address", "198.51.100.1")]);
+        let answer = service.should_rate_limit(&other).await.unwrap();
+        assert_eq!(answer.overall_code, Code::Ok as i32);
+        service.limiter.unban("ip:203.0.113.0/24").await.unwrap();
+        let address = request(&[("remote_address", "203.0.113.9")]);
+        let answer = service.should_rate_limit(&address).await.unwrap();
+        assert_eq!(answer.statuses[0].limit_remaining, 4);
     }
 }

@@ -30,6 +30,11 @@ use tracing_subscriber::EnvFilter;
 use crate::count::Service;
 use crate::flags::{Flags, LogFormat};
 
+// Each request allocates its messages, keys and futures: mimalloc's thread-local free
+// lists cost less than glibc's malloc (a sixth of the CPU under load, by perf).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let flags = Flags::parse();
     log_to_stderr(flags.log_format);
@@ -79,7 +84,8 @@ async fn run(flags: Flags) -> ExitCode {
     let service = Arc::new(Service {
         limiter,
         config: ArcSwap::from_pointee(loaded),
-        prefix: flags.prefix.clone(),
+        // Once per process: the limiter's poller reads `{prefix}bans` for good.
+        prefix: Box::leak(flags.prefix.clone().into_boxed_str()),
         fail_open: flags.fail_open,
         response_headers: flags.response_headers,
         metrics: metrics::ServiceMetrics::new(),

@@ -165,23 +165,14 @@ async fn a_cluster_counts_descriptors_on_every_master() {
     for _ in 0..17 {
         server.ask(one("shop", &[("user", first)])).await;
     }
-    assert_eq!(
-        server
-            .ask(one("shop", &[("user", first)]))
-            .await
-            .overall_code,
-        over()
-    );
+    assert_eq!(server.code("shop", &[("user", first)]).await, over());
 }
 
 #[tokio::test]
 async fn an_unreachable_backend_is_unavailable_and_unhealthy() {
     let mut redis = RedisServer::start();
     let (_dir, server) = on("down", &redis.url(), &["--timeout", "500ms"]);
-    assert_eq!(
-        server.ask(one("shop", &[("user", "d")])).await.overall_code,
-        ok()
-    );
+    assert_eq!(server.code("shop", &[("user", "d")]).await, ok());
     assert_eq!(server.get("/healthcheck").await.0, 200);
     redis.kill();
     let status = server.refuse(one("shop", &[("user", "d")])).await;
@@ -223,4 +214,74 @@ async fn fail_open_answers_ok_and_counts_the_error() {
         metrics.contains("ratelimit_server_errors_total 1"),
         "{metrics}"
     );
+}
+
+/// A ban set by the library (as `ratelimit ban` sets it) on the service's Redis refuses a
+/// `remote_address` in the network within the service's poll, consuming nothing; lifted,
+/// the address is admitted again.
+#[tokio::test]
+async fn a_ban_in_redis_refuses_the_remote_address_and_consumes_nothing() {
+    let redis = RedisServer::start();
+    let (_dir, server) = on("ban", &redis.url(), &[]);
+    // The first request starts the service's poll of the bans.
+    let first = one("shop", &[("remote_address", "203.0.113.1")]);
+    assert_eq!(server.ask(first).await.overall_code, ok());
+    let operator = redis_ratelimit::Limiter::redis(&redis.url()).unwrap();
+    operator
+        .ban("ip:203.0.113.0/24", std::time::Duration::from_secs(3600))
+        .await
+        .unwrap();
+    // Each attempt from another address of the network, so none runs out of its own 5.
+    let attempt = std::sync::atomic::AtomicU32::new(1);
+    let both = |last: u32| {
+        request(
+            "shop",
+            vec![
+                descriptor(&[("user", "from-banned")]),
+                descriptor(&[("remote_address", &format!("203.0.113.{last}"))]),
+            ],
+        )
+    };
+    eventually("the ban to reach the service", GIVE_UP_AFTER, || async {
+        let n = attempt.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let answer = server.ask(one(
+            "shop",
+            &[("remote_address", &format!("203.0.113.{n}"))],
+        ));
+        match answer.await.overall_code {
+            code if code == over() => Ok(()),
+            code => Err(format!("attempt {n}: code {code}")),
+        }
+    })
+    .await;
+    let answer = server.ask(both(200)).await;
+    assert_eq!(answer.overall_code, over());
+    assert_eq!(answer.statuses[0].code, ok());
+    assert_eq!(answer.statuses[1].code, over());
+    assert!(answer.statuses[1].duration_until_reset.unwrap().seconds > 3000);
+    // Neither descriptor consumed: no key for the refused address, the user has all 20.
+    let mut conn = redis.connection();
+    let exists: bool = redis::cmd("EXISTS")
+        .arg("rate_limit:rls:shop:remote_address_203.0.113.200")
+        .query(&mut conn)
+        .unwrap();
+    assert!(!exists);
+    let user = server.ask(one("shop", &[("user", "from-banned")])).await;
+    assert_eq!(user.statuses[0].limit_remaining, 19);
+    // Outside the network, admitted.
+    let outside = one("shop", &[("remote_address", "198.51.100.1")]);
+    assert_eq!(server.ask(outside).await.overall_code, ok());
+
+    operator.unban("ip:203.0.113.0/24").await.unwrap();
+    eventually(
+        "the lifted ban to reach the service",
+        GIVE_UP_AFTER,
+        || async {
+            match server.ask(both(201)).await.overall_code {
+                code if code == ok() => Ok(()),
+                code => Err(format!("code {code}")),
+            }
+        },
+    )
+    .await;
 }

@@ -152,6 +152,47 @@ impl Limiter {
         }
     }
 
+    /// How long the ban on `identity` (written as [`ban`](Self::ban) takes it:
+    /// `ip:203.0.113.9`, `user:42`) lasts still; `None` when it is not banned. For a caller
+    /// that checks by other means than guarded sites, as the rate-limit service does for a
+    /// request's `remote_address`. No I/O: it reads the bans this limiter holds, on Redis
+    /// those of the `rate_limit:bans` hash as its poll last read them (the first call
+    /// starts the poll, so a ban set elsewhere is seen within
+    /// [`rules_poll`](Self::rules_poll)); while nothing is banned, one atomic load.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_ratelimit::Limiter;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = Limiter::memory();
+    /// limiter.ban("ip:203.0.113.0/24", Duration::from_secs(3600)).await?;
+    /// assert!(limiter.banned("ip:203.0.113.9").is_some());
+    /// assert_eq!(limiter.banned("ip:198.51.100.1"), None);
+    /// # Ok(()) }
+    /// ```
+    pub fn banned(&self, identity: &str) -> Option<Duration> {
+        self.banned_under(DEFAULT_PREFIX, identity)
+    }
+
+    /// [`banned`](Self::banned), reading the `{prefix}bans` hash of another key prefix
+    /// (beside those of the sites checked so far).
+    #[doc(hidden)]
+    pub fn banned_under(&self, prefix: &'static str, identity: &str) -> Option<Duration> {
+        #[cfg(feature = "redis")]
+        if let (Store::Redis(redis), Some(every)) = (&self.store, self.rules_poll) {
+            let timeout = redis.config().timeout().max(Duration::from_secs(1));
+            self.overrides
+                .ensure_watching(prefix, redis, every, timeout);
+        }
+        #[cfg(not(feature = "redis"))]
+        let _ = prefix;
+        self.overrides
+            .bans
+            .left_us_of(identity)
+            .map(Duration::from_micros)
+    }
+
     /// How long the ban on the identity of `key` (of a site with key prefix `prefix` and
     /// path `path`) lasts still, in µs; `None` when it is not banned.
     #[inline]

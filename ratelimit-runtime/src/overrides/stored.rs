@@ -38,6 +38,22 @@ impl Overrides {
         });
     }
 
+    /// Reads `prefix`'s hashes from now on, starting the poller if it is not running:
+    /// what a guarded check does for its site, for a caller that only asks about bans
+    /// ([`Limiter::banned`](crate::Limiter::banned)). One load while both are so.
+    pub fn ensure_watching(
+        self: &Arc<Self>,
+        prefix: &'static str,
+        redis: &Arc<RedisBackend>,
+        every: Duration,
+        timeout: Duration,
+    ) {
+        if !self.table.load().prefixes.contains(&prefix) {
+            self.watch_prefix(prefix);
+        }
+        self.ensure_polling(redis, every, timeout);
+    }
+
     /// Replaces what was read from `prefix`'s hash with `fields`. A malformed value is
     /// skipped (its path keeps its compiled rules) with one warning per value.
     pub(super) fn apply_stored(&self, prefix: &'static str, fields: Vec<(String, String)>) {

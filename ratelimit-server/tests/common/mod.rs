@@ -137,6 +137,11 @@ impl Server {
             .into_inner()
     }
 
+    /// The overall code of the answer to [`one`]`(domain, entries)`.
+    pub async fn code(&self, domain: &str, entries: &[(&str, &str)]) -> i32 {
+        self.ask(one(domain, entries)).await.overall_code
+    }
+
     /// `ShouldRateLimit`'s failure.
     pub async fn refuse(&self, request: RateLimitRequest) -> tonic::Status {
         match self.client().await.should_rate_limit(request).await {
