@@ -34,6 +34,9 @@ use crate::clock::Clock;
 use crate::decision::{CountedBy, RawDecision, Receipt};
 use crate::{sync, Algorithm, Rule};
 
+mod seen;
+use self::seen::Seen;
+
 /// How many independently locked maps the allowances are spread over.
 const SHARDS: usize = 32;
 
@@ -51,7 +54,7 @@ const SHARE_OF_ROOM: u64 = 8;
 /// script costs Redis more than a check's. (Drawing four fifths of a warm key's two to
 /// six checks, mostly spent whole, was measured: fewer scripts, but more client and Redis
 /// CPU per check than sending them alone; see BENCHMARKS.md.)
-const MIN_EXPECTED_CHECKS: f64 = 6.0;
+pub(super) const MIN_EXPECTED_CHECKS: f64 = 6.0;
 
 /// The most checks one draw stands for.
 const MAX_DRAW_CHECKS: u64 = 1 << 20;
@@ -122,19 +125,13 @@ struct Shard {
     // foldhash: a check looks its key up two or three times, which SipHash made a
     // measurable part of a check that goes to Redis anyway.
     held: HashMap<Box<str>, Held, RandomState>,
-    /// The keys checked here lately that are not in `held`: per slot (bits 8..18 of the
-    /// key's hash), the upper half of the key's hash and when it was checked
-    /// (local ms, wrapping), packed in one number; empty until first used. A key enters
-    /// `held` when it is checked again at a pace that may draw (see [`Shard::seen_again`]):
-    /// until then each check of it is its own round trip, as it would be anyway (a key
-    /// checked less often is not worth a draw), and costs one look here. So `held` keeps the warm keys alone, and
-    /// its lookups stay in cache whatever the number of cold keys checked.
-    seen: Box<[u64]>,
+    /// The keys checked here lately that are not in `held`, and their pace (see
+    /// [`Seen`]): a key enters `held` once it is checked at a pace that may draw; until
+    /// then each check of it is its own round trip, as it would be anyway, and costs one
+    /// look there. So `held` keeps the warm keys alone, and its lookups stay in cache
+    /// whatever the number of cold keys checked.
+    seen: Seen,
 }
-
-/// The slots of a shard's [`Shard::seen`]: two keys on one slot forget each other, which
-/// costs either one more check sent alone.
-const SEEN_SLOTS: usize = 1024;
 
 /// One key's allowance, and what sizes its next draw.
 struct Held {
@@ -254,6 +251,9 @@ pub(crate) struct Ticket {
     sent_at_us: u64,
     /// Other checks wait for it; dropping it (a cancelled check) wakes them.
     shared: Option<(u64, watch::Sender<bool>)>,
+    /// Whether its key may be in `held`: `false` for a key that is not warm, whose answer
+    /// then teaches nothing.
+    in_table: bool,
 }
 
 /// What a round trip's answer did.
@@ -284,7 +284,7 @@ impl Allowances {
                 .map(|_| {
                     Mutex::new(Shard {
                         held: HashMap::default(),
-                        seen: Box::default(),
+                        seen: Seen::default(),
                     })
                 })
                 .collect(),
@@ -334,14 +334,15 @@ impl Allowances {
     /// path: one lookup and a few additions.
     #[inline]
     pub fn admit(&self, request: &Request<'_>) -> Option<RawDecision> {
-        let now_us = self.now_us(request);
         let mut shard = self.shard(request.key);
         let held = shard.held.get_mut(request.key)?;
         if held.algorithm != request.algorithm || *held.rules != *request.rules {
             return None;
         }
         let live = held.live.as_mut()?;
-        live.admit(request, now_us)
+        // The clock is read only for a key with an allowance: a check that goes to the
+        // backend anyway reads it once, in `step`.
+        live.admit(request, self.now_us(request))
     }
 
     /// What `request` (a consuming check with an allowance) does next; an
@@ -351,12 +352,12 @@ impl Allowances {
         let mut retired = None;
         let step = {
             let (hash, mut shard) = self.locate(request.key);
-            // A key checked here for the first time within its `max_age` goes to the
-            // backend alone, leaving nothing in `held` (see `Shard::seen`).
+            // A key not checked here at a pace that may draw goes to the backend alone,
+            // leaving nothing in `held` (see `Shard::seen`).
             if !shard.held.contains_key(request.key)
-                && !shard.seen_again(hash, now_us, request.allowance_ms)
+                && !shard.seen.again(hash, now_us, request.allowance_ms)
             {
-                return Step::Ask(Ticket::plain(request, now_us));
+                return Step::Ask(Ticket::cold(request));
             }
             let Some(held) = shard.entry(request) else {
                 return Step::Ask(Ticket::plain(request, now_us));
@@ -434,6 +435,7 @@ impl Allowances {
             units,
             sent_at_us: now_us,
             shared: shared(held),
+            in_table: true,
         }
     }
 
@@ -447,9 +449,13 @@ impl Allowances {
             units,
             sent_at_us,
             shared,
+            in_table,
         } = ticket;
+        // A check of a key not in `held` (not warm yet) leaves it out, and looks at nothing.
+        if !in_table {
+            return Drawn::Answer(raw);
+        }
         let mut shard = self.shard(request.key);
-        // A check sent alone for a key not in `held` (not seen again yet) leaves it out.
         let held = match (&draw, &shared) {
             (None, None) => shard.held.get_mut(request.key).filter(|held| {
                 held.algorithm == request.algorithm && *held.rules == *request.rules
@@ -768,21 +774,6 @@ pub(crate) fn report_give_back_failed(err: &crate::BackendError) {
 }
 
 impl Shard {
-    /// Whether the key of `hash`, checked at local `now_us`, was checked here at a pace
-    /// that may draw: within the last `max_age_ms` over [`MIN_EXPECTED_CHECKS`] (see
-    /// [`Shard::seen`]); notes the check either way.
-    fn seen_again(&mut self, hash: u64, now_us: u64, max_age_ms: u32) -> bool {
-        if self.seen.is_empty() {
-            self.seen = vec![0; SEEN_SLOTS].into_boxed_slice();
-        }
-        let slot = &mut self.seen[(hash >> 8) as usize % SEEN_SLOTS];
-        let (tag, now_ms) = (hash >> 32, (now_us / 1000) as u32);
-        let before = std::mem::replace(slot, tag << 32 | u64::from(now_ms));
-        // Checked again sooner than `max_age` over MIN_EXPECTED_CHECKS: a pace that may draw.
-        let warm_ms = (f64::from(max_age_ms) / MIN_EXPECTED_CHECKS) as u32;
-        before != 0 && before >> 32 == tag && now_ms.wrapping_sub(before as u32) <= warm_ms
-    }
-
     /// `request`'s entry, made when absent; a different set of rules or algorithm for the
     /// key starts over (a change of the site's rules ends an allowance: its give-back is
     /// then sent by the give-back task's sweep). `None` when the shard is full.
@@ -977,6 +968,16 @@ impl Ticket {
             units: request.cost,
             sent_at_us: now_us,
             shared: None,
+            in_table: true,
+        }
+    }
+
+    /// A plain check of `request`, whose key is not in `held`: its answer is the caller's
+    /// alone.
+    fn cold(request: &Request<'_>) -> Self {
+        Ticket {
+            in_table: false,
+            ..Ticket::plain(request, 0)
         }
     }
 }
