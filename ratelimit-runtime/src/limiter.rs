@@ -23,7 +23,7 @@ pub use inspect::{BlockState, KeyState, LogState, RuleState};
 #[cfg(feature = "redis")]
 pub use stored_overrides::{OverrideError, StoredOverride, StoredOverrides};
 
-use self::allowance::{Allowances, Drawn, Retired, Step};
+use self::allowance::{Admission, Allowances, Drawn, Retired, Step};
 use self::deny_cache::DenyCache;
 use self::refunds::Refunds;
 use crate::backend::memory::MemoryBackend;
@@ -1236,13 +1236,23 @@ impl Limiter {
             Store::Misconfigured(err) => Err(misconfigured(err)),
             #[cfg(feature = "redis")]
             Store::Redis(redis) => {
-                if let Some(raw) = spends.then(|| self.allowances.admit(request)).flatten() {
-                    return Now::Answered(Answer {
-                        result: Ok(raw),
-                        by: AnsweredBy::LOCAL,
-                    });
-                }
-                return Now::Ask(Arc::clone(redis));
+                let admission = spends.then(|| self.allowances.admit(request));
+                let spends = match admission {
+                    Some(Admission::Local(raw)) => {
+                        return Now::Answered(Answer {
+                            result: Ok(raw),
+                            by: AnsweredBy::LOCAL,
+                        })
+                    }
+                    // A key that is not warm: the plain check, at the plain check's cost.
+                    Some(Admission::Alone) => {
+                        count_draw(site);
+                        false
+                    }
+                    Some(Admission::Step) => true,
+                    None => false,
+                };
+                return Now::Ask(Arc::clone(redis), spends);
             }
         };
         Now::Answered(self.decided(request, raw))
@@ -1261,7 +1271,7 @@ impl Limiter {
         match self.answer_now(&request, site) {
             Now::Answered(answer) => answer,
             #[cfg(feature = "redis")]
-            Now::Ask(redis) => self.ask(&redis, request, site).await,
+            Now::Ask(redis, spends) => self.ask(&redis, request, site, spends).await,
         }
     }
 
@@ -1271,8 +1281,9 @@ impl Limiter {
         redis: &RedisBackend,
         request: Request<'_>,
         site: &'static str,
+        spends: bool,
     ) -> Answer {
-        let asked = match spends_allowance(&request) {
+        let asked = match spends {
             true => {
                 self.with_allowance(Remote::Redis(redis), &request, site)
                     .await
@@ -1519,9 +1530,10 @@ fn now_or_never<F: std::future::Future>(future: F) -> Option<F::Output> {
 pub(crate) enum Now {
     /// Answered without waiting: a cached denial, the embedded backend, a misconfiguration.
     Answered(Answer),
-    /// Only Redis can answer.
+    /// Only Redis can answer; `true`: through the key's allowance (see
+    /// `Allowances::admit`).
     #[cfg(feature = "redis")]
-    Ask(Arc<RedisBackend>),
+    Ask(Arc<RedisBackend>, bool),
 }
 
 fn misconfigured(err: &ConfigError) -> BackendError {

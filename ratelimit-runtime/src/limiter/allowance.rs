@@ -224,6 +224,17 @@ impl Retired {
     }
 }
 
+/// What a check with an allowance on Redis does first (see [`Allowances::admit`]).
+pub(crate) enum Admission {
+    /// Admitted from the allowance: no round trip.
+    Local(RawDecision),
+    /// Its key is not warm: a plain check, as without an allowance (its round trip
+    /// counted).
+    Alone,
+    /// Its key may draw, or wait for a draw: see [`Allowances::step`].
+    Step,
+}
+
 /// What a check of a key with an allowance does next.
 pub(crate) enum Step {
     /// Admitted from the allowance: no round trip.
@@ -330,19 +341,36 @@ impl Allowances {
         self.naive.store(naive, Ordering::Relaxed);
     }
 
-    /// `request` admitted from its key's live allowance, if one holds room for it. The hot
-    /// path: one lookup and a few additions.
+    /// What `request` (a consuming check with an allowance, on Redis) does first: admitted
+    /// from its key's live allowance when one holds room for it (the hot path: one lookup
+    /// and a few additions); sent alone, as without an allowance, when its key is not warm
+    /// (one lookup, and one look at [`Shard::seen`]); else [`step`](Self::step).
     #[inline]
-    pub fn admit(&self, request: &Request<'_>) -> Option<RawDecision> {
-        let mut shard = self.shard(request.key);
-        let held = shard.held.get_mut(request.key)?;
+    pub fn admit(&self, request: &Request<'_>) -> Admission {
+        let (hash, mut shard) = self.locate(request.key);
+        let Some(held) = shard.held.get_mut(request.key) else {
+            // Not in `held`: warm now, `step` lets it in (its second look at `seen`, a gap
+            // of 0, keeps it warm); else its answer is the caller's alone.
+            if shard
+                .seen
+                .again(hash, self.now_us(request), request.allowance_ms)
+            {
+                return Admission::Step;
+            }
+            drop(shard);
+            self.draws.fetch_add(1, Ordering::Relaxed);
+            return Admission::Alone;
+        };
         if held.algorithm != request.algorithm || *held.rules != *request.rules {
-            return None;
+            return Admission::Step;
         }
-        let live = held.live.as_mut()?;
-        // The clock is read only for a key with an allowance: a check that goes to the
-        // backend anyway reads it once, in `step`.
-        live.admit(request, self.now_us(request))
+        let Some(live) = held.live.as_mut() else {
+            return Admission::Step;
+        };
+        match live.admit(request, self.now_us(request)) {
+            Some(raw) => Admission::Local(raw),
+            None => Admission::Step,
+        }
     }
 
     /// What `request` (a consuming check with an allowance) does next; an
