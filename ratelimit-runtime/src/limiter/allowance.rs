@@ -35,7 +35,7 @@ use crate::decision::{CountedBy, RawDecision, Receipt};
 use crate::{sync, Algorithm, Rule};
 
 mod seen;
-use self::seen::Seen;
+use self::seen::{Seen, Sight};
 
 /// How many independently locked maps the allowances are spread over.
 const SHARDS: usize = 32;
@@ -344,19 +344,24 @@ impl Allowances {
     /// What `request` (a consuming check with an allowance, on Redis) does first: admitted
     /// from its key's live allowance when one holds room for it (the hot path: one lookup
     /// and a few additions); sent alone, as without an allowance, when its key is not warm
-    /// (one lookup, and one look at [`Shard::seen`]); else [`step`](Self::step).
+    /// (one look at [`Shard::seen`], none in `held`); else [`step`](Self::step).
     #[inline]
     pub fn admit(&self, request: &Request<'_>) -> Admission {
         let (hash, mut shard) = self.locate(request.key);
-        let Some(held) = shard.held.get_mut(request.key) else {
-            // Not in `held`: warm now, `step` lets it in (its second look at `seen`, a gap
-            // of 0, keeps it warm); else its answer is the caller's alone.
-            if shard
-                .seen
-                .again(hash, self.now_us(request), request.allowance_ms)
-            {
-                return Admission::Step;
+        let now_us = self.now_us(request);
+        match shard.seen.again(hash, now_us, request.allowance_ms) {
+            Sight::Cold => {
+                drop(shard);
+                self.draws.fetch_add(1, Ordering::Relaxed);
+                return Admission::Alone;
             }
+            // `step` lets it in (its second look, a gap of 0, keeps it warm).
+            Sight::Warm => return Admission::Step,
+            Sight::Held => {}
+        }
+        let Some(held) = shard.held.get_mut(request.key) else {
+            // Another key's slot, or its own left behind: the next check notes its pace.
+            shard.seen.left(hash);
             drop(shard);
             self.draws.fetch_add(1, Ordering::Relaxed);
             return Admission::Alone;
@@ -367,7 +372,7 @@ impl Allowances {
         let Some(live) = held.live.as_mut() else {
             return Admission::Step;
         };
-        match live.admit(request, self.now_us(request)) {
+        match live.admit(request, now_us) {
             Some(raw) => Admission::Local(raw),
             None => Admission::Step,
         }
@@ -382,10 +387,11 @@ impl Allowances {
             let (hash, mut shard) = self.locate(request.key);
             // A key not checked here at a pace that may draw goes to the backend alone,
             // leaving nothing in `held` (see `Shard::seen`).
-            if !shard.held.contains_key(request.key)
-                && !shard.seen.again(hash, now_us, request.allowance_ms)
-            {
-                return Step::Ask(Ticket::cold(request));
+            if !shard.held.contains_key(request.key) {
+                if shard.seen.again(hash, now_us, request.allowance_ms) != Sight::Warm {
+                    return Step::Ask(Ticket::cold(request));
+                }
+                shard.seen.held(hash);
             }
             let Some(held) = shard.entry(request) else {
                 return Step::Ask(Ticket::plain(request, now_us));
@@ -677,7 +683,9 @@ impl Allowances {
     /// Forgets `key`'s allowance without giving it back (the key was reset: nothing of it
     /// is counted any more).
     pub fn forget(&self, key: &str) {
-        self.shard(key).held.remove(key);
+        let (hash, mut shard) = self.locate(key);
+        shard.held.remove(key);
+        shard.seen.left(hash);
     }
 
     /// Ends `key`'s allowances now (a block written through this limiter), giving them back.

@@ -14,42 +14,80 @@ use super::MIN_EXPECTED_CHECKS;
 const SLOTS: usize = 1024;
 
 /// Per slot (bits 8..18 of the key's hash), one packed number: from the top, 20 bits of
-/// the key's hash (bits 18..38, which neither the slot nor the shard uses), when it was
-/// last checked (28 bits of local ms, wrapping every 74 hours) and the running mean of
-/// its gaps (16 bits of ms, saturating); empty until first used. A slot another key took,
-/// or that wrapped, only costs a key a check sent alone more or less: the table decides
-/// what is drawn.
+/// the key's hash (bits 18..38, which neither the slot nor the shard uses), whether the key
+/// is in the table (1 bit), when it was last checked (27 bits of local ms, wrapping every
+/// 37 hours) and the running mean of its gaps (16 bits of ms, saturating); empty until
+/// first used. A key in the table keeps its slot (see [`Sight::Held`]); another slot
+/// taken by another key, or wrapped, only costs a key a check sent alone more or less.
 #[derive(Default)]
 pub(super) struct Seen(Box<[u64]>);
 
-const MS_BITS: u32 = 28;
+const HELD: u64 = 1 << 43;
+const MS_BITS: u32 = 27;
 const MS_MASK: u32 = (1 << MS_BITS) - 1;
 const GAP_MAX: u32 = u16::MAX as u32;
 
+/// What a check's look at its key's slot found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Sight {
+    /// Not in the table, and not warm: a plain check, nothing to look up.
+    Cold,
+    /// Not in the table, and now warm: it may enter.
+    Warm,
+    /// Its slot is held by a key of the table, itself or another: look in the table.
+    Held,
+}
+
 impl Seen {
-    /// Whether the key of `hash`, checked at local `now_us`, is checked here at a pace
-    /// that may draw with an allowance of `max_age_ms`; notes the check either way.
-    pub fn again(&mut self, hash: u64, now_us: u64, max_age_ms: u32) -> bool {
+    /// What the key of `hash`, checked at local `now_us` with an allowance of
+    /// `max_age_ms`, is; notes the check unless the slot is held. One look, before the
+    /// table's: a cold key costs no lookup there, whose buckets a loaded machine has
+    /// often evicted from the cache.
+    pub fn again(&mut self, hash: u64, now_us: u64, max_age_ms: u32) -> Sight {
         if self.0.is_empty() {
             self.0 = vec![0; SLOTS].into_boxed_slice();
         }
         let slot = &mut self.0[(hash >> 8) as usize % SLOTS];
+        if *slot & HELD != 0 {
+            return Sight::Held;
+        }
         // In whole numbers: a float's conversion costs this path as much as the rest.
         let warm_ms = max_age_ms / MIN_EXPECTED_CHECKS as u32;
-        let (next, warm) = step(
-            *slot,
-            (hash >> 18) & 0xF_FFFF,
-            (now_us / 1000) as u32,
-            warm_ms,
-        );
+        let (next, warm) = step(*slot, tag(hash), (now_us / 1000) as u32, warm_ms);
         *slot = next;
-        warm
+        match warm {
+            true => Sight::Warm,
+            false => Sight::Cold,
+        }
+    }
+
+    /// Marks the slot of the key of `hash`, which entered the table, held: a key of the
+    /// table keeps its slot until it leaves.
+    pub fn held(&mut self, hash: u64) {
+        if let Some(slot) = self.0.get_mut((hash >> 8) as usize % SLOTS) {
+            if *slot >> 44 == tag(hash) {
+                *slot |= HELD;
+            }
+        }
+    }
+
+    /// Frees the slot of the key of `hash`, which is not in the table (any more).
+    pub fn left(&mut self, hash: u64) {
+        if let Some(slot) = self.0.get_mut((hash >> 8) as usize % SLOTS) {
+            if *slot >> 44 == tag(hash) {
+                *slot &= !HELD;
+            }
+        }
     }
 }
 
-/// `slot` after a check of the key tagged `tag` at local `now_ms`, and whether the key's
-/// mean gap is now `warm_ms` or less. A key seen for the first time starts at a mean of
-/// 9/8 of `warm_ms`, so that a second check within an eighth of it (a key checked
+fn tag(hash: u64) -> u64 {
+    (hash >> 18) & 0xF_FFFF
+}
+
+/// `slot` (not held) after a check of the key tagged `tag` at local `now_ms`, and whether
+/// the key's mean gap is now `warm_ms` or less. A key seen for the first time starts at a
+/// mean of 9/8 of `warm_ms`, so that a second check within an eighth of it (a key checked
 /// concurrently, or in a loop) makes it warm at once; each gap then weighs an eighth, so
 /// that random arrivals at a pace several times too slow about never reach it, and a
 /// steady pace of half of it does within a few checks.
@@ -78,7 +116,7 @@ mod tests {
         let hash = 0x0123_4567_89AB_CDEF;
         at_ms
             .iter()
-            .map(|ms| seen.again(hash, ms * 1000, max_age_ms))
+            .map(|ms| seen.again(hash, ms * 1000, max_age_ms) == Sight::Warm)
             .collect()
     }
 
@@ -109,10 +147,29 @@ mod tests {
     fn another_key_on_the_slot_starts_over() {
         let mut seen = Seen::default();
         let (a, b) = (0x0000_0000_0000_0100, 0x0000_0000_1000_0100);
-        assert!(!seen.again(a, 0, 250));
-        assert!(!seen.again(b, 1000, 250));
-        assert!(!seen.again(a, 2000, 250), "b took the slot");
-        assert!(seen.again(a, 3000, 250));
+        assert_eq!(seen.again(a, 0, 250), Sight::Cold);
+        assert_eq!(seen.again(b, 1000, 250), Sight::Cold);
+        assert_eq!(seen.again(a, 2000, 250), Sight::Cold, "b took the slot");
+        assert_eq!(seen.again(a, 3000, 250), Sight::Warm);
+    }
+
+    #[test]
+    fn a_key_in_the_table_keeps_its_slot_until_it_leaves() {
+        let mut seen = Seen::default();
+        let (a, b) = (0x0000_0000_0000_0100, 0x0000_0000_1000_0100);
+        assert_eq!(seen.again(a, 0, 250), Sight::Cold);
+        seen.held(a);
+        // Every key of the slot looks in the table, and none takes the slot.
+        assert_eq!(seen.again(b, 1000, 250), Sight::Held);
+        assert_eq!(seen.again(a, 1000, 250), Sight::Held);
+        seen.left(b);
+        assert_eq!(
+            seen.again(a, 1000, 250),
+            Sight::Held,
+            "only its own key frees it"
+        );
+        seen.left(a);
+        assert_eq!(seen.again(a, 1000, 250), Sight::Warm);
     }
 
     #[test]
