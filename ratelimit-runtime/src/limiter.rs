@@ -23,7 +23,9 @@ pub use inspect::{BlockState, KeyState, LogState, RuleState};
 #[cfg(feature = "redis")]
 pub use stored_overrides::{OverrideError, StoredOverride, StoredOverrides};
 
-use self::allowance::{Admission, Allowances, Drawn, Retired, Step};
+#[cfg(feature = "redis")]
+use self::allowance::Admission;
+use self::allowance::{Allowances, Drawn, Retired, Step};
 use self::deny_cache::DenyCache;
 use self::refunds::Refunds;
 use crate::backend::memory::MemoryBackend;

@@ -105,7 +105,7 @@ fn step(slot: u64, tag: u64, now_ms: u32, warm_ms: u32) -> (u64, bool) {
         }
         false => 8 * u64::from(warm_ms.saturating_add(warm_ms / 8).min(GAP_MAX)),
     };
-    let next = tag << 44 | u64::from(now_ms) << 16 | sum / 8;
+    let next = (tag << 44) | (u64::from(now_ms) << 16) | (sum / 8);
     (next, known && sum <= 8 * u64::from(warm_ms))
 }
 
