@@ -407,9 +407,12 @@ async fn concurrent_checks_of_a_cold_key_share_one_draw() {
     for check in checks {
         assert!(check.await.unwrap().unwrap().allowed);
     }
-    // The key's first check alone (it tells the room), then one draw for those waiting.
+    // The key's first check alone, its second (it tells the room), then one draw for
+    // those waiting. A second check more than 5 ms after the first (a loaded machine
+    // stalling its thread) leaves the key cold for one more: a sixth of 250 ms is the
+    // pace that warms it, reached by a mean of its gaps.
     let draws = limiter.allowance_draws();
-    assert!(draws <= 3, "{draws} round trips for 64 concurrent checks");
+    assert!(draws <= 4, "{draws} round trips for 64 concurrent checks");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

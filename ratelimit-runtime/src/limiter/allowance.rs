@@ -34,6 +34,11 @@ use crate::clock::Clock;
 use crate::decision::{CountedBy, RawDecision, Receipt};
 use crate::{sync, Algorithm, Rule};
 
+mod seen;
+mod sizing;
+use self::seen::{Seen, Sight};
+use self::sizing::Sizing;
+
 /// How many independently locked maps the allowances are spread over.
 const SHARDS: usize = 32;
 
@@ -51,7 +56,7 @@ const SHARE_OF_ROOM: u64 = 8;
 /// script costs Redis more than a check's. (Drawing four fifths of a warm key's two to
 /// six checks, mostly spent whole, was measured: fewer scripts, but more client and Redis
 /// CPU per check than sending them alone; see BENCHMARKS.md.)
-const MIN_EXPECTED_CHECKS: f64 = 6.0;
+pub(super) const MIN_EXPECTED_CHECKS: f64 = 6.0;
 
 /// The most checks one draw stands for.
 const MAX_DRAW_CHECKS: u64 = 1 << 20;
@@ -122,19 +127,13 @@ struct Shard {
     // foldhash: a check looks its key up two or three times, which SipHash made a
     // measurable part of a check that goes to Redis anyway.
     held: HashMap<Box<str>, Held, RandomState>,
-    /// The keys checked here lately that are not in `held`: per slot (bits 8..18 of the
-    /// key's hash), the upper half of the key's hash and when it was checked
-    /// (local ms, wrapping), packed in one number; empty until first used. A key enters
-    /// `held` when it is checked again at a pace that may draw (see [`Shard::seen_again`]):
-    /// until then each check of it is its own round trip, as it would be anyway (a key
-    /// checked less often is not worth a draw), and costs one look here. So `held` keeps the warm keys alone, and
-    /// its lookups stay in cache whatever the number of cold keys checked.
-    seen: Box<[u64]>,
+    /// The keys checked here lately that are not in `held`, and their pace (see
+    /// [`Seen`]): a key enters `held` once it is checked at a pace that may draw; until
+    /// then each check of it is its own round trip, as it would be anyway, and costs one
+    /// look there. So `held` keeps the warm keys alone, and its lookups stay in cache
+    /// whatever the number of cold keys checked.
+    seen: Seen,
 }
-
-/// The slots of a shard's [`Shard::seen`]: two keys on one slot forget each other, which
-/// costs either one more check sent alone.
-const SEEN_SLOTS: usize = 1024;
 
 /// One key's allowance, and what sizes its next draw.
 struct Held {
@@ -175,24 +174,6 @@ struct Live {
     checks: u64,
 }
 
-/// What sizes a key's next draw: how fast this instance spent its last allowance, and how
-/// much room the key had at its last answer.
-#[derive(Clone, Copy, Default)]
-struct Sizing {
-    /// Whether the key was ever answered here: the first draw of a key is its own check.
-    known: bool,
-    /// Checks of the last cost that the key had room for at its last answer.
-    room_checks: u64,
-    /// This instance's pace on the key, as the mean time between its checks (µs): an
-    /// average of the last allowance's (its life over its checks) and of the gaps between
-    /// the checks that came without one. Gaps, not rates, are averaged: random arrivals
-    /// have many short gaps, whose rates would overstate the pace.
-    gap_us: f64,
-    /// When a check of the key last came here without an allowance to admit it (local
-    /// µs; 0: never).
-    last_us: u64,
-}
-
 /// An allowance at the end of its life, its give-back to send.
 pub(crate) struct Retired {
     key: Box<str>,
@@ -227,6 +208,17 @@ impl Retired {
     }
 }
 
+/// What a check with an allowance on Redis does first (see [`Allowances::admit`]).
+pub(crate) enum Admission {
+    /// Admitted from the allowance: no round trip.
+    Local(RawDecision),
+    /// Its key is not warm: a plain check, as without an allowance (its round trip
+    /// counted).
+    Alone,
+    /// Its key may draw, or wait for a draw: see [`Allowances::step`].
+    Step,
+}
+
 /// What a check of a key with an allowance does next.
 pub(crate) enum Step {
     /// Admitted from the allowance: no round trip.
@@ -254,6 +246,9 @@ pub(crate) struct Ticket {
     sent_at_us: u64,
     /// Other checks wait for it; dropping it (a cancelled check) wakes them.
     shared: Option<(u64, watch::Sender<bool>)>,
+    /// Whether its key may be in `held`: `false` for a key that is not warm, whose answer
+    /// then teaches nothing.
+    in_table: bool,
 }
 
 /// What a round trip's answer did.
@@ -284,7 +279,7 @@ impl Allowances {
                 .map(|_| {
                     Mutex::new(Shard {
                         held: HashMap::default(),
-                        seen: Box::default(),
+                        seen: Seen::default(),
                     })
                 })
                 .collect(),
@@ -330,18 +325,41 @@ impl Allowances {
         self.naive.store(naive, Ordering::Relaxed);
     }
 
-    /// `request` admitted from its key's live allowance, if one holds room for it. The hot
-    /// path: one lookup and a few additions.
+    /// What `request` (a consuming check with an allowance, on Redis) does first: admitted
+    /// from its key's live allowance when one holds room for it (the hot path: one lookup
+    /// and a few additions); sent alone, as without an allowance, when its key is not warm
+    /// (one look at [`Shard::seen`], none in `held`); else [`step`](Self::step).
     #[inline]
-    pub fn admit(&self, request: &Request<'_>) -> Option<RawDecision> {
+    pub fn admit(&self, request: &Request<'_>) -> Admission {
+        let (hash, mut shard) = self.locate(request.key);
         let now_us = self.now_us(request);
-        let mut shard = self.shard(request.key);
-        let held = shard.held.get_mut(request.key)?;
-        if held.algorithm != request.algorithm || *held.rules != *request.rules {
-            return None;
+        match shard.seen.again(hash, now_us, request.allowance_ms) {
+            Sight::Cold => {
+                drop(shard);
+                self.draws.fetch_add(1, Ordering::Relaxed);
+                return Admission::Alone;
+            }
+            // `step` lets it in (its second look, a gap of 0, keeps it warm).
+            Sight::Warm => return Admission::Step,
+            Sight::Held => {}
         }
-        let live = held.live.as_mut()?;
-        live.admit(request, now_us)
+        let Some(held) = shard.held.get_mut(request.key) else {
+            // Another key's slot, or its own left behind: the next check notes its pace.
+            shard.seen.left(hash);
+            drop(shard);
+            self.draws.fetch_add(1, Ordering::Relaxed);
+            return Admission::Alone;
+        };
+        if held.algorithm != request.algorithm || *held.rules != *request.rules {
+            return Admission::Step;
+        }
+        let Some(live) = held.live.as_mut() else {
+            return Admission::Step;
+        };
+        match live.admit(request, now_us) {
+            Some(raw) => Admission::Local(raw),
+            None => Admission::Step,
+        }
     }
 
     /// What `request` (a consuming check with an allowance) does next; an
@@ -351,12 +369,13 @@ impl Allowances {
         let mut retired = None;
         let step = {
             let (hash, mut shard) = self.locate(request.key);
-            // A key checked here for the first time within its `max_age` goes to the
-            // backend alone, leaving nothing in `held` (see `Shard::seen`).
-            if !shard.held.contains_key(request.key)
-                && !shard.seen_again(hash, now_us, request.allowance_ms)
-            {
-                return Step::Ask(Ticket::plain(request, now_us));
+            // A key not checked here at a pace that may draw goes to the backend alone,
+            // leaving nothing in `held` (see `Shard::seen`).
+            if !shard.held.contains_key(request.key) {
+                if shard.seen.again(hash, now_us, request.allowance_ms) != Sight::Warm {
+                    return Step::Ask(Ticket::cold(request));
+                }
+                shard.seen.held(hash);
             }
             let Some(held) = shard.entry(request) else {
                 return Step::Ask(Ticket::plain(request, now_us));
@@ -434,6 +453,7 @@ impl Allowances {
             units,
             sent_at_us: now_us,
             shared: shared(held),
+            in_table: true,
         }
     }
 
@@ -447,9 +467,13 @@ impl Allowances {
             units,
             sent_at_us,
             shared,
+            in_table,
         } = ticket;
+        // A check of a key not in `held` (not warm yet) leaves it out, and looks at nothing.
+        if !in_table {
+            return Drawn::Answer(raw);
+        }
         let mut shard = self.shard(request.key);
-        // A check sent alone for a key not in `held` (not seen again yet) leaves it out.
         let held = match (&draw, &shared) {
             (None, None) => shard.held.get_mut(request.key).filter(|held| {
                 held.algorithm == request.algorithm && *held.rules == *request.rules
@@ -643,7 +667,9 @@ impl Allowances {
     /// Forgets `key`'s allowance without giving it back (the key was reset: nothing of it
     /// is counted any more).
     pub fn forget(&self, key: &str) {
-        self.shard(key).held.remove(key);
+        let (hash, mut shard) = self.locate(key);
+        shard.held.remove(key);
+        shard.seen.left(hash);
     }
 
     /// Ends `key`'s allowances now (a block written through this limiter), giving them back.
@@ -768,21 +794,6 @@ pub(crate) fn report_give_back_failed(err: &crate::BackendError) {
 }
 
 impl Shard {
-    /// Whether the key of `hash`, checked at local `now_us`, was checked here at a pace
-    /// that may draw: within the last `max_age_ms` over [`MIN_EXPECTED_CHECKS`] (see
-    /// [`Shard::seen`]); notes the check either way.
-    fn seen_again(&mut self, hash: u64, now_us: u64, max_age_ms: u32) -> bool {
-        if self.seen.is_empty() {
-            self.seen = vec![0; SEEN_SLOTS].into_boxed_slice();
-        }
-        let slot = &mut self.seen[(hash >> 8) as usize % SEEN_SLOTS];
-        let (tag, now_ms) = (hash >> 32, (now_us / 1000) as u32);
-        let before = std::mem::replace(slot, tag << 32 | u64::from(now_ms));
-        // Checked again sooner than `max_age` over MIN_EXPECTED_CHECKS: a pace that may draw.
-        let warm_ms = (f64::from(max_age_ms) / MIN_EXPECTED_CHECKS) as u32;
-        before != 0 && before >> 32 == tag && now_ms.wrapping_sub(before as u32) <= warm_ms
-    }
-
     /// `request`'s entry, made when absent; a different set of rules or algorithm for the
     /// key starts over (a change of the site's rules ends an allowance: its give-back is
     /// then sent by the give-back task's sweep). `None` when the shard is full.
@@ -901,69 +912,6 @@ impl Live {
     }
 }
 
-impl Sizing {
-    /// Learns the key's room from the backend's `raw` answer to `request`.
-    fn answered(&mut self, request: &Request<'_>, raw: &RawDecision) {
-        self.known = true;
-        let calls_rule = request
-            .rules
-            .get(raw.rule_index)
-            .is_some_and(Rule::counts_calls);
-        self.room_checks = match calls_rule {
-            true => raw.remaining,
-            false => raw.remaining / request.cost.get(),
-        };
-    }
-
-    /// Learns how fast `live`, ended at local `now_us`, was spent.
-    fn spent(&mut self, live: &Live, now_us: u64) {
-        // Spent to its end early, it says little of the pace below a millisecond.
-        let over_us = now_us
-            .min(live.ends_at_us)
-            .saturating_sub(live.sent_at_us)
-            .max(1000);
-        self.mix(over_us as f64 / live.checks.max(1) as f64);
-        self.last_us = now_us;
-    }
-
-    /// Learns the gap before a check that came at local `now_us` with no allowance here.
-    fn arrived(&mut self, now_us: u64) {
-        if self.last_us != 0 {
-            self.mix(now_us.saturating_sub(self.last_us).max(1) as f64);
-        }
-        self.last_us = now_us;
-    }
-
-    fn mix(&mut self, gap_us: f64) {
-        self.gap_us = match self.gap_us {
-            0.0 => gap_us,
-            // A quarter of the new gap: one short gap among random arrivals moves it
-            // little.
-            before => before * 0.75 + gap_us * 0.25,
-        };
-    }
-
-    /// How many checks the next draw of a key stands for, for an allowance living up to
-    /// `lifetime_us` and `demand` checks waiting for it: twice what this instance's pace
-    /// spends over a lifetime, at least the demand, never more than [`SHARE_OF_ROOM`] of the
-    /// room the key had. One (a plain check) when the pace fills less than
-    /// [`MIN_EXPECTED_CHECKS`] of a lifetime.
-    fn next_checks(&self, lifetime_us: u64, demand: u64) -> u64 {
-        let expected = match self.gap_us {
-            0.0 => 0.0,
-            gap_us => lifetime_us as f64 / gap_us,
-        };
-        let wanted = match expected < MIN_EXPECTED_CHECKS {
-            true => 1,
-            false => (2.0 * expected).min(MAX_DRAW_CHECKS as f64) as u64,
-        };
-        wanted
-            .max(demand)
-            .min(self.room_checks / SHARE_OF_ROOM)
-            .min(MAX_DRAW_CHECKS)
-    }
-}
-
 impl Ticket {
     /// A plain check of `request` that waits for no draw in flight.
     pub fn alone(request: &Request<'_>) -> Self {
@@ -977,6 +925,16 @@ impl Ticket {
             units: request.cost,
             sent_at_us: now_us,
             shared: None,
+            in_table: true,
+        }
+    }
+
+    /// A plain check of `request`, whose key is not in `held`: its answer is the caller's
+    /// alone.
+    fn cold(request: &Request<'_>) -> Self {
+        Ticket {
+            in_table: false,
+            ..Ticket::plain(request, 0)
         }
     }
 }

@@ -5,6 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+#[cfg(feature = "redis")]
+use super::allowance::Admission;
 use super::allowance::{Drawn, Step};
 use super::{allowance, misconfigured, Limiter, Store};
 use crate::backend::memory::MemoryBackend;
@@ -67,13 +69,23 @@ impl Limiter {
             Store::Misconfigured(err) => Err(misconfigured(err)),
             #[cfg(feature = "redis")]
             Store::Redis(redis) => {
-                if let Some(raw) = spends.then(|| self.allowances.admit(request)).flatten() {
-                    return Now::Answered(Answer {
-                        result: Ok(raw),
-                        by: AnsweredBy::LOCAL,
-                    });
-                }
-                return Now::Ask(Arc::clone(redis));
+                let admission = spends.then(|| self.allowances.admit(request));
+                let spends = match admission {
+                    Some(Admission::Local(raw)) => {
+                        return Now::Answered(Answer {
+                            result: Ok(raw),
+                            by: AnsweredBy::LOCAL,
+                        })
+                    }
+                    // A key that is not warm: the plain check, at the plain check's cost.
+                    Some(Admission::Alone) => {
+                        count_draw(site);
+                        false
+                    }
+                    Some(Admission::Step) => true,
+                    None => false,
+                };
+                return Now::Ask(Arc::clone(redis), spends);
             }
         };
         Now::Answered(self.decided(request, raw))
@@ -92,7 +104,7 @@ impl Limiter {
         match self.answer_now(&request, site) {
             Now::Answered(answer) => answer,
             #[cfg(feature = "redis")]
-            Now::Ask(redis) => self.ask(&redis, request, site).await,
+            Now::Ask(redis, spends) => self.ask(&redis, request, site, spends).await,
         }
     }
 
@@ -102,8 +114,9 @@ impl Limiter {
         redis: &RedisBackend,
         request: Request<'_>,
         site: &'static str,
+        spends: bool,
     ) -> Answer {
-        let asked = match spends_allowance(&request) {
+        let asked = match spends {
             true => {
                 self.with_allowance(Remote::Redis(redis), &request, site)
                     .await
@@ -349,7 +362,8 @@ fn now_or_never<F: std::future::Future>(future: F) -> Option<F::Output> {
 pub(crate) enum Now {
     /// Answered without waiting: a cached denial, the embedded backend, a misconfiguration.
     Answered(Answer),
-    /// Only Redis can answer.
+    /// Only Redis can answer; `true`: through the key's allowance (see
+    /// `Allowances::admit`).
     #[cfg(feature = "redis")]
-    Ask(Arc<RedisBackend>),
+    Ask(Arc<RedisBackend>, bool),
 }

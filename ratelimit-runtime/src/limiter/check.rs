@@ -386,9 +386,9 @@ impl<'a> Plan<'a> {
         let mut answer = match first {
             Now::Answered(answer) => answer,
             #[cfg(feature = "redis")]
-            Now::Ask(redis) => {
+            Now::Ask(redis, spends) => {
                 self.limiter
-                    .ask(&redis, self.request, self.site.label())
+                    .ask(&redis, self.request, self.site.label(), spends)
                     .await
             }
         };
