@@ -408,11 +408,12 @@ async fn concurrent_checks_of_a_cold_key_share_one_draw() {
         assert!(check.await.unwrap().unwrap().allowed);
     }
     // The key's first check alone, its second (it tells the room), then one draw for
-    // those waiting. A second check more than 5 ms after the first (a loaded machine
-    // stalling its thread) leaves the key cold for one more: a sixth of 250 ms is the
-    // pace that warms it, reached by a mean of its gaps.
+    // those waiting: 3 round trips. Each gap of more than 5 ms between the checks' starts
+    // (a loaded machine stalling a thread) leaves the key cold for one more, since a mean
+    // of its gaps within a sixth of 250 ms is what warms it; a few such stalls are allowed,
+    // a round trip per check (64) is not.
     let draws = limiter.allowance_draws();
-    assert!(draws <= 4, "{draws} round trips for 64 concurrent checks");
+    assert!(draws <= 8, "{draws} round trips for 64 concurrent checks");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
