@@ -111,30 +111,34 @@ fn every_error_of_every_file_is_reported() {
 
 #[test]
 fn our_fields_are_checked_too() {
-    refused(
-        &[("o.yaml", "domain: d\nalgorithm: leaky\n")],
-        "o.yaml:2: unknown algorithm `leaky`",
-    );
-    refused(
-        &[("o.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      limits: [\"10/fortnight\"]\n")],
-        "o.yaml:5: `10/fortnight`",
-    );
-    refused(
-        &[("o.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      limits: [\"10/second\"]\n      unit: second\n")],
-        "o.yaml:5: `limits` and `unit`",
-    );
-    refused(
-        &[("o.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, unit_multiplier: 0}\n")],
-        "o.yaml:4: unit_multiplier must be 1 or more",
-    );
-    refused(
-        &[("o.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, requests_per_unit: 1}\n")],
-        "o.yaml:4: unit `year` is not supported",
-    );
-    refused(
-        &[("o.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, allowance: soon}\n")],
-        "o.yaml:4: `allowance: soon`",
-    );
+    for (yaml, expected) in [
+        (
+            "domain: d\nalgorithm: leaky\n",
+            "o.yaml:2: unknown algorithm `leaky`",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      limits: [\"10/fortnight\"]\n",
+            "o.yaml:5: `10/fortnight`",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      limits: [\"10/second\"]\n      unit: second\n",
+            "o.yaml:5: `limits` and `unit`",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, unit_multiplier: 0}\n",
+            "o.yaml:4: unit_multiplier must be 1 or more",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, requests_per_unit: 1}\n",
+            "o.yaml:4: unit `year` is not supported",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, allowance: soon}\n",
+            "o.yaml:4: `allowance: soon`",
+        ),
+    ] {
+        refused(&[("o.yaml", yaml)], expected);
+    }
 }
 
 #[test]
