@@ -30,6 +30,14 @@ async fn draw_a_second(
         .unwrap()
 }
 
+/// A fresh redis-server, a backend on it, and a connection of its own to watch it with.
+fn redis_backend() -> (support::RedisServer, Backend, redis::Connection) {
+    let server = support::RedisServer::start();
+    let backend = Backend::redis(&server.url());
+    let watch = server.connection();
+    (server, backend, watch)
+}
+
 /// What `rule` alone has left at `now` (a peek).
 async fn left(b: &Backend, key: &str, rule: Rule, algorithm: Algorithm, now: u64) -> u64 {
     b.check(key, &[rule], algorithm, 1, false, now)
@@ -217,9 +225,8 @@ backend_tests! {
 /// commands while they count).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn once_its_draws_left_the_window_a_key_costs_what_a_key_that_never_drew_costs() {
-    let server = support::RedisServer::start();
-    let b = &Backend::redis(&server.url());
-    let mut redis = support::connect(server.port());
+    let (_server, b, mut redis) = redis_backend();
+    let b = &b;
     let rules = [Rule::per_minute(10)];
     let algorithm = Algorithm::SlidingLog;
     let drawn = draw_a_second(b, "drew", &rules, algorithm, 1).await;
@@ -256,9 +263,8 @@ async fn once_its_draws_left_the_window_a_key_costs_what_a_key_that_never_drew_c
 /// a hundred do.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sliding_log_draw_costs_redis_the_same_whatever_its_size() {
-    let server = support::RedisServer::start();
-    let b = &Backend::redis(&server.url());
-    let mut redis = support::connect(server.port());
+    let (_server, b, mut redis) = redis_backend();
+    let b = &b;
     let (rule, algorithm) = (Rule::per_minute(10_000_000), Algorithm::SlidingLog);
     let rules = [rule];
     let hold = Duration::from_secs(1);

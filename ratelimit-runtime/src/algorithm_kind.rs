@@ -78,7 +78,8 @@ impl Algorithm {
 
     /// The metrics' spelling, the [`name`](Self::name) in lower case: `sliding_log`,
     /// `fixed_window`, `sliding_window`, `token_bucket` (the `algorithm` label of
-    /// `ratelimit_checks_total`).
+    /// `ratelimit_checks_total`). Also the name its Lua check is called by in
+    /// `check_all.lua` and the one its scripts store (`scripts/state.lua`).
     pub const fn label(self) -> &'static str {
         match self {
             Algorithm::SlidingLog => "sliding_log",

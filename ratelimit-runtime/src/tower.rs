@@ -406,29 +406,24 @@ impl RefusalBody for Full<Bytes> {
     }
 }
 
-impl<E: 'static> RefusalBody for BoxBody<Bytes, E> {
-    fn from_text(text: String) -> Self {
-        Full::new(Bytes::from(text))
-            .map_err(|never: Infallible| match never {})
-            .boxed()
-    }
+/// The boxed bodies, `Send + Sync` or not: each boxed by its own method.
+macro_rules! boxed_refusal_body {
+    ($($body:ident => $boxed:ident),+) => {$(
+        impl<E: 'static> RefusalBody for $body<Bytes, E> {
+            fn from_text(text: String) -> Self {
+                Full::new(Bytes::from(text))
+                    .map_err(|never: Infallible| match never {})
+                    .$boxed()
+            }
 
-    fn holding(self, held: HeldSlots) -> Self {
-        SlotBody::new(self, held).boxed()
-    }
+            fn holding(self, held: HeldSlots) -> Self {
+                SlotBody::new(self, held).$boxed()
+            }
+        }
+    )+};
 }
 
-impl<E: 'static> RefusalBody for UnsyncBoxBody<Bytes, E> {
-    fn from_text(text: String) -> Self {
-        Full::new(Bytes::from(text))
-            .map_err(|never: Infallible| match never {})
-            .boxed_unsync()
-    }
-
-    fn holding(self, held: HeldSlots) -> Self {
-        SlotBody::new(self, held).boxed_unsync()
-    }
-}
+boxed_refusal_body!(BoxBody => boxed, UnsyncBoxBody => boxed_unsync);
 
 impl<B> middleware::Request for Request<B> {
     const BUILDER: &'static str = "RateLimitLayer";

@@ -10,7 +10,7 @@ mod support;
 
 mod common;
 
-use common::{config_dir, descriptor, ok, one, over, request, Server};
+use common::{config_dir, descriptor, ok, one, over, request, several, Server};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
@@ -140,15 +140,7 @@ async fn unlimited_answers_ok_with_everything_remaining() {
 #[tokio::test]
 async fn a_limit_that_another_replaces_is_not_counted() {
     let (_dir, server) = start("replaces", &[]);
-    let both = || {
-        request(
-            "test-domain",
-            vec![
-                descriptor(&[("generic", "a")]),
-                descriptor(&[("specific", "a")]),
-            ],
-        )
-    };
+    let both = || several("test-domain", &[&[("generic", "a")], &[("specific", "a")]]);
     for remaining in [99, 98, 97] {
         let answer = server.ask(both()).await;
         assert_eq!(answer.overall_code, ok(), "generic (1/hour) is replaced");
@@ -196,12 +188,9 @@ async fn quota_mode_refuses_only_when_every_quota_is_over() {
     );
     // With a second quota that has room, the request passes; the first still says over.
     let answer = server
-        .ask(request(
+        .ask(several(
             "test-domain",
-            vec![
-                descriptor(&[("quota", "q")]),
-                descriptor(&[("quota_b", "q")]),
-            ],
+            &[&[("quota", "q")], &[("quota_b", "q")]],
         ))
         .await;
     assert_eq!(answer.overall_code, ok());
@@ -379,9 +368,9 @@ async fn a_refused_request_consumes_nothing_from_its_other_descriptors() {
     }
     for _ in 0..5 {
         let answer = server
-            .ask(request(
+            .ask(several(
                 "test-domain",
-                vec![descriptor(&[("key2", "a")]), descriptor(&[("multi", "a")])],
+                &[&[("key2", "a")], &[("multi", "a")]],
             ))
             .await;
         assert_eq!(answer.overall_code, over());

@@ -7,7 +7,7 @@ mod support;
 
 mod common;
 
-use common::{config_dir, descriptor, ok, one, over, request, Server, GIVE_UP_AFTER};
+use common::{config_dir, descriptor, ok, one, over, request, several, Server, GIVE_UP_AFTER};
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use support::cluster::RedisCluster;
 use support::{eventually, RedisServer, ScratchDir, Topology};
@@ -60,11 +60,11 @@ async fn counts_live_in_redis_under_the_rls_keys() {
     let redis = RedisServer::start();
     let (_dir, server) = on("keys", &redis.url(), &[]);
     let answer = server
-        .ask(request(
+        .ask(several(
             "shop",
-            vec![
-                descriptor(&[("user", "alice smith")]),
-                descriptor(&[("remote_address", "2001:DB8::1")]),
+            &[
+                &[("user", "alice smith")],
+                &[("remote_address", "2001:DB8::1")],
             ],
         ))
         .await;
@@ -115,12 +115,7 @@ async fn two_instances_refused_requests_consume_nothing_between_them() {
     let redis = RedisServer::start();
     let (_a_dir, a) = on("atomic-a", &redis.url(), &[]);
     let (_b_dir, b) = on("atomic-b", &redis.url(), &[]);
-    let both = || {
-        request(
-            "shop",
-            vec![descriptor(&[("user", "u")]), descriptor(&[("tenant", "t")])],
-        )
-    };
+    let both = || several("shop", &[&[("user", "u")], &[("tenant", "t")]]);
     let admitted = admitted_between(&a, &b, both).await;
     assert_eq!(admitted, 20);
     let tenant = a.ask(one("shop", &[("tenant", "t")])).await;
@@ -234,11 +229,11 @@ async fn a_ban_in_redis_refuses_the_remote_address_and_consumes_nothing() {
     // Each attempt from another address of the network, so none runs out of its own 5.
     let attempt = std::sync::atomic::AtomicU32::new(1);
     let both = |last: u32| {
-        request(
+        several(
             "shop",
-            vec![
-                descriptor(&[("user", "from-banned")]),
-                descriptor(&[("remote_address", &format!("203.0.113.{last}"))]),
+            &[
+                &[("user", "from-banned")],
+                &[("remote_address", &format!("203.0.113.{last}"))],
             ],
         )
     };

@@ -1,6 +1,6 @@
 // The hand-worked sequences of worked.txt, read for the tests of both implementations:
 // declared as a module of the runtime's tests (src/algorithm.rs) and included with
-// `include!` by tests/algorithms.rs, so both read the same file the same way.
+// `include!` by tests/algorithms/scripts.rs, so both read the same file the same way.
 
 /// When every sequence starts, in µs since the epoch: a whole minute.
 pub const START_US: u64 = 1_700_000_040_000_000;

@@ -246,13 +246,18 @@ mod tests {
     use crate::clock::ManualClock;
     use crate::{Algorithm, Limiter, Rule};
 
+    /// A fresh embedded limiter whose clock moves only when the test advances it.
+    fn memory_on_a_manual_clock() -> (ManualClock, Limiter) {
+        let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
+        (clock.clone(), Limiter::memory_with_clock(clock))
+    }
+
     #[tokio::test]
     async fn every_algorithm_reports_what_a_check_would_find() {
         // 4 per 10 s: the token bucket refills one every 2.5 s exactly.
         let rules = [Rule::new(4, Duration::from_secs(10))];
         for algorithm in Algorithm::ALL {
-            let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
-            let limiter = Limiter::memory_with_clock(clock.clone());
+            let (clock, limiter) = memory_on_a_manual_clock();
             for _ in 0..4 {
                 let d = limiter
                     .check("k", &rules)
@@ -299,8 +304,7 @@ mod tests {
     async fn a_block_is_reported_until_it_ends() {
         let rules = [Rule::new(1, Duration::from_secs(10))];
         for algorithm in Algorithm::ALL {
-            let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
-            let limiter = Limiter::memory_with_clock(clock.clone());
+            let (clock, limiter) = memory_on_a_manual_clock();
             let block = Duration::from_secs(60);
             for _ in 0..2 {
                 let check = limiter.check("k", &rules).algorithm(algorithm);

@@ -32,69 +32,77 @@ const LIMIT: &str = "rate_limit: {unit: second, requests_per_unit: 5}";
 
 #[test]
 fn the_incumbents_bad_files_are_refused_at_their_line() {
-    refused(
-        &[("e.yaml", "descriptors: []\n")],
-        "e.yaml:1: config file cannot have empty domain",
-    );
-    refused(
-        &[("e.yaml", "domain: \"\"\n")],
-        "e.yaml:1: config file cannot have empty domain",
-    );
-    refused(
-        &[
-            ("a.yaml", "domain: test-domain\n"),
-            ("b.yaml", "domain: test-domain\n"),
-        ],
-        "b.yaml:1: duplicate domain 'test-domain': a.yaml already defines it",
-    );
-    refused(
-        &[("k.yaml", "domain: d\ndescriptors:\n  - value: value1\n")],
-        "k.yaml:3: descriptor has empty key",
-    );
-    refused(
-        &[("k.yaml", "domain: d\ndescriptors:\n  - key: key1\n    value: value1\n\n  - key: key1\n    value: value1\n")],
-        "k.yaml:6: duplicate descriptor composite key 'd.key1_value1'",
-    );
-    refused(
-        &[("u.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: foo\n      requests_per_unit: 5\n")],
-        "u.yaml:5: invalid rate limit unit 'foo'",
-    );
-    refused(
-        &[("r.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      name: self\n      replaces:\n        - name: self\n      unit: second\n      requests_per_unit: 5\n")],
-        "r.yaml:7: replaces should not contain name of same descriptor",
-    );
-    refused(
-        &[("r.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      name: self\n      replaces:\n        - name:\n      unit: second\n      requests_per_unit: 5\n")],
-        "r.yaml:7: a `replaces` entry has no `name`",
-    );
-    refused(&[("y.yaml", "'''\n")], "y.yaml:");
-    refused(
-        &[(
-            "m.yaml",
-            "domain: d\ndescriptors:\n  - key: key1\n    ratelimit:\n      unit: day\n",
-        )],
-        "m.yaml:4: unknown field `ratelimit` in a descriptor",
-    );
-    refused(
-        &[("m.yaml", "domain: d\ndescriptors:\n  - key: key1\n    rate_limit:\n      unit: day\n      requestsperunit: 5\n")],
-        "m.yaml:6: unknown field `requestsperunit` in `rate_limit`",
-    );
-    refused(
-        &[("n.yaml", "0.25: test-domain\ndescriptors: []\n")],
-        "n.yaml:1: the file has a key that is not a string (`0.25`)",
-    );
-    refused(
-        &[("l.yaml", "domain: d\ndescriptors:\n  - a\n  - b\n")],
-        "l.yaml:3: a descriptor is a scalar",
-    );
-    refused(
-        &[("x.yaml", "domain: d\ndescriptors:\n  - key: foo\n    rate_limit:\n      unlimited: true\n      unit: day\n      requests_per_unit: 25\n")],
-        "x.yaml:6: should not specify rate limit unit when unlimited",
-    );
-    refused(
-        &[("s.yaml", &format!("domain: d\ndescriptors:\n  - key: files\n    value: exact\n    share_threshold: true\n    {LIMIT}\n"))],
-        "s.yaml:3: share_threshold can only be used with wildcard values",
-    );
+    let cases: &[(&[(&str, &str)], &str)] = &[
+        (
+            &[("e.yaml", "descriptors: []\n")],
+            "e.yaml:1: config file cannot have empty domain",
+        ),
+        (
+            &[("e.yaml", "domain: \"\"\n")],
+            "e.yaml:1: config file cannot have empty domain",
+        ),
+        (
+            &[
+                ("a.yaml", "domain: test-domain\n"),
+                ("b.yaml", "domain: test-domain\n"),
+            ],
+            "b.yaml:1: duplicate domain 'test-domain': a.yaml already defines it",
+        ),
+        (
+            &[("k.yaml", "domain: d\ndescriptors:\n  - value: value1\n")],
+            "k.yaml:3: descriptor has empty key",
+        ),
+        (
+            &[("k.yaml", "domain: d\ndescriptors:\n  - key: key1\n    value: value1\n\n  - key: key1\n    value: value1\n")],
+            "k.yaml:6: duplicate descriptor composite key 'd.key1_value1'",
+        ),
+        (
+            &[("u.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: foo\n      requests_per_unit: 5\n")],
+            "u.yaml:5: invalid rate limit unit 'foo'",
+        ),
+        (
+            &[("r.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      name: self\n      replaces:\n        - name: self\n      unit: second\n      requests_per_unit: 5\n")],
+            "r.yaml:7: replaces should not contain name of same descriptor",
+        ),
+        (
+            &[("r.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      name: self\n      replaces:\n        - name:\n      unit: second\n      requests_per_unit: 5\n")],
+            "r.yaml:7: a `replaces` entry has no `name`",
+        ),
+        (
+            &[("y.yaml", "'''\n")],
+            "y.yaml:",
+        ),
+        (
+            &[(
+                "m.yaml",
+                "domain: d\ndescriptors:\n  - key: key1\n    ratelimit:\n      unit: day\n",
+            )],
+            "m.yaml:4: unknown field `ratelimit` in a descriptor",
+        ),
+        (
+            &[("m.yaml", "domain: d\ndescriptors:\n  - key: key1\n    rate_limit:\n      unit: day\n      requestsperunit: 5\n")],
+            "m.yaml:6: unknown field `requestsperunit` in `rate_limit`",
+        ),
+        (
+            &[("n.yaml", "0.25: test-domain\ndescriptors: []\n")],
+            "n.yaml:1: the file has a key that is not a string (`0.25`)",
+        ),
+        (
+            &[("l.yaml", "domain: d\ndescriptors:\n  - a\n  - b\n")],
+            "l.yaml:3: a descriptor is a scalar",
+        ),
+        (
+            &[("x.yaml", "domain: d\ndescriptors:\n  - key: foo\n    rate_limit:\n      unlimited: true\n      unit: day\n      requests_per_unit: 25\n")],
+            "x.yaml:6: should not specify rate limit unit when unlimited",
+        ),
+        (
+            &[("s.yaml", &format!("domain: d\ndescriptors:\n  - key: files\n    value: exact\n    share_threshold: true\n    {LIMIT}\n"))],
+            "s.yaml:3: share_threshold can only be used with wildcard values",
+        ),
+    ];
+    for (files, expected) in cases {
+        refused(files, expected);
+    }
 }
 
 #[test]
@@ -111,30 +119,34 @@ fn every_error_of_every_file_is_reported() {
 
 #[test]
 fn our_fields_are_checked_too() {
-    refused(
-        &[("o.yaml", "domain: d\nalgorithm: leaky\n")],
-        "o.yaml:2: unknown algorithm `leaky`",
-    );
-    refused(
-        &[("o.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      limits: [\"10/fortnight\"]\n")],
-        "o.yaml:5: `10/fortnight`",
-    );
-    refused(
-        &[("o.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      limits: [\"10/second\"]\n      unit: second\n")],
-        "o.yaml:5: `limits` and `unit`",
-    );
-    refused(
-        &[("o.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, unit_multiplier: 0}\n")],
-        "o.yaml:4: unit_multiplier must be 1 or more",
-    );
-    refused(
-        &[("o.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, requests_per_unit: 1}\n")],
-        "o.yaml:4: unit `year` is not supported",
-    );
-    refused(
-        &[("o.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, allowance: soon}\n")],
-        "o.yaml:4: `allowance: soon`",
-    );
+    for (yaml, expected) in [
+        (
+            "domain: d\nalgorithm: leaky\n",
+            "o.yaml:2: unknown algorithm `leaky`",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      limits: [\"10/fortnight\"]\n",
+            "o.yaml:5: `10/fortnight`",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      limits: [\"10/second\"]\n      unit: second\n",
+            "o.yaml:5: `limits` and `unit`",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, unit_multiplier: 0}\n",
+            "o.yaml:4: unit_multiplier must be 1 or more",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, requests_per_unit: 1}\n",
+            "o.yaml:4: unit `year` is not supported",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, allowance: soon}\n",
+            "o.yaml:4: `allowance: soon`",
+        ),
+    ] {
+        refused(&[("o.yaml", yaml)], expected);
+    }
 }
 
 #[test]

@@ -242,6 +242,11 @@ pub fn one(domain: &str, entries: &[(&str, &str)]) -> RateLimitRequest {
     request(domain, vec![descriptor(entries)])
 }
 
+/// A request of one descriptor per item of `descriptors`, in their order.
+pub fn several(domain: &str, descriptors: &[&[(&str, &str)]]) -> RateLimitRequest {
+    request(domain, descriptors.iter().map(|d| descriptor(d)).collect())
+}
+
 pub fn ok() -> i32 {
     Code::Ok as i32
 }

@@ -267,11 +267,11 @@ impl RedisBackend {
         harmless: bool,
         deadline: Instant,
     ) -> Result<Value, Failure> {
-        let mut evalsha = redis::cmd("EVALSHA");
-        args(evalsha.arg(script.get_hash()));
+        let mut evalsha = script::evalsha_or_eval(true, source, script);
+        args(&mut evalsha);
         let eval = || {
-            let mut eval = redis::cmd("EVAL");
-            args(eval.arg(source));
+            let mut eval = script::evalsha_or_eval(false, source, script);
+            args(&mut eval);
             Some(eval)
         };
         self.send_script(key, &evalsha, eval, harmless, deadline)

@@ -20,10 +20,7 @@ fn list_script() -> &'static (String, Script) {
     static SCRIPT: LazyLock<(String, Script)> = LazyLock::new(|| {
         let mut source_text = String::from(include_str!("../../../scripts/check_all_head.lua"));
         for algorithm in Algorithm::ALL {
-            source_text.push_str(&judging_the_rest(
-                function_name(algorithm),
-                source(algorithm),
-            ));
+            source_text.push_str(&judging_the_rest(algorithm.label(), source(algorithm)));
         }
         source_text.push_str(sources::CHECK_ALL);
         let script = Script::new(&source_text);
@@ -66,16 +63,6 @@ fn judging_the_rest(name: &str, check: &str) -> String {
         &check[judged..answer],
         &check[answer..],
     )
-}
-
-/// The Lua name `check_all.lua` calls `algorithm`'s check by.
-fn function_name(algorithm: Algorithm) -> &'static str {
-    match algorithm {
-        Algorithm::SlidingLog => "sliding_log",
-        Algorithm::FixedWindow => "fixed_window",
-        Algorithm::SlidingWindow => "sliding_window",
-        Algorithm::TokenBucket => "token_bucket",
-    }
 }
 
 /// A list of checks, each with its own id (see [`Invocation`]), as one script.
@@ -226,10 +213,7 @@ mod tests {
     fn every_check_script_is_cut_where_its_writes_start() {
         let (source, _) = list_script();
         for algorithm in Algorithm::ALL {
-            let head = format!(
-                "local function {}(KEYS, ARGV, i)\n",
-                function_name(algorithm)
-            );
+            let head = format!("local function {}(KEYS, ARGV, i)\n", algorithm.label());
             assert_eq!(source.matches(&head).count(), 1, "{algorithm:?}");
         }
         // Each check reads TIME once a list, and judges the rest before it writes.

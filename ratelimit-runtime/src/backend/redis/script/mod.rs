@@ -131,7 +131,7 @@ fn source(algorithm: Algorithm) -> &'static str {
 
 /// `EVALSHA` and the hash of `script` (`by_hash`), or `EVAL` and its `source`: a command's
 /// head, its keys and arguments to follow. Every script's command starts here.
-fn evalsha_or_eval(by_hash: bool, source: &str, script: &Script) -> Cmd {
+pub(super) fn evalsha_or_eval(by_hash: bool, source: &str, script: &Script) -> Cmd {
     script_head(by_hash, source, script, 0, 0)
 }
 

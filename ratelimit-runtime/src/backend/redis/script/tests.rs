@@ -255,21 +255,11 @@ fn each_algorithm_runs_its_own_script() {
             }
         }
         if algorithm != Algorithm::SlidingLog {
-            let name = format!("local NAME, SIZE, ARGS = '{}'", function_name(algorithm));
+            let name = format!("local NAME, SIZE, ARGS = '{}'", algorithm.label());
             for op in [Op::Refund, Op::Settle, Op::GiveBack] {
                 assert!(lua(op, algorithm).source.contains(&name), "{algorithm}");
             }
         }
-    }
-}
-
-/// The algorithm's name as its scripts store it (`scripts/state.lua`).
-fn function_name(algorithm: Algorithm) -> &'static str {
-    match algorithm {
-        Algorithm::SlidingLog => "sliding_log",
-        Algorithm::FixedWindow => "fixed_window",
-        Algorithm::SlidingWindow => "sliding_window",
-        Algorithm::TokenBucket => "token_bucket",
     }
 }
 
