@@ -43,6 +43,10 @@ struct Sources {
     local: HashMap<String, u64>,
     /// By key prefix, as last read from (or written to) its `{prefix}bans` hash.
     stored: HashMap<String, HashMap<String, u64>>,
+    /// How many times this instance wrote to a bans hash ([`Bans::change_stored`]): a read
+    /// begun before the latest write is older than what is held, and is not applied.
+    #[cfg(feature = "redis")]
+    writes: u64,
 }
 
 /// What checks read: every ban in force, merged.
@@ -267,11 +271,22 @@ impl Bans {
         bans
     }
 
-    /// Replaces what was read from `prefix`'s `{prefix}bans` hash with `bans`.
+    /// The count of this instance's writes to the bans hashes, to take before a read of
+    /// one and give [`set_stored`](Self::set_stored) with what it read.
     #[cfg(feature = "redis")]
-    pub fn set_stored(&self, prefix: &str, bans: HashMap<String, u64>) {
+    pub fn writes(&self) -> u64 {
+        lock(&self.sources).writes
+    }
+
+    /// Replaces what was read from `prefix`'s `{prefix}bans` hash with `bans`, read after
+    /// `writes` of this instance's writes; a read older than a later write is left out
+    /// (the next one has it).
+    #[cfg(feature = "redis")]
+    pub fn set_stored(&self, prefix: &str, bans: HashMap<String, u64>, writes: u64) {
         self.change(|sources| {
-            sources.stored.insert(prefix.to_owned(), bans);
+            if sources.writes == writes {
+                sources.stored.insert(prefix.to_owned(), bans);
+            }
         });
     }
 
@@ -280,6 +295,7 @@ impl Bans {
     #[cfg(feature = "redis")]
     pub fn change_stored(&self, prefix: &str, banned: &Banned, until_us: Option<u64>) {
         self.change(|sources| {
+            sources.writes += 1;
             let stored = sources.stored.entry(prefix.to_owned()).or_default();
             match until_us {
                 Some(until_us) => stored.insert(banned.text(), until_us),
@@ -493,9 +509,39 @@ mod tests {
         ]);
         assert_eq!(read.keys().collect::<Vec<_>>(), ["ip:10.0.0.0/8"]);
         let bans = Bans::default();
-        bans.set_stored("rate_limit:", read);
+        bans.set_stored("rate_limit:", read, bans.writes());
         assert!(bans.left_us("ip:10.1.2.3").is_some());
-        bans.set_stored("rate_limit:", HashMap::new());
+        bans.set_stored("rate_limit:", HashMap::new(), bans.writes());
         assert_eq!(bans.left_us("ip:10.1.2.3"), None);
+    }
+
+    /// A read that began before this instance wrote a ban (or lifted one) holds the hash as
+    /// it was: applied after the write, it would undo it here until the next read.
+    #[test]
+    #[cfg(feature = "redis")]
+    fn a_read_older_than_a_write_here_does_not_undo_it() {
+        let bans = Bans::default();
+        let hour_us = now_us() + 3_600_000_000;
+        let read_from = bans.writes();
+        bans.change_stored("rate_limit:", &banned("user:7"), Some(hour_us));
+        bans.set_stored("rate_limit:", HashMap::new(), read_from);
+        assert!(
+            bans.left_us("user:7").is_some(),
+            "a stale read undid the ban"
+        );
+        // A read begun after the write is the hash as it is.
+        bans.set_stored("rate_limit:", HashMap::new(), bans.writes());
+        assert_eq!(bans.left_us("user:7"), None);
+        // Likewise for a lifted ban.
+        let stored: HashMap<String, u64> = [("user:8".to_owned(), hour_us)].into();
+        bans.set_stored("rate_limit:", stored.clone(), bans.writes());
+        let read_from = bans.writes();
+        bans.change_stored("rate_limit:", &banned("user:8"), None);
+        bans.set_stored("rate_limit:", stored, read_from);
+        assert_eq!(
+            bans.left_us("user:8"),
+            None,
+            "a stale read restored a lifted ban"
+        );
     }
 }

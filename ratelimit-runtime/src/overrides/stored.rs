@@ -305,11 +305,11 @@ impl Poller {
                 // The prefix's bans, beside its rules (limiter/bans.rs); while they cannot
                 // be read, those last read stay in force.
                 let key = format!("{prefix}bans");
+                let writes = overrides.bans.writes();
                 let read = tokio::time::timeout(self.timeout, redis.hash_fields(&key)).await;
                 if let Ok(Ok(fields)) = read {
-                    overrides
-                        .bans
-                        .set_stored(prefix, crate::bans::read_stored(fields));
+                    let read = crate::bans::read_stored(fields);
+                    overrides.bans.set_stored(prefix, read, writes);
                 }
             }
             // Not held while sleeping: a dropped limiter ends the poller at its next turn.
