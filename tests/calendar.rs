@@ -1,7 +1,7 @@
 //! Calendar quotas, on both backends (a real `redis-server`, whose scripts compute the
 //! calendar in Lua, and the embedded memory backend) and every algorithm, on the test
-//! clock: a rule counting in UTC days or months is empty again at the next one, across a
-//! month's end, a leap day and a year's end, beside the site's other rules, with
+//! clock: a rule counting in UTC days, months or years is empty again at the next one,
+//! across a month's end, a leap day and a year's end, beside the site's other rules, with
 //! `reset_after` and `retry_after` running to the boundary.
 
 mod support;
@@ -20,6 +20,7 @@ const JAN_1_2028: u64 = 1_830_297_600;
 const FEB_28_2028: u64 = 1_835_308_800;
 const FEB_29_2028: u64 = 1_835_395_200;
 const MAR_1_2028: u64 = 1_835_481_600;
+const JAN_1_2029: u64 = 1_861_920_000;
 
 const HOUR: u64 = 3_600;
 const DAY: u64 = 86_400;
@@ -84,11 +85,25 @@ fn calendar_rules_are_written_and_read_back_as_text() {
     assert_eq!(month.calendar(), Some(Calendar::Month));
     assert_eq!(month.window(), Duration::from_secs(31 * DAY));
     assert_ne!(Rule::per_calendar(1, Calendar::Day), Rule::per_day(1));
+    let year = Rule::per_calendar(1_000, Calendar::Year);
+    assert_eq!(year.to_string(), "1000 per calendar year");
+    assert_eq!("1000 per calendar year".parse::<Rule>().unwrap(), year);
+    assert_eq!(
+        year.calls().to_string().parse::<Rule>().unwrap(),
+        year.calls()
+    );
+    assert_eq!(year.calendar(), Some(Calendar::Year));
+    assert_eq!(year.window(), Duration::from_secs(366 * DAY));
+    assert_ne!(year, Rule::new(1_000, year.window()));
 }
 
 metered_sites! {
     metered(
-        rules(rule(count = 2, calendar = DAY, calls = true), "10 per calendar month"),
+        rules(
+            rule(count = 2, calendar = DAY, calls = true),
+            "10 per calendar month",
+            rule(count = 1000, calendar = YEAR)
+        ),
         name = "calendar.attribute"
     );
 }
@@ -137,6 +152,22 @@ backend_tests! {
         }
     }
 
+
+    async fn a_year_s_key_lives_until_new_year_and_inspect_reads_its_count() {
+        let limiter = support::limiter();
+        let rules = [Rule::per_calendar(1_000, Calendar::Year).calls(), Rule::per_second(5_000)];
+        for algorithm in Algorithm::ALL {
+            let key = format!("calendar:year-expiry:{algorithm}");
+            let d = limiter.check(&key, &rules).cost(3).algorithm(algorithm).await.unwrap();
+            assert_eq!((d.allowed, d.rule_index, d.remaining), (true, 0, 999), "{algorithm}");
+            assert!(d.reset_after <= secs(366 * DAY), "{algorithm}: {:?}", d.reset_after);
+            let state = limiter.inspect(&key).await.unwrap().expect("written");
+            let expires_in = state.expires_in().expect("an expiry");
+            assert!(expires_in + secs(1) >= d.reset_after, "{algorithm}: {expires_in:?} < {:?}", d.reset_after);
+            assert!(expires_in <= d.reset_after + secs(2), "{algorithm}: {expires_in:?}");
+            assert_eq!(state.rule(rules[0]).used, 1, "{algorithm}: one call");
+        }
+    }
 
     async fn a_month_is_empty_again_on_the_first_and_its_reset_runs_to_midnight() {
         let limiter = support::limiter();
@@ -253,6 +284,43 @@ backend_tests! {
         }
     }
 
+    async fn a_year_is_empty_again_on_january_1_and_a_leap_year_has_366_days() {
+        let limiter = support::limiter();
+        // A calendar year beside a calendar month on one key: two records, one per period.
+        let rules = [Rule::per_calendar(3, Calendar::Year), Rule::per_calendar(100, Calendar::Month)];
+        assert_eq!(JAN_1_2028 - JAN_15_2027, 351 * DAY);
+        assert_eq!(JAN_1_2029 - JAN_1_2028, 366 * DAY);
+        for algorithm in Algorithm::ALL {
+            let key = format!("calendar:years:{algorithm}");
+            let mid_january = secs(JAN_15_2027 + 12 * HOUR);
+            let d = check(limiter, algorithm, &key, &rules, 2, mid_january).await;
+            assert_eq!((d.allowed, d.rule_index, d.remaining), (true, 0, 1), "{algorithm}");
+            assert_eq!(d.reset_after, secs(JAN_1_2028) - mid_january, "{algorithm}");
+            // December 31st, 23:59:59.999999: the year's last unit, then none.
+            let last_us = secs(JAN_1_2028) - Duration::from_micros(1);
+            let d = check(limiter, algorithm, &key, &rules, 1, last_us).await;
+            assert_eq!((d.allowed, d.rule_index, d.remaining), (true, 0, 0), "{algorithm}");
+            assert_eq!(d.reset_after, Duration::from_micros(1), "{algorithm}");
+            let d = check(limiter, algorithm, &key, &rules, 1, last_us).await;
+            assert_eq!((d.allowed, d.rule_index), (false, 0), "{algorithm}");
+            assert_eq!(d.retry_after, Some(Duration::from_micros(1)), "{algorithm}");
+            // December's month counted the one unit it admitted.
+            let month = peek(limiter, algorithm, &key, &rules[1..], last_us).await;
+            assert_eq!(month.remaining, 99, "{algorithm}");
+            // January 1st, midnight: the whole year again, 366 days of it in 2028.
+            let d = check(limiter, algorithm, &key, &rules, 3, secs(JAN_1_2028)).await;
+            assert_eq!((d.allowed, d.rule_index, d.remaining), (true, 0, 0), "{algorithm}");
+            assert_eq!(d.reset_after, secs(366 * DAY), "{algorithm}");
+            // The leap day is in the year: refused until 2029.
+            let d = check(limiter, algorithm, &key, &rules, 1, secs(FEB_29_2028)).await;
+            assert_eq!((d.allowed, d.rule_index), (false, 0), "{algorithm}");
+            assert_eq!(d.retry_after, Some(secs(JAN_1_2029 - FEB_29_2028)), "{algorithm}");
+            let d = check(limiter, algorithm, &key, &rules, 1, secs(JAN_1_2029)).await;
+            assert_eq!((d.allowed, d.rule_index, d.remaining), (true, 0, 2), "{algorithm}");
+            assert_eq!(d.reset_after, secs(365 * DAY), "{algorithm}: 2029 is not a leap year");
+        }
+    }
+
     async fn settle_and_refund_adjust_the_period_the_reservation_was_counted_in() {
         let limiter = support::limiter();
         let rules = [Rule::per_calendar(100, Calendar::Month), Rule::per_minute(1000)];
@@ -291,7 +359,7 @@ backend_tests! {
         }
     }
 
-    async fn the_attribute_takes_calendar_day_and_month_with_calls() {
+    async fn the_attribute_takes_calendar_day_month_and_year_with_calls() {
         // At the backend's own clock: 2 calls a day, 10 units a month.
         assert!(metered("ann", 4).await.is_ok());
         assert!(metered("ann", 4).await.is_ok());

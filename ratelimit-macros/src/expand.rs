@@ -120,6 +120,9 @@ fn check(args: &Args) -> TokenStream {
                 Some(Calendar::Month) => {
                     quote!(#private::Rule::per_calendar(#count, #private::Calendar::Month))
                 }
+                Some(Calendar::Year) => {
+                    quote!(#private::Rule::per_calendar(#count, #private::Calendar::Year))
+                }
                 None => quote! {
                     #private::Rule::new(#count, ::core::time::Duration::from_millis(#window_ms))
                 },

@@ -81,7 +81,7 @@ use crate::item::ItemFn;
 /// | `rules(...)` | one or more rules, each `rule(count = N, time = T, unit = U)` or a string: `"10/minute"`, `"10/60s"`, `"20 per 2 minutes"`, `"5/second"`, `"1000/day"` | none |
 /// | `unit` in `rule` | `MILLISECONDS`, `SECONDS`, `MINUTES`, `HOURS`, `DAYS` (any case) | `SECONDS` |
 /// | `calls = bool` in `rule` | the rule counts calls (one per admitted call, whatever its `cost`) rather than units; in a string, the word `calls` after the count: `"60 calls/minute"` | `false` |
-/// | `calendar = DAY / MONTH` in `rule` | the rule counts everything since the start of the current UTC day or month, and is empty again at the next one (instead of `time` and `unit`, which it cannot be given with); in a string: `"2000000 per calendar month"`, `"5000 per calendar day"`. Combines with `calls = true`. See `Rule::per_calendar` | none |
+/// | `calendar = DAY / MONTH / YEAR` in `rule` | the rule counts everything since the start of the current UTC day, month or year, and is empty again at the next one (instead of `time` and `unit`, which it cannot be given with); in a string: `"2000000 per calendar month"`, `"5000 per calendar day"`, `"1000 per calendar year"`. Combines with `calls = true`. See `Rule::per_calendar` | none |
 /// | `prevent_duplicate = bool` | add the duplicate-submission rule | `false` |
 /// | `prevent_duplicate_rule = rule(...)` | that rule (only with `prevent_duplicate = true`) | `rule(count = 1, time = 5)` |
 /// | `limit_type = IP / USER_ID / GLOBAL / CUSTOM` | whose budget is counted (any case); see [the request context] | `IP` |

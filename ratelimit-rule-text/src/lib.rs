@@ -39,7 +39,7 @@ pub const RULE_FORMS: &str =
     "expected \"N/unit\", \"N/<k><unit>\", \"N per unit\" or \"N per k units\" \
      (e.g. \"10/minute\", \"10/60s\", \"20 per 2 minutes\"), with units ms, s, m, h, d or \
      millisecond(s), sec(s), second(s), min(s), minute(s), hour(s), day(s); or \
-     \"N per calendar day\" or \"N per calendar month\" (UTC)";
+     \"N per calendar day\", \"N per calendar month\" or \"N per calendar year\" (UTC)";
 
 /// The accepted forms of a duration, for error messages.
 pub const DURATION_FORMS: &str =
@@ -95,7 +95,7 @@ impl Unit {
 
 /// A calendar period a rule can count in (`"2000000 per calendar month"`,
 /// `rule(count = 2000000, calendar = MONTH)`): every unit since the start of the current
-/// UTC day or month, empty again at the next one.
+/// UTC day, month or year, empty again at the next one.
 ///
 /// ```
 /// use ratelimit_rule_text::Calendar;
@@ -104,6 +104,8 @@ impl Unit {
 /// assert_eq!(Calendar::parse("DAY"), Some(Calendar::Day));
 /// assert_eq!(Calendar::Month.name(), "month");
 /// assert_eq!(Calendar::Month.longest_ms(), 31 * 86_400_000);
+/// assert_eq!(Calendar::parse("Year"), Some(Calendar::Year));
+/// assert_eq!(Calendar::Year.longest_ms(), 366 * 86_400_000);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Calendar {
@@ -111,11 +113,13 @@ pub enum Calendar {
     Day,
     /// The UTC month, from midnight on its first day to midnight on the next month's.
     Month,
+    /// The UTC year, from midnight on January 1 to midnight on the next year's.
+    Year,
 }
 
 impl Calendar {
     /// Every calendar period, shortest first.
-    pub const ALL: [Calendar; 2] = [Calendar::Day, Calendar::Month];
+    pub const ALL: [Calendar; 3] = [Calendar::Day, Calendar::Month, Calendar::Year];
 
     /// Its name in rule text (`"per calendar month"`); the attribute takes it in any case
     /// (`calendar = MONTH`).
@@ -123,6 +127,7 @@ impl Calendar {
         match self {
             Calendar::Day => "day",
             Calendar::Month => "month",
+            Calendar::Year => "year",
         }
     }
 
@@ -133,12 +138,13 @@ impl Calendar {
             .find(|calendar| calendar.name().eq_ignore_ascii_case(name))
     }
 
-    /// Its longest length in milliseconds (a day; a month of 31 days): what a rule
+    /// Its longest length in milliseconds (a day; a month of 31 days; a leap year): what a rule
     /// counting in it gives as its window.
     pub const fn longest_ms(self) -> u64 {
         match self {
             Calendar::Day => 86_400_000,
             Calendar::Month => 31 * 86_400_000,
+            Calendar::Year => 366 * 86_400_000,
         }
     }
 }
@@ -449,7 +455,7 @@ impl RuleText {
     }
 }
 
-/// `N [calls] per calendar <day|month>` (in any case): the count, whether it counts
+/// `N [calls] per calendar <day|month|year>` (in any case): the count, whether it counts
 /// calls, and the period; `None` for every other form.
 fn calendar_rule(text: &str) -> Option<(u64, bool, Calendar)> {
     let words: Vec<&str> = text.split_whitespace().collect();
@@ -530,7 +536,7 @@ mod tests {
     }
 
     #[test]
-    fn per_calendar_day_or_month_makes_a_calendar_rule() {
+    fn per_calendar_day_month_or_year_makes_a_calendar_rule() {
         let calendar = |count, calls, calendar: Calendar| {
             Ok(ParsedRule {
                 count,
@@ -551,10 +557,19 @@ mod tests {
             parse_rule("100 calls per calendar day"),
             calendar(100, true, Calendar::Day)
         );
+        assert_eq!(
+            parse_rule("1000 per calendar year"),
+            calendar(1_000, false, Calendar::Year)
+        );
+        assert_eq!(
+            parse_rule("12 calls PER calendar Year"),
+            calendar(12, true, Calendar::Year)
+        );
         for bad in [
             "5 per calendar",
             "5 per calendar week",
             "5 per calendar 2 months",
+            "5 per calendar years",
             "5/calendar month",
             "calls per calendar day",
         ] {

@@ -25,6 +25,12 @@ pub(crate) fn period_us(calendar: Calendar, now_us: u64) -> (u64, u64) {
             let end = days_from_civil(next_y, next_m, 1) as u64;
             (start * DAY_US, end * DAY_US)
         }
+        Calendar::Year => {
+            let (y, _, _) = civil_from_days(day as i64);
+            let start = days_from_civil(y, 1, 1) as u64;
+            let end = days_from_civil(y + 1, 1, 1) as u64;
+            (start * DAY_US, end * DAY_US)
+        }
     }
 }
 
@@ -125,5 +131,38 @@ mod tests {
             period_us(Calendar::Day, midnight(2028, 2, 29)),
             (midnight(2028, 2, 29), midnight(2028, 3, 1))
         );
+    }
+
+    #[test]
+    fn years_run_from_new_year_to_new_year() {
+        // The last microsecond of a year is in it; the next one starts the next year.
+        let last_us = midnight(2027, 1, 1) - 1;
+        assert_eq!(
+            period_us(Calendar::Year, last_us),
+            (midnight(2026, 1, 1), midnight(2027, 1, 1))
+        );
+        assert_eq!(
+            period_us(Calendar::Year, last_us + 1),
+            (midnight(2027, 1, 1), midnight(2028, 1, 1))
+        );
+        // Leap years have 366 days (2000 and 2028, not 2100), others 365.
+        for (y, days) in [(2000, 366), (2027, 365), (2028, 366), (2100, 365)] {
+            let (start, end) = period_us(Calendar::Year, midnight(y, 7, 4) + 12_345);
+            assert_eq!(
+                (start, end),
+                (midnight(y, 1, 1), midnight(y + 1, 1, 1)),
+                "{y}"
+            );
+            assert_eq!(end - start, days * DAY_US, "{y}");
+        }
+        assert_eq!(
+            period_us(Calendar::Year, midnight(2028, 2, 29)),
+            (midnight(2028, 1, 1), midnight(2029, 1, 1))
+        );
+        assert_eq!(
+            period_us(Calendar::Year, midnight(2028, 12, 31) + DAY_US - 1),
+            (midnight(2028, 1, 1), midnight(2029, 1, 1))
+        );
+        assert_eq!(period_us(Calendar::Year, 0), (0, midnight(1971, 1, 1)));
     }
 }

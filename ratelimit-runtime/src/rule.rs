@@ -10,8 +10,8 @@ use crate::calendar::Calendar;
 ///
 /// A rule counts the units of each call's cost, unless it is marked with
 /// [`calls`](Self::calls): then it counts calls, one per admitted call whatever its cost.
-/// A rule built by [`per_calendar`](Self::per_calendar) counts in the UTC calendar's days
-/// or months rather than in a window of fixed length.
+/// A rule built by [`per_calendar`](Self::per_calendar) counts in the UTC calendar's days,
+/// months or years rather than in a window of fixed length.
 ///
 /// ```
 /// use std::time::Duration;
@@ -40,6 +40,9 @@ const CALENDAR: u64 = 1 << 62;
 
 /// A calendar day, in µs: the window of a rule counting calendar days.
 const DAY_US: u64 = Calendar::Day.longest_ms() * 1_000;
+
+/// The longest calendar month, in µs: the window of a rule counting calendar months.
+const MONTH_US: u64 = Calendar::Month.longest_ms() * 1_000;
 
 impl Rule {
     /// The largest count: 2^52, so that every figure stays exact in the Lua scripts' doubles.
@@ -92,12 +95,12 @@ impl Rule {
     }
 
     /// A rule admitting `count` units (or calls, with [`calls`](Self::calls)) in each UTC
-    /// calendar day or month: everything since the start of the current one counts, and
+    /// calendar day, month or year: everything since the start of the current one counts, and
     /// the next one starts empty, whatever the call site's algorithm (for this rule, a
     /// fixed window from one calendar boundary to the next, with the months' lengths and
     /// the leap years of the calendar). A decision bound by it has `reset_after` and
     /// `retry_after` running to that boundary. Its [`window`](Self::window) is the
-    /// period's longest length: a day, or 31 days.
+    /// period's longest length: a day, 31 days, or 366 days.
     ///
     /// ```
     /// use std::time::Duration;
@@ -133,8 +136,10 @@ impl Rule {
             None
         } else if self.window_us() == DAY_US {
             Some(Calendar::Day)
-        } else {
+        } else if self.window_us() == MONTH_US {
             Some(Calendar::Month)
+        } else {
+            Some(Calendar::Year)
         }
     }
 
@@ -200,7 +205,8 @@ impl Rule {
     }
 
     /// The rule's window as the scripts carry it: in µs, or -1 for a rule counting
-    /// calendar days and -2 for calendar months (`scripts/calendar.lua`).
+    /// calendar days, -2 for calendar months and -3 for calendar years
+    /// (`scripts/calendar.lua`).
     #[cfg(feature = "redis")]
     #[inline]
     pub(crate) fn script_window(&self) -> f64 {
@@ -208,6 +214,7 @@ impl Rule {
             None => self.window_us() as f64,
             Some(Calendar::Day) => -1.0,
             Some(Calendar::Month) => -2.0,
+            Some(Calendar::Year) => -3.0,
         }
     }
 }
@@ -280,6 +287,15 @@ mod tests {
         assert!(day.counts_calls() && !month.counts_calls());
         assert_eq!(month.to_string(), "2000000 per calendar month");
         assert_eq!(day.to_string(), "5000 calls per calendar day");
+        let year = Rule::per_calendar(1_000, Calendar::Year);
+        assert_eq!(year.calendar(), Some(Calendar::Year));
+        assert_eq!(year.window(), Duration::from_secs(366 * 86_400));
+        assert_eq!(year.to_string(), "1000 per calendar year");
+        assert_eq!("1000 per calendar year".parse(), Ok(year));
+        // A fixed window of 366 days is not the calendar year.
+        assert_eq!(Rule::new(1_000, year.window()).calendar(), None);
+        #[cfg(feature = "redis")]
+        assert_eq!(year.script_window(), -3.0);
     }
 
     #[test]

@@ -436,7 +436,7 @@ fn own_limit(own: &RateLimitOverride, domain: &crate::config::Domain) -> Result<
     let unit = Unit::try_from(own.unit).unwrap_or(Unit::Unknown);
     let rule = rule_of(u64::from(own.requests_per_unit), unit, 1).map_err(|e| {
         Failure::Invalid(format!(
-            "a descriptor's own limit: {e} (use second, minute, hour, day, week or month)"
+            "a descriptor's own limit: {e} (use second, minute, hour, day, week, month or year)"
         ))
     })?;
     Ok(Limit {

@@ -1,7 +1,8 @@
 //! What the service answers, over the wire, on the embedded backend: envoyproxy/ratelimit's
 //! example configuration and its expected answers, unknown domains, `unlimited`,
 //! `replaces`, shadow and quota mode, `hits_addend`, a descriptor's own limit, several
-//! rules on one descriptor, malformed requests, `POST /json` and the response headers.
+//! rules on one descriptor, a calendar year's limit, malformed requests, `POST /json` and
+//! the response headers.
 //! Windows are an hour or longer, counted by the sliding log, so no window boundary falls
 //! inside a test.
 
@@ -56,6 +57,8 @@ descriptors:
     rate_limit:
       name: multi
       limits: [\"2/hour\", \"100/day\"]
+  - key: yearly
+    rate_limit: {unit: year, requests_per_unit: 2}
 ";
 
 fn start(test: &str, extra: &[&str]) -> (support::ScratchDir, Server) {
@@ -252,6 +255,28 @@ async fn several_rules_answer_with_the_one_closest_to_its_limit() {
     assert_eq!(status.limit_remaining, 1);
     server.ask(one("test-domain", &[("multi", "m")])).await;
     assert_eq!(server.code("test-domain", &[("multi", "m")]).await, over());
+}
+
+#[tokio::test]
+async fn a_calendar_year_limit_counts_and_answers_in_years() {
+    let (_dir, server) = start("yearly", &[]);
+    let answer = server.ask(one("test-domain", &[("yearly", "y")])).await;
+    assert_eq!(answer.overall_code, ok());
+    let status = &answer.statuses[0];
+    let limit = status.current_limit.as_ref().unwrap();
+    assert_eq!(
+        (limit.requests_per_unit, limit.unit),
+        (2, Unit::Year as i32)
+    );
+    assert_eq!(status.limit_remaining, 1);
+    // Its reset is the next January 1: never more than a (leap) year away.
+    let reset = status.duration_until_reset.as_ref().unwrap();
+    assert!(
+        reset.seconds > 0 && reset.seconds <= 366 * 86_400,
+        "{reset:?}"
+    );
+    assert_eq!(server.code("test-domain", &[("yearly", "y")]).await, ok());
+    assert_eq!(server.code("test-domain", &[("yearly", "y")]).await, over());
 }
 
 #[tokio::test]

@@ -235,7 +235,7 @@ const MONTHS: [u64; 23] = [
     1_853_971_200,
 ];
 
-/// The calendar period of `rule` holding `t_us`: its number among days or months.
+/// The calendar period of `rule` holding `t_us`: its number among days, months or years.
 fn period_of(calendar: Calendar, t_us: u64) -> u64 {
     let secs = t_us / 1_000_000;
     match calendar {
@@ -247,17 +247,26 @@ fn period_of(calendar: Calendar, t_us: u64) -> u64 {
             );
             MONTHS.iter().take_while(|&&start| start <= secs).count() as u64
         }
+        // January 2027 and 2028.
+        Calendar::Year => [MONTHS[1], MONTHS[13]]
+            .iter()
+            .filter(|&&start| start <= secs)
+            .count() as u64,
     }
 }
 
-/// Cases with rules counting in calendar days or months (one rule in two, counting
+/// Cases with rules counting in calendar days, months or years (one rule in two, counting
 /// calls one time in three), starting up to a minute before a month's end, a leap day,
 /// a February without one, or a year's end, with clocks that go back, or blocks and
 /// refunds, or settles.
 fn cases_in_calendar_periods() -> impl Strategy<Value = Case> {
     let calendar = (
         1u64..=8,
-        prop_oneof![Just(Calendar::Day), Just(Calendar::Month)],
+        prop_oneof![
+            Just(Calendar::Day),
+            Just(Calendar::Month),
+            Just(Calendar::Year)
+        ],
         prop::bool::weighted(0.3),
     )
         .prop_map(|(count, calendar, calls)| {

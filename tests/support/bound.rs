@@ -128,13 +128,13 @@ fn token_bucket(units: &[(u64, u64)], count: u64, w: u64) -> Result<(), String> 
     Ok(())
 }
 
-/// The start (µs) of the UTC day or month holding `t`.
+/// The start (µs) of the UTC day, month or year holding `t`.
 fn period_start(calendar: Calendar, t: u64) -> u64 {
     const DAY: u64 = 86_400_000_000;
     let day = t / DAY;
     match calendar {
         Calendar::Day => day * DAY,
-        _ => {
+        Calendar::Month | Calendar::Year => {
             // Days since the epoch of the first of the month holding `day` (civil-from-days).
             let z = day as i64 + 719_468;
             let era = z.div_euclid(146_097);
@@ -143,7 +143,18 @@ fn period_start(calendar: Calendar, t: u64) -> u64 {
             let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
             let mp = (5 * doy + 2) / 153;
             let d = doy - (153 * mp + 2) / 5 + 1;
-            (day - (d as u64 - 1)) * DAY
+            if calendar == Calendar::Month {
+                return (day - (d as u64 - 1)) * DAY;
+            }
+            // `doy` counts from March 1st: January 1st is its day 306, of this March-based
+            // year in January and February, else 59 days (60 in a leap year) before March.
+            let y = yoe + era * 400;
+            let leap = y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
+            let jan_1 = match mp >= 10 {
+                true => day as i64 - (doy - 306),
+                false => day as i64 - doy - 59 - i64::from(leap),
+            };
+            jan_1 as u64 * DAY
         }
     }
 }

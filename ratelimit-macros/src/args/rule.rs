@@ -107,7 +107,7 @@ pub fn parse_rule_call(input: ParseStream, errors: &mut Errors) -> syn::Result<O
                     span,
                     format!(
                         "`{what}` cannot be given with `calendar`: a calendar rule counts in \
-                         the UTC day or month `calendar` names; remove `{what}`"
+                         the UTC day, month or year `calendar` names; remove `{what}`"
                     ),
                 )
             })
@@ -174,7 +174,7 @@ struct RuleFields {
     unit: Slot<(u64, Ident)>,
     /// `calls = true`: the rule counts calls.
     calls: Slot<bool>,
-    /// `calendar = DAY | MONTH`: the rule counts in calendar periods.
+    /// `calendar = DAY | MONTH | YEAR`: the rule counts in calendar periods.
     calendar: Slot<Calendar>,
 }
 
@@ -208,7 +208,7 @@ fn unit(input: ParseStream, errors: &mut Errors) -> syn::Result<Option<(u64, Ide
     Ok(ms.map(|ms| (ms, ident)))
 }
 
-/// `calendar = DAY | MONTH`.
+/// `calendar = DAY | MONTH | YEAR`.
 fn calendar(input: ParseStream, errors: &mut Errors) -> syn::Result<Option<Calendar>> {
     let ident = input.parse::<Ident>()?;
     let calendars: Vec<_> = Calendar::ALL

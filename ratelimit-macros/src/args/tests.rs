@@ -274,11 +274,13 @@ fn a_literal_cost_of_zero_is_rejected_and_expressions_are_kept() {
 }
 
 #[test]
-fn calendar_rules_count_in_days_or_months_alone() {
+fn calendar_rules_count_in_days_months_or_years_alone() {
     let args = args(quote!(rules(
         rule(count = 2000000, calendar = MONTH),
         rule(calendar = day, count = 100, calls = true),
-        "5000 per calendar day"
+        "5000 per calendar day",
+        rule(count = 1000, calendar = YEAR),
+        "12 calls per calendar year"
     )))
     .unwrap();
     let rules: Vec<_> = listed(&args)
@@ -291,6 +293,8 @@ fn calendar_rules_count_in_days_or_months_alone() {
             (2_000_000, Some(Calendar::Month), false),
             (100, Some(Calendar::Day), true),
             (5_000, Some(Calendar::Day), false),
+            (1_000, Some(Calendar::Year), false),
+            (12, Some(Calendar::Year), true),
         ]
     );
     let errors = messages(quote!(rules(rule(
@@ -305,7 +309,7 @@ fn calendar_rules_count_in_days_or_months_alone() {
     let errors = messages(quote!(rules(rule(count = 1, calendar = WEEK))));
     assert_eq!(
         errors,
-        ["unknown calendar `WEEK`; expected one of DAY, MONTH"]
+        ["unknown calendar `WEEK`; expected one of DAY, MONTH, YEAR"]
     );
     let errors = messages(quote!(rules(rule(calendar = DAY))));
     assert_eq!(errors.len(), 1, "{errors:?}");

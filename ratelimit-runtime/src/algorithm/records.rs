@@ -306,11 +306,12 @@ impl<A: PerRule> State<A> {
                 let n = numbers(&record)?;
                 let count = ratelimit_rule_text::check_count(n[0]).ok()?;
                 let (rule, own) = match in_calendar {
-                    // -(4 * the period's first day + 1 for a day, 2 for a month).
+                    // -(4 * the period's first day + 1 for a day, 2 a month, 3 a year).
                     true => {
                         let calendar = match n[1] % 4 {
                             1 => crate::Calendar::Day,
                             2 => crate::Calendar::Month,
+                            3 => crate::Calendar::Year,
                             _ => return None,
                         };
                         let units = A::period(&A::from_numbers(&n[2..])).units;

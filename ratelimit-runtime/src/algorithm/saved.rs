@@ -31,11 +31,13 @@ impl Writer<'_> {
     }
 
     pub fn rule(&mut self, rule: &Rule) {
-        // Bit 0: counts calls; bits 1-2: 0 a window (given next), 1 a calendar day, 2 a month.
+        // Bit 0: counts calls; bits 1-2: 0 a window (given next), 1 a calendar day, 2 a
+        // month, 3 a year.
         let calendar = match rule.calendar() {
             None => 0,
             Some(Calendar::Day) => 1,
             Some(Calendar::Month) => 2,
+            Some(Calendar::Year) => 3,
         };
         self.number(rule.count());
         self.number(u64::from(rule.counts_calls()) | calendar << 1);
@@ -103,7 +105,7 @@ impl<'a> Reader<'a> {
     pub fn rule(&mut self) -> Option<Rule> {
         let count = self.number()?;
         let flags = self.number()?;
-        if count == 0 || count > Rule::MAX_COUNT || flags > 5 {
+        if count == 0 || count > Rule::MAX_COUNT || flags > 7 {
             return None;
         }
         let rule = match flags >> 1 {
@@ -115,7 +117,8 @@ impl<'a> Reader<'a> {
                 Rule::new(count, Duration::from_micros(window_us))
             }
             1 => Rule::per_calendar(count, Calendar::Day),
-            _ => Rule::per_calendar(count, Calendar::Month),
+            2 => Rule::per_calendar(count, Calendar::Month),
+            _ => Rule::per_calendar(count, Calendar::Year),
         };
         Some(if flags & 1 == 1 { rule.calls() } else { rule })
     }
@@ -289,6 +292,7 @@ mod tests {
             rule(5, 60 * S).calls(),
             Rule::per_calendar(7, Calendar::Day),
             Rule::per_calendar(100, Calendar::Month),
+            Rule::per_calendar(1_000, Calendar::Year).calls(),
         ];
         for algorithm in Algorithm::ALL {
             let mut state = StoredState::new(algorithm);

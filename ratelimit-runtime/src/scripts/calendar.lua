@@ -1,8 +1,8 @@
     -- A rule counting in calendar periods (algorithm/calendar.rs) comes with window -1 (a
-    -- UTC day) or -2 (a UTC month). Here, before its record is looked up: the period
+    -- UTC day), -2 (a UTC month) or -3 (a UTC year). Here, before its record is looked up: the period
     -- holding `moment` (the check's time, or the time a refunded check was counted at),
     -- from period_start to period_end (µs), and the window its record is stored under,
-    -- -(4 * the period's first day since the epoch + 1 or 2), so that a record of another
+    -- -(4 * the period's first day since the epoch + 1, 2 or 3), so that a record of another
     -- period is not found and decides like no record. Days and civil dates convert by
     -- Howard Hinnant's civil_from_days and days_from_civil (calendar.rs), on doubles that
     -- stay integers far below 2^53.
@@ -16,8 +16,8 @@
         end
         local day = (moment - r) / 86400000000
         local first_day, next_day = day, day + 1
-        if window == -2 then
-            -- civil_from_days: the day of the month.
+        if window <= -2 then
+            -- civil_from_days: the day of the month, and the year.
             local z = day + 719468
             local era = math.floor(z / 146097)
             local doe = z - era * 146097
@@ -35,8 +35,16 @@
                 y = y + 1
             end
             first_day = day - (d - 1)
-            -- days_from_civil of the next month's first day.
-            if m == 12 then
+            -- days_from_civil of the next period's first day: the next month's, or the
+            -- next year's January 1 (and a year starts on its own).
+            if window == -3 then
+                -- days_from_civil(y, 1, 1): January counts in the March-based year before.
+                era = math.floor((y - 1) / 400)
+                yoe = y - 1 - era * 400
+                first_day = era * 146097 + yoe * 365 + math.floor(yoe / 4)
+                    - math.floor(yoe / 100) + 306 - 719468
+                y, m = y + 1, 1
+            elseif m == 12 then
                 y, m = y + 1, 1
             else
                 m = m + 1

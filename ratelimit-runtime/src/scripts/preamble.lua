@@ -38,7 +38,8 @@
 --            4, 5: count, window_us of rule 0 (bytes 25 and 33); 6, 7: of rule 1; ...
 --               (rule i's count at byte 16 * i + 25); a rule counting calls has its
 --               count negated, and takes one of any call (calls.lua); a rule counting
---               in calendar periods has window -1 (a UTC day) or -2 (a UTC month)
+--               in calendar periods has window -1 (a UTC day), -2 (a UTC month) or -3
+--               (a UTC year)
 --          Binary, because Redis parses text numbers slower than a check's arithmetic;
 --          block_for shares the first number so that a check of one rule stays within
 --          44 bytes, which Redis keeps in one allocation.

@@ -1,8 +1,8 @@
     -- The token bucket keeps no latest time to clamp a check's time to (state.lua, LATEST):
     -- for a calendar rule, a record of a later period (the clock stepped back over its
     -- start) counts the check in that period, as the other algorithms' clamp does
-    -- (algorithm/calendar.rs, judge). A record's window is -(4 * its first day + 1 or 2)
-    -- (calendar.lua); this rule's window is still -1 or -2 here.
+    -- (algorithm/calendar.rs, judge). A record's window is -(4 * its first day + 1, 2 or 3)
+    -- (calendar.lua); this rule's window is still -1, -2 or -3 here.
     --
     -- Reads `now`, `window`, `state`, `first`, `SIZE`, `count`; sets `moment`.
     moment = now

@@ -320,6 +320,8 @@ pub(crate) mod tests {
             policy_list(&rules, false),
             r#""p1";q=60;w=60, "p2";q=2000000"#
         );
+        let year = [Rule::per_calendar(1_000, crate::Calendar::Year)];
+        assert_eq!(policy_list(&year, false), r#""p1";q=1000"#);
         // Its decision's reset is the month's end: 3 days away.
         let month_end = Duration::from_secs(3 * 86_400);
         let mut fields = Fields::default();

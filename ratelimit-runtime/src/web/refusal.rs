@@ -66,6 +66,7 @@ impl Refusal {
                         let period = match calendar {
                             Calendar::Day => "day",
                             Calendar::Month => "month",
+                            Calendar::Year => "year",
                         };
                         format!(
                             "the quota of {rule} is used up until the {period} ends (UTC); \
@@ -117,6 +118,13 @@ mod tests {
             refusal.detail(ratelimit_rule_text::DEFAULT_MESSAGE),
             "the quota of 2000000 per calendar month is used up until the month ends (UTC); \
              retry in 3d04h"
+        );
+        let year = Rule::per_calendar(1_000, Calendar::Year);
+        let refusal = Refusal::of(&year, Duration::from_secs(40 * 86_400));
+        assert_eq!(
+            refusal.detail(ratelimit_rule_text::DEFAULT_MESSAGE),
+            "the quota of 1000 per calendar year is used up until the year ends (UTC); \
+             retry in 40d"
         );
         let never = Refusal::of(&Rule::per_minute(10), Duration::MAX);
         assert!(never

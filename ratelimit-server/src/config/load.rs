@@ -255,7 +255,7 @@ fn level(
     }
 }
 
-const UNITS: &str = "second, minute, hour, day, week or month";
+const UNITS: &str = "second, minute, hour, day, week, month or year";
 
 fn limit(
     r: &RateLimit,
@@ -342,13 +342,6 @@ fn limit(
             ));
             return None;
         };
-        if unit == Unit::Year {
-            errors.push((
-                *unit_line,
-                "unit `year` is not supported (calendar years are not counted yet): use `unit: month` or `limits`".into(),
-            ));
-            return None;
-        }
         let Some((count, count_line)) = r.requests_per_unit else {
             errors.push((
                 r.line,
@@ -373,10 +366,11 @@ fn limit(
                 errors.push((line, "unit_multiplier must be 1 or more".into()));
                 return None;
             }
-            Some((n, line)) if unit == Unit::Month && n != 1 => {
+            Some((n, line)) if matches!(unit, Unit::Month | Unit::Year) && n != 1 => {
+                let name = unit_name(unit);
                 errors.push((
                     line,
-                    format!("unit_multiplier {n} with unit `month`: calendar months are counted one at a time; use `limits` or another unit"),
+                    format!("unit_multiplier {n} with unit `{name}`: calendar {name}s are counted one at a time; use `limits` or another unit"),
                 ));
                 return None;
             }
@@ -423,9 +417,8 @@ pub fn rule_of(count: u64, unit: Unit, multiplier: u64) -> Result<Option<Rule>, 
         Unit::Day => 86_400,
         Unit::Week => 604_800,
         Unit::Month => return Ok(Some(Rule::per_calendar(count, Calendar::Month))),
-        Unit::Year | Unit::Unknown => {
-            return Err(format!("unit `{}` is not supported", unit_name(unit)))
-        }
+        Unit::Year => return Ok(Some(Rule::per_calendar(count, Calendar::Year))),
+        Unit::Unknown => return Err(format!("unit `{}` is not supported", unit_name(unit))),
     };
     let window = seconds
         .checked_mul(multiplier)
@@ -438,9 +431,11 @@ pub fn rule_of(count: u64, unit: Unit, multiplier: u64) -> Result<Option<Rule>, 
 }
 
 /// How a rule written in rule text is stated in Envoy's `RateLimit`: its count, and the
-/// longest unit its window is a whole number of (a calendar month as `MONTH`).
+/// longest unit its window is a whole number of (a calendar month as `MONTH`, a calendar
+/// year as `YEAR`).
 fn answer_of(rule: &Rule) -> Answer {
     let unit = match rule.calendar() {
+        Some(Calendar::Year) => Unit::Year,
         Some(Calendar::Month) => Unit::Month,
         Some(Calendar::Day) => Unit::Day,
         None => {

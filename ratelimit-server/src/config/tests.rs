@@ -137,8 +137,8 @@ fn our_fields_are_checked_too() {
             "o.yaml:4: unit_multiplier must be 1 or more",
         ),
         (
-            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, requests_per_unit: 1}\n",
-            "o.yaml:4: unit `year` is not supported",
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, unit_multiplier: 2, requests_per_unit: 1}\n",
+            "o.yaml:4: unit_multiplier 2 with unit `year`: calendar years are counted one at a time",
         ),
         (
             "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, allowance: soon}\n",
@@ -153,7 +153,7 @@ fn our_fields_are_checked_too() {
 fn our_fields_load_into_rules() {
     let sources = vec![(
         PathBuf::from("ok.yaml"),
-        "domain: d\nalgorithm: token_bucket\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, unit_multiplier: 30, requests_per_unit: 5, allowance: 250ms}\n  - key: m\n    rate_limit: {unit: month, requests_per_unit: 7, algorithm: sliding_window}\n  - key: z\n    rate_limit: {unit: minute, requests_per_unit: 0}\n".to_owned(),
+        "domain: d\nalgorithm: token_bucket\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, unit_multiplier: 30, requests_per_unit: 5, allowance: 250ms}\n  - key: m\n    rate_limit: {unit: month, requests_per_unit: 7, algorithm: sliding_window}\n  - key: z\n    rate_limit: {unit: minute, requests_per_unit: 0}\n  - key: y\n    rate_limit: {unit: year, requests_per_unit: 1000}\n".to_owned(),
     )];
     let loaded = build(&sources).unwrap();
     let root = &loaded.domains["d"].root;
@@ -165,4 +165,7 @@ fn our_fields_load_into_rules() {
     assert_eq!(m.rules[0].to_string(), "7 per calendar month");
     assert_eq!(m.algorithm, redis_ratelimit::Algorithm::SlidingWindow);
     assert!(root.children["z"].limit.as_ref().unwrap().refuse_all);
+    let y = root.children["y"].limit.as_ref().unwrap();
+    assert_eq!(y.rules[0].to_string(), "1000 per calendar year");
+    assert_eq!(y.rules[0].calendar(), Some(redis_ratelimit::Calendar::Year));
 }

@@ -197,7 +197,7 @@ fn log_state(members: &[Value]) -> Result<StoredState, String> {
 const TWO_52: f64 = 4_503_599_627_370_496.0;
 
 /// A calendar counter's rule, period start and units, from its member's numbers (its
-/// count, negative counting calls, and its record's window, `-(4 * first day + 1 or 2)`)
+/// count, negative counting calls, and its record's window, `-(4 * first day + 1, 2 or 3)`)
 /// and its score.
 fn calendar_counter(numbers: &[u8], score: f64) -> Option<(Rule, u64, u64)> {
     let double = |b: &[u8]| f64::from_le_bytes(b.try_into().expect("8 bytes"));
@@ -209,6 +209,7 @@ fn calendar_counter(numbers: &[u8], score: f64) -> Option<(Rule, u64, u64)> {
     let calendar = match window as u64 % 4 {
         1 => Calendar::Day,
         2 => Calendar::Month,
+        3 => Calendar::Year,
         _ => return None,
     };
     let rule = Rule::per_calendar(count, calendar);
