@@ -124,7 +124,7 @@ mod tests {
         assert_eq!(
             refusal.detail(ratelimit_rule_text::DEFAULT_MESSAGE),
             "the quota of 1000 per calendar year is used up until the year ends (UTC); \
-             retry in 40d"
+             retry in 40d00h"
         );
         let never = Refusal::of(&Rule::per_minute(10), Duration::MAX);
         assert!(never
