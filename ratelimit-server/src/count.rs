@@ -13,6 +13,7 @@
 //!   anyway). A shadow or quota descriptor that is over on its own is answered over (shadow:
 //!   `OK`) and the request is counted again without it, so the others consume their cost.
 
+use std::io::Write as _;
 use std::net::IpAddr;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -230,14 +231,22 @@ impl Service {
     }
 
     /// [`State::Banned`] when an entry `remote_address` is a banned address (or in a banned
-    /// network), as `ratelimit ban ip:…` refuses the library's sites: no I/O, one atomic
-    /// load while nothing is banned.
+    /// network), as `ratelimit ban ip:…` refuses the library's sites: no I/O, and no
+    /// allocation while nothing is banned.
     fn ban_of(&self, entries: &[Entry<'_>]) -> Option<State> {
         entries
             .iter()
             .filter(|e| e.key == "remote_address")
             .filter_map(|e| e.value.parse::<IpAddr>().ok())
-            .filter_map(|ip| self.limiter.banned_under(self.prefix, &format!("ip:{ip}")))
+            .filter_map(|ip| {
+                // `ip:` and the longest address text (45 bytes), written in place.
+                let mut text = [0u8; 48];
+                let mut cursor = std::io::Cursor::new(&mut text[..]);
+                write!(cursor, "ip:{ip}").ok()?;
+                let written = cursor.position() as usize;
+                let identity = std::str::from_utf8(&text[..written]).ok()?;
+                self.limiter.banned_under(self.prefix, identity)
+            })
             .max()
             .map(State::Banned)
     }

@@ -158,7 +158,8 @@ impl Limiter {
     /// request's `remote_address`. No I/O: it reads the bans this limiter holds, on Redis
     /// those of the `rate_limit:bans` hash as its poll last read them (the first call
     /// starts the poll, so a ban set elsewhere is seen within
-    /// [`rules_poll`](Self::rules_poll)); while nothing is banned, one atomic load.
+    /// [`rules_poll`](Self::rules_poll)); while nothing is banned, no allocation and no
+    /// lock.
     ///
     /// ```
     /// use std::time::Duration;
