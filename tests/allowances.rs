@@ -407,8 +407,8 @@ async fn concurrent_checks_of_a_cold_key_share_one_draw() {
     for check in checks {
         assert!(check.await.unwrap().unwrap().allowed);
     }
-    // The key's first check alone, its second (it tells the room), then one draw for
-    // those waiting: 3 round trips. Each gap of more than 5 ms between the checks' starts
+    // The key's first two checks alone, its third (it tells the room), then one draw for
+    // those waiting: 4 round trips. A gap of more than a few ms between the checks' starts
     // (a loaded machine stalling a thread) leaves the key cold for one more, since a mean
     // of its gaps within a sixth of 250 ms is what warms it; a few such stalls are allowed,
     // a round trip per check (64) is not.
@@ -521,9 +521,10 @@ async fn a_site_with_an_allowance_is_answered_in_process() {
     for _ in 0..50 {
         search().await.unwrap();
     }
-    // The limiter has no default allowance: the site's own made these few round trips.
+    // The limiter has no default allowance: the site's own made these few round trips (the
+    // key's first two checks, cold, the one that tells its room, then draws).
     let round_trips = SITE_LIMITER.allowance_draws();
-    assert!(round_trips <= 3, "{round_trips} round trips for 50 calls");
+    assert!(round_trips <= 5, "{round_trips} round trips for 50 calls");
     SITE_LIMITER.release_allowances().await.unwrap();
     let key = "rate_limit:global:allowances.search";
     let peek = SITE_LIMITER
@@ -737,9 +738,10 @@ async fn a_metered_site_settles_and_gives_back_through_its_allowance() {
     for _ in 0..10 {
         assert!(matches!(metered(10, None).await, Err(MeteredError::Failed)));
     }
-    // The limiter has no default allowance: the site's own made these few round trips.
+    // The limiter has no default allowance: the site's own made these few round trips (the
+    // key's first two checks, cold, then draws and settles).
     let round_trips = METERED_LIMITER.allowance_draws();
-    assert!(round_trips <= 5, "{round_trips} round trips for 30 calls");
+    assert!(round_trips <= 6, "{round_trips} round trips for 30 calls");
     METERED_LIMITER.release_allowances().await.unwrap();
     let key = "rate_limit:global:allowances.metered";
     let rules = [Rule::per_hour(100_000)];

@@ -341,9 +341,10 @@ async fn answers_from_an_allowance_are_timed_as_local_and_its_round_trips_counte
             _ => {}
         }
     }
-    // The key's first check alone, then one draw; every other check answered in process.
+    // The key's first two checks alone (cold), the one that tells its room, then a draw
+    // or two; every other check answered in process.
     assert_eq!(draws, round_trips);
-    assert!(round_trips <= 3, "{round_trips} round trips for 20 checks");
+    assert!(round_trips <= 5, "{round_trips} round trips for 20 checks");
     let round_trips = round_trips as usize;
     assert_eq!(
         timed,

@@ -580,9 +580,10 @@ async fn with_an_allowance_requests_are_admitted_in_process_and_counted_exactly(
     for _ in 0..100 {
         assert!(client.get(api.url("/allowance")).send().await.is_ok());
     }
+    // The key's first two checks alone (cold), the one that tells its room, then draws.
     let round_trips = limiter.allowance_draws();
     assert!(
-        round_trips <= 5,
+        round_trips <= 6,
         "{round_trips} round trips for 100 requests"
     );
     limiter.release_allowances().await.unwrap();
