@@ -1,5 +1,6 @@
 //! Time for the memory backend. Redis checks always use the server's `TIME`.
 
+use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -7,6 +8,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// `duration` in whole microseconds, `u64::MAX` for one beyond them (580,000 years).
 pub(crate) fn micros(duration: Duration) -> u64 {
     u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// A time `us` µs after the epoch given explicitly (tests) instead of the backend's clock;
+/// the epoch itself is taken as its first µs.
+pub(crate) fn explicit_us(us: u64) -> NonZeroU64 {
+    NonZeroU64::new(us).unwrap_or(NonZeroU64::MIN)
 }
 
 /// `duration` in whole µs, rounded up (saturating).

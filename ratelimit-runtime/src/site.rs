@@ -396,7 +396,7 @@ impl<'a> GuardedCheck<'a> {
             algorithm: config.algorithm,
             cost: self.cost,
             consume: true,
-            now_us: 0,
+            now_us: None,
             block_for_us: match config.block_schedule {
                 Some(schedule) => crate::lockout::encode(schedule),
                 None => config

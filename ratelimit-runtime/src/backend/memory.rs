@@ -14,6 +14,7 @@
 //! recently used ones, or else of the least recently used key.
 
 use std::hash::{BuildHasher, Hasher};
+use std::num::NonZeroU64;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use foldhash::quality::SeedableRandomState;
@@ -214,10 +215,9 @@ impl MemoryBackend {
         }
         let hash = self.hash(give_back.key);
         let mut shard = self.shard(hash);
-        let now_us = match give_back.now_us {
-            0 => self.clock.now_us(),
-            now_us => now_us,
-        };
+        let now_us = give_back
+            .now_us
+            .map_or_else(|| self.clock.now_us(), NonZeroU64::get);
         if let Some(id) = shard.find(hash, give_back.key) {
             let slot = shard.slots[id as usize]
                 .as_mut()

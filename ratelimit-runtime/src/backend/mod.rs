@@ -29,11 +29,9 @@ pub(crate) struct Request<'a> {
     pub cost: NonZeroU64,
     /// `false` for a peek: answer as a check would, record nothing.
     pub consume: bool,
-    /// An explicit time in µs since the epoch, for differential tests; 0 means the
-    /// backend's own clock (Redis `TIME`), as in the scripts' arguments. (Not an `Option`:
-    /// a programmatic check holds its request, and stays within 128 bytes with it: see the
-    /// assertion next to `Check`.)
-    pub now_us: u64,
+    /// An explicit time in µs since the epoch, for differential tests; `None`: the
+    /// backend's own clock (Redis `TIME`).
+    pub now_us: Option<NonZeroU64>,
     /// When a consuming check is refused by a rule, the key then refuses every check (and
     /// peek) for this many µs, consuming nothing (see `algorithm::Block`); `None`: no
     /// block. Below 2^51 (71 years): the scripts read it with the call, as one exact double.
@@ -111,8 +109,8 @@ pub(crate) struct GiveBack<'a> {
     /// When the last of them was spent, µs on the backend's clock: at least the draw's
     /// time, at most its time plus its hold. Unread when nothing was used.
     pub last_spend_us: u64,
-    /// An explicit time in µs since the epoch, for tests; 0: the backend's clock.
-    pub now_us: u64,
+    /// An explicit time in µs since the epoch, for tests; `None`: the backend's clock.
+    pub now_us: Option<NonZeroU64>,
 }
 
 impl GiveBack<'_> {
@@ -151,7 +149,7 @@ impl<'a> Request<'a> {
             cost: NonZeroU64::MIN,
             consume,
             block_for_us: None,
-            now_us: 0,
+            now_us: None,
             // A programmatic check's decision can be refunded (`Limiter::refund`); a guarded
             // site's only when it has `charge_if` (see `site.rs`).
             refundable: consume,
@@ -190,9 +188,6 @@ impl<'a> Request<'a> {
     /// The time the request is checked at: its own, or else `clock`'s.
     #[inline]
     pub fn now_us_or(&self, clock: impl FnOnce() -> u64) -> u64 {
-        match self.now_us {
-            0 => clock(),
-            now_us => now_us,
-        }
+        self.now_us.map_or_else(clock, NonZeroU64::get)
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::memory::MemoryBackend;
 use super::{Draw, GiveBack, Request};
-use crate::clock::SystemClock;
+use crate::clock::{self, SystemClock};
 use crate::decision::{RawDecision, Receipt};
 use crate::{Algorithm, BackendError, Rule};
 
@@ -85,7 +85,7 @@ impl Backend {
         let request = Request {
             algorithm,
             cost: NonZeroU64::new(units).expect("at least one unit"),
-            now_us,
+            now_us: Some(clock::explicit_us(now_us)),
             draw: Some(&draw),
             ..Request::new(key, rules, true)
         };
@@ -117,7 +117,7 @@ impl Backend {
         let request = Request {
             algorithm,
             cost: NonZeroU64::new(cost).expect("at least one unit"),
-            now_us,
+            now_us: Some(clock::explicit_us(now_us)),
             ..Request::new(key, rules, consume)
         };
         let raw = self.run(&request).await?;
@@ -136,7 +136,7 @@ impl Backend {
     ) -> Result<u64, BackendError> {
         let peek = Request {
             algorithm,
-            now_us,
+            now_us: Some(clock::explicit_us(now_us)),
             ..Request::new(key, rules, false)
         };
         let cost = NonZeroU64::new(cost).expect("at least one unit");
@@ -174,7 +174,7 @@ impl Backend {
             used_calls,
             used_units,
             last_spend_us,
-            now_us,
+            now_us: Some(clock::explicit_us(now_us)),
         };
         match &self.0 {
             ProbeStore::Memory(memory) => {

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::future::{Future, IntoFuture};
+use std::num::NonZeroU64;
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -20,7 +21,7 @@ pub struct Acquire<'a> {
     key: &'a str,
     concurrency: Concurrency,
     wait: Option<Duration>,
-    now_us: u64,
+    now_us: Option<NonZeroU64>,
 }
 
 impl<'a> Acquire<'a> {
@@ -30,7 +31,7 @@ impl<'a> Acquire<'a> {
             key,
             concurrency: Concurrency::new(max, DEFAULT_LEASE),
             wait: None,
-            now_us: 0,
+            now_us: None,
         }
     }
 
@@ -58,7 +59,7 @@ impl<'a> Acquire<'a> {
     #[cfg(feature = "test-clock")]
     #[doc(hidden)]
     pub fn at(mut self, now: Duration) -> Self {
-        self.now_us = clock::micros(now);
+        self.now_us = Some(clock::explicit_us(clock::micros(now)));
         self
     }
 

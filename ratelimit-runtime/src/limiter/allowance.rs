@@ -186,7 +186,7 @@ pub(crate) struct Retired {
 }
 
 impl Retired {
-    pub(crate) fn give_back(&self, now_us: u64) -> GiveBack<'_> {
+    pub(crate) fn give_back(&self, now_us: Option<NonZeroU64>) -> GiveBack<'_> {
         GiveBack {
             key: &self.key,
             rules: &self.rules,
@@ -753,7 +753,7 @@ pub(crate) async fn give_backs(
             let Some(redis) = redis.upgrade() else {
                 return;
             };
-            let backs: Vec<_> = due.iter().map(|retired| retired.give_back(0)).collect();
+            let backs: Vec<_> = due.iter().map(|retired| retired.give_back(None)).collect();
             for result in redis.give_back_all(&backs).await {
                 if let Err(err) = result {
                     report_give_back_failed(&err);

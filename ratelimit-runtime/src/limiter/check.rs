@@ -266,12 +266,12 @@ impl<'a> Check<'a> {
         self
     }
 
-    /// Runs the check at an explicit time (since the epoch; 0 is the backend's clock)
-    /// instead of the backend's clock. For differential tests only.
+    /// Runs the check at an explicit time (since the epoch) instead of the backend's
+    /// clock. For differential tests only.
     #[cfg(feature = "test-clock")]
     #[doc(hidden)]
     pub fn at(mut self, now: Duration) -> Self {
-        self.plan.request.now_us = clock::micros(now);
+        self.plan.request.now_us = Some(clock::explicit_us(clock::micros(now)));
         self
     }
 }

@@ -1,6 +1,7 @@
 //! What goes back after a check: refunds, settles and allowance give-backs.
 
 #[cfg(feature = "test-clock")]
+use std::num::NonZeroU64;
 use std::time::Duration;
 
 use super::allowance::Retired;
@@ -195,7 +196,7 @@ impl Limiter {
         decision: &Decision,
         actual: u64,
     ) -> Result<Decision, BackendError> {
-        self.settle_at_us(key, rules, decision, actual, 0).await
+        self.settle_at_us(key, rules, decision, actual, None).await
     }
 
     /// [`settle`](Self::settle) at an explicit time instead of the backend's clock, as
@@ -210,19 +211,19 @@ impl Limiter {
         actual: u64,
         now: Duration,
     ) -> Result<Decision, BackendError> {
-        let now_us = crate::clock::micros(now).max(1);
+        let now_us = Some(crate::clock::explicit_us(crate::clock::micros(now)));
         self.settle_at_us(key, rules, decision, actual, now_us)
             .await
     }
 
-    /// A settle at `now_us` (0: the backend's clock).
+    /// A settle at `now_us` (`None`: the backend's clock).
     pub(super) async fn settle_at_us(
         &self,
         key: &str,
         rules: &[Rule],
         decision: &Decision,
         actual: u64,
-        now_us: u64,
+        now_us: Option<NonZeroU64>,
     ) -> Result<Decision, BackendError> {
         let receipt = decision.receipt();
         if !receipt.algorithm.takes(actual) {

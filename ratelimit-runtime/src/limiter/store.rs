@@ -167,13 +167,13 @@ impl Store {
         match self {
             Store::Memory(memory) => {
                 for retired in retired {
-                    memory.give_back(&retired.give_back(0));
+                    memory.give_back(&retired.give_back(None));
                 }
                 Ok(())
             }
             #[cfg(feature = "redis")]
             Store::Redis(redis) => {
-                let backs: Vec<_> = retired.iter().map(|r| r.give_back(0)).collect();
+                let backs: Vec<_> = retired.iter().map(|r| r.give_back(None)).collect();
                 redis.give_back_all(&backs).await.into_iter().collect()
             }
             Store::Misconfigured(err) => Err(misconfigured(err)),

@@ -26,11 +26,11 @@ impl RedisBackend {
     ) -> Result<Vec<RawDecision>, BackendError> {
         let requests: Vec<Request<'_>> = match self.client_clock.load(Ordering::Relaxed) {
             true => {
-                let first = with_client_clock(&requests[0]);
+                let first_us = with_client_clock(&requests[0]).now_us;
                 requests
                     .iter()
                     .map(|r| Request {
-                        now_us: r.now_us_or(|| first.now_us),
+                        now_us: r.now_us.or(first_us),
                         ..*r
                     })
                     .collect()

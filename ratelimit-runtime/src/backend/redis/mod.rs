@@ -79,7 +79,7 @@ pub use breaker::Breaker;
 pub(crate) use config::RedisConfig;
 
 use super::{GiveBack, Request};
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{explicit_us, Clock, SystemClock};
 use crate::decision::{CountedBy, RawDecision, Receipt};
 use crate::{BackendError, Rule};
 use breaker::Health;
@@ -458,7 +458,11 @@ impl NodeRef<'_> {
 /// `request` at this process's clock, unless it has a time of its own.
 fn with_client_clock<'a>(request: &Request<'a>) -> Request<'a> {
     Request {
-        now_us: request.now_us_or(|| SystemClock.now_us()),
+        now_us: Some(
+            request
+                .now_us
+                .unwrap_or_else(|| explicit_us(SystemClock.now_us())),
+        ),
         ..*request
     }
 }
@@ -483,7 +487,7 @@ impl RedisBackend {
                 .map_err(|failure| self.error(request.key, failure));
         }
         match self.run(request, deadline).await {
-            Err(failure) if request.now_us == 0 && failure.refuses_a_command_in_scripts() => {
+            Err(failure) if request.now_us.is_none() && failure.refuses_a_command_in_scripts() => {
                 let answer = self.run(&with_client_clock(request), deadline).await;
                 if answer.is_ok() && !self.client_clock.swap(true, Ordering::Relaxed) {
                     tracing::warn!(

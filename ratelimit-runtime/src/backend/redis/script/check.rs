@@ -1,6 +1,7 @@
 //! A check's command: its `EVALSHA` (or `EVAL`), its arguments, and how its answer is read.
 
 use std::io::Write;
+use std::num::NonZeroU64;
 use std::time::Duration;
 
 use redis::{Cmd, RedisWrite, ToRedisArgs, Value};
@@ -255,7 +256,9 @@ impl ToRedisArgs for Numbers<'_> {
             Some(Lockout::Fixed(us)) => (call + 4 * us) as f64,
             Some(escalating) => -((call + 4 * escalating.duration_us(1)) as f64),
         };
-        let head = [first, request.now_us as f64, request.cost.get() as f64];
+        // 0: the server's clock, as the scripts read it.
+        let now_us = request.now_us.map_or(0, NonZeroU64::get);
+        let head = [first, now_us as f64, request.cost.get() as f64];
         write_doubles(out, &head, request.rules);
     }
 }

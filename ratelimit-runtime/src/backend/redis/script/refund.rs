@@ -1,6 +1,8 @@
 //! What follows a check: a refund of what it took ([`Refund`]), a settle of what it
 //! reserved ([`Settle`]), a draw's give-back ([`give_back`]).
 
+use std::num::NonZeroU64;
+
 use redis::{Cmd, RedisWrite, ToRedisArgs, Value};
 
 use super::{
@@ -213,7 +215,8 @@ impl<'r> Settle<'r> {
             let head = [
                 self.receipt.at_us,
                 self.actual.abs_diff(reserved),
-                self.peek.now_us,
+                // 0: the server's clock, as the scripts read it.
+                self.peek.now_us.map_or(0, NonZeroU64::get),
             ];
             let mut numbers: Vec<u8> = head
                 .iter()
