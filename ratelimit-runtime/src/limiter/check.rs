@@ -32,7 +32,7 @@ use crate::{clock, random, Algorithm, BackendError, Decision, Rule};
 pub struct Check<'a> {
     // The plan is kept whole, so that the check begins from it in place. A check is moved
     // into its caller's future, and at 128 bytes or fewer it moves without a call to
-    // `memcpy` (hence the request's plain `now_us`).
+    // `memcpy` (hence the packed `OnDenial`).
     plan: Plan<'a>,
     /// The rest of the check once it could not be answered at once.
     running: Option<BoxFuture<'a, Result<Decision, BackendError>>>,
@@ -58,16 +58,34 @@ pub(crate) struct Plan<'a> {
     request: Request<'a>,
     /// Who makes the check: a guarded site, or the caller of `check`/`peek`.
     site: Site,
-    /// How long to wait for room instead of answering a denial at once, in µs (0: not at
-    /// all; see [`wait_us`]), or [`SHADOW`]: a shadow site's check, which never waits and
-    /// whose denial is reported as a would-be refusal. One number, not an
-    /// `Option<Duration>` and a flag: 8 bytes fewer keep a check within 128 bytes with a
-    /// request that may take a slot or draw an allowance.
-    wait_us: u64,
+    /// What a denial does.
+    on_denial: OnDenial,
 }
 
-/// [`Plan::wait_us`] of a shadow site's check.
-const SHADOW: u64 = u64::MAX;
+/// What a check's denial does: it is the answer, it is waited out for up to a budget, or
+/// it is reported as a would-be refusal and never waited out (a shadow site's check).
+/// Packed in 8 bytes (0, the budget in µs, `u64::MAX`), which keep a check within 128
+/// with a request that may take a slot or draw an allowance; read through its methods.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct OnDenial(u64);
+
+impl OnDenial {
+    const ANSWER: OnDenial = OnDenial(0);
+    const SHADOW: OnDenial = OnDenial(u64::MAX);
+
+    /// Waiting up to `wait` for room, if at all: a budget of 0 waits for nothing, as 1 µs
+    /// does.
+    fn wait(wait: Option<Duration>) -> Self {
+        wait.map_or(Self::ANSWER, |budget| {
+            OnDenial(clock::micros(budget).clamp(1, u64::MAX - 1))
+        })
+    }
+
+    /// How long a denial is waited out, if it is.
+    fn budget(self) -> Option<Duration> {
+        (self != Self::ANSWER && self != Self::SHADOW).then(|| Duration::from_micros(self.0))
+    }
+}
 
 /// What the first, synchronous step of a check found.
 pub(crate) enum Begun {
@@ -96,7 +114,7 @@ impl<'a> Check<'a> {
                     ..request
                 },
                 site: Site::Programmatic,
-                wait_us: 0,
+                on_denial: OnDenial::ANSWER,
             },
             running: None,
         }
@@ -145,7 +163,7 @@ impl<'a> Check<'a> {
     /// ```
     #[inline]
     pub fn wait(mut self, budget: Duration) -> Self {
-        self.plan.wait_us = wait_us(Some(budget));
+        self.plan.on_denial = OnDenial::wait(Some(budget));
         self
     }
 
@@ -291,7 +309,7 @@ impl<'a> Plan<'a> {
 
     /// Whether this plan is a shadow site's check.
     pub(crate) fn is_shadow(&self) -> bool {
-        self.wait_us == SHADOW
+        self.on_denial == OnDenial::SHADOW
     }
 
     /// Starts observing this plan's check (its span, its metrics once finished).
@@ -323,9 +341,9 @@ impl<'a> Plan<'a> {
             limiter,
             request,
             site: Site::Guarded(site),
-            wait_us: match shadow {
-                true => SHADOW,
-                false => wait_us(wait),
+            on_denial: match shadow {
+                true => OnDenial::SHADOW,
+                false => OnDenial::wait(wait),
             },
         }
     }
@@ -342,7 +360,7 @@ impl<'a> Plan<'a> {
             limiter,
             request,
             site: Site::Programmatic,
-            wait_us: wait_us(wait),
+            on_denial: OnDenial::wait(wait),
         }
     }
 
@@ -355,7 +373,7 @@ impl<'a> Plan<'a> {
             "a rate-limit check needs at least one rule"
         );
         let site = self.site.label();
-        let observation = Observation::start(site, &self.request, self.wait_us == SHADOW);
+        let observation = Observation::start(site, &self.request, self.is_shadow());
         let now = observation.in_scope(|| self.limiter.answer_now(&self.request, site));
         match now {
             Now::Answered(answer) if !self.waits_after(&answer) => {
@@ -425,7 +443,7 @@ impl<'a> Plan<'a> {
                 .warned(site, self.request.key, self.request.rules, crossings);
         }
         if let Site::Guarded(path) = self.site {
-            if !raw.allowed && self.wait_us != SHADOW {
+            if !raw.allowed && !self.is_shadow() {
                 self.limiter.refused(path, self.request.key);
             }
         }
@@ -434,7 +452,7 @@ impl<'a> Plan<'a> {
     /// How long to wait for room, if at all.
     #[inline]
     fn wait(&self) -> Option<Duration> {
-        (self.wait_us > 0 && self.wait_us != SHADOW).then(|| Duration::from_micros(self.wait_us))
+        self.on_denial.budget()
     }
 
     /// Whether `answer` is a denial this check waits out rather than answers.
@@ -481,12 +499,6 @@ pub(crate) fn checked_warn_at(percent: u8) -> u8 {
         "warn_at takes a percentage of a rule's count from 1 to 99, not {percent}"
     );
     percent
-}
-
-/// A wait budget as a plan keeps it: in µs, at least 1 for any budget (a budget of 0
-/// waits for nothing, as 1 µs does), 0 for none.
-fn wait_us(wait: Option<Duration>) -> u64 {
-    wait.map_or(0, |budget| clock::micros(budget).clamp(1, SHADOW - 1))
 }
 
 /// [`decided`] for a check that took a slot: it may be bound by its limit on calls in
