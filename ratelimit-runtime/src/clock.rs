@@ -12,6 +12,7 @@ pub(crate) fn micros(duration: Duration) -> u64 {
 
 /// A time `us` µs after the epoch given explicitly (tests) instead of the backend's clock;
 /// the epoch itself is taken as its first µs.
+#[cfg_attr(not(any(feature = "redis", feature = "test-clock")), allow(dead_code))]
 pub(crate) fn explicit_us(us: u64) -> NonZeroU64 {
     NonZeroU64::new(us).unwrap_or(NonZeroU64::MIN)
 }

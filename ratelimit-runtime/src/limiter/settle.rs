@@ -1,7 +1,7 @@
 //! What goes back after a check: refunds, settles and allowance give-backs.
 
-#[cfg(feature = "test-clock")]
 use std::num::NonZeroU64;
+#[cfg(feature = "test-clock")]
 use std::time::Duration;
 
 use super::allowance::Retired;
