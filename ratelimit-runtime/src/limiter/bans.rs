@@ -182,7 +182,7 @@ impl Limiter {
     pub fn banned_under(&self, prefix: &'static str, identity: &str) -> Option<Duration> {
         #[cfg(feature = "redis")]
         if let (Store::Redis(redis), Some(every)) = (&self.store, self.rules_poll) {
-            let timeout = redis.config().timeout().max(Duration::from_secs(1));
+            let timeout = redis.config().operator_timeout();
             self.overrides
                 .ensure_watching(prefix, redis, every, timeout);
         }

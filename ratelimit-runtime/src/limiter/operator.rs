@@ -204,7 +204,7 @@ impl Limiter {
             if unknown_prefix {
                 self.overrides.watch_prefix(prefix);
             }
-            let timeout = redis.config().timeout().max(Duration::from_secs(1));
+            let timeout = redis.config().operator_timeout();
             self.overrides.ensure_polling(redis, every, timeout);
             return in_force;
         }

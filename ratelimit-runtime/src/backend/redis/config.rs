@@ -42,9 +42,10 @@ impl RedisConfig {
         })
     }
 
-    /// How long one check may take.
-    pub fn timeout(&self) -> Duration {
-        self.timeout
+    /// How long an operator's command or a poll may take: the check timeout, or 1 s if
+    /// longer (a check's budget is too tight for reading a hash or a whole key).
+    pub fn operator_timeout(&self) -> Duration {
+        self.timeout.max(Duration::from_secs(1))
     }
 
     pub fn set_timeout(&mut self, timeout: Duration) {

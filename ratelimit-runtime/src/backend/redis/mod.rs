@@ -303,7 +303,7 @@ impl RedisBackend {
     ) -> Result<Vec<(String, String)>, BackendError> {
         let mut hgetall = redis::cmd("HGETALL");
         hgetall.arg(key);
-        let deadline = self.deadline(self.config.timeout.max(Duration::from_secs(1)));
+        let deadline = self.operator_deadline();
         // A read: sending it twice changes nothing.
         let reply = self
             .send(key, &hgetall, true, deadline)

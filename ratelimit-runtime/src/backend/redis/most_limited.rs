@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
-use std::time::Duration;
 
 use redis::Script;
 
@@ -34,7 +33,7 @@ impl RedisBackend {
                 cmd.arg(identity).arg(*n);
             }
         };
-        let deadline = self.deadline(self.config.timeout.max(Duration::from_secs(1)));
+        let deadline = self.operator_deadline();
         // Not harmless: run twice, it would add the refusals twice.
         self.run_script(&key, (&ADD_SCRIPT, ADD), args, false, deadline)
             .await
@@ -56,7 +55,7 @@ impl RedisBackend {
             cmd.arg(keys.len()).arg(&keys).arg(n);
         };
         let key = &keys[0];
-        let deadline = self.deadline(self.config.timeout.max(Duration::from_secs(1)));
+        let deadline = self.operator_deadline();
         let reply = self
             .run_script(key, (&READ_SCRIPT, READ), args, true, deadline)
             .await

@@ -27,9 +27,10 @@ pub(crate) struct FoundKey {
 }
 
 impl RedisBackend {
-    /// The time an operator's command may take: the check timeout, or 1 s if longer.
-    fn operator_deadline(&self) -> tokio::time::Instant {
-        self.deadline(self.config.timeout.max(Duration::from_secs(1)))
+    /// When an operator's command must have answered (see
+    /// [`RedisConfig::operator_timeout`](super::RedisConfig::operator_timeout)).
+    pub(super) fn operator_deadline(&self) -> tokio::time::Instant {
+        self.deadline(self.config.operator_timeout())
     }
 
     /// Sends an operator's `command` on `key`'s server (`harmless`: running it twice does
