@@ -7,11 +7,23 @@
 //! off by one call, which matters less than a limiter that stops answering. So every lock
 //! of the runtime is taken through here, and a poisoned one is used as it is.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// Locks `mutex`, poisoned or not.
 pub(crate) fn lock<T: ?Sized>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Locks `lock` for reading, poisoned or not.
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+pub(crate) fn read<T: ?Sized>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Locks `lock` for writing, poisoned or not.
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+pub(crate) fn write<T: ?Sized>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(PoisonError::into_inner)
 }
 
 #[cfg(test)]

@@ -4,12 +4,12 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::num::NonZeroU64;
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::backend::Request;
 use crate::decision::RawDecision;
-use crate::{clock, Algorithm, Rule};
+use crate::{clock, sync, Algorithm, Rule};
 
 /// How many independently locked maps the denials are spread over.
 const SHARDS: usize = 16;
@@ -63,10 +63,7 @@ impl DenyCache {
 
     fn shard(&self, key: &str) -> std::sync::MutexGuard<'_, Shard> {
         let index = self.hasher.hash_one(key) as usize % SHARDS;
-        // A map of denials is still right after a panic elsewhere: keep serving.
-        self.shards[index]
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        sync::lock(&self.shards[index])
     }
 
     /// The cached denial that answers `request`, its times moved to now: same key, rules

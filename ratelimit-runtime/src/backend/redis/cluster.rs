@@ -13,7 +13,7 @@
 //!   breaker, and a replica promoted in its place is a node of its own, breaker closed.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwapOption;
 use redis::{ConnectionAddr, Value};
@@ -122,7 +122,7 @@ impl Cluster {
 
     /// The node at `address` (`host:port`), made if new.
     fn node_at(&self, address: &str) -> Option<Arc<Node>> {
-        let mut nodes = self.nodes.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut nodes = crate::sync::lock(&self.nodes);
         if let Some(node) = nodes.get(address) {
             return Some(node.clone());
         }

@@ -17,7 +17,7 @@
 //! second that way.)
 
 use std::collections::HashMap;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, RwLock};
 
 use tokio::runtime::{self, Handle};
 
@@ -78,15 +78,12 @@ impl Node {
         let id = Handle::try_current()
             .map_err(|_| Failure::NoRuntime("a rate-limit check must run inside a Tokio runtime"))?
             .id();
-        let runtimes = self.runtimes.read().unwrap_or_else(PoisonError::into_inner);
+        let runtimes = crate::sync::read(&self.runtimes);
         if let Some(pool) = runtimes.get(&id) {
             return Ok(pool.clone());
         }
         drop(runtimes);
-        let mut runtimes = self
-            .runtimes
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut runtimes = crate::sync::write(&self.runtimes);
         // The connections of runtimes that have shut down have closed: forget them (also a
         // live runtime's whose connects failed; it gets new slots, which change nothing).
         runtimes.retain(|_, pool| pool.is_in_use());

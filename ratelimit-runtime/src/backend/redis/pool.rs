@@ -3,13 +3,14 @@
 //! every call waiting for the slot shares.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
 use super::dial::Endpoint;
 use super::failure::Failure;
 use super::link::Link;
+use crate::sync::lock;
 
 /// How many multiplexed connections each runtime spreads its checks over. Redis answers a
 /// connection's pipelined commands in one batch; over a single connection it then idles
@@ -139,9 +140,4 @@ impl State {
             State::Connecting(connecting) => connecting.has_changed().is_ok(),
         }
     }
-}
-
-/// Locks `mutex`, which no code panics while holding.
-pub(super) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
