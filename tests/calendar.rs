@@ -8,7 +8,7 @@ mod support;
 
 use std::time::Duration;
 
-use redis_ratelimit::{Algorithm, Calendar, Decision, Limiter, RateLimitError, Rule};
+use redis_ratelimit::{Algorithm, Calendar, Decision, KeyState, Limiter, RateLimitError, Rule};
 
 /// Midnight UTC of each date the scenarios cross, in seconds since the epoch.
 const JAN_15_2027: u64 = 1_799_971_200;
@@ -108,6 +108,28 @@ metered_sites! {
     );
 }
 
+/// What `key` holds after the check `d` wrote it, asserting that it expires when `d`
+/// resets, less what the round trip took: at the end of the calendar period.
+async fn written_until_reset(
+    limiter: &Limiter,
+    key: &str,
+    d: &Decision,
+    algorithm: Algorithm,
+) -> KeyState {
+    let state = limiter.inspect(key).await.unwrap().expect("written");
+    let expires_in = state.expires_in().expect("an expiry");
+    let reset_after = d.reset_after;
+    assert!(
+        expires_in + secs(1) >= reset_after,
+        "{algorithm}: {expires_in:?} < {reset_after:?}"
+    );
+    assert!(
+        expires_in <= reset_after + secs(2),
+        "{algorithm}: {expires_in:?}"
+    );
+    state
+}
+
 /// The shape users write: one `static` limiter with a calendar quota, shared by tests
 /// running in parallel (each on its own key, at the backend's own clock).
 static SHARED: std::sync::LazyLock<Limiter> = std::sync::LazyLock::new(Limiter::memory);
@@ -143,11 +165,8 @@ backend_tests! {
             // At the backend's own clock, which the key's expiry counts from.
             let d = limiter.check(&key, &rules).algorithm(algorithm).await.unwrap();
             assert_eq!((d.allowed, d.rule_index), (true, 0), "{algorithm}");
-            let state = limiter.inspect(&key).await.unwrap().expect("written");
-            let expires_in = state.expires_in().expect("an expiry");
-            // The month's end, less what the round trip took; never a second's window.
-            assert!(expires_in + secs(1) >= d.reset_after, "{algorithm}: {expires_in:?} < {:?}", d.reset_after);
-            assert!(expires_in <= d.reset_after + secs(2), "{algorithm}: {expires_in:?}");
+            // The month's end; never a second's window.
+            let state = written_until_reset(limiter, &key, &d, algorithm).await;
             assert_eq!(state.rule(rules[0]).used, 1, "{algorithm}");
         }
     }
@@ -161,10 +180,7 @@ backend_tests! {
             let d = limiter.check(&key, &rules).cost(3).algorithm(algorithm).await.unwrap();
             assert_eq!((d.allowed, d.rule_index, d.remaining), (true, 0, 999), "{algorithm}");
             assert!(d.reset_after <= secs(366 * DAY), "{algorithm}: {:?}", d.reset_after);
-            let state = limiter.inspect(&key).await.unwrap().expect("written");
-            let expires_in = state.expires_in().expect("an expiry");
-            assert!(expires_in + secs(1) >= d.reset_after, "{algorithm}: {expires_in:?} < {:?}", d.reset_after);
-            assert!(expires_in <= d.reset_after + secs(2), "{algorithm}: {expires_in:?}");
+            let state = written_until_reset(limiter, &key, &d, algorithm).await;
             assert_eq!(state.rule(rules[0]).used, 1, "{algorithm}: one call");
         }
     }

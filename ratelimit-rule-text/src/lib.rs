@@ -537,6 +537,8 @@ mod tests {
 
     #[test]
     fn per_calendar_day_month_or_year_makes_a_calendar_rule() {
+        use Calendar::{Day, Month, Year};
+
         let calendar = |count, calls, calendar: Calendar| {
             Ok(ParsedRule {
                 count,
@@ -545,26 +547,15 @@ mod tests {
                 calendar: Some(calendar),
             })
         };
-        assert_eq!(
-            parse_rule("2000000 per calendar month"),
-            calendar(2_000_000, false, Calendar::Month)
-        );
-        assert_eq!(
-            parse_rule(" 5000  PER Calendar DAY "),
-            calendar(5_000, false, Calendar::Day)
-        );
-        assert_eq!(
-            parse_rule("100 calls per calendar day"),
-            calendar(100, true, Calendar::Day)
-        );
-        assert_eq!(
-            parse_rule("1000 per calendar year"),
-            calendar(1_000, false, Calendar::Year)
-        );
-        assert_eq!(
-            parse_rule("12 calls PER calendar Year"),
-            calendar(12, true, Calendar::Year)
-        );
+        for (text, count, calls, period) in [
+            ("2000000 per calendar month", 2_000_000, false, Month),
+            (" 5000  PER Calendar DAY ", 5_000, false, Day),
+            ("100 calls per calendar day", 100, true, Day),
+            ("1000 per calendar year", 1_000, false, Year),
+            ("12 calls PER calendar Year", 12, true, Year),
+        ] {
+            assert_eq!(parse_rule(text), calendar(count, calls, period), "{text:?}");
+        }
         for bad in [
             "5 per calendar",
             "5 per calendar week",

@@ -68,6 +68,18 @@ mod tests {
         days_from_civil(y, m, d) as u64 * DAY_US
     }
 
+    /// A day as `(year, month, day)`.
+    type Date = (i64, u64, u64);
+
+    /// Asserts that `calendar`'s period holding `at_us` runs from midnight of `start` to
+    /// midnight of `end`.
+    #[track_caller]
+    fn assert_period(calendar: Calendar, at_us: u64, start: Date, end: Date) {
+        let [start, end] = [start, end].map(|(y, m, d)| midnight(y, m, d));
+        let at = format!("{calendar:?} at {at_us} µs");
+        assert_eq!(period_us(calendar, at_us), (start, end), "{at}");
+    }
+
     #[test]
     fn civil_dates_and_days_agree_with_known_dates() {
         for (date, days) in [
@@ -105,46 +117,30 @@ mod tests {
     #[test]
     fn periods_run_from_midnight_to_midnight() {
         let last_ms = midnight(2027, 2, 1) - 1_000;
-        assert_eq!(
-            period_us(Calendar::Month, last_ms),
-            (midnight(2027, 1, 1), midnight(2027, 2, 1))
-        );
-        assert_eq!(
-            period_us(Calendar::Month, midnight(2027, 2, 1)),
-            (midnight(2027, 2, 1), midnight(2027, 3, 1))
-        );
-        assert_eq!(
-            period_us(Calendar::Month, midnight(2028, 2, 29) + 5),
-            (midnight(2028, 2, 1), midnight(2028, 3, 1))
-        );
+        for (at_us, start, end) in [
+            (last_ms, (2027, 1, 1), (2027, 2, 1)),
+            (midnight(2027, 2, 1), (2027, 2, 1), (2027, 3, 1)),
+            (midnight(2028, 2, 29) + 5, (2028, 2, 1), (2028, 3, 1)),
+            (midnight(2028, 1, 1) - 1, (2027, 12, 1), (2028, 1, 1)),
+        ] {
+            assert_period(Calendar::Month, at_us, start, end);
+        }
+        for (at_us, start, end) in [
+            (midnight(2028, 2, 29) - 1, (2028, 2, 28), (2028, 2, 29)),
+            (midnight(2028, 2, 29), (2028, 2, 29), (2028, 3, 1)),
+        ] {
+            assert_period(Calendar::Day, at_us, start, end);
+        }
         assert_eq!(midnight(2028, 3, 1) - midnight(2028, 2, 1), 29 * DAY_US);
         assert_eq!(midnight(2027, 3, 1) - midnight(2027, 2, 1), 28 * DAY_US);
-        assert_eq!(
-            period_us(Calendar::Month, midnight(2028, 1, 1) - 1),
-            (midnight(2027, 12, 1), midnight(2028, 1, 1))
-        );
-        assert_eq!(
-            period_us(Calendar::Day, midnight(2028, 2, 29) - 1),
-            (midnight(2028, 2, 28), midnight(2028, 2, 29))
-        );
-        assert_eq!(
-            period_us(Calendar::Day, midnight(2028, 2, 29)),
-            (midnight(2028, 2, 29), midnight(2028, 3, 1))
-        );
     }
 
     #[test]
     fn years_run_from_new_year_to_new_year() {
         // The last microsecond of a year is in it; the next one starts the next year.
         let last_us = midnight(2027, 1, 1) - 1;
-        assert_eq!(
-            period_us(Calendar::Year, last_us),
-            (midnight(2026, 1, 1), midnight(2027, 1, 1))
-        );
-        assert_eq!(
-            period_us(Calendar::Year, last_us + 1),
-            (midnight(2027, 1, 1), midnight(2028, 1, 1))
-        );
+        assert_period(Calendar::Year, last_us, (2026, 1, 1), (2027, 1, 1));
+        assert_period(Calendar::Year, last_us + 1, (2027, 1, 1), (2028, 1, 1));
         // Leap years have 366 days (2000 and 2028, not 2100), others 365.
         for (y, days) in [(2000, 366), (2027, 365), (2028, 366), (2100, 365)] {
             let (start, end) = period_us(Calendar::Year, midnight(y, 7, 4) + 12_345);
@@ -155,14 +151,9 @@ mod tests {
             );
             assert_eq!(end - start, days * DAY_US, "{y}");
         }
-        assert_eq!(
-            period_us(Calendar::Year, midnight(2028, 2, 29)),
-            (midnight(2028, 1, 1), midnight(2029, 1, 1))
-        );
-        assert_eq!(
-            period_us(Calendar::Year, midnight(2028, 12, 31) + DAY_US - 1),
-            (midnight(2028, 1, 1), midnight(2029, 1, 1))
-        );
+        for at_us in [midnight(2028, 2, 29), midnight(2028, 12, 31) + DAY_US - 1] {
+            assert_period(Calendar::Year, at_us, (2028, 1, 1), (2029, 1, 1));
+        }
         assert_eq!(period_us(Calendar::Year, 0), (0, midnight(1971, 1, 1)));
     }
 }

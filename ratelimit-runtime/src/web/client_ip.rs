@@ -501,15 +501,17 @@ mod tests {
     fn garbage_in_the_chain_stops_the_walk_at_the_last_trusted_hop() {
         let cfg = config(&["10.0.0.0/8"], ProxyHeader::XForwardedFor);
         let peer = Some(ip("10.0.0.1"));
-        let h = headers(&[("x-forwarded-for", "203.0.113.9, unknown, 10.0.0.7")]);
-        assert_eq!(cfg.client_ip_of(peer, &h), Some(ip("10.0.0.7")));
-        let h = headers(&[("x-forwarded-for", "203.0.113.9, 1.2.3.4.5")]);
-        assert_eq!(cfg.client_ip_of(peer, &h), peer);
-        let mut h = HeaderMap::new();
-        h.append("x-forwarded-for", &b"203.0.113.9, \xff"[..]);
-        assert_eq!(cfg.client_ip_of(peer, &h), peer);
-        let h = headers(&[("x-forwarded-for", ", ,")]);
-        assert_eq!(cfg.client_ip_of(peer, &h), peer);
+        for (chain, client) in [
+            (&b"203.0.113.9, unknown, 10.0.0.7"[..], Some(ip("10.0.0.7"))),
+            (b"203.0.113.9, 1.2.3.4.5", peer),
+            (b"203.0.113.9, \xff", peer),
+            (b", ,", peer),
+        ] {
+            let mut h = HeaderMap::new();
+            h.append("x-forwarded-for", chain);
+            let chain = chain.escape_ascii();
+            assert_eq!(cfg.client_ip_of(peer, &h), client, "{chain}");
+        }
     }
 
     #[test]
@@ -555,18 +557,16 @@ mod tests {
         assert_ne!(a, cfg.client_of("2001:db8:1:3::1", &none));
         assert_eq!(cfg.client_of("::1", &none), Some(ip("::")));
 
-        let per_48 = ClientIpConfig {
-            ipv6_prefix: 48,
+        let grouped_by = |ipv6_prefix| ClientIpConfig {
+            ipv6_prefix,
             ..cfg.clone()
         };
+        let per_48 = grouped_by(48);
         assert_eq!(
             per_48.client_of("2001:db8:1:3::1", &none),
             Some(ip("2001:db8:1::"))
         );
-        let per_host = ClientIpConfig {
-            ipv6_prefix: 128,
-            ..cfg.clone()
-        };
+        let per_host = grouped_by(128);
         assert_eq!(
             per_host.client_of("2001:db8::1", &none),
             Some(ip("2001:db8::1"))

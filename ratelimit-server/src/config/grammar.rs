@@ -71,19 +71,12 @@ const RATE_LIMIT_FIELDS: &str = "unit, requests_per_unit, unlimited, name, repla
      algorithm, unit_multiplier, limits, allowance";
 
 fn descriptors(node: &Node, errors: &mut Vec<(usize, String)>) -> Vec<Descriptor> {
-    if node.is_null() {
-        return Vec::new();
-    }
-    let Value::Sequence(items) = &node.value else {
-        errors.push((
-            node.line,
-            format!(
-                "`descriptors` is {}: write a list of descriptors (`- key: ...`)",
-                node.kind()
-            ),
-        ));
-        return Vec::new();
-    };
+    let items = items(
+        node,
+        "`descriptors`",
+        "a list of descriptors (`- key: ...`)",
+        errors,
+    );
     items
         .iter()
         .filter_map(|item| descriptor(item, errors))
@@ -159,19 +152,7 @@ fn rate_limit(node: &Node, errors: &mut Vec<(usize, String)>) -> Option<RateLimi
 }
 
 fn replaces(node: &Node, errors: &mut Vec<(usize, String)>) -> Vec<(String, usize)> {
-    if node.is_null() {
-        return Vec::new();
-    }
-    let Value::Sequence(items) = &node.value else {
-        errors.push((
-            node.line,
-            format!(
-                "`replaces` is {}: write a list of `- name: ...`",
-                node.kind()
-            ),
-        ));
-        return Vec::new();
-    };
+    let items = items(node, "`replaces`", "a list of `- name: ...`", errors);
     let mut names = Vec::new();
     for item in items {
         let Some(mut fields) =
@@ -199,6 +180,27 @@ fn replaces(node: &Node, errors: &mut Vec<(usize, String)>) -> Vec<(String, usiz
         }
     }
     names
+}
+
+/// The items of the list `node` (none when it is empty); otherwise none, and the error
+/// "`what` is (its kind): write `list`".
+fn items<'n>(
+    node: &'n Node,
+    what: &str,
+    list: &str,
+    errors: &mut Vec<(usize, String)>,
+) -> &'n [Node] {
+    match &node.value {
+        _ if node.is_null() => &[],
+        Value::Sequence(items) => items,
+        _ => {
+            errors.push((
+                node.line,
+                format!("{what} is {}: write {list}", node.kind()),
+            ));
+            &[]
+        }
+    }
 }
 
 /// A mapping's fields, read one by one: duplicates and non-string keys are errors.
