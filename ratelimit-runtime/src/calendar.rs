@@ -76,8 +76,11 @@ mod tests {
     #[track_caller]
     fn assert_period(calendar: Calendar, at_us: u64, start: Date, end: Date) {
         let [start, end] = [start, end].map(|(y, m, d)| midnight(y, m, d));
-        let at = format!("{calendar:?} at {at_us} µs");
-        assert_eq!(period_us(calendar, at_us), (start, end), "{at}");
+        assert_eq!(
+            period_us(calendar, at_us),
+            (start, end),
+            "{calendar:?} at {at_us} µs"
+        );
     }
 
     #[test]

@@ -182,16 +182,18 @@ fn replaces(node: &Node, errors: &mut Vec<(usize, String)>) -> Vec<(String, usiz
     names
 }
 
-/// The items of the list `node` (none when it is empty); otherwise none, and the error
-/// "`what` is (its kind): write `list`".
+/// The items of the list `node` (none when it is null). Anything else is an error,
+/// "`what` is (its kind): write `list`", and has no items.
 fn items<'n>(
     node: &'n Node,
     what: &str,
     list: &str,
     errors: &mut Vec<(usize, String)>,
 ) -> &'n [Node] {
+    if node.is_null() {
+        return &[];
+    }
     match &node.value {
-        _ if node.is_null() => &[],
         Value::Sequence(items) => items,
         _ => {
             errors.push((

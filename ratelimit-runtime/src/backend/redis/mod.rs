@@ -458,11 +458,9 @@ impl NodeRef<'_> {
 /// `request` at this process's clock, unless it has a time of its own.
 fn with_client_clock<'a>(request: &Request<'a>) -> Request<'a> {
     Request {
-        now_us: Some(
-            request
-                .now_us
-                .unwrap_or_else(|| explicit_us(SystemClock.now_us())),
-        ),
+        now_us: request
+            .now_us
+            .or_else(|| Some(explicit_us(SystemClock.now_us()))),
         ..*request
     }
 }

@@ -90,11 +90,9 @@ fn tag(hash: u64) -> u64 {
 /// mean of 5/4 of `warm_ms` and each gap weighs an eighth: a key checked concurrently, or
 /// in a loop, is warm at its third check, a steady pace of half of it at its fourth, and
 /// random arrivals at a pace several times too slow about never (they would need two or
-/// three short gaps in a row). A start of 9/8, where one short gap sufficed, let one key
-/// in ten of such a workload in (many keys checked about every 130 ms at 250 ms), and each
-/// drew and gave back for about two checks: two scripts dearer than a check's, to save
-/// two. A start of 3/2 kept them out but left keys checked at a pace that fills their
-/// allowances cold for twice as many checks (BENCHMARKS.md).
+/// three short gaps in a row). One short gap must not suffice: such a key draws and gives
+/// back for about two checks, two scripts dearer than a check's, to save two; a higher
+/// start leaves keys whose pace fills an allowance cold for longer (BENCHMARKS.md).
 fn step(slot: u64, tag: u64, now_ms: u32, warm_ms: u32) -> (u64, bool) {
     let now_ms = now_ms & MS_MASK;
     let known = slot != 0 && slot >> 44 == tag;
