@@ -271,6 +271,50 @@ async fn what_the_fallback_counted_is_refunded_settled_reset_and_blocked_there()
 }
 
 #[tokio::test]
+async fn a_fallbacks_own_fallback_counts_checks_and_lists_while_both_are_gone() {
+    let (mut first, mut second) = (RedisServer::start(), RedisServer::start());
+    let limiter = support::counting_limiter(&first.url())
+        .fallback(support::counting_limiter(&second.url()).fallback(Limiter::memory()));
+    first.kill();
+    second.kill();
+
+    let d = limiter.check("k", &FIVE_PER_MINUTE).cost(4).await.unwrap();
+    assert_eq!((d.allowed, d.remaining), (true, 1));
+    // A list is counted by the same last store, all or nothing.
+    let refused = limiter
+        .check_all([
+            limiter.check("k", &FIVE_PER_MINUTE).cost(2),
+            limiter.check("other", &FIVE_PER_MINUTE),
+        ])
+        .await
+        .expect("the embedded store counts the list");
+    assert_eq!(
+        refused.iter().map(|d| d.allowed).collect::<Vec<_>>(),
+        [false, true]
+    );
+    assert_eq!(
+        limiter
+            .peek("other", &FIVE_PER_MINUTE)
+            .await
+            .unwrap()
+            .remaining,
+        5
+    );
+    let admitted = limiter
+        .check_all([
+            limiter.check("k", &FIVE_PER_MINUTE),
+            limiter.check("other", &FIVE_PER_MINUTE),
+        ])
+        .await
+        .unwrap();
+    assert!(admitted.iter().all(|d| d.allowed));
+    assert_eq!(
+        limiter.peek("k", &FIVE_PER_MINUTE).await.unwrap().remaining,
+        0
+    );
+}
+
+#[tokio::test]
 async fn the_deny_cache_keeps_a_flood_on_one_key_off_redis() {
     let server = RedisServer::start();
     let limiter = support::counting_limiter(&server.url()).deny_cache(true);

@@ -28,6 +28,7 @@
 //!   only the leaves, `overrides` calls `bans`, `backend::redis` and the leaves.
 //! - **`limiter`** owns [`Limiter`], a handle over one store: `limiter/store.rs` routes
 //!   every operation to Redis, the embedded backend or a misconfiguration;
+//!   `failover.rs` is the one failure policy (the fallback stores, fail-open);
 //!   `build.rs` builds it; `check.rs`, `answer.rs` and `check_all.rs` are the check
 //!   pipeline (with `deny_cache.rs` and `allowance.rs`, the local answers); `settle.rs`
 //!   and `refunds.rs` what goes back; `operator.rs`, `bans.rs`, `inspect.rs`,

@@ -12,6 +12,7 @@ mod check_all;
 pub(crate) use answer::Now;
 pub(crate) use check::{boxed_in_place, checked_warn_at, decided, decided_with_slot, Begun, Plan};
 mod deny_cache;
+mod failover;
 mod inspect;
 pub(crate) mod most_limited;
 mod operator;
@@ -31,13 +32,13 @@ pub use stored_overrides::{OverrideError, StoredOverride, StoredOverrides};
 
 use self::allowance::Allowances;
 use self::deny_cache::DenyCache;
+use self::failover::Failover;
 use self::refunds::Refunds;
 use self::store::{misconfigured, Store};
 use crate::backend::memory_state::StateFile;
 use crate::backend::Request;
 use crate::decision::CountedBy;
 use crate::overrides::Overrides;
-use crate::throttle::LogThrottle;
 use crate::Rule;
 
 /// Checks rules against a backend: Redis (shared by every process) or the embedded
@@ -60,15 +61,13 @@ use crate::Rule;
 /// ```
 pub struct Limiter {
     store: Store,
-    fail_open: bool,
-    /// Counts checks while the store cannot answer.
-    fallback: Option<Box<Limiter>>,
+    /// What a check answers when `store` cannot: the fallbacks, fail-open or the error.
+    failover: Failover,
     deny_cache: Option<DenyCache>,
     /// The decisions of the counting algorithms refunded, each refunded once.
     refunds: Refunds,
     /// Puts every guarded site in shadow mode, unless its own mode is overridden.
     shadow: bool,
-    warnings: LogThrottle,
     /// Rules overridden at run time, in process or stored in Redis.
     overrides: Arc<Overrides>,
     /// How often the overrides stored in Redis are read; `None`: never.
@@ -176,19 +175,15 @@ impl Limiter {
 // The fallback's routing, written once: an operation on a decision goes to the store that
 // counted it; one on a key (reset, block) to every store, the last fallback first.
 impl Limiter {
-    /// The limiter whose own store counted a receipt counted by `counted_by`: this one or
-    /// a fallback of it; `None` when none did (an allowance's, a misconfigured store's).
-    fn counter_of(&self, counted_by: CountedBy) -> Option<&Limiter> {
-        let mut limiter = self;
-        while !limiter.store.counted(counted_by) {
-            limiter = limiter.fallback.as_deref()?;
-        }
-        Some(limiter)
+    /// The store that counted a receipt counted by `counted_by`: this limiter's own or a
+    /// fallback; `None` when none did (an allowance's, a misconfigured store's).
+    fn counter_of(&self, counted_by: CountedBy) -> Option<&Store> {
+        self.stores().find(|store| store.counted(counted_by))
     }
 
-    /// This limiter, then its fallback, then the fallback's own, and so on.
-    fn with_fallbacks(&self) -> Vec<&Limiter> {
-        std::iter::successors(Some(self), |limiter| limiter.fallback.as_deref()).collect()
+    /// This limiter's store, then its fallbacks in the order they are asked.
+    fn stores(&self) -> impl DoubleEndedIterator<Item = &Store> {
+        std::iter::once(&self.store).chain(self.failover.fallbacks())
     }
 }
 
@@ -201,12 +196,23 @@ impl fmt::Debug for Limiter {
             debug.field("redis", redis.config());
         }
         debug
-            .field("fail_open", &self.fail_open)
-            .field("fallback", &self.fallback)
+            .field("fail_open", &self.failover.is_fail_open())
+            .field("fallback", &Fallbacks(self.failover.fallbacks()))
             .field("deny_cache", &self.deny_cache.is_some())
             .field("shadow", &self.shadow)
             .field("rules_poll", &self.rules_poll)
             .field("on_warning", &crate::warning::HookSet(&self.warning_hook))
+            .finish()
+    }
+}
+
+/// The fallbacks' backends, for `Debug`.
+struct Fallbacks<'a>(&'a [Store]);
+
+impl fmt::Debug for Fallbacks<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(Store::name))
             .finish()
     }
 }

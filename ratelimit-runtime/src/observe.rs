@@ -80,6 +80,14 @@ impl AnsweredBy {
         local: true,
     };
 
+    /// This answer, given by a fallback.
+    pub fn by_fallback(self) -> AnsweredBy {
+        AnsweredBy {
+            fallback: true,
+            ..self
+        }
+    }
+
     /// The `backend` label: `redis`, `memory`, or `local` for an answer the limiter gave
     /// without asking its backend.
     pub fn backend(self) -> &'static str {

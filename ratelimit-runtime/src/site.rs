@@ -21,10 +21,7 @@ use crate::overrides::{intern, SiteRules};
 pub use crate::site_config::SiteConfig;
 use crate::slot::{warn_release_failed, Slot};
 use crate::throttle::{throttled, OnceEach};
-use crate::{
-    registry, BackendError, BackendErrorKind, Decision, LimitType, Limiter, Mode, RateLimitError,
-    Rule,
-};
+use crate::{registry, BackendError, Decision, LimitType, Limiter, Mode, RateLimitError, Rule};
 
 /// A guarded function: its configuration plus the constant part of its keys, built on
 /// the first call.
@@ -428,14 +425,7 @@ impl<'a> GuardedCheck<'a> {
         // Read in place: a decision is large, and copied only where it is kept.
         let decision = match result {
             Ok(ref decision) => decision,
-            // A cost the algorithm does not take is refused: letting it through would
-            // admit any cost uncounted.
-            Err(err)
-                if self.limiter.is_fail_open() && err.kind() != BackendErrorKind::CostTooLarge =>
-            {
-                self.limiter.warn_fail_open(&key, &err);
-                return Ok(Permit::NOTHING);
-            }
+            Err(err) if self.limiter.lets_through(&key, &err) => return Ok(Permit::NOTHING),
             Err(err) => return Err(RateLimitError::Backend(err)),
         };
         if self.shadow {

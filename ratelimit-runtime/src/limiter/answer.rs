@@ -9,14 +9,13 @@ use std::time::Duration;
 use super::allowance::Admission;
 use super::allowance::{Drawn, Step};
 use super::{allowance, misconfigured, Limiter, Store};
-use crate::backend::memory::MemoryBackend;
 #[cfg(feature = "redis")]
 use crate::backend::redis::RedisBackend;
 use crate::backend::Request;
 use crate::decision::RawDecision;
 use crate::observe::{Answer, AnsweredBy};
 use crate::slot::Home as SlotHome;
-use crate::{BackendError, BackendErrorKind, Rule};
+use crate::{BackendError, Rule};
 
 impl Limiter {
     /// Reports the crossings of a check of `key` by `site` (see [`on_warning`](Self::on_warning)).
@@ -32,9 +31,9 @@ impl Limiter {
     }
 
     /// Where a slot is kept that a decision with `receipt` took: the backend that counted
-    /// it (this limiter's, or its fallback's).
+    /// it (this limiter's, or a fallback).
     pub(crate) fn slot_home(&self, receipt: &crate::decision::Receipt) -> Option<SlotHome> {
-        self.counter_of(receipt.counted_by)?.store.slot_home()
+        self.counter_of(receipt.counted_by)?.slot_home()
     }
 
     /// The answer to `request` when it needs no waiting: a cached denial, a call admitted
@@ -57,8 +56,7 @@ impl Limiter {
         let spends = spends_allowance(request);
         let raw = match &self.store {
             Store::Memory(memory) if spends && self.remote_memory => {
-                let remote = Remote::Memory(memory);
-                let answer = self.with_allowance(remote, request, site);
+                let answer = self.with_allowance(request, site);
                 let answer = now_or_never(answer).expect("the embedded backend answers at once");
                 for retired in self.allowances.take_retired() {
                     memory.give_back(&retired.give_back(request.now_us));
@@ -117,10 +115,7 @@ impl Limiter {
         spends: bool,
     ) -> Answer {
         let asked = match spends {
-            true => {
-                self.with_allowance(Remote::Redis(redis), &request, site)
-                    .await
-            }
+            true => self.with_allowance(&request, site).await,
             false => redis
                 .check(&request)
                 .await
@@ -128,7 +123,10 @@ impl Limiter {
         };
         match asked {
             Ok(answer) => self.answered(&request, Ok(answer)),
-            Err(err) => self.on_failure(request, err).await,
+            Err(err) => {
+                let by = self.answered_by();
+                self.failover.check(&request, err, by).await
+            }
         }
     }
 
@@ -138,7 +136,6 @@ impl Limiter {
     #[cfg_attr(not(feature = "redis"), allow(clippy::never_loop))]
     async fn with_allowance(
         &self,
-        remote: Remote<'_>,
         request: &Request<'_>,
         site: &'static str,
     ) -> Result<(RawDecision, AnsweredBy), BackendError> {
@@ -146,9 +143,9 @@ impl Limiter {
         loop {
             let ticket = match self.allowances.step(request) {
                 Step::Local(raw) => return Ok((raw, AnsweredBy::LOCAL)),
-                Step::Wait(drawing) => match remote {
+                Step::Wait(drawing) => match &self.store {
                     #[cfg(feature = "redis")]
-                    Remote::Redis(_) => {
+                    Store::Redis(_) => {
                         let mut drawing = drawing;
                         // Ends with the draw: answered, failed, or dropped with its check.
                         let _ = drawing.changed().await;
@@ -158,7 +155,7 @@ impl Limiter {
                         }
                     }
                     // Answered at once: nothing to wait for but another thread's draw.
-                    Remote::Memory(_) => {
+                    Store::Memory(_) | Store::Misconfigured(_) => {
                         drop(drawing);
                         allowance::Ticket::alone(request)
                     }
@@ -177,19 +174,19 @@ impl Limiter {
                 refundable: request.refundable || ticket.draw.is_some(),
                 ..*request
             };
-            let raw = remote.check(&drawing).await?;
+            let raw = self.store.check(&drawing).await?;
             let drawn = self.allowances.drawn(request, ticket, raw);
             // Once a draw made an allowance to give back: started for every check sent
             // alone, the task would be spawned, and end at once, for each.
             #[cfg(feature = "redis")]
-            if let (true, Remote::Redis(_), Store::Redis(redis)) = (drew, remote, &self.store) {
+            if let (true, Store::Redis(redis)) = (drew, &self.store) {
                 self.ensure_giving_back(redis);
             }
             match drawn {
                 Drawn::Answer(raw) => return Ok((raw, by_backend)),
                 Drawn::Retry => {
                     count_draw(site);
-                    let raw = remote.check(request).await?;
+                    let raw = self.store.check(request).await?;
                     self.allowances.learn(request, &raw);
                     return Ok((raw, by_backend));
                 }
@@ -258,60 +255,10 @@ impl Limiter {
         self.store.answered_by()
     }
 
-    /// What a failed check answers: the fallback's decision, or the error. An error about
-    /// the key itself (another algorithm's state) would be the same anywhere: only a
-    /// backend that cannot answer hands over to the fallback.
-    #[cfg(feature = "redis")]
-    pub(super) async fn on_failure(&self, request: Request<'_>, err: BackendError) -> Answer {
-        match &self.fallback {
-            Some(fallback) if err.kind() != BackendErrorKind::Command => {
-                self.warn_backend_failed(request.key, &err, "counting on the fallback");
-                // Boxed: a fallback on Redis of its own makes the future recursive.
-                let site = crate::observe::PROGRAMMATIC;
-                let answer = Box::pin(fallback.answer(request, site)).await;
-                Answer {
-                    by: AnsweredBy {
-                        fallback: true,
-                        ..answer.by
-                    },
-                    ..answer
-                }
-            }
-            _ => Answer {
-                result: Err(err),
-                by: self.answered_by(),
-            },
-        }
-    }
-
-    /// Logs a backend failure that a fail-open limiter let through, at most once per
-    /// [`LogThrottle::INTERVAL`](crate::throttle::LogThrottle::INTERVAL), with the number of failures since the last warning.
-    pub(crate) fn warn_fail_open(&self, key: &str, err: &BackendError) {
-        self.warn_backend_failed(key, err, "letting the call through (fail-open)");
-    }
-
-    pub(super) fn warn_backend_failed(&self, key: &str, err: &BackendError, action: &str) {
-        let Some(suppressed) = self.warnings.admit() else {
-            return;
-        };
-        // Not a passing failure: it lasts until someone changes the configuration.
-        if err.kind() == BackendErrorKind::Misconfigured {
-            tracing::error!(
-                target: "redis_ratelimit",
-                %key,
-                error = %err,
-                suppressed,
-                "rate limiter backend is misconfigured; {action}"
-            );
-        } else {
-            tracing::warn!(
-                target: "redis_ratelimit",
-                %key,
-                error = %err,
-                suppressed,
-                "rate limiter backend failed; {action}"
-            );
-        }
+    /// Whether a guarded call of `key` whose check failed with `err` proceeds (see
+    /// `failover.rs`, the one failure policy).
+    pub(crate) fn lets_through(&self, key: &str, err: &BackendError) -> bool {
+        self.failover.lets_through(key, err)
     }
 }
 
@@ -327,25 +274,6 @@ fn spends_allowance(request: &Request<'_>) -> bool {
 fn count_draw(site: &'static str) {
     #[cfg(feature = "metrics")]
     metrics::counter!("ratelimit_allowance_draws_total", "site" => site).increment(1);
-}
-
-/// The store a check with an allowance asks.
-#[derive(Clone, Copy)]
-enum Remote<'a> {
-    #[cfg(feature = "redis")]
-    Redis(&'a RedisBackend),
-    /// The embedded backend standing for a remote one (tests).
-    Memory(&'a MemoryBackend),
-}
-
-impl Remote<'_> {
-    async fn check(self, request: &Request<'_>) -> Result<RawDecision, BackendError> {
-        match self {
-            #[cfg(feature = "redis")]
-            Remote::Redis(redis) => redis.check(request).await,
-            Remote::Memory(memory) => memory.check_now(request),
-        }
-    }
 }
 
 /// The output of `future` if it is ready at its first poll.

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::allowance::Allowances;
 use super::deny_cache::DenyCache;
+use super::failover::Failover;
 use super::refunds::Refunds;
 use super::{allowance, Limiter, Store};
 use crate::backend::memory::MemoryBackend;
@@ -12,7 +13,6 @@ use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::{Breaker, RedisBackend, RedisConfig};
 use crate::clock::Clock;
 use crate::overrides::{Overrides, DEFAULT_POLL};
-use crate::throttle::LogThrottle;
 use crate::ConfigError;
 
 impl Limiter {
@@ -134,12 +134,10 @@ impl Limiter {
     pub(super) fn with_store(store: Store) -> Limiter {
         Limiter {
             store,
-            fail_open: true,
-            fallback: None,
+            failover: Failover::new(),
             deny_cache: None,
             refunds: Refunds::default(),
             shadow: false,
-            warnings: LogThrottle::new(),
             overrides: Overrides::new(),
             rules_poll: Some(DEFAULT_POLL),
             state_file: None,
@@ -182,7 +180,7 @@ impl Limiter {
     /// Whether a guarded call proceeds when the backend fails (`true`, the default, with a
     /// rate-limited warning log) or returns [`RateLimitError::Backend`](crate::RateLimitError::Backend).
     pub fn fail_open(mut self, fail_open: bool) -> Self {
-        self.fail_open = fail_open;
+        self.failover.set_fail_open(fail_open);
         self
     }
 
@@ -250,6 +248,12 @@ impl Limiter {
     /// and what was counted in Redis before the outage is not seen by the fallback, nor the
     /// reverse. Bound its memory with [`max_keys`](Self::max_keys).
     ///
+    /// What `fallback` lends is its store: its backend with that backend's options
+    /// (`max_keys`, a state file, a timeout) and, in turn, its own fallback, which counts
+    /// while both cannot answer. Its options of the check path (deny cache, allowance,
+    /// shadow, rule polling, the warning hook, fail-open) are not used: this limiter's
+    /// apply.
+    ///
     /// ```
     /// use redis_ratelimit::Limiter;
     ///
@@ -257,7 +261,8 @@ impl Limiter {
     /// # Ok::<(), redis_ratelimit::ConfigError>(())
     /// ```
     pub fn fallback(mut self, fallback: Limiter) -> Self {
-        self.fallback = Some(Box::new(fallback));
+        self.failover
+            .set_fallback(fallback.store, fallback.failover);
         self
     }
 
@@ -413,6 +418,6 @@ impl Limiter {
 
     /// Whether this limiter lets guarded calls through when the backend fails.
     pub fn is_fail_open(&self) -> bool {
-        self.fail_open
+        self.failover.is_fail_open()
     }
 }

@@ -14,11 +14,12 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use super::failover::ListAnswer;
 use super::{Limiter, Plan};
 use crate::backend::Request;
 use crate::decision::RawDecision;
 use crate::observe::{Answer, AnsweredBy};
-use crate::{random, BackendError, BackendErrorKind, Decision};
+use crate::{random, BackendError, Decision};
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -236,51 +237,17 @@ impl Limiter {
         answers
     }
 
-    /// The store's answers to `requests`, all or nothing; the fallback's while Redis
-    /// cannot answer.
-    async fn store_check_all(
-        &self,
-        requests: &[Request<'_>],
-    ) -> Result<(Vec<RawDecision>, AnsweredBy), (BackendError, AnsweredBy)> {
-        let err = match self.store_check_all_here(requests).await {
-            Err((err, _)) if err.kind() != BackendErrorKind::Command => err,
-            answered => return answered,
-        };
-        let by = self.answered_by();
-        let Some(fallback) = &self.fallback else {
-            return Err((err, by));
-        };
-        self.warn_backend_failed(requests[0].key, &err, "counting on the fallback");
-        // The fallback's own store alone: a fallback's fallback does not count lists.
-        match fallback.store_check_all_here(requests).await {
-            Ok((raws, by)) => Ok((
-                raws,
-                AnsweredBy {
-                    fallback: true,
-                    ..by
-                },
-            )),
-            Err((err, by)) => Err((
-                err,
-                AnsweredBy {
-                    fallback: true,
-                    ..by
-                },
-            )),
-        }
-    }
-
-    /// This limiter's own store's answers to `requests`, all or nothing.
-    async fn store_check_all_here(
-        &self,
-        requests: &[Request<'_>],
-    ) -> Result<(Vec<RawDecision>, AnsweredBy), (BackendError, AnsweredBy)> {
+    /// The store's answers to `requests`, all or nothing; the fallbacks' while it cannot
+    /// answer.
+    async fn store_check_all(&self, requests: &[Request<'_>]) -> ListAnswer {
         let by = self.answered_by();
         if requests.is_empty() {
             return Ok((Vec::new(), by));
         }
-        let answered = self.store.check_all(requests).await;
-        answered.map(|raws| (raws, by)).map_err(|err| (err, by))
+        match self.store.check_all(requests).await {
+            Ok(raws) => Ok((raws, by)),
+            Err(err) => self.failover.check_all(requests, err, by).await,
+        }
     }
 }
 

@@ -216,13 +216,10 @@ impl Limiter {
     ///
     /// With a [`fallback`](Self::fallback), the key is forgotten there too.
     pub async fn reset(&self, key: &str) -> Result<(), BackendError> {
-        let limiters = self.with_fallbacks();
-        for limiter in &limiters {
-            limiter.forget_denial(key);
-            limiter.allowances.forget(key);
-        }
-        for limiter in limiters.iter().rev() {
-            limiter.store.reset(key).await?;
+        self.forget_denial(key);
+        self.allowances.forget(key);
+        for store in self.stores().rev() {
+            store.reset(key).await?;
         }
         Ok(())
     }
@@ -301,15 +298,12 @@ impl Limiter {
         if block_for_us == 0 {
             return Ok(());
         }
-        let limiters = self.with_fallbacks();
         // What this instance holds of the key goes back; its next check meets the block.
-        for limiter in &limiters {
-            limiter.allowances.end(key);
+        self.allowances.end(key);
+        for store in self.stores().rev() {
+            store.block(key, block_for_us, now_us).await?;
         }
-        for limiter in limiters.iter().rev() {
-            limiter.store.block(key, block_for_us, now_us).await?;
-            limiter.forget_denial(key);
-        }
+        self.forget_denial(key);
         Ok(())
     }
 }

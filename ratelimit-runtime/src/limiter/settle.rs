@@ -131,8 +131,8 @@ impl Limiter {
         let Some(counter) = self.counter_of(receipt.counted_by) else {
             return Ok(());
         };
-        counter.store.refund(key, rules, receipt, now_us).await?;
-        counter.forget_denial(key);
+        counter.refund(key, rules, receipt, now_us).await?;
+        self.forget_denial(key);
         Ok(())
     }
 
@@ -246,8 +246,8 @@ impl Limiter {
         let Some(counter) = self.counter_of(receipt.counted_by) else {
             return Ok(*decision);
         };
-        let settled = counter.store.settle(peek, receipt, actual).await?;
-        counter.forget_denial(key);
+        let settled = counter.settle(peek, receipt, actual).await?;
+        self.forget_denial(key);
         Ok(settled.map_or(*decision, |raw| raw.into_decision(rules)))
     }
 }

@@ -2,6 +2,8 @@
 //! embedded backend or a misconfiguration. The limiter's modules call these methods; only
 //! the check path (`answer.rs`, which answers the embedded backend without awaiting) and
 //! the operations Redis alone has (bans, stored overrides) match on the store themselves.
+//! Which store of a limiter an operation goes to (its own, its fallbacks) is decided in
+//! `limiter.rs`; what a failure answers, in `failover.rs`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -79,6 +81,16 @@ impl Store {
             Store::Redis(redis) => Some(SlotHome::Redis(Arc::clone(redis))),
             Store::Memory(memory) => Some(SlotHome::Memory(Arc::clone(memory.slots()))),
             Store::Misconfigured(_) => None,
+        }
+    }
+
+    /// Checks `request` (the embedded backend answers at once).
+    pub(super) async fn check(&self, request: &Request<'_>) -> Result<RawDecision, BackendError> {
+        match self {
+            Store::Memory(memory) => memory.check_now(request),
+            Store::Misconfigured(err) => Err(misconfigured(err)),
+            #[cfg(feature = "redis")]
+            Store::Redis(redis) => redis.check(request).await,
         }
     }
 
