@@ -22,6 +22,7 @@ mod state_file;
 mod store;
 #[cfg(feature = "redis")]
 mod stored_overrides;
+mod unused;
 
 pub use acquire::Acquire;
 pub use check::Check;
@@ -35,6 +36,7 @@ use self::deny_cache::DenyCache;
 use self::failover::Failover;
 use self::refunds::Refunds;
 use self::store::{misconfigured, Store};
+use self::unused::Unused;
 use crate::backend::memory_state::StateFile;
 use crate::backend::Request;
 use crate::decision::CountedBy;
@@ -84,6 +86,8 @@ pub struct Limiter {
     allowances: Arc<Allowances>,
     /// The embedded backend standing for a remote one, for tests: allowances apply.
     remote_memory: bool,
+    /// The options set that do nothing on this backend, warned of at the first check.
+    unused: Unused,
 }
 
 impl Limiter {

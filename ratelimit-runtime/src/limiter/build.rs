@@ -7,6 +7,7 @@ use super::allowance::Allowances;
 use super::deny_cache::DenyCache;
 use super::failover::Failover;
 use super::refunds::Refunds;
+use super::unused::{Unused, UnusedOption};
 use super::{allowance, Limiter, Store};
 use crate::backend::memory::MemoryBackend;
 #[cfg(feature = "redis")]
@@ -107,7 +108,7 @@ impl Limiter {
     ///
     /// Call it while building the limiter: keys counted before are forgotten. It has no
     /// effect on a Redis limiter (Redis bounds its memory with `maxmemory`; every key there
-    /// expires with its longest window).
+    /// expires with its longest window), and a `WARN` says so at its first check.
     ///
     /// ```
     /// use redis_ratelimit::Limiter;
@@ -120,9 +121,12 @@ impl Limiter {
     ///
     /// When `max_keys` is 0.
     pub fn max_keys(mut self, max_keys: usize) -> Self {
-        if let Store::Memory(memory) = &mut self.store {
-            *memory = Arc::new(memory.resized(max_keys));
-            self.restore_state();
+        match &mut self.store {
+            Store::Memory(memory) => {
+                *memory = Arc::new(memory.resized(max_keys));
+                self.restore_state();
+            }
+            store => self.unused.add_on(store, UnusedOption::MaxKeys),
         }
         self
     }
@@ -146,6 +150,7 @@ impl Limiter {
             allowance_ms: 0,
             allowances: Arc::new(Allowances::new()),
             remote_memory: false,
+            unused: Unused::default(),
         }
     }
 
@@ -186,8 +191,10 @@ impl Limiter {
 
     /// How long one check may take before it counts as a backend failure (default 100 ms).
     /// Connecting to Redis takes at most this long too (or 1 s, if that is shorter). The
-    /// embedded backend answers at once, so has no timeout.
-    pub fn timeout(self, timeout: Duration) -> Self {
+    /// embedded backend answers at once, so has no timeout (a `WARN` at the first check
+    /// says that this one does nothing).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.unused.add_on(&self.store, UnusedOption::Timeout);
         #[cfg(feature = "redis")]
         return self.reconfigure_redis(|config| config.set_timeout(timeout));
         #[cfg(not(feature = "redis"))]
@@ -207,7 +214,7 @@ impl Limiter {
     /// failure policy ([`fail_open`](Self::fail_open) or the [`fallback`](Self::fallback),
     /// which then counts those keys only); checks of keys on other servers go on as before.
     /// After the cool-down one check probes that server alone. See [`Breaker`]. The embedded
-    /// backend does not fail, so has no breaker.
+    /// backend does not fail, so has no breaker (a `WARN` at the first check says so).
     ///
     /// ```
     /// use std::time::Duration;
@@ -221,7 +228,8 @@ impl Limiter {
     /// # Ok::<(), redis_ratelimit::ConfigError>(())
     /// ```
     #[cfg(feature = "redis")]
-    pub fn breaker(self, breaker: Breaker) -> Self {
+    pub fn breaker(mut self, breaker: Breaker) -> Self {
+        self.unused.add_on(&self.store, UnusedOption::Breaker);
         self.reconfigure_redis(|config| config.set_breaker(breaker))
     }
 
@@ -362,7 +370,8 @@ impl Limiter {
     /// How often this limiter reads the rule overrides stored in Redis (default every
     /// second, each wait drawn within ± 20 % so that instances spread their reads); `None`
     /// never reads them (overrides set with [`override_rules`](Self::override_rules) still
-    /// apply). No effect on the embedded backend.
+    /// apply). No effect on the embedded backend: `Some` there is said, once, by a `WARN`
+    /// at the first check.
     ///
     /// Operators override a call site's rules for every instance at once by writing its
     /// path (the function's path, or its `name`) and rule strings into the hash
@@ -392,6 +401,9 @@ impl Limiter {
     /// # Ok::<(), redis_ratelimit::ConfigError>(())
     /// ```
     pub fn rules_poll(mut self, every: Option<Duration>) -> Self {
+        if every.is_some() {
+            self.unused.add_on(&self.store, UnusedOption::RulesPoll);
+        }
         self.rules_poll = every;
         self
     }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::unused::UnusedOption;
 use super::{Limiter, Store};
 use crate::backend::memory_state::StateFile;
 
@@ -39,7 +40,7 @@ impl Limiter {
     /// The global limiter on the embedded backend reads the path from
     /// `RATELIMIT_STATE_FILE`. Call it while building the limiter; it has no effect on a
     /// Redis limiter (Redis keeps the state itself; give its fallback a state file if it
-    /// matters). Give each limiter a file of its own: limiters (of one process or of
+    /// matters), and a `WARN` says so at its first check. Give each limiter a file of its own: limiters (of one process or of
     /// several) saving to one path each write whole files, so the file is never damaged,
     /// but it holds only the last one's state.
     ///
@@ -61,9 +62,12 @@ impl Limiter {
     /// # Ok(()) }
     /// ```
     pub fn state_file(mut self, path: impl Into<PathBuf>) -> Self {
-        if matches!(self.store, Store::Memory(_)) {
-            self.state_file = Some(StateFile::new(path.into()));
-            self.restore_state();
+        match self.store {
+            Store::Memory(_) => {
+                self.state_file = Some(StateFile::new(path.into()));
+                self.restore_state();
+            }
+            _ => self.unused.add_on(&self.store, UnusedOption::StateFile),
         }
         self
     }
