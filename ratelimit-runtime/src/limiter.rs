@@ -84,8 +84,10 @@ pub struct Limiter {
     allowance_ms: u32,
     /// The live allowances (see `limiter/allowance.rs`); shared with the give-back task.
     allowances: Arc<Allowances>,
-    /// The embedded backend standing for a remote one, for tests: allowances apply.
-    remote_memory: bool,
+    /// Whether checks spend allowances: on Redis, and on the embedded backend standing for
+    /// a remote one (tests). Elsewhere every check is answered at once anyway, so a
+    /// check's allowance resolves to none (`allowance_ms`).
+    spends_allowances: bool,
     /// The options set that do nothing on this backend, warned of at the first check.
     unused: Unused,
 }

@@ -55,7 +55,16 @@ pub(crate) struct MemoryBackend {
     shards: Box<[Mutex<Shard>]>,
     /// Calls in flight: shared with the slots held, which release themselves there.
     slots: Arc<MemorySlots>,
+    /// At most this many keys over all the shards.
+    max_keys: usize,
+    /// What runs once before any shard is first used (a state file's restore), if anything.
+    first_use: Option<FirstUse>,
+    started: OnceLock<()>,
 }
+
+/// What runs once before a backend's shards are first used: given the backend, it fills
+/// it (through [`MemoryBackend::put`]).
+pub(crate) type FirstUse = Box<dyn Fn(&MemoryBackend) + Send + Sync>;
 
 impl MemoryBackend {
     pub fn new(clock: Arc<dyn Clock>) -> Self {
@@ -82,12 +91,36 @@ impl MemoryBackend {
             shards: (0..shards)
                 .map(|i| Mutex::new(Shard::new(share + usize::from(i < extra))))
                 .collect(),
+            max_keys,
+            first_use: None,
+            started: OnceLock::new(),
         }
     }
 
     /// An empty backend on the same clock, bounded to `max_keys` keys.
     pub fn resized(&self, max_keys: usize) -> Self {
         Self::with_max_keys(Arc::clone(&self.clock), max_keys)
+    }
+
+    /// At most this many keys over all the shards.
+    pub fn max_keys(&self) -> usize {
+        self.max_keys
+    }
+
+    /// This backend, running `first_use` once before its shards are first used.
+    pub fn on_first_use(self, first_use: FirstUse) -> Self {
+        MemoryBackend {
+            first_use: Some(first_use),
+            ..self
+        }
+    }
+
+    /// Runs what the first use runs, once.
+    #[inline]
+    fn started(&self) {
+        if let Some(first_use) = &self.first_use {
+            self.started.get_or_init(|| first_use(self));
+        }
     }
 
     /// The key's text alone: `str`'s `Hash` also writes a terminating byte, one more round
@@ -105,6 +138,12 @@ impl MemoryBackend {
     }
 
     fn shard(&self, hash: u64) -> MutexGuard<'_, Shard> {
+        self.started();
+        self.shard_unstarted(hash)
+    }
+
+    /// The shard of a key's hash, as the state file's restore writes it.
+    fn shard_unstarted(&self, hash: u64) -> MutexGuard<'_, Shard> {
         sync::lock(&self.shards[self.shard_index(hash)])
     }
 
@@ -324,6 +363,7 @@ impl MemoryBackend {
         now_us: u64,
         mut each: impl FnMut(&str, &StoredState, u64),
     ) -> Option<usize> {
+        self.started();
         let shard = sync::lock(&self.shards[shard]);
         let end = shard.slots.len().min(from.saturating_add(max));
         for slot in shard.slots.get(from..end)?.iter().flatten() {
@@ -335,10 +375,10 @@ impl MemoryBackend {
     }
 
     /// Stores `key` with `state` until `expires_at_us`, replacing what it held, as the
-    /// most recently used key (making room as a new key does).
+    /// most recently used key (making room as a new key does): the state file's restore.
     pub(crate) fn put(&self, key: &str, state: StoredState, expires_at_us: u64, now_us: u64) {
         let hash = self.hash(key);
-        let mut shard = self.shard(hash);
+        let mut shard = self.shard_unstarted(hash);
         if let Some(id) = shard.find(hash, key) {
             shard.remove(id);
         }

@@ -56,7 +56,8 @@ impl Limiter {
         }
         let spends = spends_allowance(request);
         let raw = match &self.store {
-            Store::Memory(memory) if spends && self.remote_memory => {
+            // Only on the embedded backend standing for a remote one (see `allowance_ms`).
+            Store::Memory(memory) if spends => {
                 let answer = self.with_allowance(request, site);
                 let answer = now_or_never(answer).expect("the embedded backend answers at once");
                 for retired in self.allowances.take_retired() {
@@ -91,10 +92,14 @@ impl Limiter {
     }
 
     /// The allowance of a check whose own (a check's, else its site's) is `own`: that one,
-    /// else this limiter's default. In ms, 0 for none.
+    /// else this limiter's default; none where checks spend no allowance. In ms, 0 for
+    /// none.
     #[inline]
     pub(crate) fn allowance_ms(&self, own: Option<Duration>) -> u32 {
-        own.map_or(self.allowance_ms, allowance::max_age_ms)
+        match self.spends_allowances {
+            true => own.map_or(self.allowance_ms, allowance::max_age_ms),
+            false => 0,
+        }
     }
 
     /// One attempt at `request` (made by `site`): answered now, or asked of Redis (and,

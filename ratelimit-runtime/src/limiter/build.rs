@@ -8,7 +8,7 @@ use super::deny_cache::DenyCache;
 use super::failover::Failover;
 use super::refunds::Refunds;
 use super::unused::{Unused, UnusedOption};
-use super::{allowance, Limiter, Store};
+use super::{allowance, state_file, Limiter, Store};
 use crate::backend::memory::MemoryBackend;
 #[cfg(feature = "redis")]
 use crate::backend::redis::{Breaker, RedisBackend, RedisConfig};
@@ -123,8 +123,7 @@ impl Limiter {
     pub fn max_keys(mut self, max_keys: usize) -> Self {
         match &mut self.store {
             Store::Memory(memory) => {
-                *memory = Arc::new(memory.resized(max_keys));
-                self.restore_state();
+                *memory = state_file::kept_in(memory, max_keys, self.state_file.as_ref());
             }
             store => self.unused.add_on(store, UnusedOption::MaxKeys),
         }
@@ -136,6 +135,10 @@ impl Limiter {
     }
 
     pub(super) fn with_store(store: Store) -> Limiter {
+        #[cfg(feature = "redis")]
+        let spends_allowances = matches!(store, Store::Redis(_));
+        #[cfg(not(feature = "redis"))]
+        let spends_allowances = false;
         Limiter {
             store,
             failover: Failover::new(),
@@ -149,7 +152,7 @@ impl Limiter {
             refusals: Arc::default(),
             allowance_ms: 0,
             allowances: Arc::new(Allowances::new()),
-            remote_memory: false,
+            spends_allowances,
             unused: Unused::default(),
         }
     }
@@ -326,7 +329,7 @@ impl Limiter {
     pub fn remote_memory_with_clock(clock: impl Clock) -> Limiter {
         let clock: Arc<dyn Clock> = Arc::new(clock);
         Limiter {
-            remote_memory: true,
+            spends_allowances: true,
             allowances: Arc::new(Allowances::on_clock(Arc::clone(&clock))),
             ..Limiter::with_store(Store::Memory(Arc::new(MemoryBackend::new(clock))))
         }
@@ -346,11 +349,11 @@ impl Limiter {
             panic!("sharing_backend: not an embedded backend");
         };
         assert!(
-            self.remote_memory,
+            self.spends_allowances,
             "sharing_backend: not a remote embedded backend"
         );
         Limiter {
-            remote_memory: true,
+            spends_allowances: true,
             allowance_ms: self.allowance_ms,
             allowances: Arc::new(Allowances::on_clock(Arc::new(clock))),
             ..Limiter::with_store(Store::Memory(Arc::clone(memory)))

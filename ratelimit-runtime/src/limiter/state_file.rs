@@ -8,13 +8,15 @@ use std::time::Duration;
 
 use super::unused::UnusedOption;
 use super::{Limiter, Store};
+use crate::backend::memory::MemoryBackend;
 use crate::backend::memory_state::StateFile;
 
 impl Limiter {
     /// Keeps the embedded backend's state in the file at `path`, so that a restart (a
     /// deploy, a crash) does not hand every caller a fresh budget: what `path` holds is
-    /// restored now, and the state is saved there every 10 seconds
-    /// ([`state_every`](Self::state_every)) and on [`save_state`](Self::save_state).
+    /// restored at the limiter's first use (building it reads nothing), and the state is
+    /// saved there every 10 seconds from then on ([`state_every`](Self::state_every)) and
+    /// on [`save_state`](Self::save_state).
     ///
     /// Everything a check decides from is kept: every algorithm's records, the sliding
     /// log's entries, calendar periods, blocks and lock-out streaks, with their wall-clock
@@ -38,7 +40,8 @@ impl Limiter {
     ///   [`save_state`](Self::save_state) at shutdown.
     ///
     /// The global limiter on the embedded backend reads the path from
-    /// `RATELIMIT_STATE_FILE`. Call it while building the limiter; it has no effect on a
+    /// `RATELIMIT_STATE_FILE`. Call it while building the limiter (keys counted before are
+    /// forgotten); it has no effect on a
     /// Redis limiter (Redis keeps the state itself; give its fallback a state file if it
     /// matters), and a `WARN` says so at its first check. Give each limiter a file of its own: limiters (of one process or of
     /// several) saving to one path each write whole files, so the file is never damaged,
@@ -62,12 +65,13 @@ impl Limiter {
     /// # Ok(()) }
     /// ```
     pub fn state_file(mut self, path: impl Into<PathBuf>) -> Self {
-        match self.store {
-            Store::Memory(_) => {
-                self.state_file = Some(StateFile::new(path.into()));
-                self.restore_state();
+        match &mut self.store {
+            Store::Memory(memory) => {
+                let file = StateFile::new(path.into());
+                *memory = kept_in(memory, memory.max_keys(), Some(&file));
+                self.state_file = Some(file);
             }
-            _ => self.unused.add_on(&self.store, UnusedOption::StateFile),
+            store => self.unused.add_on(store, UnusedOption::StateFile),
         }
         self
     }
@@ -113,14 +117,27 @@ impl Limiter {
             .await
             .map_err(io::Error::other)?
     }
+}
 
-    /// Restores the embedded backend's state from its file, and saves it from now on.
-    pub(super) fn restore_state(&mut self) {
-        if let (Store::Memory(memory), Some(file)) = (&self.store, &self.state_file) {
-            file.restore(memory);
-            file.save_in_background(Arc::downgrade(memory));
-        }
-    }
+/// An empty embedded backend on `memory`'s clock, of `max_keys`, kept in `file` if any:
+/// restored from it at its first use, saved to it from then on.
+pub(super) fn kept_in(
+    memory: &MemoryBackend,
+    max_keys: usize,
+    file: Option<&Arc<StateFile>>,
+) -> Arc<MemoryBackend> {
+    let Some(file) = file else {
+        return Arc::new(memory.resized(max_keys));
+    };
+    Arc::new_cyclic(|backend| {
+        let (file, backend) = (Arc::clone(file), backend.clone());
+        memory
+            .resized(max_keys)
+            .on_first_use(Box::new(move |memory| {
+                file.restore(memory);
+                file.save_in_background(backend.clone());
+            }))
+    })
 }
 
 #[cfg(test)]
@@ -284,6 +301,22 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn building_reads_nothing_and_the_first_use_restores() {
+        let path = path("first-use");
+        std::fs::write(&path, b"not a state file").unwrap();
+        let clock = ManualClock::new(START);
+        let limiter = limiter(&clock, &path).max_keys(100);
+        assert!(
+            path.exists(),
+            "the file was read while building the limiter"
+        );
+        assert!(!aside(&path).exists());
+        assert_eq!(left(&limiter, "k", Algorithm::SlidingLog).await, 5);
+        assert!(!path.exists(), "the first use did not read the file");
+        assert!(aside(&path).exists());
+    }
+
+    #[tokio::test]
     async fn a_file_that_cannot_be_written_fails_the_save_and_checks_go_on() {
         let dir = path("no-such-dir");
         let limiter = Limiter::memory().state_file(dir.join("state"));
@@ -298,8 +331,9 @@ mod tests {
         // A directory in the way: the temporary file is written, the rename over it fails.
         let path = path("in-the-way");
         let limiter = Limiter::memory().state_file(&path);
-        std::fs::create_dir_all(path.join("occupied")).unwrap();
+        // After the first use, which reads the path (a directory there would be set aside).
         limiter.check("k", &RULES).await.unwrap();
+        std::fs::create_dir_all(path.join("occupied")).unwrap();
         assert!(limiter.save_state().await.is_err());
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         let left: Vec<_> = std::fs::read_dir(path.parent().unwrap())

@@ -21,6 +21,7 @@ impl MemoryBackend {
         &self,
         requests: &[Request<'_>],
     ) -> Result<Vec<RawDecision>, BackendError> {
+        self.started();
         let hashes: Vec<u64> = requests.iter().map(|r| self.hash(r.key)).collect();
         let mut indices: Vec<usize> = hashes.iter().map(|&h| self.shard_index(h)).collect();
         indices.sort_unstable();
