@@ -11,7 +11,8 @@
 //!
 //! - **Leaves**: `rule`, `calendar`, `algorithm_kind`, `limit_type`, `mode`, `error`,
 //!   `decision` (a check's answer and its receipt), `clock`, `random`, `sync` (the lock
-//!   helper), `throttle` (throttled logs), `warning`, `lockout`, `concurrency` (the data
+//!   helper), `background` (the one kind of background task on a caller's runtime),
+//!   `throttle` (throttled logs), `warning`, `lockout`, `concurrency` (the data
 //!   of a limit on calls in flight), `most_limited_keys`, `key` (the key layout),
 //!   `context` (the per-request identity) and `rule_text`. They own plain data and call
 //!   nothing above them.
@@ -54,6 +55,7 @@ mod algorithm_kind;
 #[cfg(feature = "axum")]
 pub mod axum;
 mod backend;
+mod background;
 mod bans;
 mod calendar;
 pub mod clock;

@@ -30,6 +30,9 @@ use hashbrown::HashMap;
 use tokio::sync::{watch, Notify};
 
 use crate::backend::{Draw, GiveBack, Request};
+#[cfg(feature = "redis")]
+use crate::background::TaskHold;
+use crate::background::{HasTask, TaskPlace};
 use crate::clock::Clock;
 use crate::decision::{CountedBy, RawDecision, Receipt};
 use crate::{sync, Algorithm, Rule};
@@ -92,8 +95,8 @@ pub(crate) struct Allowances {
     next_id: AtomicU64,
     /// Draws made (round trips for keys with an allowance), for tests and benchmarks.
     draws: AtomicU64,
-    /// Whether the give-back task runs.
-    giving_back: AtomicBool,
+    /// The give-back task's place (see `background.rs`).
+    giving_back: TaskPlace,
     /// Wakes the give-back task early: something is due.
     wake: Notify,
     /// Records drawn units when drawn and spends them for as long as a real hold: the design
@@ -288,7 +291,7 @@ impl Allowances {
             ends: Mutex::new(BinaryHeap::new()),
             next_id: AtomicU64::new(1),
             draws: AtomicU64::new(0),
-            giving_back: AtomicBool::new(false),
+            giving_back: TaskPlace::default(),
             wake: Notify::new(),
             naive: AtomicBool::new(false),
         }
@@ -705,21 +708,6 @@ impl Allowances {
             .map(|end_us| Duration::from_micros(end_us.saturating_sub(now_us)))
     }
 
-    /// Marks the give-back task running; `false` when it was already.
-    pub fn start_giving_back(&self) -> bool {
-        !self.giving_back.swap(true, Ordering::AcqRel)
-    }
-
-    /// Marks the give-back task stopped.
-    pub fn stopped_giving_back(&self) {
-        self.giving_back.store(false, Ordering::Release);
-    }
-
-    /// Whether the give-back task runs.
-    pub fn is_giving_back(&self) -> bool {
-        self.giving_back.load(Ordering::Acquire)
-    }
-
     /// Resolves when something is due before the task's sleep ends.
     pub async fn woken(&self) {
         self.wake.notified().await;
@@ -731,21 +719,11 @@ impl Allowances {
 /// lives, when the limiter is gone, or with its runtime.
 #[cfg(feature = "redis")]
 pub(crate) async fn give_backs(
-    allowances: std::sync::Weak<Allowances>,
+    mut hold: TaskHold<Allowances>,
     redis: std::sync::Weak<crate::backend::redis::RedisBackend>,
 ) {
-    /// Marks the task stopped when it ends, also when its runtime drops it.
-    struct Stopped(std::sync::Weak<Allowances>);
-    impl Drop for Stopped {
-        fn drop(&mut self) {
-            if let Some(allowances) = self.0.upgrade() {
-                allowances.stopped_giving_back();
-            }
-        }
-    }
-    let stopped = Stopped(allowances.clone());
     loop {
-        let Some(this) = allowances.upgrade() else {
+        let Some(this) = hold.owner() else {
             return;
         };
         let due = this.collect_due();
@@ -761,11 +739,11 @@ pub(crate) async fn give_backs(
             }
         }
         let Some(wait) = this.next_wait() else {
-            this.stopped_giving_back();
-            // A draw made since found the task running, and started none: look again.
-            if this.next_wait().is_none() || !this.start_giving_back() {
-                std::mem::forget(stopped);
-                return;
+            drop(this);
+            // A draw made meanwhile found the task running, and started none: go on.
+            match hold.end_if_idle(|allowances| allowances.next_wait().is_none()) {
+                Some(again) => hold = again,
+                None => return,
             }
             continue;
         };
@@ -774,6 +752,12 @@ pub(crate) async fn give_backs(
         let _ = tokio::time::timeout(wait, this.woken()).await;
         drop(this);
         tokio::time::sleep(GIVE_BACK_BATCH).await;
+    }
+}
+
+impl HasTask for Allowances {
+    fn task_place(&self) -> &TaskPlace {
+        &self.giving_back
     }
 }
 

@@ -201,23 +201,12 @@ impl Limiter {
     }
 
     /// Starts the task that gives allowances back at the end of their life, on the current
-    /// Tokio runtime, unless it runs (or there is no runtime). Like the overrides poll, it
-    /// holds the limiter's parts weakly and ends with its runtime; the next draw starts it
-    /// again, on its own runtime.
+    /// Tokio runtime, unless it runs (see `background.rs`).
     #[cfg(feature = "redis")]
     fn ensure_giving_back(&self, redis: &Arc<RedisBackend>) {
-        if self.allowances.is_giving_back() {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        if self.allowances.start_giving_back() {
-            runtime.spawn(allowance::give_backs(
-                Arc::downgrade(&self.allowances),
-                Arc::downgrade(redis),
-            ));
-        }
+        crate::background::start(&self.allowances, |hold| {
+            allowance::give_backs(hold, Arc::downgrade(redis))
+        });
     }
 
     /// The answer to `request`, by whoever gave it: a denial the backend gave is

@@ -26,10 +26,12 @@
 #![cfg_attr(not(feature = "redis"), allow(dead_code, unused_imports))]
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+#[cfg(feature = "redis")]
+use crate::background::TaskHold;
+use crate::background::{HasTask, TaskPlace};
 use crate::sync::lock;
 
 pub(crate) use crate::most_limited_keys::{CAP, KEPT_MINUTES};
@@ -110,8 +112,8 @@ pub(crate) struct Refusals {
     table: Mutex<HashMap<(String, String), VecDeque<Minute>>>,
     /// A Redis limiter's refusals not sent yet: (prefix, site, minute) -> identity -> n.
     pending: Mutex<Pending>,
-    /// Whether a flush task runs.
-    flushing: AtomicBool,
+    /// The flush task's place (see `background.rs`).
+    flushing: TaskPlace,
 }
 
 /// A site's minute under a prefix: (prefix, site, minute).
@@ -203,7 +205,7 @@ impl Refusals {
             pending.dropped += 1;
         }
         drop(guard);
-        !self.flushing.load(Ordering::Relaxed)
+        !self.flushing.is_taken()
     }
 
     /// What waits for a flush, taken; and how many refusals were dropped since the last.
@@ -213,80 +215,64 @@ impl Refusals {
         pending.identities = 0;
         (pending.batches.drain().collect(), dropped)
     }
-
-    /// Claims the flush task's place; `false` when one runs.
-    pub fn start_flushing(&self) -> bool {
-        !self.flushing.swap(true, Ordering::AcqRel)
-    }
 }
 
-/// Gives the flush task's place back when the task ends, however it ends (the limiter
-/// dropped, its runtime shut down): the next refusal starts another.
-pub(crate) struct Flushing(pub Weak<Refusals>);
-
-impl Drop for Flushing {
-    fn drop(&mut self) {
-        if let Some(refusals) = self.0.upgrade() {
-            refusals.flushing.store(false, Ordering::Release);
-        }
+impl HasTask for Refusals {
+    fn task_place(&self) -> &TaskPlace {
+        &self.flushing
     }
 }
 
 /// Starts the task that sends `refusals` to `redis` every [`FLUSH_EVERY`], on the current
-/// Tokio runtime, unless one runs (or there is no runtime: the next refusal tries again).
-/// The task holds both weakly, so it ends with its limiter; it also ends after a minute
-/// with nothing to send.
+/// Tokio runtime, unless one runs (see `background.rs`). It ends with its limiter, and
+/// after a minute with nothing to send.
 #[cfg(feature = "redis")]
 pub(crate) fn start_flushing(
     refusals: &Arc<Refusals>,
     redis: &Arc<crate::backend::redis::RedisBackend>,
 ) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    if !refusals.start_flushing() {
-        return;
-    }
-    let place = Flushing(Arc::downgrade(refusals));
-    let redis = Arc::downgrade(redis);
-    runtime.spawn(async move {
-        let mut idle = 0;
-        loop {
-            tokio::time::sleep(FLUSH_EVERY).await;
-            let (Some(refusals), Some(redis)) = (place.0.upgrade(), redis.upgrade()) else {
-                return;
-            };
-            let (batches, dropped) = refusals.take_pending();
-            if dropped > 0 {
-                tracing::warn!(
+    crate::background::start(refusals, |hold| flush(hold, Arc::downgrade(redis)));
+}
+
+#[cfg(feature = "redis")]
+async fn flush(
+    mut hold: TaskHold<Refusals>,
+    redis: std::sync::Weak<crate::backend::redis::RedisBackend>,
+) {
+    let mut idle = 0;
+    loop {
+        tokio::time::sleep(FLUSH_EVERY).await;
+        let (Some(refusals), Some(redis)) = (hold.owner(), redis.upgrade()) else {
+            return;
+        };
+        let (batches, dropped) = refusals.take_pending();
+        if dropped > 0 {
+            tracing::warn!(
+                target: "redis_ratelimit",
+                dropped,
+                "too many refused identities to count in one second; {dropped} refusals \
+                 are missing from most_limited"
+            );
+        }
+        idle = if batches.is_empty() { idle + 1 } else { 0 };
+        for ((prefix, site, minute), counts) in batches {
+            if let Err(err) = redis.add_refusals(&prefix, &site, minute, &counts).await {
+                tracing::debug!(
                     target: "redis_ratelimit",
-                    dropped,
-                    "too many refused identities to count in one second; {dropped} refusals \
-                     are missing from most_limited"
+                    error = %err,
+                    site,
+                    "refusals not sent to most_limited"
                 );
             }
-            idle = if batches.is_empty() { idle + 1 } else { 0 };
-            for ((prefix, site, minute), counts) in batches {
-                if let Err(err) = redis.add_refusals(&prefix, &site, minute, &counts).await {
-                    tracing::debug!(
-                        target: "redis_ratelimit",
-                        error = %err,
-                        site,
-                        "refusals not sent to most_limited"
-                    );
-                }
-            }
-            if idle >= 60 {
-                // Give the place back, unless a refusal came in meanwhile.
-                refusals.flushing.store(false, Ordering::Release);
-                if lock(&refusals.pending).batches.is_empty() || !refusals.start_flushing() {
-                    std::mem::forget(place);
-                    return;
-                }
-                idle = 0;
+        }
+        if idle >= 60 {
+            // Unless a refusal came in meanwhile.
+            match hold.end_if_idle(|refusals| lock(&refusals.pending).batches.is_empty()) {
+                Some(again) => (hold, idle) = (again, 0),
+                None => return,
             }
         }
-    });
+    }
 }
 
 #[cfg(test)]
