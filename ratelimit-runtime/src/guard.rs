@@ -313,40 +313,30 @@ pub(crate) use checking::{check_listed, GuardSite};
 mod checking {
     use std::num::NonZeroU64;
 
-    use crate::key::KeyTemplate;
-    use crate::site;
-    use crate::site_config::SiteConfig;
+    use crate::site::{self, Site};
     use crate::slot::Slot;
-    use crate::{registry, Limiter, RateLimitError};
+    use crate::{Limiter, RateLimitError};
 
     use super::Guard;
 
-    /// A guard held by a layer: its configuration and the constant part of its keys, built
-    /// once, when the guard is added.
+    /// A guard held by a layer: its site, built once, when the guard is added, and the
+    /// limiter it checks on (`None`: the global one).
     #[derive(Clone, Debug)]
     pub(crate) struct GuardSite {
-        name: &'static str,
-        config: SiteConfig,
+        site: Site,
         limiter: Option<&'static Limiter>,
-        template: KeyTemplate,
     }
 
     impl From<Guard> for GuardSite {
-        /// Builds the guard's key template and registers its site, so that the limiter's
-        /// `rules_in_force` and `mode_in_force` know it (and two sites counting one path
-        /// differently are reported).
         fn from(guard: Guard) -> GuardSite {
             let Guard {
                 name,
                 config,
                 limiter,
             } = guard;
-            registry::register(config, name, name, "");
             GuardSite {
-                name,
-                config,
+                site: Site::new(config, name, name, ""),
                 limiter,
-                template: KeyTemplate::new(config.prefix, config.limit_type, name),
             }
         }
     }
@@ -354,22 +344,19 @@ mod checking {
     impl GuardSite {
         /// The guard's name.
         pub(crate) fn name(&self) -> &'static str {
-            self.name
+            self.site.path
         }
 
         /// Checks (and counts) the current request: the guarded step of an attribute's
         /// call, with the identity the layer put in the request's context. Nothing is
-        /// given back afterwards (a guard has no `charge_if`).
-        /// Checks the request; the slot it took, when the guard has a concurrency limit,
-        /// to be held until the response has been sent.
+        /// given back afterwards (a guard has no `charge_if`). The slot it took, when the
+        /// guard has a concurrency limit, is held until the response has been sent.
         pub(crate) async fn check(&self) -> Result<Option<Slot>, RateLimitError> {
             let limiter = self.limiter.unwrap_or_else(crate::global);
-            let context_key =
-                site::key_from_context(&self.template, &self.config, self.name, limiter);
-            let Some(key) = context_key? else {
+            let Some(key) = self.site.key_from_context(limiter)? else {
                 return Ok(None);
             };
-            let guarded = site::guard(&self.config, self.name, limiter, key, NonZeroU64::MIN, None);
+            let guarded = self.site.guard(limiter, key, NonZeroU64::MIN, None);
             let permit = guarded.answer().await?;
             // What it took stays taken; its slot is held by the response.
             Ok(permit.into_slot())
@@ -380,7 +367,8 @@ mod checking {
         /// limit on calls in flight (its slot is taken with its units, in a script of its
         /// own) or a wait for room (it sleeps on its own refusals alone).
         pub(crate) fn is_listed(&self) -> bool {
-            self.config.concurrency.is_none() && self.config.wait.is_none()
+            let config = &self.site.config;
+            config.concurrency.is_none() && config.wait.is_none()
         }
     }
 
@@ -397,12 +385,10 @@ mod checking {
         let mut refused = None;
         for guard in guards.iter().filter(|guard| guard.is_listed()) {
             let limiter = guard.limiter.unwrap_or_else(crate::global);
-            let context_key =
-                site::key_from_context(&guard.template, &guard.config, guard.name, limiter);
-            let Some(key) = context_key? else {
+            let Some(key) = guard.site.key_from_context(limiter)? else {
                 continue;
             };
-            let listed = match site::listed(&guard.config, guard.name, limiter, key) {
+            let listed = match guard.site.listed(limiter, key) {
                 Ok(listed) => listed,
                 // Unchecked, or refused at once (a ban): the list is not asked.
                 Err(answered) => {

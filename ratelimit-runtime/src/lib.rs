@@ -40,7 +40,9 @@
 //!   renewal) sit beside the limiter: it calls them; they call `backend` and the leaves.
 //! - **`site`**, `site_config`, `registry`, `guard` and `global` own guarded call sites:
 //!   what `#[rate_limiter]` expands to and the router's guards, turning a call into a key
-//!   and a check of the `Limiter`. They call `limiter` and everything below it.
+//!   and a check of the `Limiter`. One type, `site::Site`, is a site once its path is
+//!   known (registered once; its key from the request; the guarded step), for the
+//!   attribute's `CallSite`, a layer's guard and the outbound middleware alike. They call `limiter` and everything below it.
 //! - **Faces**: `web` (what the framework integrations share: client IP, response fields,
 //!   problem bodies, the middleware), `tower`, `axum`, `tonic`, `actix` and `reqwest`.
 //!   They turn a framework's request into a check through `guard`/`site` and the answer

@@ -203,22 +203,14 @@ impl fmt::Debug for Limiter {
         }
         debug
             .field("fail_open", &self.failover.is_fail_open())
-            .field("fallback", &Fallbacks(self.failover.fallbacks()))
+            .field(
+                "fallback",
+                &self.stores().skip(1).map(Store::name).collect::<Vec<_>>(),
+            )
             .field("deny_cache", &self.deny_cache.is_some())
             .field("shadow", &self.shadow)
             .field("rules_poll", &self.rules_poll)
             .field("on_warning", &crate::warning::HookSet(&self.warning_hook))
-            .finish()
-    }
-}
-
-/// The fallbacks' backends, for `Debug`.
-struct Fallbacks<'a>(&'a [Store]);
-
-impl fmt::Debug for Fallbacks<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_list()
-            .entries(self.0.iter().map(Store::name))
             .finish()
     }
 }

@@ -33,10 +33,11 @@ use reqwest::{Request, Response, StatusCode};
 use reqwest_middleware::{Middleware, Next};
 
 use crate::key::push_identity;
+use crate::site::Site;
 use crate::site_config::SiteConfig;
 use crate::sync::lock;
 use crate::throttle::throttled;
-use crate::{context, registry, site, Algorithm, LimitType, Limiter, RateLimitError, Rule};
+use crate::{context, Algorithm, LimitType, Limiter, RateLimitError, Rule};
 
 /// A [`reqwest_middleware::Middleware`] that sends a request only once the API's budget
 /// has room for it, shared by every client of the same `name` on the same limiter, in any
@@ -133,7 +134,7 @@ pub struct RateLimitMiddleware {
 
 #[derive(Clone, Debug)]
 struct Built {
-    path: &'static str,
+    site: Site,
     key: &'static str,
 }
 
@@ -334,9 +335,8 @@ impl RateLimitMiddleware {
     fn built(&self) -> &Built {
         self.built.get_or_init(|| {
             let path = intern(format!("out:{}", self.name));
-            registry::register(self.config, path, path, "");
             Built {
-                path,
+                site: Site::new(self.config, path, path, ""),
                 key: intern(format!("{}{path}", self.config.prefix)),
             }
         })
@@ -361,14 +361,12 @@ impl RateLimitMiddleware {
     async fn admit(
         &self,
         limiter: &Limiter,
-        path: &'static str,
+        site: &Site,
         key: Cow<'static, str>,
         cost: NonZeroU64,
     ) -> Result<(), RateLimitError> {
         context::unrecorded(async {
-            let permit = site::guard(&self.config, path, limiter, key, cost, None)
-                .answer()
-                .await?;
+            let permit = site.guard(limiter, key, cost, None).answer().await?;
             // What it took stays taken: the request is sent.
             drop(permit);
             Ok(())
@@ -423,7 +421,7 @@ impl Middleware for RateLimitMiddleware {
         let key = self.key(built, &request);
         let cost = self.cost.map_or(1, |cost| cost(&request));
         if let Some(cost) = NonZeroU64::new(cost) {
-            self.admit(limiter, built.path, key.clone(), cost)
+            self.admit(limiter, &built.site, key.clone(), cost)
                 .await
                 .map_err(reqwest_middleware::Error::middleware)?;
         }
@@ -507,7 +505,7 @@ mod tests {
         let request = |url: &str| Request::new(reqwest::Method::GET, url.parse().unwrap());
         let shared = RateLimitMiddleware::new("reqwest.tests.keys", &RULES);
         let built = shared.built();
-        assert_eq!(built.path, "out:reqwest.tests.keys");
+        assert_eq!(built.site.path, "out:reqwest.tests.keys");
         let key = shared.key(built, &request("http://api.example:8080/v1"));
         assert_eq!(key, "rate_limit:out:reqwest.tests.keys");
 

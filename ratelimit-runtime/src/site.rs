@@ -32,16 +32,44 @@ pub struct CallSite {
     name: Option<&'static str>,
     /// Where the attribute is written (`file:line:column`), to tell sites apart in warnings.
     location: &'static str,
-    built: OnceLock<Built>,
+    built: OnceLock<Site>,
 }
 
-/// What a call site builds on its first call.
-#[derive(Debug)]
-struct Built {
+/// A guarded site once its path is known: its configuration, the path part of its keys
+/// (also its metric label and the field of its overrides) and the constant part of its
+/// keys, registered once. The attribute's call site makes one at its first call, a layer
+/// guard when it is added, the outbound middleware at its first request; each guards its
+/// calls through it: the key from the request ([`key_from_context`](Self::key_from_context)),
+/// then the guarded step ([`guard`](Self::guard), or [`listed`](Self::listed) in a list).
+#[derive(Clone, Debug)]
+pub(crate) struct Site {
+    pub(crate) config: SiteConfig,
+    pub(crate) path: &'static str,
     template: KeyTemplate,
-    /// The path part of its keys: the `name`, or the function's path. Also the site's
-    /// metric label and the field of its rule overrides.
-    path: &'static str,
+}
+
+impl Site {
+    /// The site `config` at `path`, registered (for `function`, written at `location`: the
+    /// attribute's; else both empty), so that the limiter's `rules_in_force` and
+    /// `mode_in_force` know it and two sites counting one path differently are reported.
+    pub(crate) fn new(
+        config: SiteConfig,
+        path: &'static str,
+        function: &str,
+        location: &'static str,
+    ) -> Site {
+        registry::register(config, path, function, location);
+        Site {
+            config,
+            path,
+            template: KeyTemplate::new(config.prefix, config.limit_type, path),
+        }
+    }
+
+    /// The key for `identity` (the attribute's `by = ...`).
+    pub(crate) fn key_for(&self, identity: impl fmt::Display) -> Cow<'static, str> {
+        Cow::Owned(self.template.key_for(identity))
+    }
 }
 
 impl CallSite {
@@ -75,7 +103,7 @@ impl CallSite {
     ///
     /// Built once per call site; this first call also registers the site's path, so that
     /// two sites counting one path differently are reported.
-    fn built(&'static self, probe: &str) -> &'static Built {
+    fn built(&'static self, probe: &str) -> &'static Site {
         self.built.get_or_init(|| {
             let function = function_path(probe);
             let path: &'static str = match self.name {
@@ -83,30 +111,25 @@ impl CallSite {
                 // Once per call site, for the life of the process.
                 None => Box::leak(function.clone().into_boxed_str()),
             };
-            registry::register(self.config, path, &function, self.location);
-            Built {
-                template: KeyTemplate::new(self.config.prefix, self.config.limit_type, path),
-                path,
-            }
+            Site::new(self.config, path, &function, self.location)
         })
     }
 
     /// The key for an identity given by the attribute's `by = ...`.
     pub fn key_by(&'static self, probe: &str, identity: impl fmt::Display) -> Cow<'static, str> {
-        Cow::Owned(self.built(probe).template.key_for(identity))
+        self.built(probe).key_for(identity)
     }
 
     /// The key for the identity the limit type reads from the request context
     /// (none for `GLOBAL`); `None` when there is no identity but the site is off on
-    /// `limiter` (see [`key_from_context`]). The expansion asks for it only when the
+    /// `limiter` (see [`Site::key_from_context`]). The expansion asks for it only when the
     /// request is not exempt.
     pub fn key_from_context(
         &'static self,
         probe: &str,
         limiter: &Limiter,
     ) -> Result<Option<Cow<'static, str>>, RateLimitError> {
-        let Built { template, path } = self.built(probe);
-        key_from_context(template, &self.config, path, limiter)
+        self.built(probe).key_from_context(limiter)
     }
 
     /// Checks (and counts) one call using `cost` units (the expansion skips the check of a
@@ -126,40 +149,143 @@ impl CallSite {
         cost: NonZeroU64,
         rules: Option<&[Rule]>,
     ) -> Guarded<'a> {
-        let path = self.built.get().map_or("", |built| built.path);
-        guard(&self.config, path, limiter, key, cost, rules)
+        let site = self
+            .built
+            .get()
+            .expect("a call's key, which builds its site, comes first");
+        site.guard(limiter, key, cost, rules)
     }
 }
 
-/// The key the site `config` at `path` counts the current request under. A request
-/// without the identity its limit type needs is refused with `MissingIdentity` by an
-/// enforcing site; on `limiter`, an off site (the kill switch) checks nothing, so nothing
-/// is missing, and a shadow site runs every call (it reports the misconfiguration): for
-/// both the answer is `None`, the call runs unchecked.
-pub(crate) fn key_from_context(
-    template: &KeyTemplate,
-    config: &SiteConfig,
-    path: &str,
-    limiter: &Limiter,
-) -> Result<Option<Cow<'static, str>>, RateLimitError> {
-    let missing = match identity_key(template, config.limit_type) {
-        Ok(key) => return Ok(Some(key)),
-        Err(missing) => missing,
-    };
-    let compiled = config.compiled_rules();
-    match limiter
-        .site_policy(config.prefix, path, compiled, config.shadow)
-        .1
-    {
-        Mode::Enforce => {
-            report_misconfiguration(path, &missing);
-            Err(missing)
+impl Site {
+    /// The key the site counts the current request under. A request without the identity
+    /// its limit type needs is refused with `MissingIdentity` by an enforcing site; on
+    /// `limiter`, an off site (the kill switch) checks nothing, so nothing is missing, and
+    /// a shadow site runs every call (it reports the misconfiguration): for both the
+    /// answer is `None`, the call runs unchecked.
+    pub(crate) fn key_from_context(
+        &self,
+        limiter: &Limiter,
+    ) -> Result<Option<Cow<'static, str>>, RateLimitError> {
+        let Site { config, path, .. } = self;
+        let missing = match identity_key(&self.template, config.limit_type) {
+            Ok(key) => return Ok(Some(key)),
+            Err(missing) => missing,
+        };
+        let compiled = config.compiled_rules();
+        match limiter
+            .site_policy(config.prefix, path, compiled, config.shadow)
+            .1
+        {
+            Mode::Enforce => {
+                report_misconfiguration(path, &missing);
+                Err(missing)
+            }
+            Mode::Shadow => {
+                report_shadow_misconfiguration(path, &missing);
+                Ok(None)
+            }
+            Mode::Off => Ok(None),
         }
-        Mode::Shadow => {
-            report_shadow_misconfiguration(path, &missing);
-            Ok(None)
+    }
+
+    /// The guarded step: what every guarded check (an attribute's, a layer guard's) does
+    /// around the check pipeline.
+    ///
+    /// The site's mode first (`Off`: nothing is checked), then the rules in force (an
+    /// operator's override, else the call's own `rules`, else the compiled ones; none: the
+    /// call runs unchecked), then the check itself, then the answer: a denial refuses the call
+    /// unless the site is in shadow mode, a backend failure lets it through when the limiter
+    /// is fail-open.
+    ///
+    /// Synchronous as far as it can be: a call answered at once (by the embedded backend, the
+    /// deny cache, its mode) builds no future; only one that waits for Redis, or for room,
+    /// gets a boxed one owning its key.
+    pub(crate) fn guard<'a>(
+        &'a self,
+        limiter: &'a Limiter,
+        key: Cow<'static, str>,
+        cost: NonZeroU64,
+        rules: Option<&[Rule]>,
+    ) -> Guarded<'a> {
+        let (step, rules, key) = match self.policy(limiter, key, cost, rules) {
+            Ok(policy) => policy,
+            Err(answered) => return Guarded::Ready(answered),
+        };
+        // A slot to take with the rules, when the site limits calls in flight.
+        let ask = self.config.concurrency.map(SlotAsk::new);
+        match step.plan(&key, &rules, ask.as_ref()).begin() {
+            Begun::Answered(result) => {
+                let result = match ask {
+                    None => decided(result, &rules),
+                    Some(_) => decided_with_slot(result, &rules),
+                };
+                Guarded::Ready(step.answer(result, key, rules, ask.as_ref()))
+            }
+            Begun::Waits(waits) => {
+                let rules = step.owned(rules);
+                Guarded::Waiting(boxed_in_place(|| async move {
+                    // The plan again, over the key and rules this future owns now.
+                    let result = step.plan(&key, &rules, ask.as_ref()).resume(waits).await;
+                    step.answer(result, key, rules, ask.as_ref())
+                }))
+            }
         }
-        Mode::Off => Ok(None),
+    }
+
+    /// The first steps of a guarded check: the site's mode (`Off`: unchecked), the rules in
+    /// force (none: unchecked), an operator's ban; the check's step, rules and key when it is
+    /// to be asked, else its answer.
+    #[inline]
+    #[allow(clippy::type_complexity)]
+    fn policy<'a, 'r>(
+        &'a self,
+        limiter: &'a Limiter,
+        key: Cow<'static, str>,
+        cost: NonZeroU64,
+        rules: Option<&'r [Rule]>,
+    ) -> Result<
+        (GuardedCheck<'a>, Cow<'r, [Rule]>, Cow<'static, str>),
+        Result<Permit<'a>, RateLimitError>,
+    > {
+        let Site { config, path, .. } = self;
+        let (in_force, mode) =
+            limiter.site_policy(config.prefix, path, config.compiled_rules(), config.shadow);
+        if mode == Mode::Off {
+            return Err(Ok(Permit::NOTHING));
+        }
+        let rules: Cow<'r, [Rule]> = match rules {
+            // An operator's override of the ordinary rules wins over the call's own.
+            Some(given) if in_force.ordinary().is_empty() => match in_force.duplicate() {
+                None => Cow::Borrowed(given),
+                Some(duplicate) => Cow::Owned(given.iter().copied().chain([duplicate]).collect()),
+            },
+            _ => Cow::Borrowed(in_force.rules),
+        };
+        if rules.is_empty() {
+            return Err(Ok(Permit::NOTHING));
+        }
+        let step = GuardedCheck {
+            site: self,
+            limiter,
+            in_force,
+            shadow: mode == Mode::Shadow,
+            cost,
+        };
+        // An operator's ban refuses the caller whatever its counts, in memory, counting nothing.
+        if let Some(left_us) = limiter.ban_left_us(&key, config.prefix, path) {
+            let banned = RawDecision {
+                allowed: false,
+                rule_index: 0,
+                remaining: 0,
+                reset_after_us: left_us,
+                retry_after_us: left_us,
+                receipt: Receipt::NONE,
+                crossed: None,
+            };
+            return Err(step.answer(Ok(banned.into_decision(&rules)), key, rules, None));
+        }
+        Ok((step, rules, key))
     }
 }
 
@@ -186,111 +312,10 @@ fn identity_key(
     key.ok_or(RateLimitError::MissingIdentity { limit_type })
 }
 
-/// The guarded step: what every guarded check (an attribute's, a layer guard's) does
-/// around the check pipeline.
-///
-/// The site's mode first (`Off`: nothing is checked), then the rules in force (an
-/// operator's override, else the call's own `rules`, else the compiled ones; none: the
-/// call runs unchecked), then the check itself, then the answer: a denial refuses the call
-/// unless the site is in shadow mode, a backend failure lets it through when the limiter
-/// is fail-open.
-///
-/// Synchronous as far as it can be: a call answered at once (by the embedded backend, the
-/// deny cache, its mode) builds no future; only one that waits for Redis, or for room,
-/// gets a boxed one owning its key.
-pub(crate) fn guard<'a>(
-    config: &'a SiteConfig,
-    path: &'static str,
-    limiter: &'a Limiter,
-    key: Cow<'static, str>,
-    cost: NonZeroU64,
-    rules: Option<&[Rule]>,
-) -> Guarded<'a> {
-    let (step, rules, key) = match policy(config, path, limiter, key, cost, rules) {
-        Ok(policy) => policy,
-        Err(answered) => return Guarded::Ready(answered),
-    };
-    // A slot to take with the rules, when the site limits calls in flight.
-    let ask = config.concurrency.map(SlotAsk::new);
-    match step.plan(&key, &rules, ask.as_ref()).begin() {
-        Begun::Answered(result) => {
-            let result = match ask {
-                None => decided(result, &rules),
-                Some(_) => decided_with_slot(result, &rules),
-            };
-            Guarded::Ready(step.answer(result, key, rules, ask.as_ref()))
-        }
-        Begun::Waits(waits) => {
-            let rules = step.owned(rules);
-            Guarded::Waiting(boxed_in_place(|| async move {
-                // The plan again, over the key and rules this future owns now.
-                let result = step.plan(&key, &rules, ask.as_ref()).resume(waits).await;
-                step.answer(result, key, rules, ask.as_ref())
-            }))
-        }
-    }
-}
-
-/// The first steps of a guarded check: the site's mode (`Off`: unchecked), the rules in
-/// force (none: unchecked), an operator's ban; the check's step, rules and key when it is
-/// to be asked, else its answer.
-#[inline]
-#[allow(clippy::type_complexity)]
-fn policy<'a, 'r>(
-    config: &'a SiteConfig,
-    path: &'static str,
-    limiter: &'a Limiter,
-    key: Cow<'static, str>,
-    cost: NonZeroU64,
-    rules: Option<&'r [Rule]>,
-) -> Result<
-    (GuardedCheck<'a>, Cow<'r, [Rule]>, Cow<'static, str>),
-    Result<Permit<'a>, RateLimitError>,
-> {
-    let (in_force, mode) =
-        limiter.site_policy(config.prefix, path, config.compiled_rules(), config.shadow);
-    if mode == Mode::Off {
-        return Err(Ok(Permit::NOTHING));
-    }
-    let rules: Cow<'r, [Rule]> = match rules {
-        // An operator's override of the ordinary rules wins over the call's own.
-        Some(given) if in_force.ordinary().is_empty() => match in_force.duplicate() {
-            None => Cow::Borrowed(given),
-            Some(duplicate) => Cow::Owned(given.iter().copied().chain([duplicate]).collect()),
-        },
-        _ => Cow::Borrowed(in_force.rules),
-    };
-    if rules.is_empty() {
-        return Err(Ok(Permit::NOTHING));
-    }
-    let step = GuardedCheck {
-        config,
-        path,
-        limiter,
-        in_force,
-        shadow: mode == Mode::Shadow,
-        cost,
-    };
-    // An operator's ban refuses the caller whatever its counts, in memory, counting nothing.
-    if let Some(left_us) = limiter.ban_left_us(&key, config.prefix, path) {
-        let banned = RawDecision {
-            allowed: false,
-            rule_index: 0,
-            remaining: 0,
-            reset_after_us: left_us,
-            retry_after_us: left_us,
-            receipt: Receipt::NONE,
-            crossed: None,
-        };
-        return Err(step.answer(Ok(banned.into_decision(&rules)), key, rules, None));
-    }
-    Ok((step, rules, key))
-}
-
 /// A guarded check of a site without slots, to be counted with others as one
-/// (`Limiter::check_all`: a layer's guards): [`listed`] prepares it, its
+/// (`Limiter::check_all`: a layer's guards): [`Site::listed`] prepares it, its
 /// [`plan`](Listed::plan) goes into the list, and [`answer`](Listed::answer) turns the
-/// list's decision for it into the call's answer, as [`guard`] would.
+/// list's decision for it into the call's answer, as [`Site::guard`] would.
 #[cfg(any(feature = "tower", feature = "actix"))]
 pub(crate) struct Listed<'a> {
     step: GuardedCheck<'a>,
@@ -298,20 +323,24 @@ pub(crate) struct Listed<'a> {
     rules: Cow<'static, [Rule]>,
 }
 
-/// The check of `key` by the site at `path`, prepared for a list: `Err` with its answer
-/// when it needs no check (its mode is off, it has no rules) or is refused at once (a
-/// ban). The site must take no slot.
 #[cfg(any(feature = "tower", feature = "actix"))]
-pub(crate) fn listed<'a>(
-    config: &'a SiteConfig,
-    path: &'static str,
-    limiter: &'a Limiter,
-    key: Cow<'static, str>,
-) -> Result<Listed<'a>, Result<Permit<'a>, RateLimitError>> {
-    debug_assert!(config.concurrency.is_none(), "a listed site takes no slot");
-    let (step, rules, key) = policy(config, path, limiter, key, NonZeroU64::MIN, None)?;
-    let rules = step.owned(rules);
-    Ok(Listed { step, key, rules })
+impl Site {
+    /// The check of `key` by this site, prepared for a list: `Err` with its answer when it
+    /// needs no check (its mode is off, it has no rules) or is refused at once (a ban). The
+    /// site must take no slot.
+    pub(crate) fn listed<'a>(
+        &'a self,
+        limiter: &'a Limiter,
+        key: Cow<'static, str>,
+    ) -> Result<Listed<'a>, Result<Permit<'a>, RateLimitError>> {
+        debug_assert!(
+            self.config.concurrency.is_none(),
+            "a listed site takes no slot"
+        );
+        let (step, rules, key) = self.policy(limiter, key, NonZeroU64::MIN, None)?;
+        let rules = step.owned(rules);
+        Ok(Listed { step, key, rules })
+    }
 }
 
 #[cfg(any(feature = "tower", feature = "actix"))]
@@ -371,8 +400,7 @@ impl fmt::Debug for Guarded<'_> {
 /// One guarded check, once its mode and rules are known.
 #[derive(Clone, Copy)]
 struct GuardedCheck<'a> {
-    config: &'a SiteConfig,
-    path: &'static str,
+    site: &'a Site,
     limiter: &'a Limiter,
     in_force: SiteRules,
     shadow: bool,
@@ -386,7 +414,7 @@ impl<'a> GuardedCheck<'a> {
     where
         'a: 'p,
     {
-        let config = self.config;
+        let config = &self.site.config;
         let request = Request {
             key,
             rules,
@@ -410,7 +438,7 @@ impl<'a> GuardedCheck<'a> {
         };
         // A shadow site never waits: it refuses nothing.
         let wait = config.wait.filter(|_| !self.shadow);
-        Plan::guarded(self.limiter, request, self.path, wait, self.shadow)
+        Plan::guarded(self.limiter, request, self.site.path, wait, self.shadow)
     }
 
     /// The check's `result`, as the guarded call's answer: its permit, or why it must not
@@ -443,14 +471,14 @@ impl<'a> GuardedCheck<'a> {
                         rules => intern(rules)?,
                     },
                     duplicate_rule: self.in_force.duplicate_rule,
-                    concurrency: self.config.concurrency.map(|c| c.max),
+                    concurrency: self.site.config.concurrency.map(|c| c.max),
                 })
             });
             if !decision.allowed {
                 return Err(RateLimitError::Limited {
                     retry_after: decision.retry_after.unwrap_or(Duration::MAX),
                     rule: decision.rule,
-                    message: self.config.message,
+                    message: self.site.config.message,
                     key: key.into_owned(),
                 });
             }
@@ -464,7 +492,7 @@ impl<'a> GuardedCheck<'a> {
             ))
         });
         // Only a site that may give its units back (`charge_if`) keeps what it took.
-        if !self.config.refunds {
+        if !self.site.config.refunds {
             return Ok(Permit {
                 slot,
                 ..Permit::NOTHING

@@ -58,28 +58,19 @@ impl Failover {
     pub(super) async fn check(
         &self,
         request: &Request<'_>,
-        mut err: BackendError,
-        mut by: AnsweredBy,
+        err: BackendError,
+        by: AnsweredBy,
     ) -> Answer {
-        for fallback in self.fallbacks.iter() {
-            if !hands_over(&err) {
-                break;
-            }
-            self.warn_failed(request.key, &err, "counting on the fallback");
-            by = fallback.answered_by().by_fallback();
-            match fallback.check(request).await {
-                Ok(raw) => {
-                    return Answer {
-                        result: Ok(raw),
-                        by,
-                    }
-                }
-                Err(failed) => err = failed,
-            }
-        }
-        Answer {
-            result: Err(err),
-            by,
+        let answered = self.first_answer(request.key, err, by, |store| store.check(request));
+        match answered.await {
+            Ok((raw, by)) => Answer {
+                result: Ok(raw),
+                by,
+            },
+            Err((err, by)) => Answer {
+                result: Err(err),
+                by,
+            },
         }
     }
 
@@ -88,17 +79,34 @@ impl Failover {
     pub(super) async fn check_all(
         &self,
         requests: &[Request<'_>],
+        err: BackendError,
+        by: AnsweredBy,
+    ) -> ListAnswer {
+        let key = requests[0].key;
+        self.first_answer(key, err, by, |store| store.check_all(requests))
+            .await
+    }
+
+    /// The answer of the first fallback that gives one to `ask`, after a failure `err` of
+    /// the store answering as `by` for `key`; else the last error.
+    async fn first_answer<'f, T, F>(
+        &'f self,
+        key: &str,
         mut err: BackendError,
         mut by: AnsweredBy,
-    ) -> ListAnswer {
+        ask: impl Fn(&'f Store) -> F,
+    ) -> Result<(T, AnsweredBy), (BackendError, AnsweredBy)>
+    where
+        F: std::future::Future<Output = Result<T, BackendError>>,
+    {
         for fallback in self.fallbacks.iter() {
             if !hands_over(&err) {
                 break;
             }
-            self.warn_failed(requests[0].key, &err, "counting on the fallback");
+            self.warn_failed(key, &err, "counting on the fallback");
             by = fallback.answered_by().by_fallback();
-            match fallback.check_all(requests).await {
-                Ok(raws) => return Ok((raws, by)),
+            match ask(fallback).await {
+                Ok(answer) => return Ok((answer, by)),
                 Err(failed) => err = failed,
             }
         }
