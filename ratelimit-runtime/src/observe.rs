@@ -28,7 +28,7 @@ pub(crate) const PROGRAMMATIC_SITE: &str = "programmatic (site)";
 /// Who makes a check. What a check is, not read from a name: a guarded site may be named
 /// `programmatic`, and is a site all the same (its refusals are in `most_limited`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Site {
+pub(crate) enum Checker {
     /// A guarded site (an attribute's, a layer guard's), by its path: the `name`, else
     /// the function's path.
     Guarded(&'static str),
@@ -36,15 +36,15 @@ pub(crate) enum Site {
     Programmatic,
 }
 
-impl Site {
+impl Checker {
     /// The `site` label of the metrics, the span and a [`Warning`](crate::Warning): a
     /// guarded site's path, [`PROGRAMMATIC`] for programmatic checks.
     #[inline]
     pub fn label(self) -> &'static str {
         match self {
-            Site::Programmatic => PROGRAMMATIC,
-            Site::Guarded(PROGRAMMATIC) => PROGRAMMATIC_SITE,
-            Site::Guarded(path) => path,
+            Checker::Programmatic => PROGRAMMATIC,
+            Checker::Guarded(PROGRAMMATIC) => PROGRAMMATIC_SITE,
+            Checker::Guarded(path) => path,
         }
     }
 }

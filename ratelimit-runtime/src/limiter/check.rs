@@ -20,7 +20,7 @@ use tracing::Instrument as _;
 use super::{Limiter, Now};
 use crate::backend::Request;
 use crate::decision::RawDecision;
-use crate::observe::{Answer, Observation, Site};
+use crate::observe::{Answer, Checker, Observation};
 use crate::{clock, random, Algorithm, BackendError, Decision, Rule};
 
 /// A check (or peek) of one key: returned by [`Limiter::check`] and [`Limiter::peek`],
@@ -57,7 +57,7 @@ pub(crate) struct Plan<'a> {
     limiter: &'a Limiter,
     request: Request<'a>,
     /// Who makes the check: a guarded site, or the caller of `check`/`peek`.
-    site: Site,
+    site: Checker,
     /// What a denial does.
     on_denial: OnDenial,
 }
@@ -113,7 +113,7 @@ impl<'a> Check<'a> {
                     allowance_ms: limiter.allowance_ms(None),
                     ..request
                 },
-                site: Site::Programmatic,
+                site: Checker::Programmatic,
                 on_denial: OnDenial::ANSWER,
             },
             running: None,
@@ -340,7 +340,7 @@ impl<'a> Plan<'a> {
         Plan {
             limiter,
             request,
-            site: Site::Guarded(site),
+            site: Checker::Guarded(site),
             on_denial: match shadow {
                 true => OnDenial::SHADOW,
                 false => OnDenial::wait(wait),
@@ -359,7 +359,7 @@ impl<'a> Plan<'a> {
         Plan {
             limiter,
             request,
-            site: Site::Programmatic,
+            site: Checker::Programmatic,
             on_denial: OnDenial::wait(wait),
         }
     }
@@ -442,7 +442,7 @@ impl<'a> Plan<'a> {
             self.limiter
                 .warned(site, self.request.key, self.request.rules, crossings);
         }
-        if let Site::Guarded(path) = self.site {
+        if let Checker::Guarded(path) = self.site {
             if !raw.allowed && !self.is_shadow() {
                 self.limiter.refused(path, self.request.key);
             }

@@ -1,6 +1,6 @@
 //! What the tower layer and the actix-web middleware are, written once: the [`Settings`]
 //! both builders delegate to, the [`RequestContext`] they build for a request, and the
-//! work around the inner service ([`Admission`], [`ResponseFuture`]): the layer's guards,
+//! work around the inner service ([`AdmittedRequest`], [`ResponseFuture`]): the layer's guards,
 //! then the inner service, then the rate-limit fields of the response.
 //!
 //! An integration only says how to read its request ([`Request`]: header lines; the peer
@@ -190,10 +190,10 @@ impl<R: Request> Settings<R> {
 
     /// Admits `req`, whose connection comes from `peer`: what the integration does before
     /// the inner service. The request's context holds the client IP, the user id and the
-    /// exemption. Unless the admission [checks guards](Admission::checks_guards), run the
-    /// inner service's future with [`Admission::run`]; else give the call to
-    /// [`Admission::run_guarded`].
-    pub(crate) fn admit(&self, req: &R, peer: Option<IpAddr>) -> Admission {
+    /// exemption. Unless the admission [checks guards](AdmittedRequest::checks_guards), run the
+    /// inner service's future with [`AdmittedRequest::run`]; else give the call to
+    /// [`AdmittedRequest::run_guarded`].
+    pub(crate) fn admit(&self, req: &R, peer: Option<IpAddr>) -> AdmittedRequest {
         let mut ctx = RequestContext::new();
         if let Some(ip) = self
             .client_ip
@@ -210,7 +210,7 @@ impl<R: Request> Settings<R> {
         }
         // An exempt request skips every check, the layer's as its handlers'.
         let guards = (!exempt && !self.guards.is_empty()).then(|| Arc::clone(&self.guards));
-        Admission {
+        AdmittedRequest {
             ctx,
             slot: Arc::new(DecisionSlot::default()),
             guards,
@@ -245,7 +245,7 @@ impl fmt::Debug for GuardNames<'_> {
 /// A request admitted by [`Settings::admit`]: the context its handlers see, the slot
 /// their guarded calls (and the layer's guards) leave their decisions in, and the guards
 /// it is to be checked against, if any.
-pub(crate) struct Admission {
+pub(crate) struct AdmittedRequest {
     ctx: RequestContext,
     slot: Arc<DecisionSlot>,
     /// `None` when the layer has no guards, or the request is exempt.
@@ -257,7 +257,7 @@ pub(crate) struct Admission {
 /// response has been sent.
 type GuardChecks = Pin<Box<dyn Future<Output = Result<HeldSlots, RateLimitError>> + Send>>;
 
-impl Admission {
+impl AdmittedRequest {
     /// Whether guards are to check the request before the inner service is called: then
     /// the call goes to [`run_guarded`](Self::run_guarded), not made yet.
     pub(crate) fn checks_guards(&self) -> bool {
