@@ -11,7 +11,8 @@
 //!
 //! - **Leaves**: `rule`, `calendar`, `algorithm_kind`, `limit_type`, `mode`, `error`,
 //!   `decision` (a check's answer and its receipt), `clock`, `random`, `sync` (the lock
-//!   helper), `background` (the one kind of background task on a caller's runtime),
+//!   helper), `sharded` (the one sharded map), `background` (the one kind of background
+//!   task on a caller's runtime),
 //!   `throttle` (throttled logs), `warning`, `lockout`, `concurrency` (the data
 //!   of a limit on calls in flight), `most_limited_keys`, `key` (the key layout),
 //!   `context` (the per-request identity) and `rule_text`. They own plain data and call
@@ -81,6 +82,7 @@ mod registry;
 pub mod reqwest;
 mod rule;
 mod rule_text;
+mod sharded;
 #[doc(hidden)]
 pub mod site;
 mod site_config;

@@ -13,20 +13,8 @@
 //! that still finds its shard full takes the place of an expired key among the least
 //! recently used ones, or else of the least recently used key.
 
-use std::hash::{BuildHasher, Hasher};
 use std::num::NonZeroU64;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-
-use foldhash::quality::SeedableRandomState;
-use foldhash::SharedSeed;
-
-/// The keys' hasher: foldhash's `quality` variant, the `fast` one with one more folded
-/// multiply at the end. The shard is taken from bits the table does not use (see
-/// [`MemoryBackend::shard_index`]), and `fast` ends a string of more than 16 bytes with
-/// one folded multiply: under about 1 seed in 100, keys differing in a few bytes (client
-/// IPs, user ids) clustered there, leaving some shards empty and giving others up to 5
-/// times their share of the keys, and of the checks contending for their lock.
-type KeyHasher = SeedableRandomState;
+use std::sync::{Arc, MutexGuard, OnceLock};
 
 mod all;
 mod shard;
@@ -37,7 +25,8 @@ use super::{GiveBack, Request};
 use crate::algorithm::StoredState;
 use crate::clock::{Clock, SystemClock};
 use crate::decision::{CountedBy, RawDecision, Receipt};
-use crate::{random, sync, Algorithm, BackendError, Rule};
+use crate::sharded::Sharded;
+use crate::{Algorithm, BackendError, Rule};
 
 /// How many keys a backend holds unless told otherwise.
 pub(crate) const DEFAULT_MAX_KEYS: usize = 1_000_000;
@@ -51,8 +40,7 @@ const MIN_KEYS_PER_SHARD: usize = 1024;
 
 pub(crate) struct MemoryBackend {
     clock: Arc<dyn Clock>,
-    hasher: KeyHasher,
-    shards: Box<[Mutex<Shard>]>,
+    shards: Sharded<Shard>,
     /// Calls in flight: shared with the slots held, which release themselves there.
     slots: Arc<MemorySlots>,
     /// At most this many keys over all the shards.
@@ -87,10 +75,7 @@ impl MemoryBackend {
         MemoryBackend {
             slots: Arc::new(MemorySlots::new(Arc::clone(&clock))),
             clock,
-            hasher: KeyHasher::with_seed(random::u64(), shared_seed()),
-            shards: (0..shards)
-                .map(|i| Mutex::new(Shard::new(share + usize::from(i < extra))))
-                .collect(),
+            shards: Sharded::new(shards, |i| Shard::new(share + usize::from(i < extra))),
             max_keys,
             first_use: None,
             started: OnceLock::new(),
@@ -123,18 +108,14 @@ impl MemoryBackend {
         }
     }
 
-    /// The key's text alone: `str`'s `Hash` also writes a terminating byte, one more round
-    /// of the hasher, which tells apart only strings hashed one after another.
+    #[inline]
     fn hash(&self, key: &str) -> u64 {
-        let mut hasher = self.hasher.build_hasher();
-        hasher.write(key.as_bytes());
-        hasher.finish()
+        self.shards.hash(key)
     }
 
-    /// The shard of a key's hash. Takes bits 25..57: hashbrown indexes its buckets with
-    /// the low bits and tags them with the top 7, so keys sharing a shard still differ there.
+    #[inline]
     fn shard_index(&self, hash: u64) -> usize {
-        (((hash >> 25) as u32 as u64 * self.shards.len() as u64) >> 32) as usize
+        self.shards.index(hash)
     }
 
     fn shard(&self, hash: u64) -> MutexGuard<'_, Shard> {
@@ -144,7 +125,7 @@ impl MemoryBackend {
 
     /// The shard of a key's hash, as the state file's restore writes it.
     fn shard_unstarted(&self, hash: u64) -> MutexGuard<'_, Shard> {
-        sync::lock(&self.shards[self.shard_index(hash)])
+        self.shards.lock(hash)
     }
 
     #[inline]
@@ -281,7 +262,7 @@ impl MemoryBackend {
     /// How many keys are stored, expired ones included.
     #[cfg(test)]
     fn stored_keys(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().unwrap().len).sum()
+        self.shards.iter().map(|shard| shard.len).sum()
     }
 
     /// Whether `key` is stored (expired or not).
@@ -364,7 +345,7 @@ impl MemoryBackend {
         mut each: impl FnMut(&str, &StoredState, u64),
     ) -> Option<usize> {
         self.started();
-        let shard = sync::lock(&self.shards[shard]);
+        let shard = self.shards.lock_at(shard);
         let end = shard.slots.len().min(from.saturating_add(max));
         for slot in shard.slots.get(from..end)?.iter().flatten() {
             if slot.expires_at_us > now_us {
@@ -392,18 +373,12 @@ impl MemoryBackend {
     }
 }
 
-/// The seed every backend of this process shares; each backend adds its own on top.
-/// foldhash seeds itself from address-space layout and time only, so it is given one
-/// drawn from the operating system instead.
-fn shared_seed() -> &'static SharedSeed {
-    static SEED: OnceLock<SharedSeed> = OnceLock::new();
-    SEED.get_or_init(|| SharedSeed::from_u64(random::u64()))
-}
-
 #[cfg(test)]
 mod tests {
     use std::num::NonZeroU64;
     use std::time::Duration;
+
+    use foldhash::SharedSeed;
 
     use super::*;
     use crate::clock::ManualClock;
@@ -526,11 +501,7 @@ mod tests {
     fn shards_split_max_keys_exactly() {
         for max_keys in [1, 7, 1023, 1024, 5_000, 1_000_003, DEFAULT_MAX_KEYS] {
             let (backend, _) = bounded(max_keys);
-            let capacities: Vec<_> = backend
-                .shards
-                .iter()
-                .map(|s| s.lock().unwrap().capacity)
-                .collect();
+            let capacities: Vec<_> = backend.shards.iter().map(|shard| shard.capacity).collect();
             assert_eq!(capacities.iter().sum::<usize>(), max_keys);
             assert!(capacities.len() <= MAX_SHARDS);
             assert!(capacities
@@ -724,7 +695,9 @@ mod tests {
             .collect();
         let mut skewed = Vec::new();
         for seed in 0..1_000u64 {
-            backend.hasher = KeyHasher::with_seed(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15), shared);
+            backend
+                .shards
+                .reseed(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15), shared);
             let mut per_shard = [0u32; 64];
             for key in &keys {
                 per_shard[backend.shard_index(backend.hash(key))] += 1;

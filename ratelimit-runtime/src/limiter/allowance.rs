@@ -19,7 +19,6 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::hash::BuildHasher;
 use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -35,6 +34,7 @@ use crate::background::TaskHold;
 use crate::background::{HasTask, TaskPlace};
 use crate::clock::Clock;
 use crate::decision::{CountedBy, RawDecision, Receipt};
+use crate::sharded::Sharded;
 use crate::{sync, Algorithm, Rule};
 
 mod seen;
@@ -82,8 +82,7 @@ pub(crate) fn max_age_ms(max_age: Duration) -> u32 {
 
 /// The live allowances of one limiter, by key.
 pub(crate) struct Allowances {
-    hasher: RandomState,
-    shards: Box<[Mutex<Shard>]>,
+    shards: Sharded<Shard>,
     clock: LocalClock,
     /// Allowances taken out of the table whose give-back is not yet sent.
     due: Mutex<Vec<Retired>>,
@@ -277,15 +276,10 @@ impl Allowances {
 
     fn with_clock(clock: LocalClock) -> Self {
         Allowances {
-            hasher: RandomState::default(),
-            shards: (0..SHARDS)
-                .map(|_| {
-                    Mutex::new(Shard {
-                        held: HashMap::default(),
-                        seen: Seen::default(),
-                    })
-                })
-                .collect(),
+            shards: Sharded::new(SHARDS, |_| Shard {
+                held: HashMap::default(),
+                seen: Seen::default(),
+            }),
             clock,
             due: Mutex::new(Vec::new()),
             ends: Mutex::new(BinaryHeap::new()),
@@ -301,15 +295,10 @@ impl Allowances {
         self.locate(key).1
     }
 
-    /// `key`'s hash and its shard, locked. The shard is taken from bits 40..45, which a
-    /// shard's table does not use (its buckets by the low bits, its tags by the top 7), so
-    /// that the keys of a shard still spread over its table's buckets.
+    /// `key`'s hash and its shard, locked.
     fn locate(&self, key: &str) -> (u64, MutexGuard<'_, Shard>) {
-        let hash = self.hasher.hash_one(key);
-        (
-            hash,
-            sync::lock(&self.shards[(hash >> 40) as usize % SHARDS]),
-        )
+        let hash = self.shards.hash(key);
+        (hash, self.shards.lock(hash))
     }
 
     /// The local time of `request`: its explicit one (tests), else the local clock's.
@@ -651,8 +640,7 @@ impl Allowances {
     fn collect(&self, ended: impl Fn(&Live) -> bool) -> Vec<Retired> {
         let now_us = self.clock.now_us();
         let mut out = std::mem::take(&mut *sync::lock(&self.due));
-        for shard in self.shards.iter() {
-            let mut shard = sync::lock(shard);
+        for mut shard in self.shards.iter() {
             for (key, held) in shard.held.iter_mut() {
                 if held.live.as_ref().is_some_and(&ended) {
                     let live = held.live.take().expect("just seen");

@@ -2,14 +2,13 @@
 //! so a flood of calls on one key costs the backend nothing.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
 use std::num::NonZeroU64;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::backend::Request;
 use crate::decision::RawDecision;
-use crate::{clock, sync, Algorithm, Rule};
+use crate::sharded::Sharded;
+use crate::{clock, Algorithm, Rule};
 
 /// How many independently locked maps the denials are spread over.
 const SHARDS: usize = 16;
@@ -24,9 +23,7 @@ const SWEEP_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Denials by key, each valid until its `retry_after` has passed.
 pub(crate) struct DenyCache {
-    /// Seeded per process, so that chosen keys cannot pile onto one shard.
-    hasher: RandomState,
-    shards: Box<[Mutex<Shard>]>,
+    shards: Sharded<Shard>,
 }
 
 struct Shard {
@@ -49,21 +46,15 @@ struct Denial {
 impl DenyCache {
     pub fn new() -> Self {
         DenyCache {
-            hasher: RandomState::new(),
-            shards: (0..SHARDS)
-                .map(|_| {
-                    Mutex::new(Shard {
-                        denials: HashMap::new(),
-                        swept_at: Instant::now(),
-                    })
-                })
-                .collect(),
+            shards: Sharded::new(SHARDS, |_| Shard {
+                denials: HashMap::new(),
+                swept_at: Instant::now(),
+            }),
         }
     }
 
     fn shard(&self, key: &str) -> std::sync::MutexGuard<'_, Shard> {
-        let index = self.hasher.hash_one(key) as usize % SHARDS;
-        sync::lock(&self.shards[index])
+        self.shards.lock(self.shards.hash(key))
     }
 
     /// The cached denial that answers `request`, its times moved to now: same key, rules
@@ -208,11 +199,7 @@ mod tests {
         for key in &keys {
             cache.remember(&request(key, 1), &denied(Duration::from_secs(5)));
         }
-        let held: usize = cache
-            .shards
-            .iter()
-            .map(|s| s.lock().unwrap().denials.len())
-            .sum();
+        let held: usize = cache.shards.iter().map(|shard| shard.denials.len()).sum();
         assert!(held <= SHARDS * SHARD_CAPACITY, "{held}");
         assert!(held >= SHARDS * SHARD_CAPACITY / 2, "{held}");
     }

@@ -6,7 +6,7 @@ use std::sync::MutexGuard;
 use super::{MemoryBackend, Shard};
 use crate::backend::Request;
 use crate::decision::RawDecision;
-use crate::{sync, BackendError};
+use crate::BackendError;
 
 impl MemoryBackend {
     /// Checks `requests` as one: every one admitted and counted, or none counted. Each
@@ -28,7 +28,7 @@ impl MemoryBackend {
         indices.dedup();
         let mut locked: Vec<(usize, MutexGuard<'_, Shard>)> = indices
             .into_iter()
-            .map(|index| (index, sync::lock(&self.shards[index])))
+            .map(|index| (index, self.shards.lock_at(index)))
             .collect();
         // Read once, under every lock: no check of the list acts on state newer than it.
         let clock_us = self.clock.now_us();
