@@ -89,12 +89,7 @@ impl SlotAsk {
             } else {
                 clock::micros(SLOT_RETRY_HINT)
             },
-            // The limit rides in the receipt's id, which names nothing for a decision
-            // that took no units: `into_decision` reads it back.
-            receipt: Receipt {
-                id: self.max,
-                ..Receipt::NONE
-            },
+            receipt: Receipt::NONE,
             crossed: None,
         }
     }

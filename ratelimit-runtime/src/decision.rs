@@ -226,24 +226,23 @@ impl RawDecision {
 }
 
 impl RawDecision {
-    /// [`into_decision`](Self::into_decision) of the answer to a check that took a slot:
-    /// one bound by its limit on calls in flight (see `slot.rs`) stands after the rules
-    /// checked. Apart from `into_decision`, which every check takes, so that its decision
-    /// is still built in place (a branch there costs every check about 100 instructions).
-    pub(crate) fn into_decision_with_slot(self, rules: &[Rule]) -> Decision {
+    /// [`into_decision`](Self::into_decision) of the answer to a check that took one of
+    /// `max` slots: one bound by its limit on calls in flight (see `slot.rs`) stands after
+    /// the rules checked. Apart from `into_decision`, which every check takes, so that its
+    /// decision is still built in place (a branch there costs every check about 100
+    /// instructions).
+    pub(crate) fn into_decision_with_slot(self, rules: &[Rule], max: u64) -> Decision {
         match self.rule_index < rules.len() {
             true => self.into_decision(rules),
-            false => self.slots_decision(),
+            false => self.slots_decision(max),
         }
     }
 
-    /// The decision of a check bound by its limit on calls in flight, which stands after
-    /// the rules checked: `rule_index` is their number, `remaining` the slots left,
-    /// `reset_after` the lease, and the limit rides in the receipt's id (`SlotAsk::full`).
-    /// Its `rule` is the limit over the lease.
+    /// The decision of a check bound by its limit of `max` calls in flight, which stands
+    /// after the rules checked: `rule_index` is their number, `remaining` the slots left,
+    /// `reset_after` the lease. Its `rule` is the limit over the lease.
     #[cold]
-    fn slots_decision(self) -> Decision {
-        let max = self.receipt.id;
+    fn slots_decision(self, max: u64) -> Decision {
         let lease = Duration::from_micros(self.reset_after_us);
         Decision {
             allowed: self.allowed,
@@ -253,10 +252,7 @@ impl RawDecision {
             retry_after: self.retry_after(),
             rule: Rule::new(max, lease),
             rule_index: self.rule_index,
-            receipt: Receipt {
-                id: 0,
-                ..self.receipt
-            },
+            receipt: self.receipt,
         }
     }
 }

@@ -216,9 +216,9 @@ impl Site {
         let ask = self.config.concurrency.map(SlotAsk::new);
         match step.plan(&key, &rules, ask.as_ref()).begin() {
             Begun::Answered(result) => {
-                let result = match ask {
+                let result = match &ask {
                     None => decided(result, &rules),
-                    Some(_) => decided_with_slot(result, &rules),
+                    Some(ask) => decided_with_slot(result, &rules, ask),
                 };
                 Guarded::Ready(step.answer(result, key, rules, ask.as_ref()))
             }

@@ -78,7 +78,7 @@ impl<'a> Acquire<'a> {
         };
         let plan = Plan::programmatic(limiter, request, wait);
         let decision = match plan.begin() {
-            Begun::Answered(result) => decided_with_slot(result, &[]),
+            Begun::Answered(result) => decided_with_slot(result, &[], &ask),
             Begun::Waits(waits) => plan.resume(waits).await,
         }?;
         Ok(decision

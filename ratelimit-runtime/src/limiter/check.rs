@@ -19,6 +19,7 @@ use tracing::Instrument as _;
 
 use super::{Limiter, Now};
 use crate::backend::Request;
+use crate::concurrency::SlotAsk;
 use crate::decision::RawDecision;
 use crate::observe::{Answer, Checker, Observation};
 use crate::{clock, random, Algorithm, BackendError, Decision, Rule};
@@ -419,7 +420,7 @@ impl<'a> Plan<'a> {
         observation.finish(&answer, self.request.rules);
         match self.request.slot {
             None => decided(answer.result, self.request.rules),
-            Some(_) => decided_with_slot(answer.result, self.request.rules),
+            Some(ask) => decided_with_slot(answer.result, self.request.rules, ask),
         }
     }
 
@@ -506,8 +507,9 @@ pub(crate) fn checked_warn_at(percent: u8) -> u8 {
 pub(crate) fn decided_with_slot(
     result: Result<RawDecision, BackendError>,
     rules: &[Rule],
+    ask: &SlotAsk,
 ) -> Result<Decision, BackendError> {
-    result.map(|raw| raw.into_decision_with_slot(rules))
+    result.map(|raw| raw.into_decision_with_slot(rules, ask.max))
 }
 
 /// Waits up to `budget` for room after `answer`: sleeps while it is a denial that fits in
