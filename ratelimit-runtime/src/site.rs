@@ -33,6 +33,8 @@ pub struct CallSite {
     /// Where the attribute is written (`file:line:column`), to tell sites apart in warnings.
     location: &'static str,
     built: OnceLock<Site>,
+    /// The site that checks before any key was built (see [`check`](Self::check)).
+    unbuilt: OnceLock<Site>,
 }
 
 /// A guarded site once its path is known: its configuration, the path part of its keys
@@ -79,6 +81,7 @@ impl CallSite {
             name: None,
             location: "",
             built: OnceLock::new(),
+            unbuilt: OnceLock::new(),
         }
     }
 
@@ -149,10 +152,16 @@ impl CallSite {
         cost: NonZeroU64,
         rules: Option<&[Rule]>,
     ) -> Guarded<'a> {
-        let site = self
-            .built
-            .get()
-            .expect("a call's key, which builds its site, comes first");
+        let site = match self.built.get() {
+            Some(site) => site,
+            // No key built yet: a check made through this type directly (the expansion
+            // builds the key first), by a site of no path.
+            None => self.unbuilt.get_or_init(|| Site {
+                config: self.config,
+                path: "",
+                template: KeyTemplate::new(self.config.prefix, self.config.limit_type, ""),
+            }),
+        };
         site.guard(limiter, key, cost, rules)
     }
 }
