@@ -12,10 +12,9 @@
 //! - **Leaves**: `rule`, `calendar`, `algorithm_kind`, `limit_type`, `mode`, `error`,
 //!   `decision` (a check's answer and its receipt), `clock`, `random`, `sync` (the lock
 //!   helper), `sharded` (the one sharded map), `background` (the one kind of background
-//!   task on a caller's runtime),
-//!   `throttle` (throttled logs), `warning`, `lockout`, `concurrency` (the data
-//!   of a limit on calls in flight), `most_limited_keys`, `key` (the key layout),
-//!   `context` (the per-request identity) and `rule_text`. They own plain data and call
+//!   task on a caller's runtime), `throttle` (throttled logs), `warning`, `lockout`,
+//!   `concurrency` (the data of a limit on calls in flight), `most_limited_keys`, `key`
+//!   (the key layout), `context` (the per-request identity) and `rule_text`. They own plain data and call
 //!   nothing above them.
 //! - **`algorithm`** owns the arithmetic: each algorithm's counts (one file each under
 //!   `algorithm/`), the lock-out kept with them (`block.rs`), what a key stores
@@ -43,7 +42,8 @@
 //!   what `#[rate_limiter]` expands to and the router's guards, turning a call into a key
 //!   and a check of the `Limiter`. One type, `site::Site`, is a site once its path is
 //!   known (registered once; its key from the request; the guarded step), for the
-//!   attribute's `CallSite`, a layer's guard and the outbound middleware alike. They call `limiter` and everything below it.
+//!   attribute's `CallSite`, a layer's guard and the outbound middleware alike. They call
+//!   `limiter` and everything below it.
 //! - **Faces**: `web` (what the framework integrations share: client IP, response fields,
 //!   problem bodies, the middleware), `tower`, `axum`, `tonic`, `actix` and `reqwest`.
 //!   They turn a framework's request into a check through `guard`/`site` and the answer

@@ -187,6 +187,11 @@ impl Limiter {
         self.stores().find(|store| store.counted(counted_by))
     }
 
+    /// The fallbacks' backends, in the order they are asked (for `Debug`).
+    fn fallback_names(&self) -> Vec<&'static str> {
+        self.failover.fallbacks().iter().map(Store::name).collect()
+    }
+
     /// This limiter's store, then its fallbacks in the order they are asked.
     fn stores(&self) -> impl DoubleEndedIterator<Item = &Store> {
         std::iter::once(&self.store).chain(self.failover.fallbacks())
@@ -203,10 +208,7 @@ impl fmt::Debug for Limiter {
         }
         debug
             .field("fail_open", &self.failover.is_fail_open())
-            .field(
-                "fallback",
-                &self.stores().skip(1).map(Store::name).collect::<Vec<_>>(),
-            )
+            .field("fallback", &self.fallback_names())
             .field("deny_cache", &self.deny_cache.is_some())
             .field("shadow", &self.shadow)
             .field("rules_poll", &self.rules_poll)

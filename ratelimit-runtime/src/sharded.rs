@@ -67,7 +67,7 @@ impl<T> Sharded<T> {
         self.shards.len()
     }
 
-    /// Every shard, in order, each locked in turn by the caller.
+    /// Every shard, in order, each locked as the iteration reaches it.
     pub fn iter(&self) -> impl Iterator<Item = MutexGuard<'_, T>> {
         self.shards.iter().map(sync::lock)
     }

@@ -61,6 +61,11 @@ impl Site {
         location: &'static str,
     ) -> Site {
         registry::register(config, path, function, location);
+        Site::unregistered(config, path)
+    }
+
+    /// The site `config` at `path`, known to no registry.
+    fn unregistered(config: SiteConfig, path: &'static str) -> Site {
         Site {
             config,
             path,
@@ -156,11 +161,9 @@ impl CallSite {
             Some(site) => site,
             // No key built yet: a check made through this type directly (the expansion
             // builds the key first), by a site of no path.
-            None => self.unbuilt.get_or_init(|| Site {
-                config: self.config,
-                path: "",
-                template: KeyTemplate::new(self.config.prefix, self.config.limit_type, ""),
-            }),
+            None => self
+                .unbuilt
+                .get_or_init(|| Site::unregistered(self.config, "")),
         };
         site.guard(limiter, key, cost, rules)
     }

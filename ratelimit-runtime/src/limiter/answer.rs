@@ -41,7 +41,7 @@ impl Limiter {
     /// counts the allowance's draws.
     #[inline]
     pub(crate) fn answer_now(&self, request: &Request<'_>, site: &'static str) -> Now {
-        self.unused.warn_once(self.store.name());
+        self.unused.warn_once(&self.store);
         if !request.algorithm.takes(request.cost.get()) {
             return Now::Answered(Answer {
                 result: Err(BackendError::cost_too_large(request.cost.get())),

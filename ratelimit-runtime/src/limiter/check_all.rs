@@ -174,7 +174,7 @@ impl Limiter {
 
     /// One attempt at every request of a list, all or nothing.
     pub(crate) async fn answer_all(&self, requests: &[Request<'_>]) -> Vec<Answer> {
-        self.unused.warn_once(self.store.name());
+        self.unused.warn_once(&self.store);
         // Every check of a list that failed fails alike: the first with the error itself.
         let failed = |err: BackendError, by| {
             let again = |_| BackendError::new(err.kind(), err.to_string());

@@ -41,11 +41,11 @@ impl Limiter {
     ///
     /// The global limiter on the embedded backend reads the path from
     /// `RATELIMIT_STATE_FILE`. Call it while building the limiter (keys counted before are
-    /// forgotten); it has no effect on a
-    /// Redis limiter (Redis keeps the state itself; give its fallback a state file if it
-    /// matters), and a `WARN` says so at its first check. Give each limiter a file of its own: limiters (of one process or of
-    /// several) saving to one path each write whole files, so the file is never damaged,
-    /// but it holds only the last one's state.
+    /// forgotten); it has no effect on a Redis limiter (Redis keeps the state itself; give
+    /// its fallback a state file if it matters), and a `WARN` says so at its first check.
+    /// Give each limiter a file of its own: limiters (of one process or of several) saving
+    /// to one path each write whole files, so the file is never damaged, but it holds only
+    /// the last one's state.
     ///
     /// ```
     /// use std::time::Duration;
