@@ -53,7 +53,7 @@ impl Backend {
     pub fn redis(url: &str) -> Backend {
         let config = super::redis::RedisConfig::new(url, Duration::from_secs(5)).expect("a URL");
         Backend(ProbeStore::Redis(Box::new(
-            super::redis::RedisBackend::new(&config),
+            super::redis::RedisBackend::new(config),
         )))
     }
 

@@ -52,7 +52,7 @@ impl Limiter {
     pub fn redis(url: &str) -> Result<Limiter, ConfigError> {
         let config = RedisConfig::new(url, Limiter::DEFAULT_TIMEOUT)?;
         Ok(Limiter::with_store(Store::Redis(Arc::new(
-            RedisBackend::new(&config),
+            RedisBackend::new(config),
         ))))
     }
 
@@ -236,14 +236,21 @@ impl Limiter {
         self.reconfigure_redis(|config| config.set_breaker(breaker))
     }
 
-    /// Builds the Redis backend again from its configuration changed by `change` (nothing
-    /// is connected yet while a limiter is being built); no effect on other backends.
+    /// Changes the Redis backend's configuration by `change`; no effect on other backends.
+    /// The backend builds its servers from it at first use, so an option only changes the
+    /// configuration, in any order. An option set once checks run (the backend shared with
+    /// its tasks) takes a backend of its own, built from the changed configuration.
     #[cfg(feature = "redis")]
     pub(super) fn reconfigure_redis(mut self, change: impl FnOnce(&mut RedisConfig)) -> Self {
-        if let Store::Redis(backend) = &self.store {
-            let mut config = backend.config().clone();
-            change(&mut config);
-            self.store = Store::Redis(Arc::new(RedisBackend::new(&config)));
+        if let Store::Redis(backend) = &mut self.store {
+            match Arc::get_mut(backend) {
+                Some(unshared) => unshared.configure(change),
+                None => {
+                    let mut config = backend.config().clone();
+                    change(&mut config);
+                    *backend = Arc::new(RedisBackend::new(config));
+                }
+            }
         }
         self
     }

@@ -101,7 +101,7 @@ impl RedisBackend {
     /// The scripts a list of `requests` is sent as: the indices of each, every key once
     /// in each, and one hash slot per script on a Cluster.
     fn groups(&self, requests: &[Request<'_>]) -> Vec<Vec<usize>> {
-        let slot_of = |key: &str| match &self.topology {
+        let slot_of = |key: &str| match self.topology() {
             Topology::Cluster(_) => cluster::slot(key.as_bytes()),
             _ => 0,
         };

@@ -1,5 +1,6 @@
 //! Everything a Redis backend is built from ([`RedisConfig`]): validated as the limiter is
-//! built, complete before the backend exists, never changed under it.
+//! built, complete before the backend builds its servers (at first use), never changed
+//! under them.
 
 use std::fmt;
 use std::time::Duration;
@@ -10,8 +11,8 @@ use super::target::{self, Target};
 use super::tls::Tls;
 use crate::ConfigError;
 
-/// Where Redis runs and how to talk to it. The limiter's builder methods change a copy and
-/// build the (not yet connected) backend again from it.
+/// Where Redis runs and how to talk to it. The limiter's builder methods change it in the
+/// backend (`RedisBackend::configure`), which reads it when it builds its servers.
 #[derive(Clone)]
 pub(crate) struct RedisConfig {
     pub(super) target: Target,

@@ -49,7 +49,7 @@
 
 use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use redis::{Cmd, Script, Value};
@@ -101,7 +101,9 @@ const MAX_HOPS: usize = 5;
 pub(crate) struct RedisBackend {
     /// What it was built from.
     config: RedisConfig,
-    topology: Topology,
+    /// Built from `config` at first use, so that a limiter's options change only the
+    /// configuration (`configure`).
+    topology: OnceLock<Topology>,
     /// Whether checks carry this process's clock, the server having refused `TIME` in
     /// scripts (see [`check`](Self::check)).
     client_clock: AtomicBool,
@@ -131,36 +133,26 @@ struct Hop<'a> {
 }
 
 impl RedisBackend {
-    /// A backend as `config` says; it connects on first use.
-    pub fn new(config: &RedisConfig) -> Self {
-        let options = Arc::new(Options::new(config));
-        let endpoint = |info| Endpoint {
-            info,
-            options: options.clone(),
-        };
-        let shown = &config.target.shown;
-        let topology = match config.target.layout.clone() {
-            Layout::Single(info) => Topology::Single(Node::new(endpoint(info))),
-            Layout::Cluster(seeds) => Topology::Cluster(Cluster::new(
-                seeds.into_iter().map(endpoint).collect(),
-                shown,
-            )),
-            Layout::Sentinel {
-                sentinels,
-                master_name,
-                master,
-            } => Topology::Sentinel(Sentinel::new(
-                sentinels.into_iter().map(endpoint).collect(),
-                master_name,
-                master,
-                shown,
-            )),
-        };
+    /// A backend as `config` says; it builds its servers, and connects, on first use.
+    pub fn new(config: RedisConfig) -> Self {
         RedisBackend {
-            config: config.clone(),
-            topology,
+            config,
+            topology: OnceLock::new(),
             client_clock: AtomicBool::new(false),
         }
+    }
+
+    /// Changes the configuration by `change`: a limiter's options (`timeout`, `breaker`,
+    /// `with_tls_ca`), set before its first check. The servers are built at first use
+    /// from the configuration then.
+    pub fn configure(&mut self, change: impl FnOnce(&mut RedisConfig)) {
+        change(&mut self.config);
+        self.topology = OnceLock::new();
+    }
+
+    /// Where the keys' commands go, built at the first call.
+    fn topology(&self) -> &Topology {
+        self.topology.get_or_init(|| Topology::new(&self.config))
     }
 
     /// The configuration this backend was built from.
@@ -191,9 +183,9 @@ impl RedisBackend {
         rerun_is_harmless: bool,
         deadline: Instant,
     ) -> Result<Value, Failure> {
-        let mut seen = self.topology.mark();
+        let mut seen = self.topology().mark();
         let mut hop = Hop {
-            node: self.topology.node(key, seen, deadline).await?,
+            node: self.topology().node(key, seen, deadline).await?,
             broken: None,
             asking: false,
         };
@@ -218,14 +210,14 @@ impl RedisBackend {
             }
             // When the topology cannot say (its refresh failed), what happened here says
             // more than why it could not.
-            let Ok(Some(next)) = self.topology.after(key, &failure, seen, deadline).await else {
+            let Ok(Some(next)) = self.topology().after(key, &failure, seen, deadline).await else {
                 return Err(failure);
             };
             let same = next.node.is(&hop.node);
             if same && matches!(failure, Failure::Unreachable(_)) {
                 return Err(failure);
             }
-            seen = self.topology.mark();
+            seen = self.topology().mark();
             hop = Hop {
                 // The connection to replace, when the command goes to the same server.
                 broken: hop.broken.take().filter(|_| same),
@@ -369,6 +361,33 @@ impl Hop<'_> {
 }
 
 impl Topology {
+    /// The servers `config` names, not connected yet.
+    fn new(config: &RedisConfig) -> Topology {
+        let options = Arc::new(Options::new(config));
+        let endpoint = |info| Endpoint {
+            info,
+            options: options.clone(),
+        };
+        let shown = &config.target.shown;
+        match config.target.layout.clone() {
+            Layout::Single(info) => Topology::Single(Node::new(endpoint(info))),
+            Layout::Cluster(seeds) => Topology::Cluster(Cluster::new(
+                seeds.into_iter().map(endpoint).collect(),
+                shown,
+            )),
+            Layout::Sentinel {
+                sentinels,
+                master_name,
+                master,
+            } => Topology::Sentinel(Sentinel::new(
+                sentinels.into_iter().map(endpoint).collect(),
+                master_name,
+                master,
+                shown,
+            )),
+        }
+    }
+
     /// A mark to pass to [`after`](Self::after), taken before what the topology knows is
     /// used.
     fn mark(&self) -> u64 {
@@ -663,5 +682,32 @@ impl RedisBackend {
                 Failure::Unexpected(format!("counting slots answered {other:?}").into()),
             )),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{Breaker, RedisBackend, RedisConfig};
+
+    #[test]
+    fn options_change_the_configuration_and_build_no_server() {
+        let config = RedisConfig::new("redis+cluster://127.0.0.1:1,127.0.0.1:2", Duration::ZERO);
+        let mut backend = RedisBackend::new(config.expect("a URL"));
+        backend.configure(|config| config.set_breaker(Breaker::never()));
+        backend.configure(|config| config.set_timeout(Duration::from_millis(7)));
+        assert!(
+            backend.topology.get().is_none(),
+            "nothing is built before first use"
+        );
+        assert_eq!(backend.config().timeout, Duration::from_millis(7));
+        assert_eq!(backend.config().breaker, Breaker::never());
+        assert_eq!(backend.config().operator_timeout(), Duration::from_secs(1));
+
+        // Built once, at the first call, from the configuration then.
+        let built: *const _ = backend.topology();
+        assert!(std::ptr::eq(built, backend.topology()));
+        assert!(matches!(backend.topology(), super::Topology::Cluster(_)));
     }
 }
