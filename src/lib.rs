@@ -142,7 +142,7 @@ pub mod guide {
 /// What `#[rate_limiter]` expands to refers to. Not public API.
 #[doc(hidden)]
 pub mod __private {
-    pub use ratelimit_runtime::site::{charge_if, CallSite, Guarded, Permit, SiteConfig};
+    pub use ratelimit_runtime::site::{charge_if, CallSite, Guarded, Lockout, Permit, SiteConfig};
     pub use ratelimit_runtime::Calendar;
     pub use ratelimit_runtime::RequestContext;
     pub use ratelimit_runtime::{global, Algorithm, LimitType, Limiter, RateLimitError, Rule};

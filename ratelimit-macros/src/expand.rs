@@ -152,12 +152,18 @@ fn check(args: &Args) -> TokenStream {
     };
 
     let shadow = args.policies.shadow;
-    let block_for = duration(args.policies.block_for_ms);
-    let block_schedule = match &args.policies.block_schedule_ms {
-        Some(schedule) => quote! {
-            ::core::option::Option::Some(&[#(::core::time::Duration::from_millis(#schedule)),*])
-        },
+    let lockout = match args.policies.block_for_ms.as_deref() {
         None => quote!(::core::option::Option::None),
+        Some([ms]) => quote! {
+            ::core::option::Option::Some(#private::Lockout::For(
+                ::core::time::Duration::from_millis(#ms)
+            ))
+        },
+        Some(schedule) => quote! {
+            ::core::option::Option::Some(#private::Lockout::Escalating(
+                &[#(::core::time::Duration::from_millis(#schedule)),*]
+            ))
+        },
     };
     let wait = duration(args.policies.wait_ms);
     let allowance = duration(args.policies.allowance_ms);
@@ -290,8 +296,7 @@ fn check(args: &Args) -> TokenStream {
                     prefix: #prefix,
                     message: #message,
                     shadow: #shadow,
-                    block_for: #block_for,
-                    block_schedule: #block_schedule,
+                    lockout: #lockout,
                     wait: #wait,
                     refunds: #refunds,
                     concurrency: #concurrency,
@@ -586,9 +591,9 @@ mod tests {
         assert!(
             out.contains(
                 "shadow : true , \
-                 block_for : :: core :: option :: Option :: Some \
-                 (:: core :: time :: Duration :: from_millis (900000u64)) , \
-                 block_schedule : :: core :: option :: Option :: None , \
+                 lockout : :: core :: option :: Option :: Some \
+                 (:: redis_ratelimit :: __private :: Lockout :: For \
+                 (:: core :: time :: Duration :: from_millis (900000u64))) , \
                  wait : :: core :: option :: Option :: Some \
                  (:: core :: time :: Duration :: from_millis (2000u64)) ,"
             ),
@@ -601,8 +606,7 @@ mod tests {
         );
         assert!(
             default.contains(
-                "shadow : false , block_for : :: core :: option :: Option :: None , \
-                 block_schedule : :: core :: option :: Option :: None , \
+                "shadow : false , lockout : :: core :: option :: Option :: None , \
                  wait : :: core :: option :: Option :: None ,"
             ),
             "{default}"
@@ -610,10 +614,10 @@ mod tests {
         let escalating = expand_simple(quote!(rules("1/s"), block_for = ["1m", "1 hour"]));
         assert!(
             escalating.contains(
-                "block_for : :: core :: option :: Option :: None , \
-                 block_schedule : :: core :: option :: Option :: Some \
+                "lockout : :: core :: option :: Option :: Some \
+                 (:: redis_ratelimit :: __private :: Lockout :: Escalating \
                  (& [:: core :: time :: Duration :: from_millis (60000u64) , \
-                 :: core :: time :: Duration :: from_millis (3600000u64)]) ,"
+                 :: core :: time :: Duration :: from_millis (3600000u64)])) ,"
             ),
             "{escalating}"
         );

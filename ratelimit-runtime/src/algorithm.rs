@@ -22,10 +22,9 @@ mod token_bucket;
 #[cfg(test)]
 mod worked;
 
-use std::num::NonZeroU64;
-
 pub(crate) use self::block::Block;
 use crate::decision::{RawDecision, Receipt};
+use crate::lockout::Packed;
 use crate::{Algorithm, Rule};
 
 /// The time a check is counted at: never earlier than the key's stored state.
@@ -242,7 +241,7 @@ pub(crate) struct Call<'a> {
     pub consume: bool,
     /// When a consuming check is refused by a rule, the key refuses every check for this
     /// long after (see [`Block`]); `None`: no block.
-    pub block_for_us: Option<NonZeroU64>,
+    pub lockout: Option<Packed>,
 }
 
 impl Call<'_> {
@@ -676,7 +675,7 @@ pub(crate) mod testing {
             hold_us: 0,
             draw: false,
             consume,
-            block_for_us: None,
+            lockout: None,
         }
     }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 use ratelimit_rule_text::{check_name, NAME_FORM};
 
 use crate::concurrency::Concurrency;
+use crate::lockout::Lockout;
 use crate::site_config::SiteConfig;
 use crate::{Algorithm, LimitType, Limiter, Rule};
 
@@ -181,7 +182,7 @@ impl Guard {
              least 1 ms and at most 2^52 microseconds (about 142 years)",
             self.name
         );
-        self.config.block_for = Some(duration);
+        self.config.lockout = Some(Lockout::For(duration));
         self
     }
 
@@ -206,8 +207,7 @@ impl Guard {
     /// When `schedule` is empty, or holds a duration under 1 ms or over
     /// [`Rule::MAX_WINDOW`].
     pub fn block_schedule(mut self, schedule: &'static [Duration]) -> Guard {
-        crate::lockout::validate(schedule);
-        self.config.block_schedule = Some(schedule);
+        self.config.lockout = Some(Lockout::of_schedule(schedule));
         self
     }
 
@@ -461,7 +461,7 @@ mod tests {
         assert_eq!(config.prefix, "rate_limit:");
         assert_eq!(config.message, "too many requests");
         assert!(!config.shadow && !config.duplicate_rule && !config.dynamic_rules);
-        assert_eq!((config.block_for, config.wait), (None, None));
+        assert_eq!((config.lockout, config.wait), (None, None));
         assert!(guard.limiter.is_none());
     }
 
@@ -480,7 +480,7 @@ mod tests {
         assert_eq!(config.algorithm, Algorithm::FixedWindow);
         assert_eq!(config.prefix, "app:");
         assert!(config.shadow);
-        assert_eq!(config.block_for, Some(Duration::from_secs(60)));
+        assert_eq!(config.lockout, Some(Lockout::For(Duration::from_secs(60))));
         assert!(std::ptr::eq(guard.limiter.unwrap(), limiter));
         assert_eq!(config.rules, RULES);
     }

@@ -17,6 +17,7 @@ use crate::context::{RequestContext, SiteDecision};
 use crate::decision::{RawDecision, Receipt};
 use crate::key::{function_path, KeyTemplate};
 use crate::limiter::{boxed_in_place, decided, decided_with_slot, Begun, Plan};
+pub use crate::lockout::Lockout;
 use crate::overrides::{intern, SiteRules};
 pub use crate::site_config::SiteConfig;
 use crate::slot::{warn_release_failed, Slot};
@@ -434,12 +435,7 @@ impl<'a> GuardedCheck<'a> {
             cost: self.cost,
             consume: true,
             now_us: None,
-            block_for_us: match config.block_schedule {
-                Some(schedule) => crate::lockout::encode(schedule),
-                None => config
-                    .block_for
-                    .and_then(|block_for| NonZeroU64::new(crate::clock::micros(block_for))),
-            },
+            lockout: config.lockout.and_then(Lockout::packed),
             // Only a site with `charge_if` gives units back.
             refundable: config.refunds,
             slot,

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::concurrency::Concurrency;
+use crate::lockout::Lockout;
 use crate::overrides::SiteRules;
 use crate::{Algorithm, LimitType, Rule};
 
@@ -27,11 +28,9 @@ pub struct SiteConfig {
     pub message: &'static str,
     /// The attribute's `shadow = true`.
     pub shadow: bool,
-    /// After a refusal, refuse every call of that caller for this long.
-    pub block_for: Option<Duration>,
-    /// After a refusal, refuse every call of that caller for the next duration of this
-    /// escalating schedule (the attribute's `block_for = [...]`); wins over `block_for`.
-    pub block_schedule: Option<&'static [Duration]>,
+    /// After a refusal, refuse every call of that caller for this long (the attribute's
+    /// `block_for`).
+    pub lockout: Option<Lockout>,
     /// Wait up to this long for room instead of refusing at once.
     pub wait: Option<Duration>,
     /// Whether a call's units may be given back (the attribute's `charge_if`): only then
@@ -67,8 +66,7 @@ impl SiteConfig {
             prefix: Self::DEFAULT_PREFIX,
             message: Self::DEFAULT_MESSAGE,
             shadow: false,
-            block_for: None,
-            block_schedule: None,
+            lockout: None,
             wait: None,
             refunds: false,
             concurrency: None,

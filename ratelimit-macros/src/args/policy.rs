@@ -11,11 +11,9 @@ use crate::errors::Errors;
 
 /// What a guarded call does besides counting; every policy is off by default.
 pub struct Policies {
-    /// `block_for = "..."` (or a list of one), in milliseconds.
-    pub block_for_ms: Option<u64>,
-    /// `block_for = ["...", "...", ...]`: an escalating lock-out's schedule of two or more
-    /// durations, in milliseconds.
-    pub block_schedule_ms: Option<Vec<u64>>,
+    /// `block_for = "..."`, or `["...", "...", ...]` (an escalating lock-out's schedule;
+    /// a list of one is the one duration), in milliseconds: at least one.
+    pub block_for_ms: Option<Vec<u64>>,
     /// `wait = "..."`, in milliseconds.
     pub wait_ms: Option<u64>,
     /// `shadow = true`.
@@ -68,13 +66,8 @@ impl RawPolicies {
                  slot outlives its holder; add `concurrency`, or remove `lease`",
             ));
         }
-        let block_for = self.block_for.into_inner();
         Policies {
-            block_for_ms: block_for.as_deref().and_then(|ms| match ms {
-                [one] => Some(*one),
-                _ => None,
-            }),
-            block_schedule_ms: block_for.filter(|ms| ms.len() > 1),
+            block_for_ms: self.block_for.into_inner(),
             wait_ms: self.wait.into_inner(),
             shadow: self.shadow.into_inner().unwrap_or(false),
             concurrency: self

@@ -364,7 +364,7 @@ fn policies_are_kept_and_off_by_default() {
         matches!(&args.rules, Rules::PerCall(expr) if *expr == parse_quote!(plan_rules(&user)))
     );
     assert_eq!(args.charge_if, Some(parse_quote!(Result::is_err)));
-    assert_eq!(args.policies.block_for_ms, Some(900_000));
+    assert_eq!(args.policies.block_for_ms, Some(vec![900_000]));
     assert_eq!(args.policies.wait_ms, Some(500));
     assert!(args.policies.shadow);
     let off = self::args(quote!(rules("1/s"), shadow = false)).unwrap();
@@ -384,7 +384,7 @@ fn durations_take_the_rule_units() {
         let args = args(quote!(rules("1/s"), block_for = #text, wait = #text)).unwrap();
         assert_eq!(
             (args.policies.block_for_ms, args.policies.wait_ms),
-            (Some(ms), Some(ms)),
+            (Some(vec![ms]), Some(ms)),
             "{text}"
         );
     }
@@ -406,18 +406,12 @@ fn assert_errors_start_with(errors: &[String], prefixes: &[&str]) {
 fn block_for_takes_a_list_of_lock_outs_in_a_row() {
     let escalating = args(quote!(rules("1/s"), block_for = ["1m", "10 minutes", "1h"])).unwrap();
     assert_eq!(
-        (
-            escalating.policies.block_for_ms,
-            escalating.policies.block_schedule_ms
-        ),
-        (None, Some(vec![60_000, 600_000, 3_600_000]))
+        escalating.policies.block_for_ms,
+        Some(vec![60_000, 600_000, 3_600_000])
     );
     // A list of one is the single duration of 0.3.
     let one = args(quote!(rules("1/s"), block_for = ["90s"])).unwrap();
-    assert_eq!(
-        (one.policies.block_for_ms, one.policies.block_schedule_ms),
-        (Some(90_000), None)
-    );
+    assert_eq!(one.policies.block_for_ms, Some(vec![90_000]));
     let errors = messages(quote!(rules("1/s"), block_for = []));
     assert_errors_start_with(&errors, &["`block_for = []` needs at least one duration"]);
     let errors = messages(quote!(rules("1/s"), block_for = ["1m", "soon", "0s"]));

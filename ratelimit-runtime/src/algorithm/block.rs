@@ -80,12 +80,12 @@ impl Block {
         call: &Call<'_>,
         clamp: Clamp,
     ) -> Option<u64> {
-        let lockout = match call.block_for_us {
-            Some(block_for_us) if call.consume => Lockout::of(block_for_us),
+        let lockout = match call.lockout {
+            Some(packed) if call.consume => packed.lockout(),
             _ => return None,
         };
         let (strikes, remembered_us) = match lockout {
-            Lockout::Fixed(_) => (0, 0),
+            Lockout::For(_) => (0, 0),
             // The previous lock-out has ended (a refusal under one is answered before).
             Lockout::Escalating(_) if self.streak_at(clamp.at_us) => (self.strikes + 1, STREAK_US),
             Lockout::Escalating(_) => (1, STREAK_US),

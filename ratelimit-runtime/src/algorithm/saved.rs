@@ -268,11 +268,11 @@ where
 
 #[cfg(test)]
 mod tests {
-    use std::num::NonZeroU64;
 
     use super::*;
     use crate::algorithm::testing::{call, rule};
     use crate::algorithm::Call;
+    use crate::lockout::Lockout;
 
     fn round_trip(state: &StoredState) -> StoredState {
         let mut bytes = Vec::new();
@@ -300,7 +300,7 @@ mod tests {
                 state.check(&call(&rules, t0 + i as u64 * S, cost, true));
             }
             let blocked = Call {
-                block_for_us: NonZeroU64::new(30 * S),
+                lockout: Lockout::For(Duration::from_micros(30 * S)).packed(),
                 ..call(&rules, t0 + 3 * S, 1, true)
             };
             assert!(!state.check(&blocked).decision.allowed, "{algorithm}");

@@ -1,10 +1,11 @@
 //! The arithmetic every algorithm shares, and the hand-worked sequences.
 
-use std::num::NonZeroU64;
-
 use super::testing::{call, rule};
 use super::{Call, StoredState};
+use std::time::Duration;
+
 use crate::decision::{RawDecision, Receipt};
+use crate::lockout::Lockout;
 use crate::Algorithm;
 use crate::Rule;
 
@@ -27,7 +28,7 @@ impl super::worked::Runner for Key {
             hold_us: 0,
             draw: false,
             consume: check.consume,
-            block_for_us: NonZeroU64::new(check.block_for_us),
+            lockout: Lockout::For(Duration::from_micros(check.block_for_us)).packed(),
         };
         let state = self.0.get_or_insert_with(|| StoredState::new(algorithm));
         let d = state.check(&call).decision;

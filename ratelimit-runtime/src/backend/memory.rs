@@ -375,13 +375,13 @@ impl MemoryBackend {
 
 #[cfg(test)]
 mod tests {
-    use std::num::NonZeroU64;
     use std::time::Duration;
 
     use foldhash::SharedSeed;
 
     use super::*;
     use crate::clock::ManualClock;
+    use crate::lockout::Lockout;
     use crate::{Algorithm, BackendErrorKind, Rule};
 
     const START: Duration = Duration::from_secs(1_700_000_000);
@@ -588,7 +588,7 @@ mod tests {
         block_for: Duration,
     ) -> RawDecision {
         let request = Request {
-            block_for_us: NonZeroU64::new(block_for.as_micros() as u64),
+            lockout: Lockout::For(block_for).packed(),
             ..request("k", algorithm, true)
         };
         backend.check_now(&request).unwrap()

@@ -17,6 +17,7 @@ use std::num::NonZeroU64;
 use crate::algorithm::{Call, Returned};
 use crate::concurrency::SlotAsk;
 use crate::decision::Receipt;
+use crate::lockout::Packed;
 use crate::{Algorithm, Rule};
 
 /// One check of one key.
@@ -33,9 +34,10 @@ pub(crate) struct Request<'a> {
     /// backend's own clock (Redis `TIME`).
     pub now_us: Option<NonZeroU64>,
     /// When a consuming check is refused by a rule, the key then refuses every check (and
-    /// peek) for this many µs, consuming nothing (see `algorithm::Block`); `None`: no
-    /// block. Below 2^51 (71 years): the scripts read it with the call, as one exact double.
-    pub block_for_us: Option<NonZeroU64>,
+    /// peek) for as long as this says, consuming nothing (see `algorithm::Block`); `None`:
+    /// no block. Each duration below 2^51 µs (71 years): the scripts read the first with
+    /// the call, as one exact double.
+    pub lockout: Option<Packed>,
     /// Whether the caller may refund the decision (`Receipt`). The memory backend and the
     /// sliding log can always refund; a string-state script (fixed window, sliding window,
     /// token bucket) then also answers the time the check was counted at, which a refund
@@ -148,7 +150,7 @@ impl<'a> Request<'a> {
             algorithm: Algorithm::SlidingLog,
             cost: NonZeroU64::MIN,
             consume,
-            block_for_us: None,
+            lockout: None,
             now_us: None,
             // A programmatic check's decision can be refunded (`Limiter::refund`); a guarded
             // site's only when it has `charge_if` (see `site.rs`).
@@ -181,7 +183,7 @@ impl<'a> Request<'a> {
             hold_us: self.draw.map_or(0, |draw| draw.hold_us),
             draw: self.draw.is_some(),
             consume: self.consume,
-            block_for_us: self.block_for_us,
+            lockout: self.lockout,
         }
     }
 

@@ -176,7 +176,7 @@ impl Limiter {
                 cost: ticket.units,
                 // A draw larger than the check is refused for its size, not the check:
                 // no block, no denial to remember; the check alone is asked next.
-                block_for_us: request.block_for_us.filter(|_| ticket.draw.is_none()),
+                lockout: request.lockout.filter(|_| ticket.draw.is_none()),
                 refundable: request.refundable || ticket.draw.is_some(),
                 ..*request
             };

@@ -21,6 +21,7 @@ use super::{Limiter, Now};
 use crate::backend::Request;
 use crate::concurrency::SlotAsk;
 use crate::decision::RawDecision;
+use crate::lockout::Lockout;
 use crate::observe::{Answer, Checker, Observation};
 use crate::{clock, random, Algorithm, BackendError, Decision, Rule};
 
@@ -190,7 +191,7 @@ impl<'a> Check<'a> {
     /// ```
     #[inline]
     pub fn block_for(mut self, duration: Duration) -> Self {
-        self.plan.request.block_for_us = NonZeroU64::new(clock::micros(duration));
+        self.plan.request.lockout = Lockout::For(duration).packed();
         self
     }
 
@@ -228,7 +229,7 @@ impl<'a> Check<'a> {
     /// [`Rule::MAX_WINDOW`](crate::Rule::MAX_WINDOW).
     #[inline]
     pub fn block_schedule(mut self, schedule: &'static [Duration]) -> Self {
-        self.plan.request.block_for_us = crate::lockout::encode(schedule);
+        self.plan.request.lockout = Lockout::of_schedule(schedule).packed();
         self
     }
 

@@ -49,7 +49,7 @@ impl MemoryBackend {
         }
         if !peeked.iter().all(|raw| raw.allowed) {
             for ((request, &hash), raw) in requests.iter().zip(&hashes).zip(&mut peeked) {
-                if !raw.allowed && request.consume && request.block_for_us.is_some() {
+                if !raw.allowed && request.consume && request.lockout.is_some() {
                     *raw = locked_shard(&mut locked, self.shard_index(hash)).check(
                         request,
                         hash,

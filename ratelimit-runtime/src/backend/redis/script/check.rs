@@ -13,7 +13,7 @@ use super::{
 use crate::backend::Request;
 use crate::concurrency::SlotAsk;
 use crate::decision::{CountedBy, RawDecision, Receipt};
-use crate::lockout::Lockout;
+use crate::lockout::{Lockout, Packed};
 use crate::Algorithm;
 
 /// One check's commands and how to read its answer. A consuming sliding-log check gets
@@ -251,9 +251,9 @@ impl ToRedisArgs for Numbers<'_> {
         };
         // 0: no block, as the scripts read it; negated for an escalating lock-out, whose
         // schedule follows in an argument of its own (`Schedule`).
-        let first = match request.block_for_us.map(Lockout::of) {
+        let first = match request.lockout.map(Packed::lockout) {
             None => call as f64,
-            Some(Lockout::Fixed(us)) => (call + 4 * us) as f64,
+            Some(fixed @ Lockout::For(_)) => (call + 4 * fixed.duration_us(1)) as f64,
             Some(escalating) => -((call + 4 * escalating.duration_us(1)) as f64),
         };
         // 0: the server's clock, as the scripts read it.
@@ -270,9 +270,9 @@ pub(super) struct Schedule(&'static [Duration]);
 impl Schedule {
     /// The schedule `request` carries, if any.
     pub(super) fn of(request: &Request<'_>) -> Option<Schedule> {
-        match request.block_for_us.map(Lockout::of)? {
+        match request.lockout?.lockout() {
             Lockout::Escalating(schedule) => Some(Schedule(schedule)),
-            Lockout::Fixed(_) => None,
+            Lockout::For(_) => None,
         }
     }
 }
