@@ -38,43 +38,27 @@ async fn until_top(limiter: &Limiter, site: &str, n: usize, expected: &[(&str, u
     .await
 }
 
-#[rate_limiter(
-    rules("2/minute"),
-    limit_type = CUSTOM,
-    by = user,
-    name = "login",
-    limiter = support::limiter()
-)]
-async fn login(user: &str) -> Result<(), RateLimitError> {
-    Ok(())
+/// Guarded sites counting `user`'s calls on the scenario's limiter (`limit_type = CUSTOM,
+/// by = user`): each `name(policies);` is `async fn name(user: &str)` returning `Ok(())`.
+macro_rules! user_sites {
+    ($($(#[doc = $doc:literal])* $name:ident($($policy:tt)*);)*) => {$(
+        $(#[doc = $doc])*
+        #[rate_limiter($($policy)*, limit_type = CUSTOM, by = user, limiter = support::limiter())]
+        async fn $name(user: &str) -> Result<(), RateLimitError> {
+            Ok(())
+        }
+    )*};
 }
 
-#[rate_limiter(
-    rules("1/minute"),
-    limit_type = CUSTOM,
-    by = user,
-    name = "preview",
-    shadow = true,
-    limiter = support::limiter()
-)]
-async fn preview(user: &str) -> Result<(), RateLimitError> {
-    Ok(())
+user_sites! {
+    login(rules("2/minute"), name = "login");
+    preview(rules("1/minute"), name = "preview", shadow = true);
+    /// A site named as programmatic checks are labelled: a site all the same.
+    named_programmatic(rules("2/minute"), name = "programmatic");
 }
 
 #[rate_limiter(rules("1/minute"), limit_type = GLOBAL, name = "reindex", limiter = support::limiter())]
 async fn reindex() -> Result<(), RateLimitError> {
-    Ok(())
-}
-
-/// A site named as programmatic checks are labelled: a site all the same.
-#[rate_limiter(
-    rules("2/minute"),
-    limit_type = CUSTOM,
-    by = user,
-    name = "programmatic",
-    limiter = support::limiter()
-)]
-async fn named_programmatic(user: &str) -> Result<(), RateLimitError> {
     Ok(())
 }
 
