@@ -47,6 +47,24 @@ async fn warned_check(
         .await
 }
 
+/// Checks of `costs` in turn for `key` at `T0`, each warning at `percent`: asserts that
+/// every one is admitted and that `heard` heard no warning of them.
+async fn admit_quietly(
+    limiter: &Limiter,
+    heard: &Heard,
+    key: &str,
+    rules: &[Rule],
+    algorithm: Algorithm,
+    percent: u8,
+    costs: &[u64],
+) {
+    for &cost in costs {
+        let d = warned_check(limiter, key, rules, algorithm, cost, percent).await;
+        assert!(d.unwrap().allowed, "{algorithm}: a check of {cost}");
+    }
+    assert_eq!(heard.take(), [], "{algorithm}");
+}
+
 /// A task that makes `calls` checks in a row, each warning at `percent`.
 fn spawn_checks(
     limiter: &'static Limiter,
@@ -138,11 +156,10 @@ backend_tests! {
         let rules = [Rule::per_minute(10)];
         for algorithm in Algorithm::ALL {
             let key = format!("warn:what:{algorithm}");
-            let check = |cost| warned_check(&limiter, &key, &rules, algorithm, cost, 50);
-            assert!(check(4).await.unwrap().allowed);
-            assert_eq!(heard.take(), []);
+            admit_quietly(&limiter, &heard, &key, &rules, algorithm, 50, &[4]).await;
             // From 4 used to 7: past 50 % in one check, which reports what it left used.
-            assert!(check(3).await.unwrap().allowed);
+            let d = warned_check(&limiter, &key, &rules, algorithm, 3, 50).await;
+            assert!(d.unwrap().allowed);
             assert_eq!(
                 heard.take(),
                 [Warning {
@@ -161,11 +178,10 @@ backend_tests! {
         let rules = [Rule::per_second(10), Rule::per_minute(100), Rule::per_minute(10).calls()];
         for algorithm in Algorithm::ALL {
             let key = format!("warn:every:{algorithm}");
-            let check = |cost| warned_check(&limiter, &key, &rules, algorithm, cost, 50);
-            assert!(check(4).await.unwrap().allowed);
-            assert_eq!(heard.take(), []);
+            admit_quietly(&limiter, &heard, &key, &rules, algorithm, 50, &[4]).await;
             // 4 -> 5 of 10 units and 1 -> 2 of 10 calls: only the first rule.
-            assert!(check(1).await.unwrap().allowed);
+            let d = warned_check(&limiter, &key, &rules, algorithm, 1, 50).await;
+            assert!(d.unwrap().allowed);
             assert_eq!(heard.rules_used(), [(rules[0], 5)], "{algorithm}");
             // Then 5 -> 50 of 100 and 2 -> 3 calls... and the second rule crosses with the first
             // already past: one warning.
@@ -185,12 +201,10 @@ backend_tests! {
         ];
         for algorithm in Algorithm::ALL {
             let key = format!("warn:calendar:{algorithm}");
-            let check = |cost| warned_check(&limiter, &key, &rules, algorithm, cost, 75);
-            assert!(check(2).await.unwrap().allowed);
-            assert!(check(2).await.unwrap().allowed);
-            assert_eq!(heard.take(), []);
+            admit_quietly(&limiter, &heard, &key, &rules, algorithm, 75, &[2, 2]).await;
             // 4 -> 8 of 10 (75 % is 7.5) and the 3rd call of 4 (75 % is 3).
-            assert!(check(4).await.unwrap().allowed);
+            let d = warned_check(&limiter, &key, &rules, algorithm, 4, 75).await;
+            assert!(d.unwrap().allowed);
             assert_eq!(heard.rules_used(), [(rules[0], 8), (rules[1], 3)], "{algorithm}");
         }
     }
