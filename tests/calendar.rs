@@ -67,6 +67,46 @@ async fn peek(
         .unwrap()
 }
 
+/// Asserts that `d` was admitted with the first rule binding, `remaining` left, and that
+/// its period resets after `reset_after`.
+#[track_caller]
+fn assert_admitted(d: &Decision, remaining: u64, reset_after: Duration, algorithm: Algorithm) {
+    assert_eq!(
+        (d.allowed, d.rule_index, d.remaining),
+        (true, 0, remaining),
+        "{algorithm}"
+    );
+    assert_eq!(d.reset_after, reset_after, "{algorithm}");
+}
+
+/// Asserts that `d` was refused by the first rule, to be retried after `retry_after`.
+#[track_caller]
+fn assert_refused(d: &Decision, retry_after: Duration, algorithm: Algorithm) {
+    assert_eq!((d.allowed, d.rule_index), (false, 0), "{algorithm}");
+    assert_eq!(d.retry_after, Some(retry_after), "{algorithm}");
+}
+
+/// Spends a period of 3 units, counted by the first of `rules`, on `key`: 2 at noon on
+/// January 15th 2027, then the last one at the period's last instant, `last` before its
+/// `end`, and a refusal there until the end. Asserts every answer.
+async fn spend_to_the_last_instant(
+    limiter: &Limiter,
+    algorithm: Algorithm,
+    key: &str,
+    rules: &[Rule],
+    end: Duration,
+    last: Duration,
+) {
+    let mid_january = secs(JAN_15_2027 + 12 * HOUR);
+    let d = check(limiter, algorithm, key, rules, 2, mid_january).await;
+    assert_admitted(&d, 1, end - mid_january, algorithm);
+    let d = check(limiter, algorithm, key, rules, 1, end - last).await;
+    assert_admitted(&d, 0, last, algorithm);
+    let d = check(limiter, algorithm, key, rules, 1, end - last).await;
+    assert_refused(&d, last, algorithm);
+    assert_eq!((d.remaining, d.reset_after), (0, last), "{algorithm}");
+}
+
 #[test]
 fn calendar_rules_are_written_and_read_back_as_text() {
     let month = Rule::per_calendar(2_000_000, Calendar::Month);
@@ -189,23 +229,12 @@ backend_tests! {
         let limiter = support::limiter();
         for algorithm in Algorithm::ALL {
             let key = format!("calendar:month:{algorithm}");
-            let mid_january = secs(JAN_15_2027 + 12 * HOUR);
-            let d = check(limiter, algorithm, &key, &MONTHLY, 2, mid_january).await;
-            assert_eq!((d.allowed, d.rule_index, d.remaining), (true, 0, 1), "{algorithm}");
-            assert_eq!(d.reset_after, secs(FEB_1_2027) - mid_january, "{algorithm}");
             // The last millisecond of January: the last unit, then none.
-            let last_ms = secs(FEB_1_2027) - Duration::from_millis(1);
-            let d = check(limiter, algorithm, &key, &MONTHLY, 1, last_ms).await;
-            assert_eq!((d.allowed, d.remaining), (true, 0), "{algorithm}");
-            assert_eq!(d.reset_after, Duration::from_millis(1), "{algorithm}");
-            let d = check(limiter, algorithm, &key, &MONTHLY, 1, last_ms).await;
-            assert_eq!((d.allowed, d.rule_index, d.remaining), (false, 0, 0), "{algorithm}");
-            assert_eq!(d.retry_after, Some(Duration::from_millis(1)), "{algorithm}");
-            assert_eq!(d.reset_after, Duration::from_millis(1), "{algorithm}");
+            let ms = Duration::from_millis(1);
+            spend_to_the_last_instant(limiter, algorithm, &key, &MONTHLY, secs(FEB_1_2027), ms).await;
             // February 1st, midnight: the whole month again, 28 days of it in 2027.
             let d = check(limiter, algorithm, &key, &MONTHLY, 3, secs(FEB_1_2027)).await;
-            assert_eq!((d.allowed, d.rule_index, d.remaining), (true, 0, 0), "{algorithm}");
-            assert_eq!(d.reset_after, secs(MAR_1_2027 - FEB_1_2027), "{algorithm}");
+            assert_admitted(&d, 0, secs(MAR_1_2027 - FEB_1_2027), algorithm);
             assert_eq!(MAR_1_2027 - FEB_1_2027, 28 * DAY);
             // A cost above the count never passes.
             let d = check(limiter, algorithm, &key, &MONTHLY, 4, secs(FEB_1_2027 + DAY)).await;
@@ -219,15 +248,13 @@ backend_tests! {
         for algorithm in Algorithm::ALL {
             let key = format!("calendar:leap:{algorithm}");
             let d = check(limiter, algorithm, &key, &rules, 2, secs(FEB_28_2028 + 10 * HOUR)).await;
-            assert_eq!((d.allowed, d.rule_index, d.remaining), (true, 0, 0), "{algorithm}");
-            assert_eq!(d.reset_after, secs(14 * HOUR), "{algorithm}");
+            assert_admitted(&d, 0, secs(14 * HOUR), algorithm);
             let d = check(limiter, algorithm, &key, &rules, 1, secs(FEB_28_2028 + 23 * HOUR)).await;
-            assert_eq!((d.allowed, d.rule_index), (false, 0), "{algorithm}");
-            assert_eq!(d.retry_after, Some(secs(HOUR)), "{algorithm}: to the leap day");
+            // Refused until the leap day.
+            assert_refused(&d, secs(HOUR), algorithm);
             // February 29th: a new day, the same month (2 of 5 used).
             let d = check(limiter, algorithm, &key, &rules, 2, secs(FEB_29_2028)).await;
-            assert_eq!((d.allowed, d.rule_index, d.remaining), (true, 0, 0), "{algorithm}");
-            assert_eq!(d.reset_after, secs(DAY), "{algorithm}");
+            assert_admitted(&d, 0, secs(DAY), algorithm);
             // The month has 1 left and runs to March 1st, 12 hours after noon.
             let month = peek(limiter, algorithm, &key, &rules[1..], secs(FEB_29_2028 + 12 * HOUR)).await;
             assert_eq!((month.allowed, month.remaining), (true, 1), "{algorithm}");
@@ -284,17 +311,14 @@ backend_tests! {
         for algorithm in Algorithm::ALL {
             let key = format!("calendar:year:{algorithm}");
             let d = check(limiter, algorithm, &key, &rules, 10, secs(DEC_31_2027 + 23 * HOUR + 1800)).await;
-            assert_eq!((d.allowed, d.rule_index, d.remaining), (true, 0, 0), "{algorithm}");
-            assert_eq!(d.reset_after, secs(1800), "{algorithm}");
+            assert_admitted(&d, 0, secs(1800), algorithm);
             let d = check(limiter, algorithm, &key, &rules, 10, secs(JAN_1_2028 - 60)).await;
-            assert_eq!((d.allowed, d.rule_index), (false, 0), "{algorithm}");
-            assert_eq!(d.retry_after, Some(secs(60)), "{algorithm}");
+            assert_refused(&d, secs(60), algorithm);
             // The days' units: 10 of 1000 on December 31st.
             let day = peek(limiter, algorithm, &key, &rules[1..], secs(JAN_1_2028 - 60)).await;
             assert_eq!(day.remaining, 990, "{algorithm}");
             let d = check(limiter, algorithm, &key, &rules, 10, secs(JAN_1_2028)).await;
-            assert_eq!((d.allowed, d.rule_index, d.remaining), (true, 0, 0), "{algorithm}");
-            assert_eq!(d.reset_after, secs(31 * DAY), "{algorithm}");
+            assert_admitted(&d, 0, secs(31 * DAY), algorithm);
             let day = peek(limiter, algorithm, &key, &rules[1..], secs(JAN_1_2028)).await;
             assert_eq!(day.remaining, 990, "{algorithm}: a new day");
         }
@@ -308,32 +332,21 @@ backend_tests! {
         assert_eq!(JAN_1_2029 - JAN_1_2028, 366 * DAY);
         for algorithm in Algorithm::ALL {
             let key = format!("calendar:years:{algorithm}");
-            let mid_january = secs(JAN_15_2027 + 12 * HOUR);
-            let d = check(limiter, algorithm, &key, &rules, 2, mid_january).await;
-            assert_eq!((d.allowed, d.rule_index, d.remaining), (true, 0, 1), "{algorithm}");
-            assert_eq!(d.reset_after, secs(JAN_1_2028) - mid_january, "{algorithm}");
             // December 31st, 23:59:59.999999: the year's last unit, then none.
-            let last_us = secs(JAN_1_2028) - Duration::from_micros(1);
-            let d = check(limiter, algorithm, &key, &rules, 1, last_us).await;
-            assert_eq!((d.allowed, d.rule_index, d.remaining), (true, 0, 0), "{algorithm}");
-            assert_eq!(d.reset_after, Duration::from_micros(1), "{algorithm}");
-            let d = check(limiter, algorithm, &key, &rules, 1, last_us).await;
-            assert_eq!((d.allowed, d.rule_index), (false, 0), "{algorithm}");
-            assert_eq!(d.retry_after, Some(Duration::from_micros(1)), "{algorithm}");
+            let us = Duration::from_micros(1);
+            spend_to_the_last_instant(limiter, algorithm, &key, &rules, secs(JAN_1_2028), us).await;
             // December's month counted the one unit it admitted.
-            let month = peek(limiter, algorithm, &key, &rules[1..], last_us).await;
+            let month = peek(limiter, algorithm, &key, &rules[1..], secs(JAN_1_2028) - us).await;
             assert_eq!(month.remaining, 99, "{algorithm}");
             // January 1st, midnight: the whole year again, 366 days of it in 2028.
             let d = check(limiter, algorithm, &key, &rules, 3, secs(JAN_1_2028)).await;
-            assert_eq!((d.allowed, d.rule_index, d.remaining), (true, 0, 0), "{algorithm}");
-            assert_eq!(d.reset_after, secs(366 * DAY), "{algorithm}");
+            assert_admitted(&d, 0, secs(366 * DAY), algorithm);
             // The leap day is in the year: refused until 2029.
             let d = check(limiter, algorithm, &key, &rules, 1, secs(FEB_29_2028)).await;
-            assert_eq!((d.allowed, d.rule_index), (false, 0), "{algorithm}");
-            assert_eq!(d.retry_after, Some(secs(JAN_1_2029 - FEB_29_2028)), "{algorithm}");
+            assert_refused(&d, secs(JAN_1_2029 - FEB_29_2028), algorithm);
             let d = check(limiter, algorithm, &key, &rules, 1, secs(JAN_1_2029)).await;
-            assert_eq!((d.allowed, d.rule_index, d.remaining), (true, 0, 2), "{algorithm}");
-            assert_eq!(d.reset_after, secs(365 * DAY), "{algorithm}: 2029 is not a leap year");
+            // 2029 is not a leap year.
+            assert_admitted(&d, 2, secs(365 * DAY), algorithm);
         }
     }
 
