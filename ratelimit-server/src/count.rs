@@ -568,14 +568,8 @@ mod tests {
     use super::*;
 
     fn service(limiter: Limiter) -> Service {
-        let yaml = "
-domain: shop
-descriptors:
-  - key: user
-    rate_limit: {unit: hour, requests_per_unit: 20}
-  - key: remote_address
-    rate_limit: {unit: hour, requests_per_unit: 5}
-";
+        // The configuration of the ban test's Redis half (tests/redis.rs).
+        let yaml = include_str!("../tests/common/shop.yaml");
         let sources = vec![(PathBuf::from("shop.yaml"), yaml.to_owned())];
         Service {
             limiter,

@@ -13,17 +13,8 @@ use support::cluster::RedisCluster;
 use support::{eventually, RedisServer, ScratchDir, Topology};
 use tonic::Code as GrpcCode;
 
-const CONFIG: &str = "
-domain: shop
-algorithm: sliding_log
-descriptors:
-  - key: user
-    rate_limit: {unit: hour, requests_per_unit: 20}
-  - key: tenant
-    rate_limit: {unit: hour, requests_per_unit: 1000}
-  - key: remote_address
-    rate_limit: {unit: hour, requests_per_unit: 5}
-";
+/// The `shop` domain, shared with the embedded backend's half of the ban test.
+const CONFIG: &str = include_str!("common/shop.yaml");
 
 fn on(test: &str, url: &str, extra: &[&str]) -> (ScratchDir, Server) {
     let dir = config_dir(test, "shop.yaml", CONFIG);
