@@ -11,6 +11,21 @@ use redis_ratelimit::{rate_limiter, Algorithm, Limiter, RateLimitError, Rule};
 /// 3 calls and 10 units a minute, checked together.
 static CALLS_AND_UNITS: [Rule; 2] = [Rule::per_minute(3).calls(), Rule::per_minute(10)];
 
+/// Guarded functions counting their first parameter's (`who`'s) calls on the scenario's
+/// limiter: each `#[rate_limiter(policies)]` function in it stands for one with
+/// `#[rate_limiter(policies, limit_type = CUSTOM, by = who, limiter = support::limiter())]`.
+macro_rules! by_who {
+    ($(
+        $(#[doc = $doc:literal])*
+        #[rate_limiter($($policy:tt)*)]
+        async fn $name:ident($who:ident: &str, $($param:ident: $ty:ty),* $(,)?) -> $ret:ty $body:block
+    )*) => {$(
+        $(#[doc = $doc])*
+        #[rate_limiter($($policy)*, limit_type = CUSTOM, by = $who, limiter = support::limiter())]
+        async fn $name($who: &str, $($param: $ty),*) -> $ret $body
+    )*};
+}
+
 metered_sites! {
     calls_attribute(
         rules(rule(count = 2, time = 60, calls = true), "100/minute"),
@@ -36,64 +51,63 @@ impl From<RateLimitError> for ApiError {
     }
 }
 
-/// 2 calls and 100 tokens a minute; `max_tokens` reserved, the usage settled.
-#[rate_limiter(
-    rules("2 calls/minute", "100/minute"),
-    cost = max_tokens,
-    settle = |r: &Result<Completion, ApiError>| r.as_ref().map_or(0, |c| c.tokens),
-    limit_type = CUSTOM,
-    by = who,
-    limiter = support::limiter(),
-    name = "metered.complete"
-)]
-async fn complete(who: &str, max_tokens: u64, used: Option<u64>) -> Result<Completion, ApiError> {
-    used.map(|tokens| Completion { tokens })
-        .ok_or(ApiError::Failed)
-}
-
-/// As `complete`, but a failed call is not charged at all (`charge_if`).
-#[rate_limiter(
-    rules("2 calls/minute", "100/minute"),
-    cost = max_tokens,
-    settle = settled_tokens,
-    charge_if = Result::is_ok,
-    limit_type = CUSTOM,
-    by = who,
-    limiter = support::limiter(),
-    name = "metered.complete_charged"
-)]
-async fn complete_charged(
-    who: &str,
-    max_tokens: u64,
-    used: Option<u64>,
-) -> Result<Completion, ApiError> {
-    used.map(|tokens| Completion { tokens })
-        .ok_or(ApiError::Failed)
-}
-
+/// The tokens a completion used; none for a failure.
 fn settled_tokens(r: &Result<Completion, ApiError>) -> u64 {
     r.as_ref().map_or(0, |c| c.tokens)
 }
 
-/// As `complete`, with a body that says it started, then waits for ever (to be dropped
-/// mid-body).
-#[rate_limiter(
-    rules("100/minute"),
-    cost = max_tokens,
-    settle = |r: &Result<Completion, ApiError>| r.as_ref().map_or(0, |c| c.tokens),
-    limit_type = CUSTOM,
-    by = who,
-    limiter = support::limiter(),
-    name = "metered.complete_slow"
-)]
-async fn complete_slow(
-    who: &str,
-    max_tokens: u64,
-    started: tokio::sync::oneshot::Sender<()>,
-) -> Result<Completion, ApiError> {
-    let _ = started.send(());
-    std::future::pending::<()>().await;
-    Ok(Completion { tokens: 1 })
+/// Completions of 2 calls and 100 tokens a minute, `max_tokens` reserved: each
+/// `name(policies);` is `async fn name(who, max_tokens, used)` with those policies too,
+/// answering a completion that used `used` tokens, or (`None`) a failure.
+macro_rules! completions {
+    ($($(#[doc = $doc:literal])* $name:ident($($policy:tt)*);)*) => {
+        by_who! {$(
+            $(#[doc = $doc])*
+            #[rate_limiter(rules("2 calls/minute", "100/minute"), cost = max_tokens, $($policy)*)]
+            async fn $name(
+                who: &str,
+                max_tokens: u64,
+                used: Option<u64>,
+            ) -> Result<Completion, ApiError> {
+                used.map(|tokens| Completion { tokens })
+                    .ok_or(ApiError::Failed)
+            }
+        )*}
+    };
+}
+
+completions! {
+    /// Settled at the usage the API reports.
+    complete(
+        settle = |r: &Result<Completion, ApiError>| r.as_ref().map_or(0, |c| c.tokens),
+        name = "metered.complete"
+    );
+    /// As `complete`, but a failed call is not charged at all (`charge_if`).
+    complete_charged(
+        settle = settled_tokens,
+        charge_if = Result::is_ok,
+        name = "metered.complete_charged"
+    );
+}
+
+by_who! {
+    /// As `complete`, with a body that says it started, then waits for ever (to be dropped
+    /// mid-body).
+    #[rate_limiter(
+        rules("100/minute"),
+        cost = max_tokens,
+        settle = |r: &Result<Completion, ApiError>| r.as_ref().map_or(0, |c| c.tokens),
+        name = "metered.complete_slow"
+    )]
+    async fn complete_slow(
+        who: &str,
+        max_tokens: u64,
+        started: tokio::sync::oneshot::Sender<()>,
+    ) -> Result<Completion, ApiError> {
+        let _ = started.send(());
+        std::future::pending::<()>().await;
+        Ok(Completion { tokens: 1 })
+    }
 }
 
 /// The key a site named `name` counts `who` under.
@@ -509,18 +523,13 @@ mod limits {
     /// Bodies that ran.
     static UPLOADS: AtomicU64 = AtomicU64::new(0);
 
-    /// Metered in bytes on the default algorithm, the sliding log.
-    #[rate_limiter(
-        rules("10000000000/hour"),
-        cost = bytes,
-        limit_type = CUSTOM,
-        by = who,
-        limiter = support::limiter(),
-        name = "metered.upload"
-    )]
-    async fn upload(who: &str, bytes: u64) -> Result<(), RateLimitError> {
-        UPLOADS.fetch_add(1, Ordering::SeqCst);
-        Ok(())
+    by_who! {
+        /// Metered in bytes on the default algorithm, the sliding log.
+        #[rate_limiter(rules("10000000000/hour"), cost = bytes, name = "metered.upload")]
+        async fn upload(who: &str, bytes: u64) -> Result<(), RateLimitError> {
+            UPLOADS.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
     }
 
     backend_tests! {
@@ -670,27 +679,22 @@ mod limits {
         }
     }
 
-    #[rate_limiter(
-        rules("3/minute"),
-        charge_if = Result::is_err,
-        limit_type = CUSTOM,
-        by = who,
-        limiter = support::limiter(),
-        name = "metered.login"
-    )]
-    async fn login(
-        who: &str,
-        right: bool,
-        started: tokio::sync::mpsc::UnboundedSender<()>,
-        gate: tokio::sync::watch::Receiver<bool>,
-    ) -> Result<(), LoginError> {
-        let _ = started.send(());
-        let mut gate = gate;
-        let _ = gate.wait_for(|open| *open).await;
-        if right {
-            Ok(())
-        } else {
-            Err(LoginError::BadPassword)
+    by_who! {
+        #[rate_limiter(rules("3/minute"), charge_if = Result::is_err, name = "metered.login")]
+        async fn login(
+            who: &str,
+            right: bool,
+            started: tokio::sync::mpsc::UnboundedSender<()>,
+            gate: tokio::sync::watch::Receiver<bool>,
+        ) -> Result<(), LoginError> {
+            let _ = started.send(());
+            let mut gate = gate;
+            let _ = gate.wait_for(|open| *open).await;
+            if right {
+                Ok(())
+            } else {
+                Err(LoginError::BadPassword)
+            }
         }
     }
 
