@@ -84,18 +84,8 @@ fn descriptors(node: &Node, errors: &mut Vec<(usize, String)>) -> Vec<Descriptor
 }
 
 fn descriptor(node: &Node, errors: &mut Vec<(usize, String)>) -> Option<Descriptor> {
-    let mut fields = Fields::mapping(
-        node,
-        "a descriptor",
-        "write a mapping with at least `key`",
-        errors,
-    )?;
-    let mut d = Descriptor {
-        line: node.line,
-        ..Descriptor::default()
-    };
-    for (name, value) in fields.take() {
-        match name.as_str() {
+    let d = DESCRIPTOR.read(node, errors, |d: &mut Descriptor, fields, name, value| {
+        match name {
             "key" => d.key = fields.string(value),
             "value" => d.value = fields.string(value).map(|(v, _)| v),
             "rate_limit" => d.rate_limit = rate_limit(value, fields.errors),
@@ -108,25 +98,20 @@ fn descriptor(node: &Node, errors: &mut Vec<(usize, String)>) -> Option<Descript
             // Free-form: answered in Envoy's dynamic metadata, which this service does not
             // send; accepted so that files using it load unchanged.
             "metadata" => {}
-            _ => fields.unknown(&name, value, DESCRIPTOR_FIELDS),
+            _ => fields.unknown(name, value, DESCRIPTOR_FIELDS),
         }
-    }
-    Some(d)
+    })?;
+    Some(Descriptor {
+        line: node.line,
+        ..d
+    })
 }
 
 fn rate_limit(node: &Node, errors: &mut Vec<(usize, String)>) -> Option<RateLimit> {
-    let mut fields = Fields::mapping(
+    let r = RATE_LIMIT.read(
         node,
-        "`rate_limit`",
-        "write a mapping (`unit:` and `requests_per_unit:`, or `limits:`)",
         errors,
-    )?;
-    let mut r = RateLimit {
-        line: node.line,
-        ..RateLimit::default()
-    };
-    for (name, value) in fields.take() {
-        match name.as_str() {
+        |r: &mut RateLimit, fields, name, value| match name {
             "unit" => r.unit = fields.string(value),
             "requests_per_unit" => r.requests_per_unit = fields.integer(value),
             "unlimited" => r.unlimited = fields.bool(value),
@@ -145,28 +130,26 @@ fn rate_limit(node: &Node, errors: &mut Vec<(usize, String)>) -> Option<RateLimi
                     }
                 }
             }
-            _ => fields.unknown(&name, value, RATE_LIMIT_FIELDS),
-        }
-    }
-    Some(r)
+            _ => fields.unknown(name, value, RATE_LIMIT_FIELDS),
+        },
+    )?;
+    Some(RateLimit {
+        line: node.line,
+        ..r
+    })
 }
 
 fn replaces(node: &Node, errors: &mut Vec<(usize, String)>) -> Vec<(String, usize)> {
     let items = items(node, "`replaces`", "a list of `- name: ...`", errors);
     let mut names = Vec::new();
     for item in items {
-        let Some(mut fields) =
-            Fields::mapping(item, "a `replaces` entry", "write `- name: ...`", errors)
-        else {
+        let entry = REPLACES_ENTRY.read(item, errors, |name, fields, field, value| match field {
+            "name" => *name = fields.string(value),
+            _ => fields.unknown(field, value, "name"),
+        });
+        let Some(name) = entry else {
             continue;
         };
-        let mut name = None;
-        for (field, value) in fields.take() {
-            match field.as_str() {
-                "name" => name = fields.string(value),
-                _ => fields.unknown(&field, value, "name"),
-            }
-        }
         match name {
             Some((name, line)) if name.is_empty() => errors.push((
                 line,
@@ -180,6 +163,46 @@ fn replaces(node: &Node, errors: &mut Vec<(usize, String)>) -> Vec<(String, usiz
         }
     }
     names
+}
+
+/// A mapping of the grammar as its errors speak of it.
+struct Mapping {
+    /// What it is: "a descriptor".
+    what: &'static str,
+    /// What to write when something other than a mapping stands in its place.
+    write: &'static str,
+}
+
+const DESCRIPTOR: Mapping = Mapping {
+    what: "a descriptor",
+    write: "write a mapping with at least `key`",
+};
+const RATE_LIMIT: Mapping = Mapping {
+    what: "`rate_limit`",
+    write: "write a mapping (`unit:` and `requests_per_unit:`, or `limits:`)",
+};
+const REPLACES_ENTRY: Mapping = Mapping {
+    what: "a `replaces` entry",
+    write: "write `- name: ...`",
+};
+
+impl Mapping {
+    /// Reads `node` into a `T` from its default: each field, in file order, by `field`.
+    /// The one walk of every mapping in a file (a descriptor, a `rate_limit`, a `replaces`
+    /// entry); `None`, and the error of [`Fields::mapping`], when `node` is not a mapping.
+    fn read<'n, T: Default>(
+        &self,
+        node: &'n Node,
+        errors: &mut Vec<(usize, String)>,
+        mut field: impl FnMut(&mut T, &mut Fields<'n, '_>, &str, &'n Node),
+    ) -> Option<T> {
+        let mut fields = Fields::mapping(node, self.what, self.write, errors)?;
+        let mut read = T::default();
+        for (name, value) in fields.take() {
+            field(&mut read, &mut fields, &name, value);
+        }
+        Some(read)
+    }
 }
 
 /// The items of the list `node` (none when it is null). Anything else is an error,
