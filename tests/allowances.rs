@@ -9,10 +9,10 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis_ratelimit::clock::ManualClock;
-use redis_ratelimit::{Algorithm, BackendError, Calendar, Limiter, RateLimitError, Rule};
+use redis_ratelimit::{Algorithm, BackendError, Calendar, Limiter, Rule};
 
 use support::bound::check_bound;
-use support::RedisServer;
+use support::{CallError, RedisServer};
 
 const ALGORITHMS: [Algorithm; 4] = [
     Algorithm::SlidingLog,
@@ -697,20 +697,7 @@ async fn until_spends(limiter: &'static Limiter, admitted: bool, what: &str) {
 static METERED_LIMITER: LazyLock<Limiter> =
     LazyLock::new(|| support::counting_limiter(support::process_server_url()));
 
-/// Why a metered call failed: its rules, or the call itself.
-#[derive(Debug)]
-enum MeteredError {
-    Limited,
-    Failed,
-}
-
-impl From<RateLimitError> for MeteredError {
-    fn from(_: RateLimitError) -> Self {
-        MeteredError::Limited
-    }
-}
-
-fn used_tokens(result: &Result<u64, MeteredError>) -> u64 {
+fn used_tokens(result: &Result<u64, CallError>) -> u64 {
     *result.as_ref().unwrap_or(&0)
 }
 
@@ -726,8 +713,8 @@ fn used_tokens(result: &Result<u64, MeteredError>) -> u64 {
     name = "allowances.metered",
     allowance = "5s"
 )]
-async fn metered(max_tokens: u64, used: Option<u64>) -> Result<u64, MeteredError> {
-    used.ok_or(MeteredError::Failed)
+async fn metered(max_tokens: u64, used: Option<u64>) -> Result<u64, CallError> {
+    used.ok_or(CallError::Failed)
 }
 
 #[tokio::test]
@@ -736,7 +723,7 @@ async fn a_metered_site_settles_and_gives_back_through_its_allowance() {
         assert_eq!(metered(10, Some(4)).await.unwrap(), 4);
     }
     for _ in 0..10 {
-        assert!(matches!(metered(10, None).await, Err(MeteredError::Failed)));
+        assert!(matches!(metered(10, None).await, Err(CallError::Failed)));
     }
     // The limiter has no default allowance: the site's own made these few round trips (the
     // key's first two checks, cold, then draws and settles).

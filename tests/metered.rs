@@ -7,6 +7,7 @@ mod support;
 use std::time::Duration;
 
 use redis_ratelimit::{rate_limiter, Algorithm, Limiter, RateLimitError, Rule};
+use support::CallError;
 
 /// 3 calls and 10 units a minute, checked together.
 static CALLS_AND_UNITS: [Rule; 2] = [Rule::per_minute(3).calls(), Rule::per_minute(10)];
@@ -39,20 +40,8 @@ struct Completion {
     tokens: u64,
 }
 
-#[derive(Debug)]
-enum ApiError {
-    Limited,
-    Failed,
-}
-
-impl From<RateLimitError> for ApiError {
-    fn from(_: RateLimitError) -> Self {
-        ApiError::Limited
-    }
-}
-
 /// The tokens a completion used; none for a failure.
-fn settled_tokens(r: &Result<Completion, ApiError>) -> u64 {
+fn settled_tokens(r: &Result<Completion, CallError>) -> u64 {
     r.as_ref().map_or(0, |c| c.tokens)
 }
 
@@ -68,9 +57,9 @@ macro_rules! completions {
                 who: &str,
                 max_tokens: u64,
                 used: Option<u64>,
-            ) -> Result<Completion, ApiError> {
+            ) -> Result<Completion, CallError> {
                 used.map(|tokens| Completion { tokens })
-                    .ok_or(ApiError::Failed)
+                    .ok_or(CallError::Failed)
             }
         )*}
     };
@@ -79,7 +68,7 @@ macro_rules! completions {
 completions! {
     /// Settled at the usage the API reports.
     complete(
-        settle = |r: &Result<Completion, ApiError>| r.as_ref().map_or(0, |c| c.tokens),
+        settle = |r: &Result<Completion, CallError>| r.as_ref().map_or(0, |c| c.tokens),
         name = "metered.complete"
     );
     /// As `complete`, but a failed call is not charged at all (`charge_if`).
@@ -96,14 +85,14 @@ by_who! {
     #[rate_limiter(
         rules("100/minute"),
         cost = max_tokens,
-        settle = |r: &Result<Completion, ApiError>| r.as_ref().map_or(0, |c| c.tokens),
+        settle = |r: &Result<Completion, CallError>| r.as_ref().map_or(0, |c| c.tokens),
         name = "metered.complete_slow"
     )]
     async fn complete_slow(
         who: &str,
         max_tokens: u64,
         started: tokio::sync::oneshot::Sender<()>,
-    ) -> Result<Completion, ApiError> {
+    ) -> Result<Completion, CallError> {
         let _ = started.send(());
         std::future::pending::<()>().await;
         Ok(Completion { tokens: 1 })
@@ -232,9 +221,9 @@ backend_tests! {
         assert!(complete("ann", 60, Some(70)).await.is_ok());
         // 15 + 70 = 85 used; the calls rule (2 a minute) is full now.
         assert_eq!(units("metered.complete", "ann").await, 15);
-        assert!(matches!(complete("ann", 1, Some(1)).await, Err(ApiError::Limited)));
+        assert!(matches!(complete("ann", 1, Some(1)).await, Err(CallError::Limited)));
         // A failed call settles at 0 units but keeps its call.
-        assert!(matches!(complete("bob", 60, None).await, Err(ApiError::Failed)));
+        assert!(matches!(complete("bob", 60, None).await, Err(CallError::Failed)));
         assert_eq!(units("metered.complete", "bob").await, 100);
         let calls = limiter.peek(&key("metered.complete", "bob"), &[Rule::per_minute(2).calls()]).await.unwrap();
         assert_eq!(calls.remaining, 1, "the failed call still counts as a call");
@@ -243,7 +232,7 @@ backend_tests! {
     async fn with_charge_if_a_rejected_call_gives_everything_back_and_the_others_settle() {
         let limiter = support::limiter();
         for _ in 0..3 {
-            assert!(matches!(complete_charged("cy", 60, None).await, Err(ApiError::Failed)));
+            assert!(matches!(complete_charged("cy", 60, None).await, Err(CallError::Failed)));
         }
         let key = key("metered.complete_charged", "cy");
         let d = limiter.peek(&key, &[Rule::per_minute(2).calls(), Rule::per_minute(100)]).await.unwrap();

@@ -876,6 +876,21 @@ macro_rules! custom_sites {
     )*};
 }
 
+/// A guarded call's error: refused by its rules, or failed itself.
+#[derive(Debug)]
+pub enum CallError {
+    /// The limiter refused the call (any [`RateLimitError`](redis_ratelimit::RateLimitError)).
+    Limited,
+    /// The call ran and failed.
+    Failed,
+}
+
+impl From<redis_ratelimit::RateLimitError> for CallError {
+    fn from(_: redis_ratelimit::RateLimitError) -> Self {
+        CallError::Limited
+    }
+}
+
 /// What a peek of `rules` for `key` with `algorithm` finds left.
 pub async fn remaining(
     limiter: &Limiter,
