@@ -321,13 +321,23 @@ impl Outcome {
     }
 }
 
+/// `call` on `counter`: refused while `block` lasts; else checked at the time [`Clamp`]
+/// makes of it, the newest time the state records.
+#[inline(always)]
+fn counted(counter: &mut impl Counter, block: &mut Block, call: &Call<'_>) -> Outcome {
+    match block.clamp(call, counter.latest_us()) {
+        Ok(clamp) => counter.check(block, call, clamp),
+        Err(refused) => refused,
+    }
+}
+
 /// How one algorithm counts a key's state.
 pub(crate) trait Counter {
-    /// Runs `call` (see [`StoredState::check`]): refused while `block` lasts; else judged at
-    /// the time [`Clamp`] makes of it and decided, recorded with its receipt when it
-    /// consumes and every rule admits it ([`Block::end`]), and blocking the key when it
-    /// asks to and is refused ([`Block::start`]).
-    fn check(&mut self, block: &mut Block, call: &Call<'_>) -> Outcome;
+    /// Runs `call`, which `block` does not refuse (see [`StoredState::check`]), counted at
+    /// `clamp`: judged and decided, recorded with its receipt when it consumes and every
+    /// rule admits it ([`Block::end`]), and blocking the key when it asks to and is
+    /// refused ([`Block::start`]).
+    fn check(&mut self, block: &mut Block, call: &Call<'_>, clamp: Clamp) -> Outcome;
 
     /// Gives back what `receipt` took, as far as the state still holds it (see
     /// [`Receipt`]); `now_us` is the caller's clock.
@@ -422,10 +432,10 @@ impl StoredState {
     pub fn check(&mut self, call: &Call<'_>) -> Outcome {
         let block = &mut self.block;
         match &mut self.counts {
-            Counts::SlidingLog(s) => s.check(block, call),
-            Counts::FixedWindow(s) => s.check(block, call),
-            Counts::SlidingWindow(s) => s.check(block, call),
-            Counts::TokenBucket(s) => s.check(block, call),
+            Counts::SlidingLog(s) => counted(s, block, call),
+            Counts::FixedWindow(s) => counted(s, block, call),
+            Counts::SlidingWindow(s) => counted(s, block, call),
+            Counts::TokenBucket(s) => counted(s, block, call),
         }
     }
 
@@ -687,7 +697,11 @@ pub(crate) mod testing {
         cost: u64,
         consume: bool,
     ) -> Outcome {
-        state.check(&mut Block::default(), &call(rules, now_us, cost, consume))
+        super::counted(
+            state,
+            &mut Block::default(),
+            &call(rules, now_us, cost, consume),
+        )
     }
 
     /// A rule of `count` per `window_us` microseconds.

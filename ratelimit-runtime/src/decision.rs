@@ -97,27 +97,21 @@ impl Receipt {
         counted_by: CountedBy::Memory,
     };
 
-    /// The receipt of `cost` units counted by `algorithm` in `counted_by` at `at_us`, under
-    /// `id` for the sliding log; the other algorithms' receipts get an id of their own
-    /// ([`unique_id`]).
-    pub fn new(
-        cost: u64,
-        at_us: u64,
-        id: u64,
-        algorithm: Algorithm,
-        counted_by: CountedBy,
-    ) -> Receipt {
-        let id = match algorithm {
-            Algorithm::SlidingLog => id,
+    /// The id of a check's receipt: `log_id`, the check's own, for the sliding log; an id
+    /// of its own ([`unique_id`]) for the other algorithms. (An allowance's draw is named
+    /// by an id of its draw, whatever its algorithm: the token bucket's witness, the
+    /// windows' draw number (see `backend::Draw`), which its give-back must find as it
+    /// was.)
+    pub fn check_id(algorithm: Algorithm, log_id: u64) -> u64 {
+        match algorithm {
+            Algorithm::SlidingLog => log_id,
             _ => unique_id(),
-        };
-        Receipt::of_draw(cost, at_us, id, algorithm, counted_by)
+        }
     }
 
-    /// The receipt of an allowance's draw, named by `id` whatever its algorithm: the token
-    /// bucket's witness, the windows' draw number (see `backend::Draw`), which its give-back
-    /// must find as it was. (Every receipt is made here.)
-    pub fn of_draw(
+    /// The receipt of `cost` units counted by `algorithm` in `counted_by` at `at_us`,
+    /// named `id` (see [`check_id`](Self::check_id)). Every receipt is made here.
+    pub fn new(
         cost: u64,
         at_us: u64,
         id: u64,

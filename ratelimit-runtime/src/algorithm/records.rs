@@ -365,18 +365,8 @@ impl<A: PerRule> State<A> {
 }
 
 impl<A: PerRule> Counter for State<A> {
-    fn check(&mut self, block: &mut Block, call: &Call<'_>) -> Outcome {
-        let Call {
-            rules,
-            now_us,
-            cost,
-            consume,
-            ..
-        } = *call;
-        let clamp = match block.clamp(call, self.latest_us()) {
-            Ok(clamp) => clamp,
-            Err(refused) => return refused,
-        };
+    fn check(&mut self, block: &mut Block, call: &Call<'_>, clamp: Clamp) -> Outcome {
+        let (rules, now_us, cost, consume) = (call.rules, call.now_us, call.cost, call.consume);
         let Clamp { at_us: now, lag_us } = clamp;
         let hold_us = call.hold_at(A::ALGORITHM, now);
         // The verdicts of the first rules, kept for the write: judging again would divide
@@ -413,13 +403,16 @@ impl<A: PerRule> Counter for State<A> {
                 _ => judge::<A>(stored, rule, now, call.units(rule), hold_us).counted,
             });
         decision.receipt = match call.draw {
-            false => Receipt::new(cost, now, 0, A::ALGORITHM, CountedBy::Memory),
+            false => {
+                let id = Receipt::check_id(A::ALGORITHM, 0);
+                Receipt::new(cost, now, id, A::ALGORITHM, CountedBy::Memory)
+            }
             true => {
                 let id = self.draw_id(rules);
                 self.drawn.retain(|&(_, _, until_us)| until_us > now_us);
                 let until_us = super::draw_matters_until_us(rules, now, hold_us);
                 self.drawn.push((now, id, until_us));
-                Receipt::of_draw(cost, now, id, A::ALGORITHM, CountedBy::Memory)
+                Receipt::new(cost, now, id, A::ALGORITHM, CountedBy::Memory)
             }
         };
         // From the caller's `now`, which the key's expiry (the script's PX) is relative to.

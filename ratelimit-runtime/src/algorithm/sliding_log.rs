@@ -278,17 +278,8 @@ fn figures(log: &VecDeque<u64>, rule: &Rule, now_us: u64, cost: u64) -> Figures 
 }
 
 impl Counter for State {
-    fn check(&mut self, block: &mut Block, call: &Call<'_>) -> Outcome {
-        let Call {
-            rules,
-            cost,
-            consume,
-            ..
-        } = *call;
-        let clamp = match block.clamp(call, self.latest_us()) {
-            Ok(clamp) => clamp,
-            Err(refused) => return refused,
-        };
+    fn check(&mut self, block: &mut Block, call: &Call<'_>, clamp: Clamp) -> Outcome {
+        let (rules, cost, consume) = (call.rules, call.cost, call.consume);
         let Clamp { at_us: now, lag_us } = clamp;
         let hold_us = call.hold_at(Algorithm::SlidingLog, now);
         // Stale entries are skipped by every count, as the script's ZCOUNTs do. Whether a

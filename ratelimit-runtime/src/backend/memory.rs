@@ -21,12 +21,12 @@ mod shard;
 
 use self::shard::{Entry, Shard};
 use super::memory_slots::MemorySlots;
-use super::{GiveBack, Request};
+use super::{GiveBack, Refund, Request, Settle};
 use crate::algorithm::StoredState;
 use crate::clock::{Clock, SystemClock};
-use crate::decision::{CountedBy, RawDecision, Receipt};
+use crate::decision::{CountedBy, RawDecision};
 use crate::sharded::Sharded;
-use crate::{Algorithm, BackendError, Rule};
+use crate::{Algorithm, BackendError};
 
 /// How many keys a backend holds unless told otherwise.
 pub(crate) const DEFAULT_MAX_KEYS: usize = 1_000_000;
@@ -175,11 +175,15 @@ impl MemoryBackend {
         &self.slots
     }
 
-    /// Gives back what `receipt` (of a decision this backend made for `key` and `rules`)
-    /// took, as far as the key's state still holds it (see `algorithm::Counter::refund`):
-    /// nothing for a receipt of nothing, of another backend or algorithm, or of a key that
-    /// has expired since. `now_us`: an explicit time, for tests; `None`, the clock's.
-    pub(crate) fn refund(&self, key: &str, rules: &[Rule], receipt: &Receipt, now_us: Option<u64>) {
+    /// Gives back what `refund.receipt` took (see [`Refund`]): nothing for a receipt of
+    /// nothing, of another backend or algorithm, or of a key that has expired since.
+    pub(crate) fn refund(&self, refund: &Refund<'_>) {
+        let Refund {
+            key,
+            rules,
+            ref receipt,
+            now_us,
+        } = *refund;
         if receipt.is_empty() || receipt.counted_by != CountedBy::Memory {
             return;
         }
@@ -196,16 +200,15 @@ impl MemoryBackend {
         }
     }
 
-    /// Settles what `receipt` (of a decision this backend made for `peek.key` and
-    /// `peek.rules`) reserved at `actual` units, as far as the key's state still counts it
-    /// (see `algorithm::StoredState::settle`), then answers `peek`, under one lock. `None`:
-    /// nothing to settle here (a receipt of nothing, or of another backend).
-    pub(crate) fn settle(
-        &self,
-        peek: &Request<'_>,
-        receipt: &Receipt,
-        actual: u64,
-    ) -> Option<Result<RawDecision, BackendError>> {
+    /// Settles what `settle.receipt` reserved and answers its peek (see [`Settle`]), under
+    /// one lock. `None`: nothing to settle here (a receipt of nothing, or of another
+    /// backend).
+    pub(crate) fn settle(&self, settle: &Settle<'_>) -> Option<Result<RawDecision, BackendError>> {
+        let Settle {
+            ref peek,
+            ref receipt,
+            actual,
+        } = *settle;
         if receipt.is_empty() || receipt.counted_by != CountedBy::Memory {
             return None;
         }
@@ -381,6 +384,7 @@ mod tests {
 
     use super::*;
     use crate::clock::ManualClock;
+    use crate::decision::Receipt;
     use crate::lockout::Lockout;
     use crate::{Algorithm, BackendErrorKind, Rule};
 
@@ -580,6 +584,16 @@ mod tests {
         assert!(check(&backend, "k").allowed);
     }
 
+    /// The refund of what `receipt` took of `key` under `RULES`, at the clock's time.
+    fn refund_of(key: &str, receipt: Receipt) -> Refund<'_> {
+        Refund {
+            key,
+            rules: &RULES,
+            receipt,
+            now_us: None,
+        }
+    }
+
     /// A consuming check of `RULES` (3 per 10 s) by `algorithm`, blocking the key for
     /// `block_for` when refused.
     fn check_blocking(
@@ -624,7 +638,7 @@ mod tests {
             let taken = check_blocking(&backend, algorithm, Duration::ZERO);
             check_blocking(&backend, algorithm, Duration::ZERO);
             clock.advance(Duration::from_millis(1));
-            backend.refund("k", &RULES, &taken.receipt, None);
+            backend.refund(&refund_of("k", taken.receipt));
             let peek = backend.check_now(&request("k", algorithm, false)).unwrap();
             assert_eq!(peek.remaining, 2, "{algorithm}: one unit given back");
         }
@@ -634,7 +648,7 @@ mod tests {
         let taken = check_blocking(&backend, Algorithm::SlidingLog, Duration::ZERO);
         check_blocking(&backend, Algorithm::SlidingLog, Duration::ZERO);
         for _ in 0..2 {
-            backend.refund("k", &RULES, &taken.receipt, None);
+            backend.refund(&refund_of("k", taken.receipt));
             let peek = request("k", Algorithm::SlidingLog, false);
             assert_eq!(backend.check_now(&peek).unwrap().remaining, 2);
         }
@@ -659,14 +673,14 @@ mod tests {
             ..taken.receipt
         };
         for receipt in [Receipt::NONE, redis, sliding_log] {
-            backend.refund("k", &RULES, &receipt, None);
+            backend.refund(&refund_of("k", receipt));
             assert_eq!(left(&backend), 2);
         }
-        backend.refund("other", &RULES, &taken.receipt, None);
+        backend.refund(&refund_of("other", taken.receipt));
         assert_eq!(backend.stored_keys(), 1, "a refund creates no key");
         // Once the key has expired, its units are gone with it.
         clock.advance(Duration::from_secs(11));
-        backend.refund("k", &RULES, &taken.receipt, None);
+        backend.refund(&refund_of("k", taken.receipt));
         assert_eq!(left(&backend), 3);
     }
 

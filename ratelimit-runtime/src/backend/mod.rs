@@ -91,6 +91,31 @@ impl Draw {
     }
 }
 
+/// A refund: what `receipt` (of a decision made for `key` and `rules`) took, given back
+/// as far as the key's state still holds it (see `algorithm::Counter::refund`). Each
+/// backend gives back only what it counted itself.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Refund<'a> {
+    pub key: &'a str,
+    pub rules: &'a [Rule],
+    pub receipt: Receipt,
+    /// An explicit time in µs since the epoch, for differential tests; `None`: the
+    /// backend's own clock.
+    pub now_us: Option<u64>,
+}
+
+/// A settle: what `receipt` (of a decision made for `peek.key` and `peek.rules`) reserved,
+/// replaced by `actual` units as far as the key's state still counts it (see
+/// `algorithm::StoredState::settle`), then `peek` answered, in one step. Each backend
+/// settles only what it counted itself.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Settle<'a> {
+    /// The peek of cost 1 that answers.
+    pub peek: Request<'a>,
+    pub receipt: Receipt,
+    pub actual: u64,
+}
+
 /// Giving back what a draw did not use, and re-timing what it did (the end of an
 /// allowance): unused units and calls are no longer counted; the used ones are counted
 /// as spent at `last_spend_us` instead of at the draw's hold time. Sent twice, it changes

@@ -847,7 +847,7 @@ impl Live {
             // one), and numbered by the check within it where a backend's receipt has its
             // time, so that each check's refund or settle is recorded once.
             receipt: match admitted {
-                true => Receipt::of_draw(
+                true => Receipt::new(
                     cost,
                     self.checks,
                     self.id,

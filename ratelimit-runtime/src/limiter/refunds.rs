@@ -68,7 +68,13 @@ mod tests {
     use crate::decision::CountedBy;
 
     fn receipt(at_us: u64, algorithm: Algorithm) -> Receipt {
-        Receipt::new(1, at_us, 0, algorithm, CountedBy::Memory)
+        Receipt::new(
+            1,
+            at_us,
+            Receipt::check_id(algorithm, 0),
+            algorithm,
+            CountedBy::Memory,
+        )
     }
 
     #[test]

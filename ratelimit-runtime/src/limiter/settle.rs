@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::allowance::Retired;
 use super::Limiter;
-use crate::backend::Request;
+use crate::backend::{Refund, Request, Settle};
 use crate::decision::CountedBy;
 use crate::{BackendError, Decision, Rule};
 
@@ -131,7 +131,13 @@ impl Limiter {
         let Some(counter) = self.counter_of(receipt.counted_by) else {
             return Ok(());
         };
-        counter.refund(key, rules, receipt, now_us).await?;
+        let refund = Refund {
+            key,
+            rules,
+            receipt: *receipt,
+            now_us,
+        };
+        counter.refund(&refund).await?;
         self.forget_denial(key);
         Ok(())
     }
@@ -246,7 +252,12 @@ impl Limiter {
         let Some(counter) = self.counter_of(receipt.counted_by) else {
             return Ok(*decision);
         };
-        let settled = counter.settle(peek, receipt, actual).await?;
+        let settle = Settle {
+            peek,
+            receipt: *receipt,
+            actual,
+        };
+        let settled = counter.settle(&settle).await?;
         self.forget_denial(key);
         Ok(settled.map_or(*decision, |raw| raw.into_decision(rules)))
     }

@@ -16,11 +16,11 @@ use crate::algorithm::StoredState;
 use crate::backend::memory::MemoryBackend;
 #[cfg(feature = "redis")]
 use crate::backend::redis::RedisBackend;
-use crate::backend::Request;
-use crate::decision::{CountedBy, RawDecision, Receipt};
+use crate::backend::{Refund, Request, Settle};
+use crate::decision::{CountedBy, RawDecision};
 use crate::observe::AnsweredBy;
 use crate::slot::Home as SlotHome;
-use crate::{BackendError, BackendErrorKind, ConfigError, Rule};
+use crate::{BackendError, BackendErrorKind, ConfigError};
 
 pub(super) enum Store {
     // Behind a pointer: its connections make it several times larger than the other
@@ -138,38 +138,29 @@ impl Store {
         }
     }
 
-    /// Gives back what `receipt` took from `key` under `rules`, at `now_us` (`None`: the
-    /// store's clock).
-    pub(super) async fn refund(
-        &self,
-        key: &str,
-        rules: &[Rule],
-        receipt: &Receipt,
-        now_us: Option<u64>,
-    ) -> Result<(), BackendError> {
+    /// Gives back what `refund.receipt` took, when this store counted it.
+    pub(super) async fn refund(&self, refund: &Refund<'_>) -> Result<(), BackendError> {
         match self {
             Store::Memory(memory) => {
-                memory.refund(key, rules, receipt, now_us);
+                memory.refund(refund);
                 Ok(())
             }
             #[cfg(feature = "redis")]
-            Store::Redis(redis) => redis.refund(key, rules, receipt, now_us).await,
+            Store::Redis(redis) => redis.refund(refund).await,
             Store::Misconfigured(err) => Err(misconfigured(err)),
         }
     }
 
-    /// Settles what `receipt` reserved at `actual` units and answers as `peek`; `None`
-    /// when the key no longer holds it.
+    /// Settles what `settle.receipt` reserved and answers as its peek; `None` when the key
+    /// no longer holds it.
     pub(super) async fn settle(
         &self,
-        peek: Request<'_>,
-        receipt: &Receipt,
-        actual: u64,
+        settle: &Settle<'_>,
     ) -> Result<Option<RawDecision>, BackendError> {
         match self {
-            Store::Memory(memory) => memory.settle(&peek, receipt, actual).transpose(),
+            Store::Memory(memory) => memory.settle(settle).transpose(),
             #[cfg(feature = "redis")]
-            Store::Redis(redis) => redis.settle(peek, receipt, actual).await,
+            Store::Redis(redis) => redis.settle(settle).await,
             Store::Misconfigured(err) => Err(misconfigured(err)),
         }
     }

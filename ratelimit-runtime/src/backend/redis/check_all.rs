@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use super::failure::Failure;
 use super::script::all::{uncounted, ListInvocation};
 use super::{cluster, with_client_clock, RedisBackend, Topology};
-use crate::backend::Request;
+use crate::backend::{Refund, Request};
 use crate::decision::RawDecision;
 use crate::BackendError;
 
@@ -69,7 +69,14 @@ impl RedisBackend {
             let refunds = refunds
                 .flatten()
                 .filter(|(_, raw)| !raw.receipt.is_empty())
-                .map(|(request, raw)| self.refund(request.key, request.rules, &raw.receipt, None));
+                .map(|(request, raw)| Refund {
+                    key: request.key,
+                    rules: request.rules,
+                    receipt: raw.receipt,
+                    now_us: None,
+                })
+                .collect::<Vec<_>>();
+            let refunds = refunds.iter().map(|refund| self.refund(refund));
             for refunded in futures_util::future::join_all(refunds).await {
                 if let Err(err) = refunded {
                     tracing::warn!(

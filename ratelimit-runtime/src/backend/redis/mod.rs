@@ -78,10 +78,10 @@ mod write_counter;
 pub use breaker::Breaker;
 pub(crate) use config::RedisConfig;
 
-use super::{GiveBack, Request};
+use super::{GiveBack, Refund, Request, Settle};
 use crate::clock::{explicit_us, Clock, SystemClock};
 use crate::decision::{CountedBy, RawDecision, Receipt};
-use crate::{BackendError, Rule};
+use crate::BackendError;
 use breaker::Health;
 use cluster::Cluster;
 use dial::{Endpoint, Options};
@@ -295,12 +295,8 @@ impl RedisBackend {
     ) -> Result<Vec<(String, String)>, BackendError> {
         let mut hgetall = redis::cmd("HGETALL");
         hgetall.arg(key);
-        let deadline = self.operator_deadline();
         // A read: sending it twice changes nothing.
-        let reply = self
-            .send(key, &hgetall, true, deadline)
-            .await
-            .map_err(|failure| self.error(key, failure))?;
+        let reply = self.operate(key, &hgetall, true).await?;
         let pairs: Vec<(Vec<u8>, Vec<u8>)> = redis::from_redis_value(reply).map_err(|err| {
             let what = format!("HGETALL answered something else than a hash: {err}");
             self.error(key, Failure::Unexpected(what.into()))
@@ -522,19 +518,14 @@ impl RedisBackend {
         .map_err(|failure| self.error(request.key, failure))
     }
 
-    /// Gives back what `receipt` took of `key` under `rules` (see [`script::Refund`]): the
+    /// Gives back what `refund.receipt` took (see [`Refund`]), when Redis counted it: the
     /// sliding log's is re-sent like its check (it removes members by name), the others
     /// never once they may have run.
-    pub(crate) async fn refund(
-        &self,
-        key: &str,
-        rules: &[Rule],
-        receipt: &Receipt,
-        now_us: Option<u64>,
-    ) -> Result<(), BackendError> {
-        let Some(refund) = script::Refund::new(key, rules, receipt, now_us) else {
+    pub(crate) async fn refund(&self, refund: &Refund<'_>) -> Result<(), BackendError> {
+        if !counted_here(&refund.receipt) {
             return Ok(());
-        };
+        }
+        let key = refund.key;
         let deadline = self.deadline(self.config.timeout);
         let harmless = refund.rerun_is_harmless();
         let eval = || refund.eval();
@@ -544,20 +535,17 @@ impl RedisBackend {
             .map_err(|failure| self.error(key, failure))
     }
 
-    /// Settles what `receipt` reserved of `peek.key` at `actual` units and answers as
-    /// `peek` (see [`script::Settle`]), in one round trip; the sliding log's is re-sent
-    /// like its check (it settles members by name), the others never once they may have
-    /// run. `None`: nothing to settle here.
+    /// Settles what `settle.receipt` reserved and answers as its peek (see [`Settle`]), in
+    /// one round trip; the sliding log's is re-sent like its check (it settles members by
+    /// name), the others never once they may have run. `None`: nothing to settle here.
     pub(crate) async fn settle(
         &self,
-        peek: Request<'_>,
-        receipt: &Receipt,
-        actual: u64,
+        settle: &Settle<'_>,
     ) -> Result<Option<RawDecision>, BackendError> {
-        let key = peek.key;
-        let Some(settle) = script::Settle::new(peek, receipt, actual) else {
+        if !counted_here(&settle.receipt) {
             return Ok(None);
-        };
+        }
+        let key = settle.peek.key;
         let deadline = self.deadline(self.config.timeout);
         let harmless = settle.rerun_is_harmless();
         let eval = || Some(settle.command(true));
@@ -685,11 +673,18 @@ impl RedisBackend {
     }
 }
 
+/// Whether Redis counted what `receipt` names, so that a refund or settle of it has
+/// something to do here: not a decision that took nothing, nor one another backend made.
+fn counted_here(receipt: &Receipt) -> bool {
+    !receipt.is_empty() && receipt.counted_by == CountedBy::Redis
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
     use super::{Breaker, RedisBackend, RedisConfig};
+    use crate::decision::{CountedBy, Receipt};
 
     #[test]
     fn options_change_the_configuration_and_build_no_server() {
@@ -709,5 +704,21 @@ mod tests {
         let built: *const _ = backend.topology();
         assert!(std::ptr::eq(built, backend.topology()));
         assert!(matches!(backend.topology(), super::Topology::Cluster(_)));
+    }
+
+    #[test]
+    fn nothing_to_refund_or_settle_sends_nothing() {
+        assert!(!super::counted_here(&Receipt::NONE));
+        let counted_in_memory = Receipt {
+            cost: 1,
+            counted_by: CountedBy::Memory,
+            ..Receipt::NONE
+        };
+        assert!(!super::counted_here(&counted_in_memory));
+        let counted_by_redis = Receipt {
+            counted_by: CountedBy::Redis,
+            ..counted_in_memory
+        };
+        assert!(super::counted_here(&counted_by_redis));
     }
 }

@@ -33,11 +33,9 @@ impl RedisBackend {
                 cmd.arg(identity).arg(*n);
             }
         };
-        let deadline = self.operator_deadline();
         // Not harmless: run twice, it would add the refusals twice.
-        self.run_script(&key, (&ADD_SCRIPT, ADD), args, false, deadline)
-            .await
-            .map_err(|failure| self.error(&key, failure))?;
+        self.operate_script(&key, (&ADD_SCRIPT, ADD), args, false)
+            .await?;
         Ok(())
     }
 
@@ -55,11 +53,9 @@ impl RedisBackend {
             cmd.arg(keys.len()).arg(&keys).arg(n);
         };
         let key = &keys[0];
-        let deadline = self.operator_deadline();
         let reply = self
-            .run_script(key, (&READ_SCRIPT, READ), args, true, deadline)
-            .await
-            .map_err(|failure| self.error(key, failure))?;
+            .operate_script(key, (&READ_SCRIPT, READ), args, true)
+            .await?;
         let unexpected = |what: String| self.error(key, Failure::Unexpected(what.into()));
         let pairs: Vec<(String, u64)> = redis::from_redis_value(reply.clone())
             .map_err(|err| unexpected(format!("the read answered {reply:?}: {err}")))?;

@@ -35,7 +35,7 @@ impl RedisBackend {
 
     /// Sends an operator's `command` on `key`'s server (`harmless`: running it twice does
     /// what running it once does).
-    async fn operate(
+    pub(super) async fn operate(
         &self,
         key: &str,
         command: &Cmd,
@@ -46,17 +46,29 @@ impl RedisBackend {
             .map_err(|failure| self.error(key, failure))
     }
 
+    /// Runs an operator's `script` with `args` on `key`'s server, as
+    /// [`operate`](Self::operate) sends a command.
+    pub(super) async fn operate_script(
+        &self,
+        key: &str,
+        script: (&Script, &str),
+        args: impl Fn(&mut Cmd),
+        harmless: bool,
+    ) -> Result<Value, BackendError> {
+        self.run_script(key, script, args, harmless, self.operator_deadline())
+            .await
+            .map_err(|failure| self.error(key, failure))
+    }
+
     /// What `key` holds, decoded by the algorithms' own code; `None` when it is absent. An
     /// error when it holds something the limiter does not write.
     pub(crate) async fn read_key(&self, key: &str) -> Result<Option<FoundKey>, BackendError> {
         let args = |cmd: &mut Cmd| {
             cmd.arg(1).arg(key);
         };
-        let deadline = self.operator_deadline();
         let reply = self
-            .run_script(key, (&INSPECT, SOURCE), args, true, deadline)
-            .await
-            .map_err(|failure| self.error(key, failure))?;
+            .operate_script(key, (&INSPECT, SOURCE), args, true)
+            .await?;
         let unexpected = |what: String| self.error(key, Failure::Unexpected(what.into()));
         let Value::Array(items) = reply else {
             return Err(unexpected(format!("the key's read answered {reply:?}")));

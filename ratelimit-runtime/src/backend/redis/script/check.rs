@@ -130,29 +130,12 @@ impl<'r> Invocation<'r> {
             // A token bucket's draw is named by its witness (which the answer carries in
             // its receipt), its give-back by the id it carried.
             let (cost, at_us) = (request.cost.get(), at_us.unwrap_or(0));
-            raw.receipt = match (request.draw, request.algorithm) {
-                (Some(_), algorithm) if has_witness(algorithm, request.rules) => Receipt::of_draw(
-                    cost,
-                    at_us,
-                    raw.receipt.id,
-                    request.algorithm,
-                    CountedBy::Redis,
-                ),
-                (Some(_), _) => Receipt::of_draw(
-                    cost,
-                    at_us,
-                    self.id.unwrap_or(0),
-                    request.algorithm,
-                    CountedBy::Redis,
-                ),
-                (None, _) => Receipt::new(
-                    cost,
-                    at_us,
-                    self.id.unwrap_or(0),
-                    request.algorithm,
-                    CountedBy::Redis,
-                ),
+            let id = match (request.draw, request.algorithm) {
+                (Some(_), algorithm) if has_witness(algorithm, request.rules) => raw.receipt.id,
+                (Some(_), _) => self.id.unwrap_or(0),
+                (None, algorithm) => Receipt::check_id(algorithm, self.id.unwrap_or(0)),
             };
+            raw.receipt = Receipt::new(cost, at_us, id, request.algorithm, CountedBy::Redis);
         }
         Some(raw)
     }

@@ -27,7 +27,7 @@ mod tests;
 pub(crate) use check::Invocation;
 use check::{draw_numbers, Numbers, Schedule};
 pub(crate) use decode::decode;
-pub(crate) use refund::{give_back, Refund, Settle};
+pub(crate) use refund::give_back;
 
 /// What a script of an algorithm's does: each has one per algorithm ([`lua`]).
 #[derive(Clone, Copy)]

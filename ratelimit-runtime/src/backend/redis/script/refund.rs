@@ -8,8 +8,8 @@ use redis::{Cmd, RedisWrite, ToRedisArgs, Value};
 use super::{
     check_id, decode, drawn_key, has_witness, lua, rule_numbers, write_doubles, Lua, Numbers, Op,
 };
-use crate::backend::Request;
-use crate::decision::{CountedBy, RawDecision, Receipt};
+use crate::backend::{Refund, Settle};
+use crate::decision::RawDecision;
 use crate::{Algorithm, Rule};
 
 /// A draw's give-back (`backend::GiveBack`), as one script: the sliding log's
@@ -81,33 +81,7 @@ pub(crate) fn give_back(give_back: &crate::backend::GiveBack<'_>) -> [Cmd; 2] {
 /// finds gone; for the other algorithms their refund script, which gives back only what
 /// the key still holds in the same window (or has not refilled), and which a second run
 /// would give back again.
-pub(crate) struct Refund<'r> {
-    key: &'r str,
-    rules: &'r [Rule],
-    receipt: Receipt,
-    /// An explicit time in µs since the epoch, for differential tests; `None`: `TIME`.
-    now_us: Option<u64>,
-}
-
-#[allow(dead_code)]
-impl<'r> Refund<'r> {
-    /// The refund of `receipt` (of a decision Redis made for `key` and `rules`); `None`
-    /// when there is nothing to give back: a decision that took nothing, or that the
-    /// embedded backend counted.
-    pub fn new(
-        key: &'r str,
-        rules: &'r [Rule],
-        receipt: &Receipt,
-        now_us: Option<u64>,
-    ) -> Option<Self> {
-        (!receipt.is_empty() && receipt.counted_by == CountedBy::Redis).then_some(Refund {
-            key,
-            rules,
-            receipt: *receipt,
-            now_us,
-        })
-    }
-
+impl Refund<'_> {
     /// Whether sending the refund twice gives back once: only the sliding log's, which
     /// removes members by name. Any other is never re-sent after it may have run.
     pub fn rerun_is_harmless(&self) -> bool {
@@ -172,25 +146,7 @@ impl<'r> Refund<'r> {
 /// answers, in the same round trip, as a peek of cost 1 of the key's rules (see
 /// `scripts/settle.lua`). The sliding log's settles by name, so a second run changes
 /// nothing; the others' would settle again, and are never re-sent once they may have run.
-pub(crate) struct Settle<'r> {
-    /// The peek that answers.
-    peek: Request<'r>,
-    receipt: Receipt,
-    actual: u64,
-}
-
-impl<'r> Settle<'r> {
-    /// The settle of `receipt` (of a decision Redis made for `peek.key` and `peek.rules`);
-    /// `None` when there is nothing to settle: a decision that took nothing, or that the
-    /// embedded backend counted. `peek` is the peek of cost 1 that answers.
-    pub fn new(peek: Request<'r>, receipt: &Receipt, actual: u64) -> Option<Self> {
-        (!receipt.is_empty() && receipt.counted_by == CountedBy::Redis).then_some(Settle {
-            peek,
-            receipt: *receipt,
-            actual,
-        })
-    }
-
+impl Settle<'_> {
     /// Whether sending the settle twice settles once: only the sliding log's.
     pub fn rerun_is_harmless(&self) -> bool {
         self.receipt.algorithm == Algorithm::SlidingLog

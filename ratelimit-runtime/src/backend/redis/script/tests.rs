@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 use redis::Value;
 
 use super::*;
-use crate::backend::Request;
+use crate::backend::{Refund, Request};
 use crate::decision::{CountedBy, RawDecision, Receipt};
 
 fn args(cmd: &Cmd) -> Vec<Vec<u8>> {
@@ -148,7 +148,7 @@ fn a_sliding_log_refund_removes_exactly_its_members_and_may_be_sent_again() {
         algorithm: Algorithm::SlidingLog,
         counted_by: CountedBy::Redis,
     };
-    let refund = Refund::new("k", &rules, &receipt, None).unwrap();
+    let refund = refund_of(&rules, receipt);
     assert!(refund.rerun_is_harmless());
     assert!(refund.eval().is_none());
     let id = check_id(7).to_vec();
@@ -180,7 +180,7 @@ fn a_counters_refund_runs_its_script_and_is_not_sent_twice() {
             algorithm,
             counted_by: CountedBy::Redis,
         };
-        let refund = Refund::new("k", &rules, &receipt, None).unwrap();
+        let refund = refund_of(&rules, receipt);
         assert!(!refund.rerun_is_harmless());
         let sent = args(&refund.command());
         assert_eq!(sent[0], b"EVALSHA");
@@ -200,16 +200,14 @@ fn a_counters_refund_runs_its_script_and_is_not_sent_twice() {
     }
 }
 
-#[test]
-fn nothing_to_refund_sends_nothing() {
-    let rules = [Rule::per_second(10)];
-    assert!(Refund::new("k", &rules, &Receipt::NONE, None).is_none());
-    let counted_in_memory = Receipt {
-        cost: 1,
-        counted_by: CountedBy::Memory,
-        ..Receipt::NONE
-    };
-    assert!(Refund::new("k", &rules, &counted_in_memory, None).is_none());
+/// The refund of what `receipt` took of `k` under `rules`, at the server's clock.
+fn refund_of(rules: &[Rule], receipt: Receipt) -> Refund<'_> {
+    Refund {
+        key: "k",
+        rules,
+        receipt,
+        now_us: None,
+    }
 }
 
 /// Every operation of every algorithm runs that algorithm's own script, and a check its
