@@ -23,7 +23,7 @@ mod token_bucket;
 mod worked;
 
 pub(crate) use self::block::Block;
-use crate::decision::{RawDecision, Receipt};
+use crate::decision::{Bound, RawDecision, Receipt};
 use crate::lockout::Packed;
 use crate::{Algorithm, Rule};
 
@@ -145,6 +145,7 @@ pub(crate) fn decide(
             reset_after_us: later(f.reset_after_us),
             retry_after_us,
             receipt: Receipt::NONE,
+            bound: Bound::Rule,
             crossed: None,
         };
     }
@@ -160,6 +161,7 @@ pub(crate) fn decide(
         reset_after_us: later(f.reset_after_us),
         retry_after_us: 0,
         receipt: Receipt::NONE,
+        bound: Bound::Rule,
         crossed: None,
     }
 }

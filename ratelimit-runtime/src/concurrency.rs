@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use crate::decision::{RawDecision, Receipt};
+use crate::decision::{Bound, RawDecision, Receipt};
 use crate::{clock, random, Rule};
 
 /// The `retry_after` of a call refused because every slot is taken (`Slot::RETRY_HINT`).
@@ -90,6 +90,7 @@ impl SlotAsk {
                 clock::micros(SLOT_RETRY_HINT)
             },
             receipt: Receipt::NONE,
+            bound: Bound::Slots,
             crossed: None,
         }
     }

@@ -32,8 +32,12 @@ pub struct Decision {
     pub retry_after: Option<Duration>,
     /// The binding rule.
     pub rule: Rule,
-    /// The binding rule's position in the rules that were checked.
+    /// The binding rule's position in the rules that were checked. A decision bound by a
+    /// limit on calls in flight (`concurrency`) answers the number of rules checked: that
+    /// limit stands after them, as its `rule` (the limit over the lease).
     pub rule_index: usize,
+    /// What bound the decision: a rule, or the limit on calls in flight.
+    pub(crate) bound: Bound,
     /// What a refund of this decision needs.
     pub(crate) receipt: Receipt,
 }
@@ -52,9 +56,24 @@ macro_rules! eq_by_figures {
     };
 }
 
-eq_by_figures!(Decision: allowed, limit, remaining, reset_after, retry_after, rule, rule_index);
+eq_by_figures!(Decision: allowed, limit, remaining, reset_after, retry_after, rule, rule_index, bound);
+
+/// What bound a decision: the rule at its `rule_index`, or the limit on calls in flight
+/// (see `slot.rs`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Bound {
+    #[default]
+    Rule,
+    Slots,
+}
 
 impl Decision {
+    /// Whether the limit on calls in flight bound the decision, not a rule.
+    #[cfg_attr(not(any(feature = "tower", feature = "actix")), allow(dead_code))]
+    pub(crate) fn bound_by_slots(&self) -> bool {
+        self.bound == Bound::Slots
+    }
+
     /// What a refund of this decision needs.
     pub(crate) fn receipt(&self) -> &Receipt {
         &self.receipt
@@ -173,8 +192,10 @@ pub(crate) enum CountedBy {
 #[derive(Clone, Debug)]
 pub(crate) struct RawDecision {
     pub allowed: bool,
-    /// 0-based index of the binding rule.
+    /// 0-based index of the binding rule; for a decision bound by calls in flight, the
+    /// number of rules checked (see [`Decision::rule_index`]).
     pub rule_index: usize,
+    pub bound: Bound,
     pub remaining: u64,
     pub reset_after_us: u64,
     /// 0 when allowed; [`RawDecision::NEVER`] when the call's cost is above the binding
@@ -187,7 +208,7 @@ pub(crate) struct RawDecision {
     pub crossed: Crossings,
 }
 
-eq_by_figures!(RawDecision: allowed, rule_index, remaining, reset_after_us, retry_after_us);
+eq_by_figures!(RawDecision: allowed, rule_index, bound, remaining, reset_after_us, retry_after_us);
 
 impl RawDecision {
     /// `retry_after_us` of a call that can never pass (the scripts answer -1).
@@ -214,6 +235,7 @@ impl RawDecision {
             retry_after: self.retry_after(),
             rule,
             rule_index: self.rule_index,
+            bound: self.bound,
             receipt: self.receipt,
         }
     }
@@ -221,14 +243,13 @@ impl RawDecision {
 
 impl RawDecision {
     /// [`into_decision`](Self::into_decision) of the answer to a check that took one of
-    /// `max` slots: one bound by its limit on calls in flight (see `slot.rs`) stands after
-    /// the rules checked. Apart from `into_decision`, which every check takes, so that its
-    /// decision is still built in place (a branch there costs every check about 100
-    /// instructions).
+    /// `max` slots, which its limit on calls in flight may have bound (see `slot.rs`).
+    /// Apart from `into_decision`, which every check takes, so that its decision is still
+    /// built in place (a branch there costs every check about 100 instructions).
     pub(crate) fn into_decision_with_slot(self, rules: &[Rule], max: u64) -> Decision {
-        match self.rule_index < rules.len() {
-            true => self.into_decision(rules),
-            false => self.slots_decision(max),
+        match self.bound {
+            Bound::Rule => self.into_decision(rules),
+            Bound::Slots => self.slots_decision(max),
         }
     }
 
@@ -246,6 +267,7 @@ impl RawDecision {
             retry_after: self.retry_after(),
             rule: Rule::new(max, lease),
             rule_index: self.rule_index,
+            bound: Bound::Slots,
             receipt: self.receipt,
         }
     }

@@ -306,6 +306,7 @@ mod tests {
             reset_after_us: 1_000_000,
             retry_after_us: if allowed { 0 } else { 1_000_000 },
             receipt: Default::default(),
+            bound: crate::decision::Bound::Rule,
             crossed: None,
         }
     }

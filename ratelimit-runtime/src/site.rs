@@ -14,7 +14,7 @@ use std::time::Duration;
 use crate::backend::Request;
 use crate::concurrency::SlotAsk;
 use crate::context::{RequestContext, SiteDecision};
-use crate::decision::{RawDecision, Receipt};
+use crate::decision::{Bound, RawDecision, Receipt};
 use crate::key::{function_path, KeyTemplate};
 use crate::limiter::{boxed_in_place, decided, decided_with_slot, Begun, Plan};
 pub use crate::lockout::Lockout;
@@ -294,6 +294,7 @@ impl Site {
                 reset_after_us: left_us,
                 retry_after_us: left_us,
                 receipt: Receipt::NONE,
+                bound: Bound::Rule,
                 crossed: None,
             };
             return Err(step.answer(Ok(banned.into_decision(&rules)), key, rules, None));

@@ -1,7 +1,7 @@
 //! A key's lock-out, kept with its counts.
 
 use super::{Call, Clamp, Outcome};
-use crate::decision::{RawDecision, Receipt};
+use crate::decision::{Bound, RawDecision, Receipt};
 use crate::lockout::{Lockout, STREAK_US};
 
 /// A key's lock-out: after a consuming check with `block_for` set is refused by a rule,
@@ -64,6 +64,7 @@ impl Block {
             reset_after_us: left_us,
             retry_after_us: left_us,
             receipt: Receipt::NONE,
+            bound: Bound::Rule,
             crossed: None,
         }))
     }

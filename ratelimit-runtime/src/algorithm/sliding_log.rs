@@ -526,6 +526,7 @@ mod tests {
             reset_after_us,
             retry_after_us: 0,
             receipt: Receipt::NONE,
+            bound: crate::decision::Bound::Rule,
             crossed: None,
         }
     }
@@ -538,6 +539,7 @@ mod tests {
             reset_after_us,
             retry_after_us,
             receipt: Receipt::NONE,
+            bound: crate::decision::Bound::Rule,
             crossed: None,
         }
     }

@@ -33,7 +33,7 @@ use crate::backend::{Draw, GiveBack, Request};
 use crate::background::TaskHold;
 use crate::background::{HasTask, TaskPlace};
 use crate::clock::Clock;
-use crate::decision::{CountedBy, RawDecision, Receipt};
+use crate::decision::{Bound, CountedBy, RawDecision, Receipt};
 use crate::sharded::Sharded;
 use crate::{sync, Algorithm, Rule};
 
@@ -856,6 +856,7 @@ impl Live {
                 ),
                 false => Receipt::NONE,
             },
+            bound: Bound::Rule,
             crossed: None,
         }
     }

@@ -12,7 +12,7 @@ use super::{allowance, misconfigured, Limiter, Store};
 #[cfg(feature = "redis")]
 use crate::backend::redis::RedisBackend;
 use crate::backend::Request;
-use crate::decision::RawDecision;
+use crate::decision::{Bound, RawDecision};
 use crate::observe::{Answer, AnsweredBy};
 use crate::slot::Home as SlotHome;
 use crate::{BackendError, Rule};
@@ -234,7 +234,7 @@ impl Limiter {
     ) -> Answer {
         if let (Some(cache), Ok(raw)) = (&self.deny_cache, &raw) {
             // A refusal for want of a slot says nothing of when one frees: not cached.
-            if raw.rule_index < request.rules.len() {
+            if raw.bound == Bound::Rule {
                 cache.remember(request, raw);
             }
         }

@@ -563,6 +563,7 @@ mod tests {
                 reset_after_us: 1_000_000,
                 retry_after_us: retry_after.map_or(RawDecision::NEVER, clock::micros),
                 receipt: Default::default(),
+                bound: crate::decision::Bound::Rule,
                 crossed: None,
             }),
             by: AnsweredBy::MEMORY,

@@ -138,6 +138,7 @@ mod tests {
             reset_after_us: 50_000_000,
             retry_after_us: clock::micros(retry_after),
             receipt: Default::default(),
+            bound: crate::decision::Bound::Rule,
             crossed: None,
         }
     }

@@ -20,7 +20,7 @@ use std::fmt::{self, Write as _};
 use std::time::Duration;
 
 use crate::context::SiteDecision;
-use crate::Rule;
+use crate::{Decision, Rule};
 
 /// `RateLimit-Policy`: the quota policies of the endpoint.
 pub(crate) const RATELIMIT_POLICY: &str = "ratelimit-policy";
@@ -71,12 +71,19 @@ enum PolicyName {
 
 impl PolicyName {
     fn of(index: usize, rules: &[Rule], duplicate_rule: bool) -> PolicyName {
-        if index >= rules.len() {
-            PolicyName::Concurrency
-        } else if duplicate_rule && index + 1 == rules.len() {
+        if duplicate_rule && index + 1 == rules.len() {
             PolicyName::Duplicate
         } else {
             PolicyName::Numbered(index + 1)
+        }
+    }
+
+    /// The name of what bound `decision` of a site checking `rules`: its rule, or its
+    /// limit on calls in flight.
+    fn binding(decision: &Decision, rules: &[Rule], duplicate_rule: bool) -> PolicyName {
+        match decision.bound_by_slots() {
+            true => PolicyName::Concurrency,
+            false => PolicyName::of(decision.rule_index, rules, duplicate_rule),
         }
     }
 }
@@ -109,12 +116,12 @@ fn push_limit(out: &mut String, name: PolicyName, remaining: u64, reset: Option<
     }
 }
 
-/// The name the fields give rule `rule_index` of a call site whose rules are `rules`
-/// (`conc` past them: its limit on calls in flight); [`LONE_POLICY`] without the site.
-pub(crate) fn policy_name(site: Option<(usize, &[Rule], bool)>) -> String {
+/// The name the fields give what bound a decision of a call site whose rules are `rules`
+/// (`conc`: its limit on calls in flight); [`LONE_POLICY`] without the site.
+pub(crate) fn policy_name(site: Option<(&Decision, &[Rule], bool)>) -> String {
     match site {
-        Some((index, rules, duplicate_rule)) => {
-            PolicyName::of(index, rules, duplicate_rule).to_string()
+        Some((decision, rules, duplicate_rule)) => {
+            PolicyName::binding(decision, rules, duplicate_rule).to_string()
         }
         None => PolicyName::Lone.to_string(),
     }
@@ -175,7 +182,7 @@ pub(crate) fn describe(outcome: &SiteDecision, refused: bool, sink: &mut impl Fi
         );
     }
     sink.set(RATELIMIT_POLICY, policies);
-    let name = PolicyName::of(decision.rule_index, outcome.rules, outcome.duplicate_rule);
+    let name = PolicyName::binding(decision, outcome.rules, outcome.duplicate_rule);
     // Nobody knows when a call in flight ends: its policy has no `t`.
     let reset = match name {
         PolicyName::Concurrency => None,
@@ -196,6 +203,7 @@ pub(crate) mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+    use crate::decision::Bound;
     use crate::Decision;
 
     /// A sink that is a plain map, to read the fields back.
@@ -251,6 +259,7 @@ pub(crate) mod tests {
             retry_after,
             rule,
             rule_index,
+            bound: Bound::Rule,
             receipt: Default::default(),
         }
     }
@@ -348,6 +357,7 @@ pub(crate) mod tests {
             retry_after: Some(Duration::from_millis(100)),
             rule: Rule::new(4, lease),
             rule_index: 1,
+            bound: Bound::Slots,
             receipt: Default::default(),
         };
         let site = SiteDecision {

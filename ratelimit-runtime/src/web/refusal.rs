@@ -31,10 +31,10 @@ impl Refusal {
             .filter(|site| !site.decision.allowed && site.decision.rule == *rule);
         let policy = fields::policy_name(
             site.as_ref()
-                .map(|site| (site.decision.rule_index, site.rules, site.duplicate_rule)),
+                .map(|site| (&site.decision, site.rules, site.duplicate_rule)),
         );
         let why = match site {
-            Some(site) if site.decision.rule_index >= site.rules.len() => Why::InFlight {
+            Some(site) if site.decision.bound_by_slots() => Why::InFlight {
                 max: site.decision.limit,
             },
             _ if retry_after == Duration::MAX => Why::Never { rule: *rule },

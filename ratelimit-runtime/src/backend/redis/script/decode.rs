@@ -2,7 +2,7 @@
 
 use redis::Value;
 
-use crate::decision::{RawDecision, Receipt};
+use crate::decision::{Bound, RawDecision, Receipt};
 use crate::warning::Crossing;
 use crate::Rule;
 
@@ -30,6 +30,7 @@ pub(crate) fn decode(reply: &Value, rules: &[Rule]) -> Option<(RawDecision, Opti
             reset_after_us: short / 64 / base,
             retry_after_us: 0,
             receipt: Receipt::NONE,
+            bound: Bound::Rule,
             crossed: None,
         })
     };
@@ -78,6 +79,7 @@ pub(crate) fn decode(reply: &Value, rules: &[Rule]) -> Option<(RawDecision, Opti
                     id: witness,
                     ..Receipt::NONE
                 },
+                bound: Bound::Rule,
                 crossed,
             };
             (raw, at_us)

@@ -7,7 +7,7 @@ use redis::Value;
 
 use super::*;
 use crate::backend::{Refund, Request};
-use crate::decision::{CountedBy, RawDecision, Receipt};
+use crate::decision::{Bound, CountedBy, RawDecision, Receipt};
 
 fn args(cmd: &Cmd) -> Vec<Vec<u8>> {
     cmd.args_iter()
@@ -43,6 +43,7 @@ fn every_reply_form_decodes() {
                 reset_after_us: 12_500_000,
                 retry_after_us: 0,
                 receipt: Receipt::NONE,
+                bound: Bound::Rule,
                 crossed: None,
             },
             None
