@@ -203,10 +203,17 @@ impl Bans {
     /// when it is not banned.
     #[inline]
     pub fn left_us(&self, identity: &str) -> Option<u64> {
-        if !self.any.load(Ordering::Relaxed) {
+        if self.is_empty() {
             return None;
         }
         self.left_in_table(identity)
+    }
+
+    /// Whether no ban is in force, as far as this instance knows: a check then looks up
+    /// nothing.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        !self.any.load(Ordering::Relaxed)
     }
 
     /// [`left_us`](Self::left_us) of an identity as an operator writes it

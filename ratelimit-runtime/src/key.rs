@@ -139,6 +139,25 @@ fn push_ip_identity(out: &mut String, identity: impl fmt::Display) {
     escape_from(out, start);
 }
 
+/// The prefix and identity part of a guarded site's `key`, `path` being the site's: `key`
+/// is `{prefix}{type}:{identity}:{path}` or `{prefix}global:{path}`, and the identity part
+/// is `{type}:{identity}` or `global`, as [`identity_in_keys`] writes it and a ban names
+/// it. `None` for a key laid out otherwise (a programmatic check's, the outbound
+/// client's). The one reading of the layout, for bans and `most_limited`.
+pub(crate) fn split_key<'k>(key: &'k str, path: &str) -> Option<(&'k str, &'k str)> {
+    let rest = key.strip_suffix(path)?.strip_suffix(':')?;
+    if let Some(prefix) = rest.strip_suffix("global") {
+        return Some((prefix, &rest[prefix.len()..]));
+    }
+    let (before, identity) = rest.rsplit_once(':')?;
+    let segment = before.rsplit(':').next()?;
+    if !matches!(segment, "ip" | "user" | "custom") || identity.is_empty() {
+        return None;
+    }
+    let prefix = &before[..before.len() - segment.len()];
+    Some((prefix, &rest[prefix.len()..]))
+}
+
 /// The identity part of the keys of a site of `limit_type` for `identity`, as it stands
 /// between the prefix and the path (`ip:203.0.113.9`, `custom:john%20doe`, `global`):
 /// what a ban on that identity matches keys by.
@@ -459,6 +478,35 @@ fn is_parameter(arg: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_identity_is_the_part_between_the_prefix_and_the_site() {
+        // (key, site, its prefix and identity)
+        let cases = [
+            (
+                "rate_limit:ip:203.0.113.9:my_app::send",
+                "my_app::send",
+                Some(("rate_limit:", "ip:203.0.113.9")),
+            ),
+            ("app:user:42:export", "export", Some(("app:", "user:42"))),
+            ("custom:alice:search", "search", Some(("", "custom:alice"))),
+            (
+                "rate_limit:global:api",
+                "api",
+                Some(("rate_limit:", "global")),
+            ),
+            (
+                "rate_limit:ip:2001%3Adb8%3A%3A1:api",
+                "api",
+                Some(("rate_limit:", "ip:2001%3Adb8%3A%3A1")),
+            ),
+            ("hist:tom:reply", "programmatic", None),
+            ("rate_limit:out:payments", "out:payments", None),
+        ];
+        for (key, site, found) in cases {
+            assert_eq!(split_key(key, site), found, "{key} for {site}");
+        }
+    }
 
     #[test]
     fn ip_key_has_the_documented_layout() {

@@ -198,11 +198,12 @@ impl Limiter {
     /// path `path`) lasts still, in µs; `None` when it is not banned.
     #[inline]
     pub(crate) fn ban_left_us(&self, key: &str, prefix: &str, path: &str) -> Option<u64> {
-        let identity = key
-            .strip_prefix(prefix)?
-            .strip_suffix(path)?
-            .strip_suffix(':')?;
-        self.overrides.bans.left_us(identity)
+        let bans = &self.overrides.bans;
+        if bans.is_empty() {
+            return None;
+        }
+        let (of_prefix, identity) = crate::key::split_key(key, path)?;
+        (of_prefix == prefix).then(|| bans.left_us(identity))?
     }
 }
 

@@ -32,6 +32,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 #[cfg(feature = "redis")]
 use crate::background::TaskHold;
 use crate::background::{HasTask, TaskPlace};
+use crate::key::split_key;
 use crate::sync::lock;
 
 pub(crate) use crate::most_limited_keys::{CAP, KEPT_MINUTES};
@@ -41,23 +42,6 @@ pub(crate) const FLUSH_EVERY: Duration = Duration::from_secs(1);
 
 /// The most identities waiting in process for the next flush, over every site.
 pub(crate) const MAX_PENDING: usize = 100_000;
-
-/// The identity part of a guarded site's `key` and its prefix: `key` is
-/// `{prefix}{type}:{identity}:{site}` or `{prefix}global:{site}`. `None` for a key laid out
-/// otherwise (a programmatic check's, the outbound client's).
-pub(crate) fn identity_of<'k>(key: &'k str, site: &str) -> Option<(&'k str, String)> {
-    let rest = key.strip_suffix(site)?.strip_suffix(':')?;
-    if let Some(prefix) = rest.strip_suffix("global") {
-        return Some((prefix, "global".to_owned()));
-    }
-    let (before, identity) = rest.rsplit_once(':')?;
-    let segment = before.rsplit(':').next()?;
-    if !matches!(segment, "ip" | "user" | "custom") || identity.is_empty() {
-        return None;
-    }
-    let prefix = &before[..before.len() - segment.len()];
-    Some((prefix, format!("{segment}:{identity}")))
-}
 
 /// The minute (since the epoch, UTC) of now, on this process's clock.
 pub(crate) fn this_minute() -> u64 {
@@ -132,7 +116,7 @@ pub(crate) struct Pending {
 impl Refusals {
     /// Counts a refusal of `key` at `site` in the embedded backend's table.
     pub fn record_here(&self, site: &str, key: &str) {
-        let Some((prefix, identity)) = identity_of(key, site) else {
+        let Some((prefix, identity)) = split_key(key, site) else {
             return;
         };
         let minute = this_minute();
@@ -153,7 +137,7 @@ impl Refusals {
             });
         }
         let current = minutes.back_mut().expect("just pushed");
-        current.add(identity, 1);
+        current.add(identity.to_owned(), 1);
     }
 
     /// The embedded backend's `n` most refused identities of `site` under `prefix` over
@@ -186,7 +170,7 @@ impl Refusals {
     /// Counts a refusal of `key` at `site` for the next flush to Redis. Returns whether a
     /// flush task must be started.
     pub fn record_pending(&self, site: &str, key: &str) -> bool {
-        let Some((prefix, identity)) = identity_of(key, site) else {
+        let Some((prefix, identity)) = split_key(key, site) else {
             return false;
         };
         let minute = this_minute();
@@ -196,10 +180,10 @@ impl Refusals {
             .batches
             .entry((prefix.to_owned(), site.to_owned(), minute))
             .or_default();
-        if let Some(count) = batch.get_mut(&identity) {
+        if let Some(count) = batch.get_mut(identity) {
             *count += 1;
         } else if pending.identities < MAX_PENDING {
-            batch.insert(identity, 1);
+            batch.insert(identity.to_owned(), 1);
             pending.identities += 1;
         } else {
             pending.dropped += 1;
@@ -278,36 +262,6 @@ async fn flush(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_identity_is_the_part_between_the_prefix_and_the_site() {
-        // (key, site, its prefix and identity)
-        let cases = [
-            (
-                "rate_limit:ip:203.0.113.9:my_app::send",
-                "my_app::send",
-                Some(("rate_limit:", "ip:203.0.113.9")),
-            ),
-            ("app:user:42:export", "export", Some(("app:", "user:42"))),
-            ("custom:alice:search", "search", Some(("", "custom:alice"))),
-            (
-                "rate_limit:global:api",
-                "api",
-                Some(("rate_limit:", "global")),
-            ),
-            (
-                "rate_limit:ip:2001%3Adb8%3A%3A1:api",
-                "api",
-                Some(("rate_limit:", "ip:2001%3Adb8%3A%3A1")),
-            ),
-            ("hist:tom:reply", "programmatic", None),
-            ("rate_limit:out:payments", "out:payments", None),
-        ];
-        for (key, site, found) in cases {
-            let found = found.map(|(prefix, identity)| (prefix, identity.to_owned()));
-            assert_eq!(identity_of(key, site), found, "{key} for {site}");
-        }
-    }
 
     #[test]
     fn since_reads_whole_minutes_up_to_an_hour() {
