@@ -314,7 +314,7 @@ mod checking {
     use std::num::NonZeroU64;
 
     use crate::site::{self, Site};
-    use crate::slot::Slot;
+    use crate::Slot;
     use crate::{Limiter, RateLimitError};
 
     use super::Guard;

@@ -34,10 +34,11 @@
 //!   pipeline (with `deny_cache.rs` and `allowance.rs`, the local answers); `settle.rs`
 //!   and `refunds.rs` what goes back; `operator.rs`, `bans.rs`, `inspect.rs`,
 //!   `most_limited.rs`, `stored_overrides.rs` and `state_file.rs` the operator surface;
-//!   `acquire.rs` slots. It calls `backend`, `bans`, `overrides`, `observe`, `slot`,
+//!   `acquire.rs` and `slot.rs` calls in flight (a held slot and its renewal, kept by
+//!   the store that took it). It calls `backend`, `bans`, `overrides`, `observe`,
 //!   `registry` and the leaves.
-//! - **`observe`** (spans, events, metrics of a check) and **`slot`** (a held slot and its
-//!   renewal) sit beside the limiter: it calls them; they call `backend` and the leaves.
+//! - **`observe`** (spans, events, metrics of a check) sits beside the limiter: it calls
+//!   it; it calls `backend` and the leaves.
 //! - **`site`**, `site_config`, `registry`, `guard` and `global` own guarded call sites:
 //!   what `#[rate_limiter]` expands to and the router's guards, turning a call into a key
 //!   and a check of the `Limiter`. One type, `site::Site`, is a site once its path is
@@ -86,7 +87,6 @@ mod sharded;
 #[doc(hidden)]
 pub mod site;
 mod site_config;
-mod slot;
 mod sync;
 mod throttle;
 #[cfg(feature = "tonic")]
@@ -114,6 +114,7 @@ pub use global::{global, init, ALLOWANCE_ENV, REDIS_URL_ENV, STATE_FILE_ENV};
 pub use guard::Guard;
 pub use limit_type::LimitType;
 pub use limiter::Acquire;
+pub use limiter::Slot;
 pub use limiter::{BlockState, Check, CheckAll, KeyState, Limiter, LogState, RuleState};
 #[cfg(feature = "redis")]
 pub use limiter::{OverrideError, StoredOverride, StoredOverrides};
@@ -121,5 +122,4 @@ pub use mode::{Mode, ParseModeError};
 pub use overrides::Setting;
 pub use rule::Rule;
 pub use rule_text::ParseRuleError;
-pub use slot::Slot;
 pub use warning::Warning;

@@ -16,12 +16,13 @@ use crate::concurrency::SlotAsk;
 use crate::context::{RequestContext, SiteDecision};
 use crate::decision::{Bound, RawDecision, Receipt};
 use crate::key::{function_path, KeyTemplate};
+use crate::limiter::slot::warn_release_failed;
 use crate::limiter::{boxed_in_place, decided, decided_with_slot, Begun, Plan};
 pub use crate::lockout::Lockout;
 use crate::overrides::{intern, SiteRules};
 pub use crate::site_config::SiteConfig;
-use crate::slot::{warn_release_failed, Slot};
 use crate::throttle::{throttled, OnceEach};
+use crate::Slot;
 use crate::{registry, BackendError, Decision, LimitType, Limiter, Mode, RateLimitError, Rule};
 
 /// A guarded function: its configuration plus the constant part of its keys, built on

@@ -14,7 +14,6 @@ use crate::backend::redis::RedisBackend;
 use crate::backend::Request;
 use crate::decision::{Bound, RawDecision};
 use crate::observe::{Answer, AnsweredBy};
-use crate::slot::Home as SlotHome;
 use crate::{BackendError, Rule};
 
 impl Limiter {
@@ -32,7 +31,7 @@ impl Limiter {
 
     /// Where a slot is kept that a decision with `receipt` took: the backend that counted
     /// it (this limiter's, or a fallback).
-    pub(crate) fn slot_home(&self, receipt: &crate::decision::Receipt) -> Option<SlotHome> {
+    pub(crate) fn slot_home(&self, receipt: &crate::decision::Receipt) -> Option<Store> {
         self.counter_of(receipt.counted_by)?.slot_home()
     }
 

@@ -17,12 +17,15 @@ use crate::backend::memory::MemoryBackend;
 #[cfg(feature = "redis")]
 use crate::backend::redis::RedisBackend;
 use crate::backend::{Refund, Request, Settle};
+use crate::concurrency::SlotId;
 use crate::decision::{CountedBy, RawDecision};
 use crate::observe::AnsweredBy;
-use crate::slot::Home as SlotHome;
 use crate::{BackendError, BackendErrorKind, ConfigError};
 
-pub(super) enum Store {
+/// One store: where every operation of a limiter goes (see the crate's module map). A
+/// clone shares the backend: a held slot keeps its store.
+#[derive(Clone)]
+pub(crate) enum Store {
     // Behind a pointer: its connections make it several times larger than the other
     // variants. Shared with the rule-override poller.
     #[cfg(feature = "redis")]
@@ -74,13 +77,52 @@ impl Store {
         }
     }
 
-    /// Where this store keeps slots (none when misconfigured).
-    pub(super) fn slot_home(&self) -> Option<SlotHome> {
+    /// This store, to keep the slots it took (none when misconfigured: it takes none).
+    pub(super) fn slot_home(&self) -> Option<Store> {
+        match self {
+            Store::Misconfigured(_) => None,
+            store => Some(store.clone()),
+        }
+    }
+
+    /// Renews the lease of the slot `id` of `key` for `lease_us` more; `false` when it is
+    /// no longer held.
+    pub(crate) async fn renew_slot(
+        &self,
+        key: &str,
+        id: SlotId,
+        lease_us: u64,
+    ) -> Result<bool, BackendError> {
         match self {
             #[cfg(feature = "redis")]
-            Store::Redis(redis) => Some(SlotHome::Redis(Arc::clone(redis))),
-            Store::Memory(memory) => Some(SlotHome::Memory(Arc::clone(memory.slots()))),
-            Store::Misconfigured(_) => None,
+            Store::Redis(redis) => redis.renew_slot(key, id, lease_us).await,
+            Store::Memory(memory) => Ok(memory.slots().renew(key, id, lease_us)),
+            Store::Misconfigured(err) => Err(misconfigured(err)),
+        }
+    }
+
+    /// Frees the slot `id` of `key`.
+    pub(crate) async fn release_slot(&self, key: &str, id: SlotId) -> Result<(), BackendError> {
+        if self.release_slot_at_once(key, id) {
+            return Ok(());
+        }
+        match self {
+            #[cfg(feature = "redis")]
+            Store::Redis(redis) => redis.release_slot(key, id).await,
+            Store::Memory(_) => Ok(()),
+            Store::Misconfigured(err) => Err(misconfigured(err)),
+        }
+    }
+
+    /// Frees the slot `id` of `key` now when that needs no round trip (the embedded
+    /// backend's); `false`: [`release_slot`](Self::release_slot) must send it.
+    pub(crate) fn release_slot_at_once(&self, key: &str, id: SlotId) -> bool {
+        match self {
+            Store::Memory(memory) => {
+                memory.slots().release(key, id);
+                true
+            }
+            _ => false,
         }
     }
 

@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use crate::slot::Slot;
+use crate::Slot;
 
 /// Slots held by one request, released when dropped (see [`Slot`]). Public only in name:
 /// it appears in [`RefusalBody::holding`](crate::tower::RefusalBody::holding).

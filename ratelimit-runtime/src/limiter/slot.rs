@@ -16,13 +16,9 @@
 //! timer, and a renewal is one command either way.
 
 use std::fmt;
-#[cfg(feature = "redis")]
-use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::memory_slots::MemorySlots;
-#[cfg(feature = "redis")]
-use crate::backend::redis::RedisBackend;
+use super::Store;
 use crate::concurrency::{SlotAsk, SlotId, SLOT_RETRY_HINT};
 use crate::throttle::throttled;
 use crate::BackendError;
@@ -56,20 +52,12 @@ pub struct Slot {
 }
 
 struct Lease {
-    home: Home,
+    home: Store,
     /// The rules' key the slot belongs to.
     key: String,
     id: SlotId,
     lease_us: u64,
     renewal: Option<tokio::task::AbortHandle>,
-}
-
-/// Where a slot is kept.
-#[derive(Clone)]
-pub(crate) enum Home {
-    #[cfg(feature = "redis")]
-    Redis(Arc<RedisBackend>),
-    Memory(std::sync::Arc<MemorySlots>),
 }
 
 impl Slot {
@@ -85,7 +73,7 @@ impl Slot {
     pub const RETRY_HINT: Duration = SLOT_RETRY_HINT;
 
     /// The slot `ask` took for `key` in `home`, renewed from now on.
-    pub(crate) fn held(home: Home, key: &str, ask: &SlotAsk) -> Slot {
+    pub(crate) fn held(home: Store, key: &str, ask: &SlotAsk) -> Slot {
         let mut held = Box::new(Lease {
             home,
             key: key.to_owned(),
@@ -129,14 +117,7 @@ impl Lease {
         if let Some(renewal) = &self.renewal {
             renewal.abort();
         }
-        match &self.home {
-            #[cfg(feature = "redis")]
-            Home::Redis(redis) => redis.release_slot(&self.key, self.id).await,
-            Home::Memory(memory) => {
-                memory.release(&self.key, self.id);
-                Ok(())
-            }
-        }
+        self.home.release_slot(&self.key, self.id).await
     }
 }
 
@@ -148,19 +129,16 @@ impl Drop for Slot {
         if let Some(renewal) = &held.renewal {
             renewal.abort();
         }
-        match &held.home {
-            #[cfg(feature = "redis")]
-            Home::Redis(_) => {
-                // Without a runtime nothing can be sent: the slot lapses (see `Slot`).
-                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                    runtime.spawn(async move {
-                        if let Err(err) = held.release().await {
-                            warn_release_failed(&err);
-                        }
-                    });
+        if held.home.release_slot_at_once(&held.key, held.id) {
+            return;
+        }
+        // Without a runtime nothing can be sent: the slot lapses (see `Slot`).
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(err) = held.release().await {
+                    warn_release_failed(&err);
                 }
-            }
-            Home::Memory(memory) => memory.release(&held.key, held.id),
+            });
         }
     }
 }
@@ -178,16 +156,11 @@ pub(crate) fn warn_release_failed(err: &BackendError) {
 
 /// Renews the slot every third of its lease until it is aborted, or the slot is found
 /// lapsed (another call may hold its place since: it is not taken again).
-async fn renew(home: Home, key: String, id: SlotId, lease_us: u64) {
+async fn renew(home: Store, key: String, id: SlotId, lease_us: u64) {
     let every = Duration::from_micros(lease_us / 3).max(Duration::from_millis(1));
     loop {
         tokio::time::sleep(every).await;
-        let held: Result<bool, BackendError> = match &home {
-            #[cfg(feature = "redis")]
-            Home::Redis(redis) => redis.renew_slot(&key, id, lease_us).await,
-            Home::Memory(memory) => Ok(memory.renew(&key, id, lease_us)),
-        };
-        match held {
+        match home.renew_slot(&key, id, lease_us).await {
             Ok(true) => {}
             Ok(false) => {
                 throttled!(
