@@ -214,6 +214,22 @@ impl RawDecision {
     /// `retry_after_us` of a call that can never pass (the scripts answer -1).
     pub const NEVER: u64 = u64::MAX;
 
+    /// A refusal by rule `rule_index` that took nothing and has nothing left: the key is
+    /// free again in `reset_after_us`, a call of this cost passes in `retry_after_us`
+    /// ([`NEVER`](Self::NEVER): none ever does). A lock-out's, a ban's.
+    pub(crate) fn refused(rule_index: usize, reset_after_us: u64, retry_after_us: u64) -> Self {
+        RawDecision {
+            allowed: false,
+            rule_index,
+            remaining: 0,
+            reset_after_us,
+            retry_after_us,
+            receipt: Receipt::NONE,
+            bound: Bound::Rule,
+            crossed: None,
+        }
+    }
+
     /// [`Decision::retry_after`]: `None` when admitted or when the call can never pass.
     #[inline]
     pub(crate) fn retry_after(&self) -> Option<Duration> {

@@ -14,7 +14,7 @@ use std::time::Duration;
 use crate::backend::Request;
 use crate::concurrency::SlotAsk;
 use crate::context::{RequestContext, SiteDecision};
-use crate::decision::{Bound, RawDecision, Receipt};
+use crate::decision::RawDecision;
 use crate::key::{function_path, KeyTemplate};
 use crate::limiter::slot::warn_release_failed;
 use crate::limiter::{boxed_in_place, decided, decided_with_slot, Begun, Plan};
@@ -288,16 +288,7 @@ impl Site {
         };
         // An operator's ban refuses the caller whatever its counts, in memory, counting nothing.
         if let Some(left_us) = limiter.ban_left_us(&key, config.prefix, path) {
-            let banned = RawDecision {
-                allowed: false,
-                rule_index: 0,
-                remaining: 0,
-                reset_after_us: left_us,
-                retry_after_us: left_us,
-                receipt: Receipt::NONE,
-                bound: Bound::Rule,
-                crossed: None,
-            };
+            let banned = RawDecision::refused(0, left_us, left_us);
             return Err(step.answer(Ok(banned.into_decision(&rules)), key, rules, None));
         }
         Ok((step, rules, key))

@@ -1,7 +1,7 @@
 //! A key's lock-out, kept with its counts.
 
 use super::{Call, Clamp, Outcome};
-use crate::decision::{Bound, RawDecision, Receipt};
+use crate::decision::RawDecision;
 use crate::lockout::{Lockout, STREAK_US};
 
 /// A key's lock-out: after a consuming check with `block_for` set is refused by a rule,
@@ -53,20 +53,13 @@ impl Block {
             return Ok(clamp);
         }
         let left_us = self.until_us - clamp.at_us + clamp.lag_us;
-        Err(Outcome::unwritten(RawDecision {
-            allowed: false,
-            rule_index: if self.rule_index < call.rules.len() {
-                self.rule_index
-            } else {
-                0
-            },
-            remaining: 0,
-            reset_after_us: left_us,
-            retry_after_us: left_us,
-            receipt: Receipt::NONE,
-            bound: Bound::Rule,
-            crossed: None,
-        }))
+        let rule_index = match self.rule_index < call.rules.len() {
+            true => self.rule_index,
+            false => 0,
+        };
+        Err(Outcome::unwritten(RawDecision::refused(
+            rule_index, left_us, left_us,
+        )))
     }
 
     /// After `call`, counted at `clamp`, is refused: blocks the key when the call consumes

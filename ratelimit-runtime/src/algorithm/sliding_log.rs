@@ -532,16 +532,7 @@ mod tests {
     }
 
     fn denied(rule_index: usize, reset_after_us: u64, retry_after_us: u64) -> RawDecision {
-        RawDecision {
-            allowed: false,
-            rule_index,
-            remaining: 0,
-            reset_after_us,
-            retry_after_us,
-            receipt: Receipt::NONE,
-            bound: crate::decision::Bound::Rule,
-            crossed: None,
-        }
+        RawDecision::refused(rule_index, reset_after_us, retry_after_us)
     }
 
     #[test]

@@ -556,16 +556,11 @@ mod tests {
 
     fn denied(retry_after: Option<Duration>) -> Answer {
         Answer {
-            result: Ok(RawDecision {
-                allowed: false,
-                rule_index: 0,
-                remaining: 0,
-                reset_after_us: 1_000_000,
-                retry_after_us: retry_after.map_or(RawDecision::NEVER, clock::micros),
-                receipt: Default::default(),
-                bound: crate::decision::Bound::Rule,
-                crossed: None,
-            }),
+            result: Ok(RawDecision::refused(
+                0,
+                1_000_000,
+                retry_after.map_or(RawDecision::NEVER, clock::micros),
+            )),
             by: AnsweredBy::MEMORY,
         }
     }

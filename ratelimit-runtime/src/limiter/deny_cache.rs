@@ -131,16 +131,7 @@ mod tests {
     }
 
     fn denied(retry_after: Duration) -> RawDecision {
-        RawDecision {
-            allowed: false,
-            rule_index: 0,
-            remaining: 0,
-            reset_after_us: 50_000_000,
-            retry_after_us: clock::micros(retry_after),
-            receipt: Default::default(),
-            bound: crate::decision::Bound::Rule,
-            crossed: None,
-        }
+        RawDecision::refused(0, 50_000_000, clock::micros(retry_after))
     }
 
     #[test]
