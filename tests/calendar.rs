@@ -11,16 +11,35 @@ use std::time::Duration;
 use redis_ratelimit::{Algorithm, Calendar, Decision, KeyState, Limiter, RateLimitError, Rule};
 
 /// Midnight UTC of each date the scenarios cross, in seconds since the epoch.
-const JAN_15_2027: u64 = 1_799_971_200;
-const FEB_1_2027: u64 = 1_801_440_000;
-const FEB_28_2027: u64 = 1_803_772_800;
-const MAR_1_2027: u64 = 1_803_859_200;
-const DEC_31_2027: u64 = 1_830_211_200;
-const JAN_1_2028: u64 = 1_830_297_600;
-const FEB_28_2028: u64 = 1_835_308_800;
-const FEB_29_2028: u64 = 1_835_395_200;
-const MAR_1_2028: u64 = 1_835_481_600;
-const JAN_1_2029: u64 = 1_861_920_000;
+const JAN_15_2027: u64 = midnight_utc(2027, 1, 15);
+const FEB_1_2027: u64 = midnight_utc(2027, 2, 1);
+const FEB_28_2027: u64 = midnight_utc(2027, 2, 28);
+const MAR_1_2027: u64 = midnight_utc(2027, 3, 1);
+const DEC_31_2027: u64 = midnight_utc(2027, 12, 31);
+const JAN_1_2028: u64 = midnight_utc(2028, 1, 1);
+const FEB_28_2028: u64 = midnight_utc(2028, 2, 28);
+const FEB_29_2028: u64 = midnight_utc(2028, 2, 29);
+const MAR_1_2028: u64 = midnight_utc(2028, 3, 1);
+const JAN_1_2029: u64 = midnight_utc(2029, 1, 1);
+
+/// Midnight UTC of `year-month-day` (proleptic Gregorian), in seconds since the epoch:
+/// the days-from-civil count (H. Hinnant's), written apart from the limiter's calendar so
+/// that the scenarios check it against an independent reckoning.
+const fn midnight_utc(year: u64, month: u64, day: u64) -> u64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let (era, year_of_era) = (year / 400, year % 400);
+    let day_of_year = (153 * ((month + 9) % 12) + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    (era * 146_097 + day_of_era - 719_468) * 86_400
+}
+
+#[test]
+fn the_dates_are_the_calendars() {
+    // Two dates read off a calendar, against the reckoning the others come from.
+    assert_eq!(JAN_1_2028, 1_830_297_600);
+    assert_eq!(FEB_29_2028 - FEB_28_2028, 86_400);
+    assert_eq!(MAR_1_2027 - FEB_28_2027, 86_400, "2027 is no leap year");
+}
 
 const HOUR: u64 = 3_600;
 const DAY: u64 = 86_400;
