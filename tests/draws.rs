@@ -67,6 +67,27 @@ backend_tests! {
         }
     }
 
+    async fn a_give_back_sent_again_after_a_like_draw_gives_back_once(b: &Backend) {
+        // The token bucket's draws leave its frontier where an earlier draw of as many
+        // units left it once that one is given back: a give-back sent again then (a
+        // re-send after a broken connection) must find its own draw gone, not that one.
+        let rule = Rule::per_minute(60);
+        let (rules, algorithm, key) = ([rule], Algorithm::TokenBucket, "again:token_bucket");
+        // Spent first, so that the frontier stands ahead of the draws.
+        assert!(b.check(key, &rules, algorithm, 10, true, T0).await.unwrap().0);
+        let hold = Duration::from_secs(1);
+        let first = b.draw(key, &rules, algorithm, 6, 1, hold, T0).await.unwrap();
+        b.give_back(&first, 0, 0, T0, T0 + 1).await.unwrap();
+        let second = b.draw(key, &rules, algorithm, 6, 1, hold, T0 + 2).await.unwrap();
+        assert!(second.allowed);
+        assert_eq!(left(b, key, rule, algorithm, T0 + 3).await, 44, "the second's units");
+        b.give_back(&first, 0, 0, T0, T0 + 3).await.unwrap();
+        assert_eq!(left(b, key, rule, algorithm, T0 + 3).await, 44, "still the second's");
+        // The second's own give-back returns its units.
+        b.give_back(&second, 0, 0, T0 + 2, T0 + 4).await.unwrap();
+        assert_eq!(left(b, key, rule, algorithm, T0 + 4).await, 50);
+    }
+
     async fn a_give_back_sent_twice_changes_the_key_once(b: &Backend) {
         let rules = [Rule::per_minute(10), Rule::per_minute(5).calls()];
         for algorithm in ALL {

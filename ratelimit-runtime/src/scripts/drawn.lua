@@ -3,14 +3,17 @@
 -- (give_back.lua) changes the records only when it takes the name out of it. A reset
 -- deletes the hash with the key, so a give-back of a draw made before it makes no room it
 -- did not take. The hash expires no later than the key: its expiry after this write.
--- A draw is named by its check's id (ARGV[2]), the token bucket's by its witness, as
--- struct '<d' (what its receipt keeps: token_bucket.lua).
+-- A draw is named by its check's id (ARGV[2]); the token bucket's, whose receipt keeps its
+-- witness instead (token_bucket.lua), by its witness and the time it was counted at, as
+-- struct '<dd': a later draw of as many units as an earlier one gave back leaves the
+-- frontier, so its witness, where that one left it, and a give-back of the earlier one
+-- sent again must not find it.
 --
--- Reads `draw`, `denied`, `witness`, `ms`, `expires`, `clock`.
+-- Reads `draw`, `denied`, `witness`, `now`, `ms`, `expires`, `clock`.
 if draw and not denied then
     local name = ARGV[2]
     if witness then
-        name = struct.pack('<d', witness)
+        name = struct.pack('<dd', witness, now)
     end
     redis.call('HSET', KEYS[2], name, '1')
     local left = ms

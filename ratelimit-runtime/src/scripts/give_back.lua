@@ -10,8 +10,8 @@
 --          now (unused), then count, window per rule
 -- ARGV[2]  struct '<dd': its unused calls (what a rule counting calls gets back,
 --          calls.lua), and the token bucket's witness
--- ARGV[3]  the draw's name in KEYS[2]: its check's id, the token bucket's witness as
---          struct '<d'
+-- ARGV[3]  the draw's name in KEYS[2]: its check's id, the token bucket's witness and
+--          time as struct '<dd'
 -- Returns  how many records it changed
 --
 -- Defines `calls_taken`, `witness`, `moved`; may return the answer.

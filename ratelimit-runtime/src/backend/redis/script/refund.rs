@@ -58,8 +58,11 @@ pub(crate) fn give_back(give_back: &crate::backend::GiveBack<'_>) -> [Cmd; 2] {
             let mut calls = Vec::with_capacity(16);
             calls.extend_from_slice(&(returned.calls as f64).to_le_bytes());
             calls.extend_from_slice(&(returned.id as f64).to_le_bytes());
-            // The draw's name among the key's draws (`scripts/drawn.lua`).
-            let witness = (returned.id as f64).to_le_bytes();
+            // The draw's name among the key's draws (`scripts/drawn.lua`): the token
+            // bucket's is its witness and the time it was counted at.
+            let mut witness = [0; 16];
+            witness[..8].copy_from_slice(&(returned.id as f64).to_le_bytes());
+            witness[8..].copy_from_slice(&(returned.at_us as f64).to_le_bytes());
             let name = match has_witness(algorithm, give_back.rules) {
                 true => &witness[..],
                 false => &id[..],
