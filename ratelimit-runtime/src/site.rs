@@ -487,7 +487,7 @@ impl<'a> GuardedCheck<'a> {
         // The slot taken with the units, held by the permit until the call ends.
         let slot = slot.filter(|_| decision.allowed).and_then(|ask| {
             Some(Slot::held(
-                self.limiter.slot_home(decision.receipt())?,
+                self.limiter.slot_store(decision.receipt())?,
                 &key,
                 ask,
             ))

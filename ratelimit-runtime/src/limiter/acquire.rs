@@ -83,9 +83,9 @@ impl<'a> Acquire<'a> {
         }?;
         Ok(decision
             .allowed
-            .then(|| limiter.slot_home(decision.receipt()))
+            .then(|| limiter.slot_store(decision.receipt()))
             .flatten()
-            .map(|home| Slot::held(home, key, &ask)))
+            .map(|store| Slot::held(store, key, &ask)))
     }
 }
 

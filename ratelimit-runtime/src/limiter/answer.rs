@@ -31,8 +31,8 @@ impl Limiter {
 
     /// Where a slot is kept that a decision with `receipt` took: the backend that counted
     /// it (this limiter's, or a fallback).
-    pub(crate) fn slot_home(&self, receipt: &crate::decision::Receipt) -> Option<Store> {
-        self.counter_of(receipt.counted_by)?.slot_home()
+    pub(crate) fn slot_store(&self, receipt: &crate::decision::Receipt) -> Option<Store> {
+        self.counter_of(receipt.counted_by)?.slot_store()
     }
 
     /// The answer to `request` when it needs no waiting: a cached denial, a call admitted

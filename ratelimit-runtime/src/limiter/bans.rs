@@ -202,8 +202,10 @@ impl Limiter {
         if bans.is_empty() {
             return None;
         }
-        let (of_prefix, identity) = crate::key::split_key(key, path)?;
-        (of_prefix == prefix).then(|| bans.left_us(identity))?
+        match crate::key::split_key(key, path)? {
+            (of_prefix, identity) if of_prefix == prefix => bans.left_us(identity),
+            _ => None,
+        }
     }
 }
 

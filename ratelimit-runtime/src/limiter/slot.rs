@@ -52,7 +52,8 @@ pub struct Slot {
 }
 
 struct Lease {
-    home: Store,
+    /// The store that took it, which renews and releases it.
+    store: Store,
     /// The rules' key the slot belongs to.
     key: String,
     id: SlotId,
@@ -72,19 +73,19 @@ impl Slot {
     /// the policy `"conc"`, with `qu="concurrent-requests"`.
     pub const RETRY_HINT: Duration = SLOT_RETRY_HINT;
 
-    /// The slot `ask` took for `key` in `home`, renewed from now on.
-    pub(crate) fn held(home: Store, key: &str, ask: &SlotAsk) -> Slot {
+    /// The slot `ask` took for `key` in `store`, renewed from now on.
+    pub(crate) fn held(store: Store, key: &str, ask: &SlotAsk) -> Slot {
         let mut held = Box::new(Lease {
-            home,
+            store,
             key: key.to_owned(),
             id: ask.id,
             lease_us: ask.lease_us,
             renewal: None,
         });
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let (home, key, id, lease_us) =
-                (held.home.clone(), held.key.clone(), held.id, held.lease_us);
-            let task = runtime.spawn(renew(home, key, id, lease_us));
+            let (store, key, id, lease_us) =
+                (held.store.clone(), held.key.clone(), held.id, held.lease_us);
+            let task = runtime.spawn(renew(store, key, id, lease_us));
             held.renewal = Some(task.abort_handle());
         }
         Slot { held: Some(held) }
@@ -117,7 +118,7 @@ impl Lease {
         if let Some(renewal) = &self.renewal {
             renewal.abort();
         }
-        self.home.release_slot(&self.key, self.id).await
+        self.store.release_slot(&self.key, self.id).await
     }
 }
 
@@ -129,7 +130,7 @@ impl Drop for Slot {
         if let Some(renewal) = &held.renewal {
             renewal.abort();
         }
-        if held.home.release_slot_at_once(&held.key, held.id) {
+        if held.store.release_slot_at_once(&held.key, held.id) {
             return;
         }
         // Without a runtime nothing can be sent: the slot lapses (see `Slot`).
@@ -156,11 +157,11 @@ pub(crate) fn warn_release_failed(err: &BackendError) {
 
 /// Renews the slot every third of its lease until it is aborted, or the slot is found
 /// lapsed (another call may hold its place since: it is not taken again).
-async fn renew(home: Store, key: String, id: SlotId, lease_us: u64) {
+async fn renew(store: Store, key: String, id: SlotId, lease_us: u64) {
     let every = Duration::from_micros(lease_us / 3).max(Duration::from_millis(1));
     loop {
         tokio::time::sleep(every).await;
-        match home.renew_slot(&key, id, lease_us).await {
+        match store.renew_slot(&key, id, lease_us).await {
             Ok(true) => {}
             Ok(false) => {
                 throttled!(

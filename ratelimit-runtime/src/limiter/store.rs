@@ -78,7 +78,7 @@ impl Store {
     }
 
     /// This store, to keep the slots it took (none when misconfigured: it takes none).
-    pub(super) fn slot_home(&self) -> Option<Store> {
+    pub(super) fn slot_store(&self) -> Option<Store> {
         match self {
             Store::Misconfigured(_) => None,
             store => Some(store.clone()),
@@ -103,13 +103,13 @@ impl Store {
 
     /// Frees the slot `id` of `key`.
     pub(crate) async fn release_slot(&self, key: &str, id: SlotId) -> Result<(), BackendError> {
-        if self.release_slot_at_once(key, id) {
-            return Ok(());
-        }
         match self {
             #[cfg(feature = "redis")]
             Store::Redis(redis) => redis.release_slot(key, id).await,
-            Store::Memory(_) => Ok(()),
+            Store::Memory(memory) => {
+                memory.slots().release(key, id);
+                Ok(())
+            }
             Store::Misconfigured(err) => Err(misconfigured(err)),
         }
     }
