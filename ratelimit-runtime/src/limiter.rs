@@ -34,7 +34,7 @@ pub use inspect::{BlockState, KeyState, LogState, RuleState};
 #[cfg(feature = "redis")]
 pub use stored_overrides::{OverrideError, StoredOverride, StoredOverrides};
 
-use self::allowance::Allowances;
+use self::allowance::LocalAllowances;
 use self::deny_cache::DenyCache;
 use self::failover::Failover;
 use self::refunds::Refunds;
@@ -83,14 +83,9 @@ pub struct Limiter {
     warning_hook: Option<crate::warning::Hook>,
     /// The guarded sites' refusals by identity (`most_limited`).
     refusals: Arc<most_limited::Refusals>,
-    /// The allowance of every check that sets none of its own, in ms (0: none).
-    allowance_ms: u32,
-    /// The live allowances (see `limiter/allowance.rs`); shared with the give-back task.
-    allowances: Arc<Allowances>,
-    /// Whether checks spend allowances: on Redis, and on the embedded backend standing for
-    /// a remote one (tests). Elsewhere every check is answered at once anyway, so a
-    /// check's allowance resolves to none (`allowance_ms`).
-    spends_allowances: bool,
+    /// Local allowances: whether checks spend them, the default one, the live ones (see
+    /// `limiter/allowance.rs`).
+    allowances: LocalAllowances,
     /// The options set that do nothing on this backend, warned of at the first check.
     unused: Unused,
 }

@@ -80,6 +80,58 @@ pub(crate) fn max_age_ms(max_age: Duration) -> u32 {
     }
 }
 
+/// What a limiter's checks spend of local allowances: whether they spend any, the
+/// allowance of a check that sets none, and the live ones.
+pub(super) struct LocalAllowances {
+    /// Whether checks spend allowances: on Redis, and on the embedded backend standing for
+    /// a remote one (tests). Elsewhere every check is answered at once anyway, so a
+    /// check's allowance resolves to none.
+    spent: bool,
+    /// The allowance of every check that sets none of its own, in ms (0: none).
+    default_ms: u32,
+    /// The live allowances, by key; shared with the give-back task.
+    pub live: Arc<Allowances>,
+}
+
+impl LocalAllowances {
+    /// No default allowance; `spent`: whether checks spend allowances at all.
+    pub fn new(spent: bool, live: Allowances) -> Self {
+        LocalAllowances {
+            spent,
+            default_ms: 0,
+            live: Arc::new(live),
+        }
+    }
+
+    /// Whether checks spend allowances.
+    pub fn spent(&self) -> bool {
+        self.spent
+    }
+
+    /// The same spending and default, with live allowances of its own (another instance's).
+    pub fn beside(&self, live: Allowances) -> Self {
+        LocalAllowances {
+            live: Arc::new(live),
+            ..*self
+        }
+    }
+
+    /// Sets the allowance of every check that sets none of its own.
+    pub fn set_default(&mut self, max_age: Duration) {
+        self.default_ms = max_age_ms(max_age);
+    }
+
+    /// The allowance of a check whose own (a check's, else its site's) is `own`: that one,
+    /// else the default; none where checks spend no allowance. In ms, 0 for none.
+    #[inline]
+    pub fn ms(&self, own: Option<Duration>) -> u32 {
+        match self.spent {
+            true => own.map_or(self.default_ms, max_age_ms),
+            false => 0,
+        }
+    }
+}
+
 /// The live allowances of one limiter, by key.
 pub(crate) struct Allowances {
     shards: Sharded<Shard>,

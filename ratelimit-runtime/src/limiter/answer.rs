@@ -59,7 +59,7 @@ impl Limiter {
             Store::Memory(memory) if spends => {
                 let answer = self.with_allowance(request, site);
                 let answer = now_or_never(answer).expect("the embedded backend answers at once");
-                for retired in self.allowances.take_retired() {
+                for retired in self.allowances.live.take_retired() {
                     memory.give_back(&retired.give_back(request.now_us));
                 }
                 return Now::Answered(self.answered(request, answer));
@@ -68,7 +68,7 @@ impl Limiter {
             Store::Misconfigured(err) => Err(misconfigured(err)),
             #[cfg(feature = "redis")]
             Store::Redis(redis) => {
-                let admission = spends.then(|| self.allowances.admit(request));
+                let admission = spends.then(|| self.allowances.live.admit(request));
                 let spends = match admission {
                     Some(Admission::Local(raw)) => {
                         return Now::Answered(Answer {
@@ -95,10 +95,7 @@ impl Limiter {
     /// none.
     #[inline]
     pub(crate) fn allowance_ms(&self, own: Option<Duration>) -> u32 {
-        match self.spends_allowances {
-            true => own.map_or(self.allowance_ms, allowance::max_age_ms),
-            false => 0,
-        }
+        self.allowances.ms(own)
     }
 
     /// One attempt at `request` (made by `site`): answered now, or asked of Redis (and,
@@ -146,7 +143,7 @@ impl Limiter {
     ) -> Result<(RawDecision, AnsweredBy), BackendError> {
         let by_backend = self.answered_by();
         loop {
-            let ticket = match self.allowances.step(request) {
+            let ticket = match self.allowances.live.step(request) {
                 Step::Local(raw) => return Ok((raw, AnsweredBy::LOCAL)),
                 Step::Wait(drawing) => match &self.store {
                     #[cfg(feature = "redis")]
@@ -180,7 +177,7 @@ impl Limiter {
                 ..*request
             };
             let raw = self.store.check(&drawing).await?;
-            let drawn = self.allowances.drawn(request, ticket, raw);
+            let drawn = self.allowances.live.drawn(request, ticket, raw);
             // Once a draw made an allowance to give back: started for every check sent
             // alone, the task would be spawned, and end at once, for each.
             #[cfg(feature = "redis")]
@@ -192,7 +189,7 @@ impl Limiter {
                 Drawn::Retry => {
                     count_draw(site);
                     let raw = self.store.check(request).await?;
-                    self.allowances.learn(request, &raw);
+                    self.allowances.live.learn(request, &raw);
                     return Ok((raw, by_backend));
                 }
             }
@@ -203,7 +200,7 @@ impl Limiter {
     /// Tokio runtime, unless it runs (see `background.rs`).
     #[cfg(feature = "redis")]
     fn ensure_giving_back(&self, redis: &Arc<RedisBackend>) {
-        crate::background::start(&self.allowances, |hold| {
+        crate::background::start(&self.allowances.live, |hold| {
             allowance::give_backs(hold, Arc::downgrade(redis))
         });
     }

@@ -3,12 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::allowance::Allowances;
+use super::allowance::{Allowances, LocalAllowances};
 use super::deny_cache::DenyCache;
 use super::failover::Failover;
 use super::refunds::Refunds;
 use super::unused::{Unused, UnusedOption};
-use super::{allowance, state_file, Limiter, Store};
+use super::{state_file, Limiter, Store};
 use crate::backend::memory::MemoryBackend;
 #[cfg(feature = "redis")]
 use crate::backend::redis::{Breaker, RedisBackend, RedisConfig};
@@ -150,9 +150,7 @@ impl Limiter {
             state_file: None,
             warning_hook: None,
             refusals: Arc::default(),
-            allowance_ms: 0,
-            allowances: Arc::new(Allowances::new()),
-            spends_allowances,
+            allowances: LocalAllowances::new(spends_allowances, Allowances::new()),
             unused: Unused::default(),
         }
     }
@@ -323,7 +321,7 @@ impl Limiter {
     /// # Ok::<(), redis_ratelimit::ConfigError>(())
     /// ```
     pub fn allowance(mut self, max_age: Duration) -> Self {
-        self.allowance_ms = allowance::max_age_ms(max_age);
+        self.allowances.set_default(max_age);
         self
     }
 
@@ -336,8 +334,7 @@ impl Limiter {
     pub fn remote_memory_with_clock(clock: impl Clock) -> Limiter {
         let clock: Arc<dyn Clock> = Arc::new(clock);
         Limiter {
-            spends_allowances: true,
-            allowances: Arc::new(Allowances::on_clock(Arc::clone(&clock))),
+            allowances: LocalAllowances::new(true, Allowances::on_clock(Arc::clone(&clock))),
             ..Limiter::with_store(Store::Memory(Arc::new(MemoryBackend::new(clock))))
         }
     }
@@ -356,13 +353,13 @@ impl Limiter {
             panic!("sharing_backend: not an embedded backend");
         };
         assert!(
-            self.spends_allowances,
+            self.allowances.spent(),
             "sharing_backend: not a remote embedded backend"
         );
         Limiter {
-            spends_allowances: true,
-            allowance_ms: self.allowance_ms,
-            allowances: Arc::new(Allowances::on_clock(Arc::new(clock))),
+            allowances: self
+                .allowances
+                .beside(Allowances::on_clock(Arc::new(clock))),
             ..Limiter::with_store(Store::Memory(Arc::clone(memory)))
         }
     }
@@ -373,7 +370,7 @@ impl Limiter {
     #[cfg(feature = "test-clock")]
     #[doc(hidden)]
     pub fn naive_allowances(self, naive: bool) -> Self {
-        self.allowances.set_naive(naive);
+        self.allowances.live.set_naive(naive);
         self
     }
 

@@ -217,7 +217,7 @@ impl Limiter {
     /// With a [`fallback`](Self::fallback), the key is forgotten there too.
     pub async fn reset(&self, key: &str) -> Result<(), BackendError> {
         self.forget_denial(key);
-        self.allowances.forget(key);
+        self.allowances.live.forget(key);
         for store in self.stores().rev() {
             store.reset(key).await?;
         }
@@ -299,7 +299,7 @@ impl Limiter {
             return Ok(());
         }
         // What this instance holds of the key goes back; its next check meets the block.
-        self.allowances.end(key);
+        self.allowances.live.end(key);
         for store in self.stores().rev() {
             store.block(key, block_for_us, now_us).await?;
         }

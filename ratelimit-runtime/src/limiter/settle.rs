@@ -30,14 +30,14 @@ impl Limiter {
     /// When a give-back cannot reach the backend: what it held then stays counted as
     /// spent until its windows pass (the safe side). The others are still given back.
     pub async fn release_allowances(&self) -> Result<(), BackendError> {
-        self.give_back(self.allowances.release_all()).await
+        self.give_back(self.allowances.live.release_all()).await
     }
 
     /// How many round trips this limiter's checks with an allowance have made (draws, and
     /// checks sent alone near a limit). For tests and benchmarks.
     #[doc(hidden)]
     pub fn allowance_draws(&self) -> u64 {
-        self.allowances.draws()
+        self.allowances.live.draws()
     }
 
     /// Gives back the allowances whose life has ended by the local clock, as the give-back
@@ -45,7 +45,7 @@ impl Limiter {
     #[cfg(feature = "test-clock")]
     #[doc(hidden)]
     pub async fn give_back_due(&self) -> Result<(), BackendError> {
-        self.give_back(self.allowances.collect_due()).await
+        self.give_back(self.allowances.live.collect_due()).await
     }
 
     /// Sends the give-backs of `retired` allowances, concurrently, at the backend's clock.
@@ -121,7 +121,7 @@ impl Limiter {
             // log's entries, has no names to make a second refund a no-op. Once given back,
             // the call stays used.
             if self.refunds.first_settle(key, receipt) {
-                self.allowances.settle_local(key, rules, receipt, None);
+                self.allowances.live.settle_local(key, rules, receipt, None);
             }
             return Ok(());
         }
@@ -241,6 +241,7 @@ impl Limiter {
         if receipt.counted_by == CountedBy::Allowance {
             let settled = self
                 .allowances
+                .live
                 .settle_local(key, rules, receipt, Some(actual));
             return Ok(settled.map_or(*decision, |raw| raw.into_decision(rules)));
         }
