@@ -3,7 +3,8 @@
 //! names the algorithm that counted it, and the algorithms make decisions.
 
 use std::fmt;
-use std::str::FromStr;
+
+use crate::spelling::spelled;
 
 /// How a set of rules is counted.
 ///
@@ -36,15 +37,23 @@ pub enum Algorithm {
     TokenBucket,
 }
 
-impl Algorithm {
+spelled! {
+    Algorithm;
     /// Every algorithm, the default first.
-    pub const ALL: [Algorithm; 4] = [
-        Algorithm::SlidingLog,
-        Algorithm::FixedWindow,
-        Algorithm::SlidingWindow,
-        Algorithm::TokenBucket,
-    ];
+    ALL;
+    /// The attribute's spelling: `SLIDING_LOG`, `FIXED_WINDOW`, `SLIDING_WINDOW`,
+    /// `TOKEN_BUCKET`. Also what [`Display`](fmt::Display) writes.
+    fn name {
+        SlidingLog => "SLIDING_LOG",
+        FixedWindow => "FIXED_WINDOW",
+        SlidingWindow => "SLIDING_WINDOW",
+        TokenBucket => "TOKEN_BUCKET",
+    }
+    /// Reads a [`name`](Algorithm::name) in any case, so also a [`label`](Algorithm::label).
+    from_str(text) -> Result<_, ParseAlgorithmError> else ParseAlgorithmError(text.into());
+}
 
+impl Algorithm {
     /// The largest cost one sliding-log check, peek or settle takes: 10,000 units. The
     /// sliding log records one entry per unit, so a check of `n` units writes `n`
     /// entries in one script run (about 1.2 µs and 120 bytes of Redis each): at this
@@ -65,17 +74,6 @@ impl Algorithm {
         cost <= Algorithm::SLIDING_LOG_MAX_COST || !matches!(self, Algorithm::SlidingLog)
     }
 
-    /// The attribute's spelling: `SLIDING_LOG`, `FIXED_WINDOW`, `SLIDING_WINDOW`,
-    /// `TOKEN_BUCKET`. Also what [`Display`](fmt::Display) writes.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Algorithm::SlidingLog => "SLIDING_LOG",
-            Algorithm::FixedWindow => "FIXED_WINDOW",
-            Algorithm::SlidingWindow => "SLIDING_WINDOW",
-            Algorithm::TokenBucket => "TOKEN_BUCKET",
-        }
-    }
-
     /// The metrics' spelling, the [`name`](Self::name) in lower case: `sliding_log`,
     /// `fixed_window`, `sliding_window`, `token_bucket` (the `algorithm` label of
     /// `ratelimit_checks_total`). Also the name its Lua check is called by in
@@ -87,24 +85,6 @@ impl Algorithm {
             Algorithm::SlidingWindow => "sliding_window",
             Algorithm::TokenBucket => "token_bucket",
         }
-    }
-}
-
-impl fmt::Display for Algorithm {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Algorithm {
-    type Err = ParseAlgorithmError;
-
-    /// Reads a [`name`](Algorithm::name) in any case, so also a [`label`](Algorithm::label).
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        Algorithm::ALL
-            .into_iter()
-            .find(|a| a.name().eq_ignore_ascii_case(text))
-            .ok_or_else(|| ParseAlgorithmError(text.into()))
     }
 }
 

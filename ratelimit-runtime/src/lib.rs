@@ -9,7 +9,8 @@
 //! The modules in layers; a module calls only those in its own layer's leaves or below it
 //! (`scripts/import-cycles` keeps it so: no module imports one that imports it back).
 //!
-//! - **Leaves**: `rule`, `calendar`, `algorithm_kind`, `limit_type`, `mode`, `error`,
+//! - **Leaves**: `rule`, `calendar`, `spelling` (an enum's names, Display and FromStr from
+//!   one table), `algorithm_kind`, `limit_type`, `mode`, `error`,
 //!   `decision` (a check's answer and its receipt), `clock`, `random`, `sync` (the lock
 //!   helper), `sharded` (the one sharded map), `background` (the one kind of background
 //!   task on a caller's runtime), `throttle` (throttled logs), `warning`, `lockout`,
@@ -87,6 +88,7 @@ mod sharded;
 #[doc(hidden)]
 pub mod site;
 mod site_config;
+mod spelling;
 mod sync;
 mod throttle;
 #[cfg(feature = "tonic")]

@@ -2,7 +2,8 @@
 //! check. Operators switch it per site without a deploy.
 
 use std::fmt;
-use std::str::FromStr;
+
+use crate::spelling::spelled;
 
 /// What a guarded site does with its decisions.
 ///
@@ -32,24 +33,18 @@ pub enum Mode {
     Off,
 }
 
-impl Mode {
+spelled! {
+    Mode;
     /// Every mode, in the order of the stored spelling's documentation.
-    pub const ALL: [Mode; 3] = [Mode::Enforce, Mode::Shadow, Mode::Off];
-
+    ALL;
     /// The stored spelling: `enforce`, `shadow` or `off`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Mode::Enforce => "enforce",
-            Mode::Shadow => "shadow",
-            Mode::Off => "off",
-        }
+    fn as_str {
+        Enforce => "enforce",
+        Shadow => "shadow",
+        Off => "off",
     }
-}
-
-impl fmt::Display for Mode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
+    /// Reads `enforce`, `shadow` or `off`, in any case, around spaces.
+    from_str(text.trim()) -> Result<_, ParseModeError> else ParseModeError(text.to_owned());
 }
 
 /// A text that names no [`Mode`].
@@ -68,29 +63,12 @@ impl fmt::Display for ParseModeError {
 
 impl std::error::Error for ParseModeError {}
 
-impl FromStr for Mode {
-    type Err = ParseModeError;
-
-    /// Reads `enforce`, `shadow` or `off`, in any case, around spaces.
-    fn from_str(text: &str) -> Result<Mode, ParseModeError> {
-        let text = text.trim();
-        Mode::ALL
-            .into_iter()
-            .find(|mode| mode.as_str().eq_ignore_ascii_case(text))
-            .ok_or_else(|| ParseModeError(text.to_owned()))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn modes_read_their_stored_spelling_in_any_case() {
-        for mode in Mode::ALL {
-            assert_eq!(mode.as_str().parse(), Ok(mode));
-            assert_eq!(mode.as_str().to_uppercase().parse(), Ok(mode));
-        }
+    fn modes_are_read_around_spaces_and_a_wrong_one_names_the_right_ones() {
         assert_eq!(" Off ".parse(), Ok(Mode::Off));
         let err = "disabled".parse::<Mode>().unwrap_err();
         assert_eq!(
