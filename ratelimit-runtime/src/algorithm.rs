@@ -300,6 +300,15 @@ impl Returned<'_> {
     }
 }
 
+/// A settle, as an algorithm applies it (see `backend::Settle`): the cost the reservation
+/// `receipt` made of `rules` replaced by `actual` units.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Settled<'a> {
+    pub rules: &'a [Rule],
+    pub receipt: Receipt,
+    pub actual: u64,
+}
+
 /// What one check did to a key's state.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Outcome {
@@ -349,19 +358,13 @@ pub(crate) trait Counter {
     /// once: sent twice, the second changes nothing; `now_us` is the caller's clock.
     fn give_back(&mut self, back: &Returned<'_>, now_us: u64);
 
-    /// Replaces the cost `receipt` reserved by `actual` in every rule of `rules` counting
-    /// units (rules counting calls keep their one): gives back the difference as far as
-    /// the state still holds it, or takes it, even past a rule's count, where the state
-    /// still counts the reservation; `now_us` is the caller's clock. See
-    /// [`StoredState::settle`]. Returns the key's new TTL from `now_us` when the settle moved
-    /// its expiry (a debt that outlives it), as [`Outcome::ttl_us`].
-    fn settle(
-        &mut self,
-        rules: &[Rule],
-        receipt: &Receipt,
-        actual: u64,
-        now_us: u64,
-    ) -> Option<u64>;
+    /// Replaces the cost the settle's receipt reserved by its `actual` in every one of its
+    /// rules counting units (rules counting calls keep their one): gives back the
+    /// difference as far as the state still holds it, or takes it, even past a rule's
+    /// count, where the state still counts the reservation; `now_us` is the caller's clock.
+    /// See [`StoredState::settle`]. Returns the key's new TTL from `now_us` when the settle
+    /// moved its expiry (a debt that outlives it), as [`Outcome::ttl_us`].
+    fn settle(&mut self, settle: &Settled<'_>, now_us: u64) -> Option<u64>;
 
     /// The latest time the state records, before which no check is counted (see
     /// [`Clamp`]); `None` when it records none.
@@ -497,8 +500,8 @@ impl StoredState {
         }
     }
 
-    /// Settles the reservation `receipt` made of `rules` at `actual` units, as far as the
-    /// state still counts it; nothing when another algorithm counted it.
+    /// Settles the reservation the settle's receipt made of its rules at its `actual` units,
+    /// as far as the state still counts it; nothing when another algorithm counted it.
     ///
     /// Every algorithm treats the settled cost as if the check had been of `actual` units
     /// at the time it was counted at: the sliding log adds or removes entries at that time;
@@ -508,21 +511,15 @@ impl StoredState {
     /// refills from there). An excess is taken even past a rule's count: later checks are
     /// refused until the window has room again. Returns the key's new TTL from `now_us`
     /// when the debt outlives its expiry (the token bucket's), as [`Outcome::ttl_us`].
-    pub fn settle(
-        &mut self,
-        rules: &[Rule],
-        receipt: &Receipt,
-        actual: u64,
-        now_us: u64,
-    ) -> Option<u64> {
-        if receipt.algorithm != self.algorithm() {
+    pub fn settle(&mut self, settle: &Settled<'_>, now_us: u64) -> Option<u64> {
+        if settle.receipt.algorithm != self.algorithm() {
             return None;
         }
         match &mut self.counts {
-            Counts::SlidingLog(s) => s.settle(rules, receipt, actual, now_us),
-            Counts::FixedWindow(s) => s.settle(rules, receipt, actual, now_us),
-            Counts::SlidingWindow(s) => s.settle(rules, receipt, actual, now_us),
-            Counts::TokenBucket(s) => s.settle(rules, receipt, actual, now_us),
+            Counts::SlidingLog(s) => s.settle(settle, now_us),
+            Counts::FixedWindow(s) => s.settle(settle, now_us),
+            Counts::SlidingWindow(s) => s.settle(settle, now_us),
+            Counts::TokenBucket(s) => s.settle(settle, now_us),
         }
     }
 }

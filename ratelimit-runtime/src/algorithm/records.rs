@@ -17,7 +17,9 @@ use std::fmt;
 use smallvec::SmallVec;
 
 use super::calendar::{self, Period};
-use super::{decide, ttl_us, Block, Call, Clamp, Counter, Figures, Outcome, Returned, MARGIN_US};
+use super::{
+    decide, ttl_us, Block, Call, Clamp, Counter, Figures, Outcome, Returned, Settled, MARGIN_US,
+};
 use crate::decision::{CountedBy, Receipt};
 use crate::{Algorithm, Rule};
 
@@ -461,16 +463,10 @@ impl<A: PerRule> Counter for State<A> {
         }
     }
 
-    fn settle(
-        &mut self,
-        rules: &[Rule],
-        receipt: &Receipt,
-        actual: u64,
-        now_us: u64,
-    ) -> Option<u64> {
-        let (at_us, reserved) = (receipt.at_us, receipt.cost);
+    fn settle(&mut self, settle: &Settled<'_>, now_us: u64) -> Option<u64> {
+        let (at_us, reserved, actual) = (settle.receipt.at_us, settle.receipt.cost, settle.actual);
         let mut ttl_us = None;
-        for (i, rule) in rules.iter().enumerate() {
+        for (i, rule) in settle.rules.iter().enumerate() {
             if rule.counts_calls() || actual == reserved {
                 continue;
             }

@@ -37,7 +37,7 @@
 use std::collections::VecDeque;
 
 use super::calendar::{self, Period};
-use super::{decide, ttl_us, Block, Call, Clamp, Counter, Figures, Outcome, Returned};
+use super::{decide, ttl_us, Block, Call, Clamp, Counter, Figures, Outcome, Returned, Settled};
 use crate::decision::{CountedBy, Receipt};
 use crate::{Algorithm, Rule};
 
@@ -411,8 +411,8 @@ impl Counter for State {
     /// Entries at the time the check was counted at: removed while there (entries of one
     /// time are alike), or added beside them while any is there, as the script removes
     /// or adds the check's own members by name.
-    fn settle(&mut self, rules: &[Rule], receipt: &Receipt, actual: u64, _: u64) -> Option<u64> {
-        let (at_us, reserved) = (receipt.at_us, receipt.cost);
+    fn settle(&mut self, settle: &Settled<'_>, _: u64) -> Option<u64> {
+        let (at_us, reserved, actual) = (settle.receipt.at_us, settle.receipt.cost, settle.actual);
         let first = self.log.partition_point(|&s| s < at_us);
         let alike = self.log.partition_point(|&s| s <= at_us) - first;
         // The entries removed, or added.
@@ -433,9 +433,11 @@ impl Counter for State {
         // entries changed, as the script's (which settles entries by name, so that a
         // settle sent twice moves them once).
         if changed > 0 {
-            self.update_periods(rules, |rule, calendar, stored| match rule.counts_calls() {
-                true => None,
-                false => stored.map(|p| calendar::adjust(p, calendar, at_us, changed, take)),
+            self.update_periods(settle.rules, |rule, calendar, stored| {
+                match rule.counts_calls() {
+                    true => None,
+                    false => stored.map(|p| calendar::adjust(p, calendar, at_us, changed, take)),
+                }
             });
         }
         // Entries at the check's time or before: the expiry already covers them.

@@ -204,11 +204,7 @@ impl MemoryBackend {
     /// one lock. `None`: nothing to settle here (a receipt of nothing, or of another
     /// backend).
     pub(crate) fn settle(&self, settle: &Settle<'_>) -> Option<Result<RawDecision, BackendError>> {
-        let Settle {
-            ref peek,
-            ref receipt,
-            actual,
-        } = *settle;
+        let (peek, receipt) = (&settle.peek, settle.receipt);
         if receipt.is_empty() || receipt.counted_by != CountedBy::Memory {
             return None;
         }
@@ -220,7 +216,7 @@ impl MemoryBackend {
                 .as_mut()
                 .expect("the index lists only slots in use");
             if slot.expires_at_us > now_us {
-                if let Some(ttl) = slot.state.settle(peek.rules, receipt, actual, now_us) {
+                if let Some(ttl) = slot.state.settle(&settle.settled(), now_us) {
                     slot.expires_at_us = now_us.saturating_add(ttl);
                 }
             }

@@ -14,7 +14,7 @@ pub(crate) mod redis;
 
 use std::num::NonZeroU64;
 
-use crate::algorithm::{Call, Returned};
+use crate::algorithm::{Call, Returned, Settled};
 use crate::concurrency::SlotAsk;
 use crate::decision::Receipt;
 use crate::lockout::Packed;
@@ -114,6 +114,17 @@ pub(crate) struct Settle<'a> {
     pub peek: Request<'a>,
     pub receipt: Receipt,
     pub actual: u64,
+}
+
+impl Settle<'_> {
+    /// The settle as the algorithms apply it, to the peek's rules.
+    pub fn settled(&self) -> Settled<'_> {
+        Settled {
+            rules: self.peek.rules,
+            receipt: self.receipt,
+            actual: self.actual,
+        }
+    }
 }
 
 /// Giving back what a draw did not use, and re-timing what it did (the end of an
