@@ -227,17 +227,16 @@ impl MemoryBackend {
     /// Gives back what the draw `give_back.receipt` names did not use, and re-times what it
     /// used (see [`GiveBack`]); nothing for a receipt of nothing, of another backend or
     /// algorithm, or of a key that has expired since. Sent twice, it changes the key once.
-    pub(crate) fn give_back(&self, give_back: &GiveBack<'_>) {
+    /// `now_us`: an explicit time in µs since the epoch, for tests; `None`: the clock's.
+    pub(crate) fn give_back(&self, give_back: &GiveBack, now_us: Option<NonZeroU64>) {
         let receipt = &give_back.receipt;
         if receipt.is_empty() || receipt.counted_by != CountedBy::Memory {
             return;
         }
-        let hash = self.hash(give_back.key);
+        let hash = self.hash(&give_back.key);
         let mut shard = self.shard(hash);
-        let now_us = give_back
-            .now_us
-            .map_or_else(|| self.clock.now_us(), NonZeroU64::get);
-        if let Some(id) = shard.find(hash, give_back.key) {
+        let now_us = now_us.map_or_else(|| self.clock.now_us(), NonZeroU64::get);
+        if let Some(id) = shard.find(hash, &give_back.key) {
             let slot = shard.slots[id as usize]
                 .as_mut()
                 .expect("the index lists only slots in use");

@@ -130,12 +130,12 @@ impl Settle<'_> {
 /// Giving back what a draw did not use, and re-timing what it did (the end of an
 /// allowance): unused units and calls are no longer counted; the used ones are counted
 /// as spent at `last_spend_us` instead of at the draw's hold time. Sent twice, it changes
-/// the key once.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct GiveBack<'a> {
-    pub key: &'a str,
+/// the key once. What an allowance leaves when its life ends.
+#[derive(Clone, Debug)]
+pub(crate) struct GiveBack {
+    pub key: Box<str>,
     /// The draw's rules.
-    pub rules: &'a [Rule],
+    pub rules: Box<[Rule]>,
     /// What was drawn (its `calls` and requested `hold_us`).
     pub draw: Draw,
     /// The draw's receipt: its algorithm, units (`cost`), time and id.
@@ -147,11 +147,9 @@ pub(crate) struct GiveBack<'a> {
     /// When the last of them was spent, µs on the backend's clock: at least the draw's
     /// time, at most its time plus its hold. Unread when nothing was used.
     pub last_spend_us: u64,
-    /// An explicit time in µs since the epoch, for tests; `None`: the backend's clock.
-    pub now_us: Option<NonZeroU64>,
 }
 
-impl GiveBack<'_> {
+impl GiveBack {
     /// The give-back as the algorithms apply it: the draw's hold as [`Draw::hold_at`]
     /// gave it, and what was not used.
     pub fn returned(&self) -> Returned<'_> {
@@ -162,12 +160,12 @@ impl GiveBack<'_> {
             self.used_calls.min(self.draw.calls.get()),
         );
         Returned {
-            rules: self.rules,
+            rules: &self.rules,
             at_us: receipt.at_us,
             id: receipt.id,
             hold_us: self
                 .draw
-                .hold_at(self.rules, receipt.algorithm, receipt.at_us),
+                .hold_at(&self.rules, receipt.algorithm, receipt.at_us),
             units: units - used_units,
             calls: self.draw.calls.get() - used_calls,
             used_units,

@@ -167,18 +167,17 @@ impl Backend {
         now_us: u64,
     ) -> Result<(), BackendError> {
         let give_back = GiveBack {
-            key: &drawn.key,
-            rules: &drawn.rules,
+            key: drawn.key.as_str().into(),
+            rules: drawn.rules.as_slice().into(),
             draw: drawn.draw,
             receipt: drawn.receipt,
             used_calls,
             used_units,
             last_spend_us,
-            now_us: Some(clock::explicit_us(now_us)),
         };
         match &self.0 {
             ProbeStore::Memory(memory) => {
-                memory.give_back(&give_back);
+                memory.give_back(&give_back, Some(clock::explicit_us(now_us)));
                 Ok(())
             }
             #[cfg(feature = "redis")]

@@ -137,7 +137,7 @@ pub(crate) struct Allowances {
     shards: Sharded<Shard>,
     clock: LocalClock,
     /// Allowances taken out of the table whose give-back is not yet sent.
-    due: Mutex<Vec<Retired>>,
+    due: Mutex<Vec<GiveBack>>,
     /// When each live allowance ends (local µs), with its number and key, soonest first:
     /// the give-back task finds what is due without a pass over every key. An allowance
     /// retired earlier leaves its entry behind, skipped when it comes up.
@@ -228,38 +228,12 @@ struct Live {
     checks: u64,
 }
 
-/// An allowance at the end of its life, its give-back to send.
-pub(crate) struct Retired {
-    key: Box<str>,
-    rules: Box<[Rule]>,
-    draw: Draw,
-    receipt: Receipt,
-    used_calls: u64,
-    used_units: u64,
-    last_spend_us: u64,
-}
-
-impl Retired {
-    pub(crate) fn give_back(&self, now_us: Option<NonZeroU64>) -> GiveBack<'_> {
-        GiveBack {
-            key: &self.key,
-            rules: &self.rules,
-            draw: self.draw,
-            receipt: self.receipt,
-            used_calls: self.used_calls,
-            used_units: self.used_units,
-            last_spend_us: self.last_spend_us,
-            now_us,
-        }
-    }
-
-    /// Whether the give-back is not worth a round trip: everything was used. Re-timing it
-    /// would only let its units leave their windows a little earlier (they stay recorded at
-    /// the end of the hold, at most `max_age` after they were spent: the safe side); a hot
-    /// key then costs one command per allowance, the draw.
-    fn changes_nothing(&self) -> bool {
-        self.used_units == self.receipt.cost && self.used_calls == self.draw.calls.get()
-    }
+/// Whether the give-back of an allowance is not worth a round trip: everything was used.
+/// Re-timing it would only let its units leave their windows a little earlier (they stay
+/// recorded at the end of the hold, at most `max_age` after they were spent: the safe
+/// side); a hot key then costs one command per allowance, the draw.
+fn changes_nothing(back: &GiveBack) -> bool {
+    back.used_units == back.receipt.cost && back.used_calls == back.draw.calls.get()
 }
 
 /// What a check with an allowance on Redis does first (see [`Allowances::admit`]).
@@ -610,7 +584,7 @@ impl Allowances {
     /// give-back task.
     fn retire(&self, key: &str, rules: &[Rule], live: Live) {
         let retired = live.retired(key, rules);
-        if retired.changes_nothing() {
+        if changes_nothing(&retired) {
             return;
         }
         sync::lock(&self.due).push(retired);
@@ -649,13 +623,13 @@ impl Allowances {
     }
 
     /// Ends every allowance now (`release_allowances`), and takes every give-back due.
-    pub fn release_all(&self) -> Vec<Retired> {
+    pub fn release_all(&self) -> Vec<GiveBack> {
         self.collect(|_| true)
     }
 
     /// Takes the give-backs due: the allowances retired, and those whose life has ended by
     /// the local clock.
-    pub fn collect_due(&self) -> Vec<Retired> {
+    pub fn collect_due(&self) -> Vec<GiveBack> {
         let now_us = self.clock.now_us();
         let mut out = self.take_retired();
         loop {
@@ -676,7 +650,7 @@ impl Allowances {
                 let live = held.live.take().expect("just seen");
                 held.sizing.spent(&live, now_us);
                 let retired = live.retired(&key, &held.rules);
-                if !retired.changes_nothing() {
+                if !changes_nothing(&retired) {
                     out.push(retired);
                 }
             }
@@ -685,11 +659,11 @@ impl Allowances {
     }
 
     /// Takes the give-backs of the allowances retired by checks.
-    pub fn take_retired(&self) -> Vec<Retired> {
+    pub fn take_retired(&self) -> Vec<GiveBack> {
         std::mem::take(&mut *sync::lock(&self.due))
     }
 
-    fn collect(&self, ended: impl Fn(&Live) -> bool) -> Vec<Retired> {
+    fn collect(&self, ended: impl Fn(&Live) -> bool) -> Vec<GiveBack> {
         let now_us = self.clock.now_us();
         let mut out = std::mem::take(&mut *sync::lock(&self.due));
         for mut shard in self.shards.iter() {
@@ -698,7 +672,7 @@ impl Allowances {
                     let live = held.live.take().expect("just seen");
                     held.sizing.spent(&live, now_us);
                     let retired = live.retired(key, &held.rules);
-                    if !retired.changes_nothing() {
+                    if !changes_nothing(&retired) {
                         out.push(retired);
                     }
                 }
@@ -771,8 +745,7 @@ pub(crate) async fn give_backs(
             let Some(redis) = redis.upgrade() else {
                 return;
             };
-            let backs: Vec<_> = due.iter().map(|retired| retired.give_back(None)).collect();
-            for result in redis.give_back_all(&backs).await {
+            for result in redis.give_back_all(&due).await {
                 if let Err(err) = result {
                     report_give_back_failed(&err);
                 }
@@ -917,12 +890,12 @@ impl Live {
     /// re-timed to its last spend on the backend's clock, `d + (last - sent)`, which is no
     /// earlier than that spend (the backend counted the draw at `d`, after it was sent) and
     /// no later than its record time.
-    fn retired(self, key: &str, rules: &[Rule]) -> Retired {
+    fn retired(self, key: &str, rules: &[Rule]) -> GiveBack {
         let units_drawn = self.receipt.cost;
         let used_units = units_drawn.saturating_sub(self.units_left);
         let used_calls = self.draw.calls.get().saturating_sub(self.calls_left);
         let since_sent = self.last_spend_us.saturating_sub(self.sent_at_us);
-        Retired {
+        GiveBack {
             key: key.into(),
             rules: rules.into(),
             draw: Draw {

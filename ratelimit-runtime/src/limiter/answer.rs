@@ -60,7 +60,7 @@ impl Limiter {
                 let answer = self.with_allowance(request, site);
                 let answer = now_or_never(answer).expect("the embedded backend answers at once");
                 for retired in self.allowances.live.take_retired() {
-                    memory.give_back(&retired.give_back(request.now_us));
+                    memory.give_back(&retired, request.now_us);
                 }
                 return Now::Answered(self.answered(request, answer));
             }

@@ -4,9 +4,8 @@ use std::num::NonZeroU64;
 #[cfg(feature = "test-clock")]
 use std::time::Duration;
 
-use super::allowance::Retired;
 use super::Limiter;
-use crate::backend::{Refund, Request, Settle};
+use crate::backend::{GiveBack, Refund, Request, Settle};
 use crate::decision::CountedBy;
 use crate::{BackendError, Decision, Rule};
 
@@ -49,7 +48,7 @@ impl Limiter {
     }
 
     /// Sends the give-backs of `retired` allowances, concurrently, at the backend's clock.
-    pub(super) async fn give_back(&self, retired: Vec<Retired>) -> Result<(), BackendError> {
+    pub(super) async fn give_back(&self, retired: Vec<GiveBack>) -> Result<(), BackendError> {
         if retired.is_empty() {
             return Ok(());
         }

@@ -8,7 +8,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::allowance::Retired;
 #[cfg(feature = "redis")]
 use super::most_limited;
 use super::most_limited::Refusals;
@@ -16,7 +15,7 @@ use crate::algorithm::StoredState;
 use crate::backend::memory::MemoryBackend;
 #[cfg(feature = "redis")]
 use crate::backend::redis::RedisBackend;
-use crate::backend::{Refund, Request, Settle};
+use crate::backend::{GiveBack, Refund, Request, Settle};
 use crate::concurrency::SlotId;
 use crate::decision::{CountedBy, RawDecision};
 use crate::observe::AnsweredBy;
@@ -208,19 +207,16 @@ impl Store {
     }
 
     /// Gives back the `retired` allowances at the store's clock (concurrently on Redis).
-    pub(super) async fn give_back(&self, retired: &[Retired]) -> Result<(), BackendError> {
+    pub(super) async fn give_back(&self, retired: &[GiveBack]) -> Result<(), BackendError> {
         match self {
             Store::Memory(memory) => {
                 for retired in retired {
-                    memory.give_back(&retired.give_back(None));
+                    memory.give_back(retired, None);
                 }
                 Ok(())
             }
             #[cfg(feature = "redis")]
-            Store::Redis(redis) => {
-                let backs: Vec<_> = retired.iter().map(|r| r.give_back(None)).collect();
-                redis.give_back_all(&backs).await.into_iter().collect()
-            }
+            Store::Redis(redis) => redis.give_back_all(retired).await.into_iter().collect(),
             Store::Misconfigured(err) => Err(misconfigured(err)),
         }
     }

@@ -567,12 +567,12 @@ impl RedisBackend {
     /// used (see [`GiveBack`]), in one round trip; nothing for a receipt of nothing or of
     /// another backend. Sent twice, it changes the key once, so it is re-sent like a
     /// sliding-log check.
-    pub(crate) async fn give_back(&self, give_back: &GiveBack<'_>) -> Result<(), BackendError> {
+    pub(crate) async fn give_back(&self, give_back: &GiveBack) -> Result<(), BackendError> {
         let receipt = &give_back.receipt;
         if receipt.is_empty() || receipt.counted_by != CountedBy::Redis {
             return Ok(());
         }
-        let key = give_back.key;
+        let key = &give_back.key;
         let [evalsha, eval] = script::give_back(give_back);
         let deadline = self.deadline(self.config.timeout);
         self.send_script(key, &evalsha, || Some(eval), true, deadline)
@@ -585,7 +585,7 @@ impl RedisBackend {
     /// per key, each to its key's server), answered in their order.
     pub(crate) async fn give_back_all(
         &self,
-        give_backs: &[GiveBack<'_>],
+        give_backs: &[GiveBack],
     ) -> Vec<Result<(), BackendError>> {
         futures_util::future::join_all(give_backs.iter().map(|g| self.give_back(g))).await
     }

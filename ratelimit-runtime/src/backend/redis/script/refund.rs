@@ -18,7 +18,7 @@ use crate::{Algorithm, Rule};
 /// (`scripts/drawn.lua`), and change nothing when it is not there. Either way, sent twice
 /// it changes the key once, so it is re-sent like a sliding-log check. Returns the
 /// `EVALSHA`, then NOSCRIPT's `EVAL`.
-pub(crate) fn give_back(give_back: &crate::backend::GiveBack<'_>) -> [Cmd; 2] {
+pub(crate) fn give_back(give_back: &crate::backend::GiveBack) -> [Cmd; 2] {
     let receipt = &give_back.receipt;
     let returned = give_back.returned();
     let algorithm = receipt.algorithm;
@@ -27,7 +27,7 @@ pub(crate) fn give_back(give_back: &crate::backend::GiveBack<'_>) -> [Cmd; 2] {
     let doubles = head
         .iter()
         .map(|&n| n as f64)
-        .chain(rule_numbers(give_back.rules));
+        .chain(rule_numbers(&give_back.rules));
     for n in doubles {
         numbers.extend_from_slice(&n.to_le_bytes());
     }
@@ -50,7 +50,7 @@ pub(crate) fn give_back(give_back: &crate::backend::GiveBack<'_>) -> [Cmd; 2] {
                 .flat_map(|&n| (n as f64).to_le_bytes())
                 .collect();
             cmd.arg(1)
-                .arg(give_back.key)
+                .arg(&*give_back.key)
                 .arg(&numbers[..])
                 .arg(&id[..])
                 .arg(spent);
@@ -63,13 +63,13 @@ pub(crate) fn give_back(give_back: &crate::backend::GiveBack<'_>) -> [Cmd; 2] {
             let mut witness = [0; 16];
             witness[..8].copy_from_slice(&(returned.id as f64).to_le_bytes());
             witness[8..].copy_from_slice(&(returned.at_us as f64).to_le_bytes());
-            let name = match has_witness(algorithm, give_back.rules) {
+            let name = match has_witness(algorithm, &give_back.rules) {
                 true => &witness[..],
                 false => &id[..],
             };
             cmd.arg(2)
-                .arg(give_back.key)
-                .arg(drawn_key(give_back.key))
+                .arg(&*give_back.key)
+                .arg(drawn_key(&give_back.key))
                 .arg(&numbers[..])
                 .arg(calls)
                 .arg(name);
