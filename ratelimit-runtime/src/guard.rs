@@ -311,9 +311,7 @@ pub(crate) use checking::{check_listed, GuardSite};
 
 #[cfg(any(feature = "tower", feature = "actix"))]
 mod checking {
-    use std::num::NonZeroU64;
-
-    use crate::site::{self, Site};
+    use crate::site::{self, GuardedCall, Site};
     use crate::Slot;
     use crate::{Limiter, RateLimitError};
 
@@ -356,7 +354,7 @@ mod checking {
             let Some(key) = self.site.key_from_context(limiter)? else {
                 return Ok(None);
             };
-            let guarded = self.site.guard(limiter, key, NonZeroU64::MIN, None);
+            let guarded = self.site.guard(limiter, GuardedCall::of(key));
             let permit = guarded.answer().await?;
             // What it took stays taken; its slot is held by the response.
             Ok(permit.into_slot())

@@ -33,7 +33,7 @@ use reqwest::{Request, Response, StatusCode};
 use reqwest_middleware::{Middleware, Next};
 
 use crate::key::push_identity;
-use crate::site::Site;
+use crate::site::{GuardedCall, Site};
 use crate::site_config::SiteConfig;
 use crate::sync::lock;
 use crate::throttle::throttled;
@@ -366,7 +366,11 @@ impl RateLimitMiddleware {
         cost: NonZeroU64,
     ) -> Result<(), RateLimitError> {
         context::unrecorded(async {
-            let permit = site.guard(limiter, key, cost, None).answer().await?;
+            let call = GuardedCall {
+                cost,
+                ..GuardedCall::of(key)
+            };
+            let permit = site.guard(limiter, call).answer().await?;
             // What it took stays taken: the request is sent.
             drop(permit);
             Ok(())

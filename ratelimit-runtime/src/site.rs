@@ -167,7 +167,27 @@ impl CallSite {
                 .unbuilt
                 .get_or_init(|| Site::unregistered(self.config, "")),
         };
-        site.guard(limiter, key, cost, rules)
+        site.guard(limiter, GuardedCall { key, cost, rules })
+    }
+}
+
+/// One call a site guards, as its caller asks for it: counted under `key`, using `cost`
+/// units, against `rules` (`None`: the site's compiled rules).
+pub(crate) struct GuardedCall<'r> {
+    pub(crate) key: Cow<'static, str>,
+    pub(crate) cost: NonZeroU64,
+    pub(crate) rules: Option<&'r [Rule]>,
+}
+
+impl GuardedCall<'_> {
+    /// A call of one unit counted under `key` against the site's rules: a layer guard's.
+    #[cfg(any(feature = "tower", feature = "actix", feature = "reqwest"))]
+    pub(crate) fn of(key: Cow<'static, str>) -> Self {
+        GuardedCall {
+            key,
+            cost: NonZeroU64::MIN,
+            rules: None,
+        }
     }
 }
 
@@ -207,7 +227,7 @@ impl Site {
     /// around the check pipeline.
     ///
     /// The site's mode first (`Off`: nothing is checked), then the rules in force (an
-    /// operator's override, else the call's own `rules`, else the compiled ones; none: the
+    /// operator's override, else the call's own rules, else the compiled ones; none: the
     /// call runs unchecked), then the check itself, then the answer: a denial refuses the call
     /// unless the site is in shadow mode, a backend failure lets it through when the limiter
     /// is fail-open.
@@ -215,14 +235,8 @@ impl Site {
     /// Synchronous as far as it can be: a call answered at once (by the embedded backend, the
     /// deny cache, its mode) builds no future; only one that waits for Redis, or for room,
     /// gets a boxed one owning its key.
-    pub(crate) fn guard<'a>(
-        &'a self,
-        limiter: &'a Limiter,
-        key: Cow<'static, str>,
-        cost: NonZeroU64,
-        rules: Option<&[Rule]>,
-    ) -> Guarded<'a> {
-        let (step, rules, key) = match self.policy(limiter, key, cost, rules) {
+    pub(crate) fn guard<'a>(&'a self, limiter: &'a Limiter, call: GuardedCall<'_>) -> Guarded<'a> {
+        let (step, rules, key) = match self.policy(limiter, call) {
             Ok(policy) => policy,
             Err(answered) => return Guarded::Ready(answered),
         };
@@ -255,14 +269,13 @@ impl Site {
     fn policy<'a, 'r>(
         &'a self,
         limiter: &'a Limiter,
-        key: Cow<'static, str>,
-        cost: NonZeroU64,
-        rules: Option<&'r [Rule]>,
+        call: GuardedCall<'r>,
     ) -> Result<
         (GuardedCheck<'a>, Cow<'r, [Rule]>, Cow<'static, str>),
         Result<Permit<'a>, RateLimitError>,
     > {
         let Site { config, path, .. } = self;
+        let GuardedCall { key, cost, rules } = call;
         let (in_force, mode) =
             limiter.site_policy(config.prefix, path, config.compiled_rules(), config.shadow);
         if mode == Mode::Off {
@@ -343,7 +356,7 @@ impl Site {
             self.config.concurrency.is_none(),
             "a listed site takes no slot"
         );
-        let (step, rules, key) = self.policy(limiter, key, NonZeroU64::MIN, None)?;
+        let (step, rules, key) = self.policy(limiter, GuardedCall::of(key))?;
         let rules = step.owned(rules);
         Ok(Listed { step, key, rules })
     }
