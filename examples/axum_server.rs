@@ -7,14 +7,18 @@
 //!
 //! curl -i -X POST localhost:3000/sms/code -d '+1 555 0100'           # 200, then 429
 //! curl -i 'localhost:3000/search?q=rust' -H 'x-user-id: 42'          # 3 per 10 s per user
+//! curl -i localhost:3000/reports -H 'x-user-id: 42'                  # 20 an hour per user
+//! curl -i localhost:3000/                                            # 60 a minute per IP
 //! curl -i localhost:3000/health                                      # never limited
 //! curl -i 'localhost:3000/v1/search?q=rust' -H 'x-api-key: k1'       # 10,000 a second per key
 //! ```
 //!
 //! Every API request (not `/health`, nor `/v1`) also counts against 60 a minute per client
 //! IP, checked by the layer's guard before any handler runs; a response describes whichever
-//! limit binds hardest. `/v1/search` is the same search for programs: they are counted by
-//! their API key alone, whatever address they call from.
+//! limit binds hardest. `/reports` is behind two guards of one layer, the per-IP one and
+//! 20 an hour per user, checked as one: one round trip, and a request refused by either
+//! counts against neither. `/v1/search` is the same search for programs: they are counted
+//! by their API key alone, whatever address they call from.
 //!
 //! `LISTEN` sets the address (default `127.0.0.1:3000`); `TRUSTED_PROXIES`
 //! (`10.0.0.0/8,192.168.0.0/16`) lists the proxies whose `X-Forwarded-For` is believed.
@@ -35,7 +39,7 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
 use redis_ratelimit::axum::RateLimitLayer;
-use redis_ratelimit::{rate_limiter, Guard, Limiter, RateLimitError, Rule};
+use redis_ratelimit::{rate_limiter, Guard, LimitType, Limiter, RateLimitError, Rule};
 
 /// Every API request, whatever its route: 60 a minute per client IP.
 static API: [Rule; 1] = [Rule::per_minute(60)];
@@ -44,6 +48,16 @@ static API: [Rule; 1] = [Rule::per_minute(60)];
 /// operators override: `ratelimit mode api off`).
 pub fn api_guard(limiter: &'static Limiter) -> Guard {
     Guard::new("api", &API).limiter(limiter)
+}
+
+/// Reports are costly to build: 20 an hour per user.
+static REPORTS: [Rule; 1] = [Rule::per_hour(20)];
+
+/// The guard counting reports per user on `limiter`, under the site name `reports`.
+pub fn reports_guard(limiter: &'static Limiter) -> Guard {
+    Guard::new("reports", &REPORTS)
+        .limit_type(LimitType::UserId)
+        .limiter(limiter)
 }
 
 /// Per client IP: 5 codes a minute and 10 an hour, and never two within 5 seconds.
@@ -107,6 +121,15 @@ async fn search_by_key(
     Ok(format!("results for {:?}\n", query.unwrap_or_default()))
 }
 
+/// What the API serves; limited by the per-IP guard alone.
+async fn index() -> &'static str {
+    "POST /sms/code, GET /search?q=, GET /reports, GET /v1/search?q= (x-api-key)\n"
+}
+
+async fn report() -> &'static str {
+    "your report\n"
+}
+
 async fn health() -> &'static str {
     "ok\n"
 }
@@ -131,9 +154,20 @@ pub fn rate_limit_layer() -> RateLimitLayer {
 /// The API's routes, without any layer.
 fn api(limiter: &'static Limiter) -> Router {
     Router::new()
+        .route("/", get(index))
         .route("/sms/code", post(send_code))
         .route("/search", get(search))
         .with_state(limiter)
+}
+
+/// The routes behind both the per-IP guard and the per-user report guard, in one layer:
+/// one check of both.
+fn reports(limiter: &'static Limiter, rate_limit: &RateLimitLayer) -> Router {
+    let guards = rate_limit
+        .clone()
+        .guard(api_guard(limiter))
+        .guard(reports_guard(limiter));
+    Router::new().route("/reports", get(report)).layer(guards)
 }
 
 /// The routes counted per API key alone: outside the per-IP guard.
@@ -147,15 +181,19 @@ fn keyed_api(limiter: &'static Limiter) -> Router {
 pub fn routes(limiter: &'static Limiter) -> Router {
     api(limiter)
         .merge(keyed_api(limiter))
+        .route("/reports", get(report))
         .route("/health", get(health))
 }
 
-/// The whole app: the API behind `rate_limit` with the [`api_guard`]; `/v1` (counted by
-/// its own attribute) and `/health` outside it; all behind the authentication.
+/// The whole app: the API behind `rate_limit` with the [`api_guard`], `/reports` behind a
+/// layer with both that and the [`reports_guard`]; `/v1` (counted by its own attribute) and
+/// `/health` outside them; all behind the authentication.
 pub fn app(limiter: &'static Limiter, rate_limit: RateLimitLayer) -> Router {
+    let reports = reports(limiter, &rate_limit);
     api(limiter)
         .layer(rate_limit.guard(api_guard(limiter)))
         // Added after the layer, so outside it.
+        .merge(reports)
         .merge(keyed_api(limiter))
         .route("/health", get(health))
         // Added last, so it runs first: the rate-limit layer reads the user it finds.

@@ -164,6 +164,50 @@ async fn the_minute_rule_binds_once_calls_are_spaced_out() {
     assert_eq!(header(&limited, "ratelimit"), Some(r#""p1";r=0;t=30"#));
 }
 
+/// `/reports` is behind two guards of one layer, checked as one: a request refused by
+/// either counts against neither. Ann's 21st report is refused by the per-user guard and
+/// leaves her address's per-IP count at 20; from an address whose 60 a minute are spent
+/// (on `/`, behind the per-IP guard alone), Bob's report is refused by the per-IP guard and
+/// counts nothing against his 20 an hour. The clock stands still.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_refused_by_one_guard_counts_against_neither() {
+    let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
+    let limiter: &'static Limiter = Box::leak(Box::new(Limiter::memory_with_clock(clock)));
+    let served = serve_axum(
+        axum_server::app(limiter, axum_server::rate_limit_layer()),
+        "127.0.0.1",
+    );
+    let get = |client: &Client, path: &str, user: &str| {
+        let url = format!("{}{path}", served.base);
+        client.get(url).header("x-user-id", user).send()
+    };
+    let remaining = |key: &'static str, rules: &'static [Rule]| async move {
+        limiter.peek(key, rules).await.unwrap().remaining
+    };
+    const API: [Rule; 1] = [Rule::per_minute(60)];
+    const REPORTS: [Rule; 1] = [Rule::per_hour(20)];
+
+    let ann = client_from("127.0.0.1");
+    for n in 1..=20 {
+        let response = get(&ann, "/reports", "ann").await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "report {n}");
+    }
+    let refused = get(&ann, "/reports", "ann").await.unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(remaining("rate_limit:user:ann:reports", &REPORTS).await, 0);
+    assert_eq!(remaining("rate_limit:ip:127.0.0.1:api", &API).await, 40);
+
+    let bob = client_from("127.0.0.2");
+    for n in 1..=60 {
+        let response = get(&bob, "/", "bob").await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "call {n}");
+    }
+    let refused = get(&bob, "/reports", "bob").await.unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(remaining("rate_limit:ip:127.0.0.2:api", &API).await, 0);
+    assert_eq!(remaining("rate_limit:user:bob:reports", &REPORTS).await, 20);
+}
+
 /// The layer's configuration is what the example's users would write.
 #[test]
 fn the_layer_is_configurable_from_strings_read_at_run_time() {
