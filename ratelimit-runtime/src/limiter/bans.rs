@@ -181,10 +181,8 @@ impl Limiter {
     #[doc(hidden)]
     pub fn banned_under(&self, prefix: &'static str, identity: &str) -> Option<Duration> {
         #[cfg(feature = "redis")]
-        if let (Store::Redis(redis), Some(every)) = (&self.store, self.rules_poll) {
-            let timeout = redis.config().operator_timeout();
-            self.overrides
-                .ensure_watching(prefix, redis, every, timeout);
+        if let Some((redis, every)) = self.polled() {
+            self.overrides.ensure_watching(prefix, redis, every);
         }
         #[cfg(not(feature = "redis"))]
         let _ = prefix;

@@ -1,11 +1,15 @@
 //! The operator surface: rule and mode overrides, most-limited identities, resets and
 //! blocks.
 
+#[cfg(feature = "redis")]
+use std::sync::Arc;
 use std::time::Duration;
 
 #[cfg(feature = "redis")]
 use super::most_limited;
 use super::{Limiter, Store};
+#[cfg(feature = "redis")]
+use crate::backend::redis::RedisBackend;
 use crate::overrides::{path_of, InForce, SiteRules};
 use crate::{BackendError, Mode, Rule};
 
@@ -199,16 +203,26 @@ impl Limiter {
         compiled: SiteRules,
     ) -> InForce {
         #[cfg(feature = "redis")]
-        if let (Store::Redis(redis), Some(every)) = (&self.store, self.rules_poll) {
+        if let Some((redis, every)) = self.polled() {
             let (in_force, unknown_prefix) = self.overrides.lookup(prefix, path, compiled);
             if unknown_prefix {
                 self.overrides.watch_prefix(prefix);
             }
-            let timeout = redis.config().operator_timeout();
-            self.overrides.ensure_polling(redis, every, timeout);
+            self.overrides.ensure_polling(redis, every);
             return in_force;
         }
         self.overrides.lookup_local(prefix, path, compiled)
+    }
+
+    /// The Redis backend whose stored overrides and bans this limiter polls, and how often;
+    /// `None` when it polls none (the embedded backend, or `rules_poll(None)`).
+    #[cfg(feature = "redis")]
+    #[inline]
+    pub(super) fn polled(&self) -> Option<(&Arc<RedisBackend>, Duration)> {
+        match (&self.store, self.rules_poll) {
+            (Store::Redis(redis), Some(every)) => Some((redis, every)),
+            _ => None,
+        }
     }
 
     /// Forgets everything counted for `key`, and any block on it, and frees its slots

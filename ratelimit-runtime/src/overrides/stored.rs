@@ -46,12 +46,11 @@ impl Overrides {
         prefix: &'static str,
         redis: &Arc<RedisBackend>,
         every: Duration,
-        timeout: Duration,
     ) {
         if !self.table.load().prefixes.contains(&prefix) {
             self.watch_prefix(prefix);
         }
-        self.ensure_polling(redis, every, timeout);
+        self.ensure_polling(redis, every);
     }
 
     /// Replaces what was read from `prefix`'s hash with `fields`. A malformed value is
@@ -109,8 +108,8 @@ impl Overrides {
         warned.retain(|(p, field), _| p != prefix || still.contains(field));
     }
 
-    /// Starts the poller for `redis` on a thread of its own, unless one runs. Never
-    /// waits for it.
+    /// Starts the poller for `redis` on a thread of its own, unless one runs, reading every
+    /// `every` within the operator timeout of `redis`. Never waits for it.
     ///
     /// Not on the caller's runtime: a limiter outlives the runtimes that check through it
     /// (a `static` limiter shared by `#[tokio::test]`s, each with a runtime that ends with
@@ -118,12 +117,7 @@ impl Overrides {
     /// threads are busy. One spawned by a check that answered at once (a ban, the deny
     /// cache) on a runtime ending right after was dropped before it first ran, leaving
     /// the limiter marked as polling, with no poller, for good.
-    pub fn ensure_polling(
-        self: &Arc<Self>,
-        redis: &Arc<RedisBackend>,
-        every: Duration,
-        timeout: Duration,
-    ) {
+    pub fn ensure_polling(self: &Arc<Self>, redis: &Arc<RedisBackend>, every: Duration) {
         if self.stored.polling.load(Ordering::Relaxed) {
             return;
         }
@@ -134,7 +128,7 @@ impl Overrides {
             overrides: Arc::downgrade(self),
             redis: Arc::downgrade(redis),
             every,
-            timeout,
+            timeout: redis.config().operator_timeout(),
         };
         // Outside the thread's closure's body: dropped with it also when the thread never
         // starts, so that the next check tries again.
