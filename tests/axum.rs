@@ -92,6 +92,15 @@ async fn a_misconfigured_site_answers_a_generic_500_and_logs_what_to_configure_o
     assert_eq!(logged.matches(remedy).count(), 1, "{logged}");
 }
 
+/// The example's app served from 127.0.0.1, on an embedded backend whose clock stands
+/// still.
+fn serve_on_a_still_clock() -> (&'static Limiter, Served) {
+    let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
+    let limiter: &'static Limiter = Box::leak(Box::new(Limiter::memory_with_clock(clock)));
+    let app = axum_server::app(limiter, axum_server::rate_limit_layer());
+    (limiter, serve_axum(app, "127.0.0.1"))
+}
+
 /// `/v1/search` counts each API key alone, whatever address calls with it, outside the
 /// per-IP guard: 61 calls from one address all pass (the guard allows 60 a minute), and
 /// another address's call with the same key counts in the same budget; a call without a
@@ -99,12 +108,7 @@ async fn a_misconfigured_site_answers_a_generic_500_and_logs_what_to_configure_o
 /// holds every call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v1_search_is_counted_per_api_key_whatever_the_address() {
-    let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
-    let limiter: &'static Limiter = Box::leak(Box::new(Limiter::memory_with_clock(clock)));
-    let served = serve_axum(
-        axum_server::app(limiter, axum_server::rate_limit_layer()),
-        "127.0.0.1",
-    );
+    let (limiter, served) = serve_on_a_still_clock();
     let url = format!("{}/v1/search?q=rust", served.base);
     let (first, second) = (client_from("127.0.0.1"), client_from("127.0.0.2"));
     let with_key = |client: &Client| client.get(&url).header("x-api-key", "k1").send();
@@ -171,15 +175,23 @@ async fn the_minute_rule_binds_once_calls_are_spaced_out() {
 /// counts nothing against his 20 an hour. The clock stands still.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_report_refused_by_one_guard_counts_against_neither() {
-    let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
-    let limiter: &'static Limiter = Box::leak(Box::new(Limiter::memory_with_clock(clock)));
-    let served = serve_axum(
-        axum_server::app(limiter, axum_server::rate_limit_layer()),
-        "127.0.0.1",
-    );
-    let get = |client: &Client, path: &str, user: &str| {
-        let url = format!("{}{path}", served.base);
-        client.get(url).header("x-user-id", user).send()
+    let (limiter, served) = serve_on_a_still_clock();
+    // `admitted` requests of `user` from `ip` to `path` pass, then their report is refused.
+    let spend_then_report = |ip: &'static str, user: &'static str, path: &'static str, admitted| {
+        let client = client_from(ip);
+        let url = |path: &str| format!("{}{path}", served.base);
+        async move {
+            for n in 1..=admitted {
+                let response = client.get(url(path)).header("x-user-id", user).send().await;
+                assert_eq!(response.unwrap().status(), StatusCode::OK, "{path} {n}");
+            }
+            let refused = client
+                .get(url("/reports"))
+                .header("x-user-id", user)
+                .send()
+                .await;
+            assert_eq!(refused.unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
+        }
     };
     let remaining = |key: &'static str, rules: &'static [Rule]| async move {
         limiter.peek(key, rules).await.unwrap().remaining
@@ -187,23 +199,11 @@ async fn a_report_refused_by_one_guard_counts_against_neither() {
     const API: [Rule; 1] = [Rule::per_minute(60)];
     const REPORTS: [Rule; 1] = [Rule::per_hour(20)];
 
-    let ann = client_from("127.0.0.1");
-    for n in 1..=20 {
-        let response = get(&ann, "/reports", "ann").await.unwrap();
-        assert_eq!(response.status(), StatusCode::OK, "report {n}");
-    }
-    let refused = get(&ann, "/reports", "ann").await.unwrap();
-    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    spend_then_report("127.0.0.1", "ann", "/reports", 20).await;
     assert_eq!(remaining("rate_limit:user:ann:reports", &REPORTS).await, 0);
     assert_eq!(remaining("rate_limit:ip:127.0.0.1:api", &API).await, 40);
 
-    let bob = client_from("127.0.0.2");
-    for n in 1..=60 {
-        let response = get(&bob, "/", "bob").await.unwrap();
-        assert_eq!(response.status(), StatusCode::OK, "call {n}");
-    }
-    let refused = get(&bob, "/reports", "bob").await.unwrap();
-    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    spend_then_report("127.0.0.2", "bob", "/", 60).await;
     assert_eq!(remaining("rate_limit:ip:127.0.0.2:api", &API).await, 0);
     assert_eq!(remaining("rate_limit:user:bob:reports", &REPORTS).await, 20);
 }
