@@ -695,6 +695,7 @@ mod limits {
             for how in ["settle", "refund"] {
                 let key = format!("metered:denied:{how}:{algorithm}");
                 let check = |cost| limiter.check(&key, &rules).cost(cost).algorithm(algorithm);
+                let peek = |cost| limiter.peek(&key, &rules).cost(cost).algorithm(algorithm);
                 let d = check(8).await.unwrap();
                 assert!(d.allowed, "{algorithm}");
                 assert!(
@@ -705,13 +706,10 @@ mod limits {
                     "settle" => drop(limiter.settle(&key, &rules, &d, 1).await.unwrap()),
                     _ => limiter.refund(&key, &rules, &d).await.unwrap(),
                 }
-                let peek = limiter
-                    .peek(&key, &rules)
-                    .cost(5)
-                    .algorithm(algorithm)
-                    .await
-                    .unwrap();
-                assert!(peek.allowed, "{algorithm}: a peek after the {how}");
+                assert!(
+                    peek(5).await.unwrap().allowed,
+                    "{algorithm}: a peek after the {how}"
+                );
                 assert!(
                     check(5).await.unwrap().allowed,
                     "{algorithm}: a check after the {how}"
