@@ -32,76 +32,86 @@ const LIMIT: &str = "rate_limit: {unit: second, requests_per_unit: 5}";
 
 #[test]
 fn the_incumbents_bad_files_are_refused_at_their_line() {
-    let cases: &[(&[(&str, &str)], &str)] = &[
+    refused(
+        &[
+            ("a.yaml", "domain: test-domain\n"),
+            ("b.yaml", "domain: test-domain\n"),
+        ],
+        "b.yaml:1: duplicate domain 'test-domain': a.yaml already defines it",
+    );
+    for (file, yaml, expected) in [
         (
-            &[("e.yaml", "descriptors: []\n")],
+            "e.yaml",
+            "descriptors: []\n",
             "e.yaml:1: config file cannot have empty domain",
         ),
         (
-            &[("e.yaml", "domain: \"\"\n")],
+            "e.yaml",
+            "domain: \"\"\n",
             "e.yaml:1: config file cannot have empty domain",
         ),
         (
-            &[
-                ("a.yaml", "domain: test-domain\n"),
-                ("b.yaml", "domain: test-domain\n"),
-            ],
-            "b.yaml:1: duplicate domain 'test-domain': a.yaml already defines it",
-        ),
-        (
-            &[("k.yaml", "domain: d\ndescriptors:\n  - value: value1\n")],
+            "k.yaml",
+            "domain: d\ndescriptors:\n  - value: value1\n",
             "k.yaml:3: descriptor has empty key",
         ),
         (
-            &[("k.yaml", "domain: d\ndescriptors:\n  - key: key1\n    value: value1\n\n  - key: key1\n    value: value1\n")],
+            "k.yaml",
+            "domain: d\ndescriptors:\n  - key: key1\n    value: value1\n\n  - key: key1\n    value: value1\n",
             "k.yaml:6: duplicate descriptor composite key 'd.key1_value1'",
         ),
         (
-            &[("u.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: foo\n      requests_per_unit: 5\n")],
+            "u.yaml",
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: foo\n      requests_per_unit: 5\n",
             "u.yaml:5: invalid rate limit unit 'foo'",
         ),
         (
-            &[("r.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      name: self\n      replaces:\n        - name: self\n      unit: second\n      requests_per_unit: 5\n")],
+            "r.yaml",
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      name: self\n      replaces:\n        - name: self\n      unit: second\n      requests_per_unit: 5\n",
             "r.yaml:7: replaces should not contain name of same descriptor",
         ),
         (
-            &[("r.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      name: self\n      replaces:\n        - name:\n      unit: second\n      requests_per_unit: 5\n")],
+            "r.yaml",
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      name: self\n      replaces:\n        - name:\n      unit: second\n      requests_per_unit: 5\n",
             "r.yaml:7: a `replaces` entry has no `name`",
         ),
         (
-            &[("y.yaml", "'''\n")],
+            "y.yaml",
+            "'''\n",
             "y.yaml:",
         ),
         (
-            &[(
-                "m.yaml",
-                "domain: d\ndescriptors:\n  - key: key1\n    ratelimit:\n      unit: day\n",
-            )],
+            "m.yaml",
+            "domain: d\ndescriptors:\n  - key: key1\n    ratelimit:\n      unit: day\n",
             "m.yaml:4: unknown field `ratelimit` in a descriptor",
         ),
         (
-            &[("m.yaml", "domain: d\ndescriptors:\n  - key: key1\n    rate_limit:\n      unit: day\n      requestsperunit: 5\n")],
+            "m.yaml",
+            "domain: d\ndescriptors:\n  - key: key1\n    rate_limit:\n      unit: day\n      requestsperunit: 5\n",
             "m.yaml:6: unknown field `requestsperunit` in `rate_limit`",
         ),
         (
-            &[("n.yaml", "0.25: test-domain\ndescriptors: []\n")],
+            "n.yaml",
+            "0.25: test-domain\ndescriptors: []\n",
             "n.yaml:1: the file has a key that is not a string (`0.25`)",
         ),
         (
-            &[("l.yaml", "domain: d\ndescriptors:\n  - a\n  - b\n")],
+            "l.yaml",
+            "domain: d\ndescriptors:\n  - a\n  - b\n",
             "l.yaml:3: a descriptor is a scalar",
         ),
         (
-            &[("x.yaml", "domain: d\ndescriptors:\n  - key: foo\n    rate_limit:\n      unlimited: true\n      unit: day\n      requests_per_unit: 25\n")],
+            "x.yaml",
+            "domain: d\ndescriptors:\n  - key: foo\n    rate_limit:\n      unlimited: true\n      unit: day\n      requests_per_unit: 25\n",
             "x.yaml:6: should not specify rate limit unit when unlimited",
         ),
         (
-            &[("s.yaml", &format!("domain: d\ndescriptors:\n  - key: files\n    value: exact\n    share_threshold: true\n    {LIMIT}\n"))],
+            "s.yaml",
+            &format!("domain: d\ndescriptors:\n  - key: files\n    value: exact\n    share_threshold: true\n    {LIMIT}\n"),
             "s.yaml:3: share_threshold can only be used with wildcard values",
         ),
-    ];
-    for (files, expected) in cases {
-        refused(files, expected);
+    ] {
+        refused(&[(file, yaml)], expected);
     }
 }
 
