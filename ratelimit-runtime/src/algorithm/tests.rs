@@ -63,6 +63,21 @@ fn hand_worked_sequences_are_answered_exactly() {
     super::worked::replay(&mut Key(None));
 }
 
+/// What `denied` told was left is all still there: a check of exactly that many units at
+/// `now_us` is admitted and leaves none.
+#[track_caller]
+fn assert_denial_took_nothing(
+    s: &mut StoredState,
+    rules: &[Rule],
+    now_us: u64,
+    denied: &RawDecision,
+    algorithm: Algorithm,
+) {
+    let left = denied.remaining;
+    let d = s.check(&call(rules, now_us, left, true)).decision;
+    assert_eq!((d.allowed, d.remaining), (true, 0), "{algorithm:?}");
+}
+
 #[test]
 fn a_cost_above_a_count_is_denied_for_ever_and_consumes_nothing() {
     let rules = [rule(10, 1_000), rule(3, 100)];
@@ -76,8 +91,7 @@ fn a_cost_above_a_count_is_denied_for_ever_and_consumes_nothing() {
         assert_eq!(never.decision.remaining, 2, "{algorithm:?}: left now");
         assert_eq!(never.ttl_us, None);
         // Nothing was consumed: 2 units of the 3 are still there.
-        let d = s.check(&call(&rules, 5_000, 2, true)).decision;
-        assert_eq!((d.allowed, d.remaining), (true, 0), "{algorithm:?}");
+        assert_denial_took_nothing(&mut s, &rules, 5_000, &never.decision, algorithm);
     }
 }
 
@@ -98,8 +112,7 @@ fn a_cost_uses_that_many_units_of_every_rule() {
         assert!(!denied.allowed, "{algorithm:?}");
         assert_eq!(denied.remaining, 1, "{algorithm:?}: left now");
         // The denial took nothing: the last unit still passes, under both rules.
-        let last = s.check(&call(&rules, 0, 1, true)).decision;
-        assert_eq!((last.allowed, last.remaining), (true, 0), "{algorithm:?}");
+        assert_denial_took_nothing(&mut s, &rules, 0, &denied, algorithm);
     }
 }
 
