@@ -104,11 +104,13 @@ impl LocalAllowances {
     }
 
     /// Whether checks spend allowances.
+    #[cfg(feature = "test-clock")]
     pub fn spent(&self) -> bool {
         self.spent
     }
 
     /// The same spending and default, with live allowances of its own (another instance's).
+    #[cfg(feature = "test-clock")]
     pub fn beside(&self, live: Allowances) -> Self {
         LocalAllowances {
             live: Arc::new(live),
