@@ -12,8 +12,8 @@ use crate::spelling::spelled;
 /// updating any (so a denial consumes nothing), and takes time from the backend's clock.
 ///
 /// Its names: [`name`](Self::name) is the attribute's spelling (`algorithm = TOKEN_BUCKET`),
-/// [`label`](Self::label) the metrics' (`algorithm="token_bucket"`); [`FromStr`](std::str::FromStr) reads
-/// either, in any case.
+/// [`label`](Self::label) the metrics' (`algorithm="token_bucket"`);
+/// [`FromStr`](std::str::FromStr) reads either, in any case.
 ///
 /// ```
 /// use redis_ratelimit::Algorithm;

@@ -68,7 +68,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn modes_are_read_around_spaces_and_a_wrong_one_names_the_right_ones() {
+    fn modes_read_their_stored_spelling_in_any_case() {
+        for mode in Mode::ALL {
+            assert_eq!(mode.as_str().parse(), Ok(mode));
+            assert_eq!(mode.as_str().to_uppercase().parse(), Ok(mode));
+        }
         assert_eq!(" Off ".parse(), Ok(Mode::Off));
         let err = "disabled".parse::<Mode>().unwrap_err();
         assert_eq!(

@@ -127,10 +127,10 @@ impl Settle<'_> {
     }
 }
 
-/// Giving back what a draw did not use, and re-timing what it did (the end of an
-/// allowance): unused units and calls are no longer counted; the used ones are counted
-/// as spent at `last_spend_us` instead of at the draw's hold time. Sent twice, it changes
-/// the key once. What an allowance leaves when its life ends.
+/// What an allowance leaves when its life ends: giving back what its draw did not use,
+/// and re-timing what it did. Unused units and calls are no longer counted; the used ones
+/// are counted as spent at `last_spend_us` instead of at the draw's hold time. Sent twice,
+/// it changes the key once.
 #[derive(Clone, Debug)]
 pub(crate) struct GiveBack {
     pub key: Box<str>,

@@ -86,7 +86,7 @@ pub(super) struct LocalAllowances {
     /// Whether checks spend allowances: on Redis, and on the embedded backend standing for
     /// a remote one (tests). Elsewhere every check is answered at once anyway, so a
     /// check's allowance resolves to none.
-    spent: bool,
+    spends: bool,
     /// The allowance of every check that sets none of its own, in ms (0: none).
     default_ms: u32,
     /// The live allowances, by key; shared with the give-back task.
@@ -94,10 +94,10 @@ pub(super) struct LocalAllowances {
 }
 
 impl LocalAllowances {
-    /// No default allowance; `spent`: whether checks spend allowances at all.
-    pub fn new(spent: bool, live: Allowances) -> Self {
+    /// No default allowance; `spends`: whether checks spend allowances at all.
+    pub fn new(spends: bool, live: Allowances) -> Self {
         LocalAllowances {
-            spent,
+            spends,
             default_ms: 0,
             live: Arc::new(live),
         }
@@ -105,8 +105,8 @@ impl LocalAllowances {
 
     /// Whether checks spend allowances.
     #[cfg(feature = "test-clock")]
-    pub fn spent(&self) -> bool {
-        self.spent
+    pub fn spends(&self) -> bool {
+        self.spends
     }
 
     /// The same spending and default, with live allowances of its own (another instance's).
@@ -127,7 +127,7 @@ impl LocalAllowances {
     /// else the default; none where checks spend no allowance. In ms, 0 for none.
     #[inline]
     pub fn ms(&self, own: Option<Duration>) -> u32 {
-        match self.spent {
+        match self.spends {
             true => own.map_or(self.default_ms, max_age_ms),
             false => 0,
         }

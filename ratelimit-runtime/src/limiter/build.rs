@@ -353,7 +353,7 @@ impl Limiter {
             panic!("sharing_backend: not an embedded backend");
         };
         assert!(
-            self.allowances.spent(),
+            self.allowances.spends(),
             "sharing_backend: not a remote embedded backend"
         );
         Limiter {
